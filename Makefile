@@ -1,0 +1,42 @@
+# easyad: every target does its own set-up in .venv (created on first use).
+#   make tour    the tour of the library (python -m easyad)
+#   make test    the test suite (what CI runs)
+#   make bench   the benchmarks against plain floats and peer libraries (.venv-bench)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: tour test bench build clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.deps: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q "setuptools>=77" "Cython>=3.0" wheel "numpy>=1.24"
+	$(BIN)/python -m pip install -q pytest hypothesis sympy mypy "torch==2.13.0"
+	$(BIN)/python -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+# codegen + cythonize + compile, each step only when its inputs changed
+build: $(VENV)/.deps
+	$(BIN)/python setup.py -q build_ext --inplace
+
+tour: build
+	$(BIN)/python -m easyad
+
+test: build
+	$(BIN)/python -m pytest
+
+BENCH := .venv-bench
+$(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(BENCH)
+	$(BENCH)/bin/python -m pip install -q "setuptools>=77" "Cython>=3.0" wheel
+	$(BENCH)/bin/python -m pip install -q -r benchmarks/requirements.txt
+	$(BENCH)/bin/python -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+bench: $(BENCH)/.deps build
+	$(BENCH)/bin/python benchmarks/run.py
+
+clean:
+	rm -rf build $(VENV) $(BENCH) easyad/*.so easyad/_core.c

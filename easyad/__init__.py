@@ -1,0 +1,63 @@
+"""easyad: automatic differentiation for numeric Python.
+
+Public API only (no logic here). Layers, each depending on the ones before:
+rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions)
+-> numeric protocols (numeric.py).
+"""
+from easyad._core import (
+    Derivatives,
+    Record,
+    Trace,
+    WengertList,
+    abs,
+    absolute,
+    acos,
+    acosh,
+    arccos,
+    arccosh,
+    arcsin,
+    arcsinh,
+    arctan,
+    arctan2,
+    arctanh,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    cbrt,
+    cos,
+    cosh,
+    erf,
+    exp,
+    expm1,
+    hypot,
+    ln,
+    log,
+    log1p,
+    log2,
+    log10,
+    maximum,
+    minimum,
+    pow,
+    power,
+    sin,
+    sinh,
+    sqrt,
+    tan,
+    tanh,
+    where,
+)
+from easyad.errors import StaleRecordError, TapeMismatchError
+from easyad.numeric import Numeric, Real
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Derivatives", "Numeric", "Real", "Record", "StaleRecordError", "TapeMismatchError",
+    "Trace", "WengertList",
+    "abs", "absolute", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
+    "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
+    "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",
+    "minimum", "pow", "power", "sin", "sinh", "sqrt", "tan", "tanh", "where",
+]

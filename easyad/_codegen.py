@@ -1,0 +1,190 @@
+"""Renders the rule table (easyad/_rules.py) into Cython source for the compiled core.
+
+Called by setup.py before cythonize (and by ``python -m easyad._codegen``). Outputs, all
+git-ignored and rebuilt from the table:
+
+- ``_ops.h``: plain C, per rule a static inline function for the value and each partial
+  (``easyad_<rule>_value``, ``easyad_<rule>_d0``/``_d1``); the expressions are C99 as written;
+- ``_ops.pxi``: the opcode enum, Cython declarations of _ops.h (``_<rule>_value``...) and
+  per rule the error check ``_<rule>_check``;
+- ``_trace.pxi``, ``_record.pxi``, ``_generic.pxi``: the Tempita templates ``*.pxi.in``
+  expanded over the table (Trace/Record methods and operators, the generic ``ad.<rule>``).
+
+Every function signature is uniform (``value(x, y)``, ``d(x, y, z)``, ``check(x, y, z,
+operator)``) so templates need not care about arity; unary rules ignore ``y``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+if __package__ in (None, ""):  # run as a script from setup.py: load the table by path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _rules as rules  # type: ignore[no-redef]
+else:
+    from . import _rules as rules
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BANNER = "# GENERATED from easyad/_rules.py by easyad/_codegen.py, do not edit\n"
+
+# numpy's spelling of each rule, for arrays passed to the generic functions (None: no ufunc)
+NUMPY_NAMES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+               "acosh": "arccosh", "atanh": "arctanh", "abs": "absolute", "pow": "power",
+               "atan2": "arctan2", "erf": None, "neg": "negative", "div": "true_divide",
+               "sub": "subtract", "mul": "multiply"}
+
+_CHECKS = {
+    rules.NO_CHECK: "return 0",
+    rules.MATH: "return _check_math(x, y, z, False)",
+    rules.MATH_OVERFLOW: "return _check_math(x, y, z, True)",
+    rules.DIVISION: "return _check_division(y)",
+    rules.POWER: "return _check_power(x, y, z, operator)",
+}
+
+
+@dataclass(frozen=True)
+class View:
+    """A rule as the templates see it."""
+
+    rule: rules.Rule
+    opcode: int
+
+    @property
+    def name(self) -> str:
+        return self.rule.name
+
+    @property
+    def OP(self) -> str:
+        return "OP_" + self.rule.name.upper()
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return self.rule.aliases
+
+    @property
+    def numpy_name(self) -> str:
+        return NUMPY_NAMES.get(self.rule.name, self.rule.name) or ""
+
+    @property
+    def doc(self) -> str:
+        return self.rule.doc
+
+    @property
+    def operator(self) -> str:
+        return self.rule.operator
+
+    @property
+    def checked(self) -> bool:
+        return self.rule.errors != rules.NO_CHECK
+
+
+def views() -> list[View]:
+    return [View(r, rules.OPCODES[r.name]) for r in rules.RULES]
+
+
+def _c_functions(r: rules.Rule) -> list[tuple[str, str, str]]:
+    """(C name, parameters, expression) of a rule's value and partials."""
+    out = [(f"easyad_{r.name}_value", "double x, double y", r.value)]
+    out += [(f"easyad_{r.name}_d{k}", "double x, double y, double z", p)
+            for k, p in enumerate(r.partials)]
+    return out
+
+
+def render_ops_h() -> str:
+    """Plain C99 (the table's expressions are C): one static inline function per formula."""
+    out = [BANNER.replace("# ", "/* ", 1).rstrip() + " */\n",
+           "#ifndef EASYAD_OPS_H\n#define EASYAD_OPS_H\n#include <math.h>\n"
+           '#include "_helpers.h"\n\n']
+    for r in rules.RULES:
+        out.append(f"/* {r.name}: {r.doc} */\n")
+        for cname, params, expression in _c_functions(r):
+            out.append(f"static inline double {cname}({params}) {{ return {expression}; }}\n")
+    out.append("\n#endif\n")
+    return "".join(out)
+
+
+def render_ops() -> str:
+    """Cython view of _ops.h (as _<rule>_value, _<rule>_d<k>), opcodes and error checks."""
+    out = [BANNER, "# Per-rule C functions (in _ops.h); opcodes follow the table's order.\n\n"]
+    out.append("cdef enum:\n    OP_VARIABLE = %d\n    OP_CONSTANT = %d\n"
+               % (rules.OP_VARIABLE, rules.OP_CONSTANT))
+    for v in views():
+        out.append(f"    {v.OP} = {v.opcode}\n")
+    out.append(f"    OP_COUNT = {rules.FIRST_RULE_OPCODE + len(rules.RULES)}\n\n")
+    out.append('cdef extern from "_ops.h" nogil:\n')
+    out.append("    double sign(double t)\n    double heaviside(double t)\n"
+               "    double mul0(double a, double b)\n    double div0(double a, double b)\n")
+    for r in rules.RULES:
+        for cname, params, _ in _c_functions(r):
+            pyname = cname.replace("easyad_", "_", 1)
+            out.append(f'    double {pyname} "{cname}"({params})\n')
+    out.append("\n")
+    for r in rules.RULES:
+        out.append(f"cdef inline int _{r.name}_check(double x, double y, double z, "
+                   f"bint operator) except -1:\n    {_CHECKS[r.errors]}\n\n")
+    # Opcode names, for introspection (repr, to_dot, error messages)
+    names = ", ".join(repr(n) for n in ["variable", "constant"] + [r.name for r in rules.RULES])
+    out.append(f"OPCODE_NAMES = ({names},)\n")
+    return "".join(out)
+
+
+def _namespace() -> dict:
+    vs = views()
+    return dict(
+        unary=[v for v in vs if v.rule.arity == 1],
+        binary=[v for v in vs if v.rule.arity == 2],
+        # what ad.<name> and the methods of Trace/Record expose
+        unary_functions=[v for v in vs if v.rule.arity == 1 and v.name != "neg"],
+        binary_operators=[v for v in vs if v.rule.arity == 2 and v.operator],
+        binary_functions=[v for v in vs if v.rule.arity == 2
+                          and (not v.operator or v.name == "pow")],
+    )
+
+
+def _expand(name: str, **extra) -> str:
+    from Cython import Tempita
+
+    with open(os.path.join(HERE, name + ".in"), encoding="utf-8") as f:
+        template = Tempita.Template(f.read(), name=name + ".in")
+    return template.substitute(**_namespace(), **extra)
+
+
+def render_template(name: str) -> str:
+    # _methods.pxi.in is the operator/method block shared by the Trace and Record classes
+    def methods(cls: str, prefix: str) -> str:
+        return _expand("_methods.pxi", cls=cls, p=prefix)
+
+    return BANNER + _expand(name, methods=methods)
+
+
+OUTPUTS = {
+    "_ops.h": render_ops_h,
+    "_ops.pxi": render_ops,
+    "_trace.pxi": lambda: render_template("_trace.pxi"),
+    "_record.pxi": lambda: render_template("_record.pxi"),
+    "_generic.pxi": lambda: render_template("_generic.pxi"),
+}
+
+
+def generate(directory: str = HERE) -> list[str]:
+    """Write every generated file whose text changed; return the paths written."""
+    written = []
+    for filename, render in OUTPUTS.items():
+        path = os.path.join(directory, filename)
+        text = render()
+        try:
+            with open(path, encoding="utf-8") as f:
+                if f.read() == text:
+                    continue
+        except FileNotFoundError:
+            pass
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for p in generate():
+        print("wrote", p)

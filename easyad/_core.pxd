@@ -1,0 +1,48 @@
+# Declarations of the compiled core's classes, so later Cython modules can cimport them.
+from libc.stdint cimport uint8_t, int32_t
+
+
+cdef class Trace:
+    cdef readonly double number
+    cdef readonly double derivative
+
+
+cdef class WengertList:
+    # One C block per list, struct of arrays: values | partial0 | partial1 | arg0 | arg1 | ops
+    cdef char* _block
+    cdef double* _values
+    cdef double* _partial0   # d entry / d arg0, or the constant when arg0 < 0
+    cdef double* _partial1   # d entry / d arg1, or the constant when arg1 < 0
+    cdef int32_t* _arg0      # operand indices; -1: none or a constant
+    cdef int32_t* _arg1
+    cdef uint8_t* _ops       # opcodes (_rules.OPCODES)
+    cdef Py_ssize_t _length
+    cdef Py_ssize_t _capacity
+    cdef Py_ssize_t _max_entries
+    cdef readonly unsigned long long generation
+    cdef int _active_sweeps  # sweeps running without the GIL read the block
+    cdef list _retired       # blocks replaced while sweeps ran, freed when they end
+    cdef dict _names         # entry index -> name
+    cdef dict _indices       # name -> entry index
+    cdef readonly Py_ssize_t serial
+
+    cdef int _grow(self) except -1
+    cdef Record _push(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
+                      double pa, double pb)
+    cdef Derivatives _backward(self, Py_ssize_t output)
+
+
+cdef class Record:
+    cdef readonly double number
+    cdef readonly WengertList tape
+    cdef readonly Py_ssize_t index
+    cdef unsigned long long generation
+
+
+cdef class Derivatives:
+    cdef double* _adjoints
+    cdef Py_ssize_t _length
+    cdef readonly WengertList tape
+    cdef unsigned long long generation
+
+    cdef WengertList _checked_tape(self)

@@ -1,0 +1,137 @@
+# cython: language_level=3, binding=True, embedsignature=True
+"""The compiled core of easyad: Trace (forward mode), Record and WengertList (reverse mode)
+and the generic functions, all rendered from the rule table in easyad/_rules.py.
+
+This hub holds the shared coercion and error helpers; the parts are included in order:
+checks (hand) -> ops (generated; C in _ops.h) -> tape (hand) -> trace, record, generic (generated).
+"""
+cimport cython
+from libc.math cimport floor, isnan, isinf, isfinite
+from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memcpy
+from libc.stdint cimport uint8_t, int32_t
+
+import numbers
+
+import numpy as np
+
+from easyad.errors import StaleRecordError, TapeMismatchError
+
+
+# ---- operand coercion: one place decides what counts as a plain real number ----
+
+cdef int _coerce_real(object other, double* out, object cls) except -1:
+    """1 and *out set if other is a plain real number; 0 if its type is unknown here.
+
+    Raises TypeError when forward and reverse mode meet (cls is the caller's class).
+    """
+    if isinstance(other, float):       # float and numpy.float64
+        out[0] = <double>other
+        return 1
+    if isinstance(other, int):         # int, bool, and too-large ints raise OverflowError
+        out[0] = <double>other
+        return 1
+    if type(other) is Trace or type(other) is Record:
+        if cls is not None:
+            _raise_mixed_modes(cls, other)
+        return 0
+    if isinstance(other, (np.floating, np.integer, np.bool_)) or (
+            isinstance(other, numbers.Real) and not isinstance(other, np.ndarray)):
+        out[0] = float(other)
+        return 1
+    return 0
+
+
+cdef inline int _compare_operand(object other, double* out, object cls) except -1:
+    if type(other) is cls:
+        out[0] = other.number
+        return 1
+    return _coerce_real(other, out, cls)
+
+
+cdef double _real_argument(object x, str what) except? -1.0:
+    cdef double value
+    if _coerce_real(x, &value, None):
+        return value
+    raise TypeError(f"{what} must be a real number (float, int or numpy scalar), "
+                    f"got {type(x).__name__}")
+
+
+# ---- errors: clear, specific, naming the fix ----
+
+cdef int _raise_mixed_modes(object cls, object other) except -1:
+    raise TypeError(
+        f"cannot combine a {cls.__name__} with a {type(other).__name__}: forward mode "
+        f"(Trace) and reverse mode (Record) do not mix; use one mode for the whole computation")
+
+
+cdef int _raise_stale(Record r) except -1:
+    raise StaleRecordError(
+        f"Record at index {r.index} was made on {r.tape!r} before it was cleared; "
+        f"records do not survive lst.clear(), so make the inputs again")
+
+
+cdef int _raise_tape_mismatch(object first, object second, str what="operation") except -1:
+    raise TapeMismatchError(
+        f"{what} mixes records of two different lists, {first!r} and {second!r}; "
+        f"record a whole computation on one WengertList")
+
+
+cdef int _raise_operands(str name, object x, object y) except -1:
+    raise TypeError(f"{name}() takes numbers, Traces, Records, numpy arrays or tensors, "
+                    f"got {type(x).__name__} and {type(y).__name__}")
+
+
+def _unary_fallback(function, str name, str numpy_name, x):
+    if isinstance(x, np.ndarray):
+        ufunc = getattr(np, numpy_name, None) if numpy_name else None
+        if ufunc is not None:
+            return ufunc(x)
+        result = np.frompyfunc(function, 1, 1)(x)
+        return result.astype(x.dtype) if x.dtype.kind == "f" else result
+    method = getattr(type(x), name, None)
+    if method is not None:
+        return method(x)
+    raise TypeError(f"{name}() takes a number, Trace, Record, numpy array or tensor, "
+                    f"got {type(x).__name__}")
+
+
+def _binary_fallback(function, str name, str numpy_name, x, y):
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        ufunc = getattr(np, numpy_name, None) if numpy_name else None
+        if ufunc is not None:
+            return ufunc(x, y)
+        return np.frompyfunc(function, 2, 1)(x, y)
+    method = getattr(type(x), name, None)
+    if method is not None:
+        result = method(x, y)
+        if result is not NotImplemented:
+            return result
+    _raise_operands(name, x, y)
+
+
+include "_checks.pxi"
+include "_ops.pxi"
+include "_tape.pxi"
+include "_trace.pxi"
+include "_record.pxi"
+include "_generic.pxi"
+
+
+def where(condition, a, b):
+    """Select ``a`` where ``condition`` holds, else ``b`` (elementwise for arrays).
+
+    Only the selected value carries a derivative: the other branch contributes exactly
+    nothing, even where its own derivative is inf or NaN (so the gradient of
+    ``where(x > 0, sqrt(x), 0.0)`` at 0 is 0).
+    """
+    if isinstance(condition, np.ndarray) or isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.where(condition, a, b)
+    chosen, other = (a, b) if condition else (b, a)
+    cdef double value
+    # keep the mode of the computation: where(x > 0, x, 0.0) is a Trace/Record either way
+    if type(other) is Trace and type(chosen) is not Trace and _coerce_real(chosen, &value, None):
+        return _new_trace(value, 0.0)
+    if type(other) is Record and type(chosen) is not Record and _coerce_real(chosen, &value, None):
+        return _new_constant_record(value)
+    return chosen

@@ -1,0 +1,130 @@
+"""THE table of derivative rules: every elementary operation of easyad, once, as data.
+
+Nothing else in easyad restates a formula. ``_codegen.py`` renders this table into the
+Cython core (Trace arithmetic, Record recording, the tape's opcodes) and ``numeric.py``
+compiles the same strings against Python namespaces; the tests derive their cases from it.
+
+Expression language (shared by C99, OpenCL C, Cython and Python/numpy): ``+ - * /``,
+parentheses, float literals and calls of functions every target defines under one name.
+``x`` and ``y`` are the inputs, ``z`` the op's output (so ``exp`` reuses its value).
+Piecewise conventions go through helpers defined by every target (see ``HELPERS``).
+
+This module is pure data: it imports nothing from easyad.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import inf
+
+# Error policies: how a value is checked so every mode raises what Python's floats raise.
+NO_CHECK = "none"        # + - * and friends: IEEE results, no exception (like float)
+MATH = "math"            # like the math module: NaN from non-NaN input -> ValueError,
+                         # inf from finite input -> ValueError ("math domain error")
+MATH_OVERFLOW = "math_overflow"  # same, but inf from finite input -> OverflowError
+DIVISION = "division"    # division by zero -> ZeroDivisionError
+POWER = "power"          # float ** / math.pow rules (zero base, negative base, overflow)
+
+# Helpers the expressions may call besides math.h: name -> meaning (every target defines them).
+HELPERS = {
+    "sign": "sign(t): -1, 0 or 1; sign(0) = 0 (the subgradient chosen for abs at 0)",
+    "heaviside": "heaviside(t): 0 for t < 0, 1/2 at t = 0, 1 for t > 0 (ties split evenly)",
+    "mul0": "mul0(a, b): a*b, but 0 when either is 0, even against inf or NaN (strong zero)",
+    "div0": "div0(a, b): a/b, but 0 when a is 0 (0/0 counts as 0)",
+    "maximum": "maximum(a, b): the larger, NaN if either is NaN (numpy's rule)",
+    "minimum": "minimum(a, b): the smaller, NaN if either is NaN",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One elementary operation: its value and its partial derivatives, as expressions."""
+
+    name: str                      # Python math name; the generic function ad.<name>
+    value: str                     # value expression in x (and y)
+    partials: tuple[str, ...]      # d value / d x (, d value / d y); may use z
+    errors: str = MATH             # error policy (see above)
+    domain: tuple[tuple[float, float], ...] = ((-inf, inf),)  # open interval per input
+    aliases: tuple[str, ...] = ()  # other spellings (numpy's), same function
+    operator: str = ""             # the Python operator dunder base it serves, if any
+    doc: str = ""                  # one line for docstrings
+
+    @property
+    def arity(self) -> int:
+        return len(self.partials)
+
+
+REAL = (-inf, inf)
+POSITIVE = (0.0, inf)
+OPEN_UNIT = (-1.0, 1.0)
+
+_LN2 = "0.6931471805599453"
+_LN10 = "2.302585092994046"
+_TWO_OVER_SQRT_PI = "1.1283791670955126"
+
+UNARY_RULES: tuple[Rule, ...] = (
+    Rule("neg", "-x", ("-1.0",), NO_CHECK, operator="neg", doc="negation -x"),
+    Rule("sin", "sin(x)", ("cos(x)",), doc="sine"),
+    Rule("cos", "cos(x)", ("-sin(x)",), doc="cosine"),
+    Rule("tan", "tan(x)", ("1.0 + z * z",), doc="tangent"),
+    Rule("asin", "asin(x)", ("1.0 / sqrt(1.0 - x * x)",), domain=(OPEN_UNIT,),
+         aliases=("arcsin",), doc="inverse sine"),
+    Rule("acos", "acos(x)", ("-1.0 / sqrt(1.0 - x * x)",), domain=(OPEN_UNIT,),
+         aliases=("arccos",), doc="inverse cosine"),
+    Rule("atan", "atan(x)", ("1.0 / (1.0 + x * x)",), aliases=("arctan",), doc="inverse tangent"),
+    Rule("sinh", "sinh(x)", ("cosh(x)",), MATH_OVERFLOW, doc="hyperbolic sine"),
+    Rule("cosh", "cosh(x)", ("sinh(x)",), MATH_OVERFLOW, doc="hyperbolic cosine"),
+    Rule("tanh", "tanh(x)", ("1.0 - z * z",), doc="hyperbolic tangent"),
+    # hypot(x, 1) = sqrt(x*x + 1) without overflow for large x
+    Rule("asinh", "asinh(x)", ("1.0 / hypot(x, 1.0)",), aliases=("arcsinh",),
+         doc="inverse hyperbolic sine"),
+    # sqrt(x-1)*sqrt(x+1) keeps accuracy near x = 1, where x*x - 1 cancels
+    Rule("acosh", "acosh(x)", ("1.0 / (sqrt(x - 1.0) * sqrt(x + 1.0))",), domain=((1.0, inf),),
+         aliases=("arccosh",), doc="inverse hyperbolic cosine"),
+    Rule("atanh", "atanh(x)", ("1.0 / ((1.0 - x) * (1.0 + x))",), domain=(OPEN_UNIT,),
+         aliases=("arctanh",), doc="inverse hyperbolic tangent"),
+    Rule("exp", "exp(x)", ("z",), MATH_OVERFLOW, doc="exponential (the partial reuses z)"),
+    Rule("expm1", "expm1(x)", ("z + 1.0",), MATH_OVERFLOW, doc="exp(x) - 1, accurate near 0"),
+    Rule("log", "log(x)", ("1.0 / x",), domain=(POSITIVE,), aliases=("ln",),
+         doc="natural logarithm"),
+    Rule("log2", "log2(x)", (f"1.0 / (x * {_LN2})",), domain=(POSITIVE,), doc="base-2 logarithm"),
+    Rule("log10", "log10(x)", (f"1.0 / (x * {_LN10})",), domain=(POSITIVE,),
+         doc="base-10 logarithm"),
+    Rule("log1p", "log1p(x)", ("1.0 / (1.0 + x)",), domain=((-1.0, inf),),
+         doc="log(1 + x), accurate near 0"),
+    # sqrt'(0) = +inf, the one-sided limit; mul0 keeps it out of unselected where() branches
+    Rule("sqrt", "sqrt(x)", ("0.5 / z",), domain=(POSITIVE,), doc="square root"),
+    Rule("cbrt", "cbrt(x)", ("1.0 / (3.0 * z * z)",), doc="cube root"),
+    Rule("abs", "fabs(x)", ("sign(x)",), NO_CHECK, aliases=("absolute",),
+         operator="abs", doc="absolute value; abs'(0) = 0"),
+    Rule("erf", "erf(x)", (f"{_TWO_OVER_SQRT_PI} * exp(-x * x)",), doc="error function"),
+)
+
+BINARY_RULES: tuple[Rule, ...] = (
+    Rule("add", "x + y", ("1.0", "1.0"), NO_CHECK, (REAL, REAL), operator="add", doc="x + y"),
+    Rule("sub", "x - y", ("1.0", "-1.0"), NO_CHECK, (REAL, REAL), operator="sub", doc="x - y"),
+    Rule("mul", "x * y", ("y", "x"), NO_CHECK, (REAL, REAL), operator="mul", doc="x * y"),
+    Rule("div", "x / y", ("1.0 / y", "-z / y"), DIVISION, (REAL, REAL), operator="truediv", doc="x / y"),
+    # Zero base: d/dx is 0 when y = 0 (0**0 = 1 is flat in x); d/dy is 0 at x = 0, y > 0.
+    # Negative base: d/dy is NaN (x**y is not real-differentiable in y there).
+    Rule("pow", "pow(x, y)", ("mul0(y, pow(x, y - 1.0))", "mul0(z, log(x))"), POWER,
+         (POSITIVE, REAL), aliases=("power",), operator="pow", doc="x ** y"),
+    Rule("atan2", "atan2(x, y)", ("y / (x * x + y * y)", "-x / (x * x + y * y)"), NO_CHECK,
+         (REAL, REAL), aliases=("arctan2",), doc="angle of the point (y, x): atan2(x, y) = atan(x/y)"),
+    # hypot'(0, 0) = (0, 0), the subgradient, as for abs
+    Rule("hypot", "hypot(x, y)", ("div0(x, z)", "div0(y, z)"), MATH_OVERFLOW, (REAL, REAL),
+         doc="sqrt(x*x + y*y) without overflow"),
+    Rule("maximum", "maximum(x, y)", ("heaviside(x - y)", "heaviside(y - x)"), NO_CHECK,
+         (REAL, REAL), doc="larger of x and y; ties split the derivative"),
+    Rule("minimum", "minimum(x, y)", ("heaviside(y - x)", "heaviside(x - y)"), NO_CHECK,
+         (REAL, REAL), doc="smaller of x and y; ties split the derivative"),
+)
+
+RULES: tuple[Rule, ...] = UNARY_RULES + BINARY_RULES
+RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
+
+# Opcodes are the table's order after the two structural codes; the tape stores them as bytes.
+OP_VARIABLE = 0
+OP_CONSTANT = 1     # reserved: a tape entry that holds a value only
+FIRST_RULE_OPCODE = 2
+OPCODES: dict[str, int] = {r.name: FIRST_RULE_OPCODE + i for i, r in enumerate(RULES)}
+assert len(OPCODES) < 256 - FIRST_RULE_OPCODE, "opcodes are stored in one byte"

@@ -1,0 +1,373 @@
+# The tape: WengertList, the backward sweep and Derivatives.
+# Entries live in one C block as a struct of arrays (33 bytes an entry), growing
+# geometrically. The sweep reads only partials and operand indices, so it is one reversed
+# multiply-add loop, run without the GIL.
+
+cdef enum:
+    _ENTRY_BYTES = 3 * 8 + 2 * 4 + 1
+    _MIN_CAPACITY = 64
+    # Below this many entries a sweep takes less time than releasing the GIL costs.
+    _NOGIL_MIN_ENTRIES = 2048
+    _INDEX_LIMIT = 2147483647   # operand indices are int32
+
+cdef Py_ssize_t _next_serial = 0
+
+
+cdef inline void _point_into(char* block, Py_ssize_t capacity, double** values,
+                             double** partial0, double** partial1, int32_t** arg0,
+                             int32_t** arg1, uint8_t** ops) noexcept:
+    values[0] = <double*>block
+    partial0[0] = values[0] + capacity
+    partial1[0] = partial0[0] + capacity
+    arg0[0] = <int32_t*>(partial1[0] + capacity)
+    arg1[0] = arg0[0] + capacity
+    ops[0] = <uint8_t*>(arg1[0] + capacity)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _reverse_sweep(const double* partial0, const double* partial1, const int32_t* arg0,
+                         const int32_t* arg1, double* adjoints, Py_ssize_t output) noexcept nogil:
+    # adjoints has output + 2 slots: the last is a sink for absent operands (index -1), so
+    # the loop needs no branch on them (their partial slot may hold a constant; it lands there)
+    cdef Py_ssize_t i, sink = output + 1
+    cdef int32_t j
+    cdef double g, p, t
+    for i in range(output, -1, -1):
+        g = adjoints[i]
+        if g == 0.0:
+            continue  # nothing flows from here: skips unselected branches and dead code
+        p = partial0[i]
+        t = p * g
+        if t != t and p == 0.0:
+            t = 0.0  # the strong zero of mul0: 0 * inf contributes nothing
+        j = arg0[i]
+        adjoints[j if j >= 0 else sink] += t
+        p = partial1[i]
+        t = p * g
+        if t != t and p == 0.0:
+            t = 0.0
+        j = arg1[i]
+        adjoints[j if j >= 0 else sink] += t
+
+
+@cython.final
+cdef class WengertList:
+    """The tape of reverse mode: a Wengert list of operations in C memory.
+
+    Parameters
+    ----------
+    max_entries : int, optional
+        Refuse to grow beyond this many entries (MemoryError). Defaults to the index range,
+        2**31 - 1 entries.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> lst = ad.WengertList()
+    >>> x = lst.variable(2.0)
+    >>> y = x * x * 3.0        # constants take no entry
+    >>> len(lst)
+    3
+    >>> y.derivatives()[x]
+    12.0
+    """
+
+    def __cinit__(self, max_entries=None):
+        global _next_serial
+        _next_serial += 1
+        self.serial = _next_serial
+        self._max_entries = _INDEX_LIMIT
+        if max_entries is not None:
+            if max_entries < 1 or max_entries > _INDEX_LIMIT:
+                raise ValueError(f"max_entries must be between 1 and {_INDEX_LIMIT}, "
+                                 f"got {max_entries!r}")
+            self._max_entries = max_entries
+        self._retired = []
+        self._names = {}
+        self._indices = {}
+
+    def __dealloc__(self):
+        free(self._block)
+        for address in self._retired:
+            free(<void*><size_t>address)
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t capacity, n = self._length
+        cdef char* block
+        cdef double* values
+        cdef double* partial0
+        cdef double* partial1
+        cdef int32_t* arg0
+        cdef int32_t* arg1
+        cdef uint8_t* ops
+        if n >= self._max_entries:
+            raise MemoryError(
+                f"{self!r} is full ({self._max_entries} entries): clear() it, record less, "
+                f"or raise max_entries")
+        capacity = self._capacity * 2 if self._capacity >= _MIN_CAPACITY else _MIN_CAPACITY
+        if capacity > self._max_entries:
+            capacity = self._max_entries
+        block = <char*>malloc(capacity * _ENTRY_BYTES)
+        if block == NULL:
+            raise MemoryError(f"cannot grow {self!r} to {capacity} entries "
+                              f"({capacity * _ENTRY_BYTES} bytes)")
+        _point_into(block, capacity, &values, &partial0, &partial1, &arg0, &arg1, &ops)
+        if n:
+            memcpy(values, self._values, n * sizeof(double))
+            memcpy(partial0, self._partial0, n * sizeof(double))
+            memcpy(partial1, self._partial1, n * sizeof(double))
+            memcpy(arg0, self._arg0, n * sizeof(int32_t))
+            memcpy(arg1, self._arg1, n * sizeof(int32_t))
+            memcpy(ops, self._ops, n * sizeof(uint8_t))
+        if self._active_sweeps:
+            self._retired.append(<size_t>self._block)  # a sweep still reads it
+        else:
+            free(self._block)
+        self._block = block
+        self._capacity = capacity
+        self._values, self._partial0, self._partial1 = values, partial0, partial1
+        self._arg0, self._arg1, self._ops = arg0, arg1, ops
+        return 0
+
+    cdef Record _push(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
+                      double pa, double pb):
+        cdef Py_ssize_t n = self._length
+        if n == self._capacity:
+            self._grow()
+        self._ops[n] = op
+        self._arg0[n] = <int32_t>a
+        self._arg1[n] = <int32_t>b
+        self._values[n] = z
+        self._partial0[n] = pa
+        self._partial1[n] = pb
+        self._length = n + 1
+        cdef Record r = Record.__new__(Record)
+        r.number = z
+        r.tape = self
+        r.index = n
+        r.generation = self.generation
+        return r
+
+    def variable(self, x, name=None):
+        """A new input Record on this list, optionally named (see Derivatives.by_name)."""
+        cdef double value = _real_argument(x, "x")
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError(f"name must be a str, got {type(name).__name__}")
+            if name in self._indices:
+                raise ValueError(f"name {name!r} is already used on {self!r}; "
+                                 f"names identify variables, so each must be unique")
+        cdef Record r = self._push(OP_VARIABLE, -1, -1, value, 0.0, 0.0)
+        if name is not None:
+            self._names[r.index] = name
+            self._indices[name] = r.index
+        return r
+
+    def clear(self):
+        """Empty the list for reuse, keeping its memory. Records made before become stale."""
+        if self._active_sweeps:
+            raise RuntimeError(f"cannot clear {self!r} while a backward sweep reads it")
+        self._length = 0
+        self.generation += 1
+        self._names.clear()
+        self._indices.clear()
+
+    def __len__(self):
+        return self._length
+
+    @property
+    def capacity(self):
+        """Entries the list holds before it next grows."""
+        return self._capacity
+
+    @property
+    def max_entries(self):
+        return self._max_entries
+
+    @property
+    def nbytes(self):
+        """Bytes of C memory the tape holds (its capacity times ``bytes_per_entry``)."""
+        return self._capacity * _ENTRY_BYTES
+
+    @property
+    def bytes_per_entry(self):
+        """Bytes one entry takes: value, two partials, two int32 operands, a byte opcode."""
+        return _ENTRY_BYTES
+
+    def __repr__(self):
+        return f"WengertList(#{self.serial}, {self._length} entries)"
+
+    cdef Derivatives _backward(self, Py_ssize_t output):
+        cdef Py_ssize_t n = output + 1
+        cdef double* adjoints = <double*>calloc(n + 1, sizeof(double))  # + the sweep's sink
+        if adjoints == NULL:
+            raise MemoryError(f"cannot allocate {n} adjoints for a backward sweep")
+        cdef Derivatives d = Derivatives.__new__(Derivatives)
+        d._adjoints = adjoints
+        d._length = n
+        d.tape = self
+        d.generation = self.generation
+        adjoints[output] = 1.0
+        cdef const double* partial0 = self._partial0
+        cdef const double* partial1 = self._partial1
+        cdef const int32_t* arg0 = self._arg0
+        cdef const int32_t* arg1 = self._arg1
+        if n < _NOGIL_MIN_ENTRIES:
+            _reverse_sweep(partial0, partial1, arg0, arg1, adjoints, output)
+            return d
+        self._active_sweeps += 1
+        try:
+            with nogil:
+                _reverse_sweep(partial0, partial1, arg0, arg1, adjoints, output)
+        finally:
+            self._active_sweeps -= 1
+            if self._active_sweeps == 0 and self._retired:
+                for address in self._retired:
+                    free(<void*><size_t>address)
+                self._retired.clear()
+        return d
+
+    # ---- pickling: the entries as bytes, in the block's layout ----
+    def __reduce__(self):
+        cdef Py_ssize_t n = self._length
+        parts = (
+            (<char*>self._values)[:n * sizeof(double)],
+            (<char*>self._partial0)[:n * sizeof(double)],
+            (<char*>self._partial1)[:n * sizeof(double)],
+            (<char*>self._arg0)[:n * sizeof(int32_t)],
+            (<char*>self._arg1)[:n * sizeof(int32_t)],
+            (<char*>self._ops)[:n],
+        ) if n else ()
+        max_entries = None if self._max_entries == _INDEX_LIMIT else self._max_entries
+        return (_rebuild_wengert_list, (n, parts, dict(self._names), max_entries))
+
+
+def _rebuild_wengert_list(Py_ssize_t n, tuple parts, dict names, max_entries):
+    cdef WengertList lst = WengertList(max_entries)
+    cdef bytes part
+    cdef Py_ssize_t k
+    cdef char* destinations[6]
+    cdef Py_ssize_t sizes[6]
+    if n:
+        while lst._capacity < n:
+            lst._grow()
+        destinations[:] = [<char*>lst._values, <char*>lst._partial0, <char*>lst._partial1,
+                           <char*>lst._arg0, <char*>lst._arg1, <char*>lst._ops]
+        sizes[:] = [n * sizeof(double), n * sizeof(double), n * sizeof(double),
+                    n * sizeof(int32_t), n * sizeof(int32_t), n]
+        for k in range(6):
+            part = parts[k]
+            if len(part) != sizes[k]:
+                raise ValueError("corrupt pickled WengertList")
+            memcpy(destinations[k], <char*>part, sizes[k])
+        lst._length = n
+    for index, name in names.items():
+        lst._names[index] = name
+        lst._indices[name] = index
+    return lst
+
+
+def _rebuild_record(WengertList tape, Py_ssize_t index):
+    cdef Record r = Record.__new__(Record)
+    r.number = tape._values[index]
+    r.tape = tape
+    r.index = index
+    r.generation = tape.generation
+    return r
+
+
+def _rebuild_constant_record(double number):
+    return _new_constant_record(number)
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(16)
+cdef class Derivatives:
+    """The result of one backward sweep: d output / d entry for every entry of a list.
+
+    Index it with a Record of the same list: ``d[x]`` (or ``d.wrt(x)``), by variable name
+    with ``d.by_name("x")``, or take every named variable with ``d.as_dict()``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Derivatives come from Record.derivatives()")
+
+    def __dealloc__(self):
+        free(self._adjoints)
+
+    cdef WengertList _checked_tape(self):
+        if self.tape is not None and self.generation != self.tape.generation:
+            raise StaleRecordError(
+                f"these Derivatives were computed on {self.tape!r} before it was cleared; "
+                f"run the backward sweep again on the new records")
+        return self.tape
+
+    def __getitem__(self, x):
+        if type(x) is not Record:
+            raise TypeError(f"index Derivatives with a Record of the same WengertList "
+                            f"(or use by_name), not {type(x).__name__}")
+        cdef Record r = <Record>x
+        if r.tape is None:
+            return 0.0  # a constant: nothing depends on it
+        if r.tape is not self.tape:
+            if self.tape is None:
+                return 0.0  # the output was a constant: it depends on nothing
+            _raise_tape_mismatch(self.tape, r.tape, "Derivatives")
+        self._checked_tape()
+        if r.generation != self.generation:
+            _raise_stale(r)
+        if r.index < self._length:
+            return self._adjoints[r.index]
+        return 0.0  # recorded after the output
+
+    def wrt(self, x):
+        """Same as ``d[x]``: the derivative of the output with respect to ``x``."""
+        return self[x]
+
+    def by_name(self, name):
+        """The derivative with respect to the variable created with ``name=name``."""
+        cdef WengertList tape = self._checked_tape()
+        if tape is None:
+            raise KeyError(f"no variable named {name!r}: the output is a constant, on no "
+                           f"WengertList")
+        index = tape._indices.get(name)
+        if index is None:
+            known = ", ".join(repr(k) for k in tape._indices) or "none"
+            raise KeyError(f"no variable named {name!r} on {tape!r} (named: {known})")
+        return self._adjoints[index] if index < self._length else 0.0
+
+    def as_dict(self):
+        """``{name: derivative}`` for every named variable of the list."""
+        cdef WengertList tape = self._checked_tape()
+        if tape is None:
+            return {}
+        return {name: (self._adjoints[index] if index < self._length else 0.0)
+                for name, index in tape._indices.items()}
+
+    def __repr__(self):
+        return f"<Derivatives of entry {self._length - 1} on {self.tape!r}>"
+
+    def __reduce__(self):
+        data = (<char*>self._adjoints)[:self._length * sizeof(double)] if self._length else b""
+        return (_rebuild_derivatives, (self.tape, data))
+
+
+cdef Derivatives _empty_derivatives():
+    cdef Derivatives d = Derivatives.__new__(Derivatives)
+    return d
+
+
+def _rebuild_derivatives(WengertList tape, bytes data):
+    cdef Derivatives d = Derivatives.__new__(Derivatives)
+    cdef Py_ssize_t n = len(data) // sizeof(double)
+    if n:
+        d._adjoints = <double*>malloc(n * sizeof(double))
+        if d._adjoints == NULL:
+            raise MemoryError()
+        memcpy(d._adjoints, <char*>data, n * sizeof(double))
+    d._length = n
+    d.tape = tape
+    d.generation = tape.generation if tape is not None else 0
+    return d

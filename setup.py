@@ -1,0 +1,34 @@
+"""Build easyad's compiled core.
+
+Renders the rule table (easyad/_rules.py) into Cython sources with easyad/_codegen.py, then
+cythonizes easyad/_core.pyx. ``pip install .`` runs all of it.
+"""
+import os
+import runpy
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+runpy.run_path(os.path.join(HERE, "easyad", "_codegen.py"), run_name="__main__")
+
+from Cython.Build import cythonize  # noqa: E402  (after codegen, which needs no Cython import)
+
+extensions = [
+    Extension(
+        "easyad._core",
+        ["easyad/_core.pyx"],
+        include_dirs=["easyad"],
+        depends=["easyad/_ops.h", "easyad/_helpers.h"],
+        extra_compile_args=["-O3"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={"language_level": 3},
+        annotate=bool(os.environ.get("EASYAD_ANNOTATE")),
+    ),
+)
