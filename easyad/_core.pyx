@@ -92,8 +92,9 @@ def _unary_fallback(function, str name, str numpy_name, x):
     method = getattr(type(x), name, None)
     if method is not None:
         return method(x)
+    hint = "; for elementwise use pass np.asarray(...)" if isinstance(x, (list, tuple)) else ""
     raise TypeError(f"{name}() takes a number, Trace, Record, numpy array or tensor, "
-                    f"got {type(x).__name__}")
+                    f"got {type(x).__name__}{hint}")
 
 
 def _binary_fallback(function, str name, str numpy_name, x, y):

@@ -89,8 +89,9 @@ cdef class WengertList:
 
     def __dealloc__(self):
         free(self._block)
-        for address in self._retired:
-            free(<void*><size_t>address)
+        if self._retired is not None:  # None when __cinit__ raised
+            for address in self._retired:
+                free(<void*><size_t>address)
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t capacity, n = self._length
