@@ -29,7 +29,7 @@ cdef inline int _check_division(double y) except -1:
 
 
 cdef int _raise_power(double x, double y, double z, bint operator) except -1:
-    if x == 0.0 and y < 0.0:
+    if x == 0.0 and y < 0.0 and isfinite(y):  # 0.0 ** -inf is inf, no error
         if operator:  # float ** float
             raise ZeroDivisionError("0.0 cannot be raised to a negative power")
         raise ValueError("math domain error")  # math.pow

@@ -37,18 +37,20 @@ cdef void _reverse_sweep(const double* partial0, const double* partial1, const i
         g = adjoints[i]
         if g == 0.0:
             continue  # nothing flows from here: skips unselected branches and dead code
-        p = partial0[i]
-        t = p * g
-        if t != t and p == 0.0:
-            t = 0.0  # the strong zero of mul0: 0 * inf contributes nothing
         j = arg0[i]
-        adjoints[j if j >= 0 else sink] += t
-        p = partial1[i]
-        t = p * g
-        if t != t and p == 0.0:
-            t = 0.0
+        if j >= 0:
+            p = partial0[i]
+            t = p * g
+            if t != t and p == 0.0:
+                t = 0.0  # the strong zero of mul0: 0 * inf contributes nothing
+            adjoints[j] += t
         j = arg1[i]
-        adjoints[j if j >= 0 else sink] += t
+        if j >= 0:
+            p = partial1[i]
+            t = p * g
+            if t != t and p == 0.0:
+                t = 0.0
+            adjoints[j] += t
 
 
 @cython.final

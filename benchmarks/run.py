@@ -1,0 +1,241 @@
+"""Run easyad's benchmarks: ``python benchmarks/run.py [--quick] [--only core,...]``.
+
+Every ``benchmarks/bench_*.py`` is a benchmark module and is found by name, in sorted
+order. A module defines
+
+    NAME        short name, used by --only and for the result file results/NAME.md
+    TITLE       one line, the heading of its report
+    LIBRARIES   distribution names whose versions its report lists (peers included)
+    run(ctx)    measures, and returns (Markdown body, list of the targets it missed)
+
+and times code only through ``ctx.measure`` (below), so every benchmark follows the same
+method: all variants interleaved in one process, many rounds, each round timing every
+variant for a fixed number of calls in a freshly shuffled order, and medians reported.
+The machines these run on are shared and noisy; a median over interleaved rounds is
+what survives that, a single best-of-N does not.
+
+A full run writes results/NAME.md for each module it ran (with the date, the machine and
+the library versions); --quick runs fewer, shorter rounds and only prints.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import importlib
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+import timeit
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+# (rounds, seconds one variant is timed for in one round)
+FULL = (30, 0.15)
+QUICK = (5, 0.02)
+
+
+@dataclass
+class Timings:
+    """Per-call seconds of each variant, one entry per round (rounds line up by index)."""
+
+    per_call: dict[str, list[float]]
+    calls: dict[str, int]          # calls timed per round, fixed after calibration
+    rounds: int
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.per_call[name])
+
+    def ratios(self, numerator: str, denominator: str) -> list[float]:
+        """The per-round ratios (each pair timed in the same round)."""
+        return [a / b for a, b in zip(self.per_call[numerator], self.per_call[denominator])]
+
+    def ratio(self, numerator: str, denominator: str) -> float:
+        """Median over rounds of the per-round ratio."""
+        return statistics.median(self.ratios(numerator, denominator))
+
+    def ratio_quartiles(self, numerator: str, denominator: str) -> tuple[float, float]:
+        """First and third quartile of the per-round ratios: how firm the median is."""
+        return quartiles(self.ratios(numerator, denominator))
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+class Context:
+    """Settings of this run and the one timing method all benchmarks use."""
+
+    def __init__(self, quick: bool, rounds: int, seconds: float, seed: int) -> None:
+        self.quick = quick
+        self.rounds = rounds
+        self.seconds = seconds
+        self.seed = seed
+
+    def log(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def _calls_for(self, function: Callable[[], object]) -> int:
+        """How many calls take about ctx.seconds (at least 1), found once, then fixed."""
+        timer = timeit.Timer(function)
+        calls = 1
+        while True:
+            elapsed = timer.timeit(calls)
+            if elapsed >= self.seconds / 5 or calls >= 10**7:
+                break
+            calls *= 10 if elapsed < self.seconds / 50 else 2
+        return max(1, round(calls * self.seconds / max(elapsed, 1e-9)))
+
+    def measure(self, variants: dict[str, Callable[[], object]]) -> Timings:
+        """Time zero-argument callables interleaved: ctx.rounds rounds, shuffled each round.
+
+        Each round times every variant with timeit (the garbage collector off while it
+        runs, as timeit does) for the same fixed number of calls; the result keeps the
+        per-call time of every variant in every round.
+        """
+        names = list(variants)
+        for function in variants.values():   # warm up: imports, caches, freelists
+            for _ in range(3):
+                function()
+        calls = {name: self._calls_for(variants[name]) for name in names}
+        per_call: dict[str, list[float]] = {name: [] for name in names}
+        shuffler = random.Random(self.seed)
+        started = time.perf_counter()
+        for r in range(self.rounds):
+            order = names[:]
+            shuffler.shuffle(order)
+            for name in order:
+                gc.collect()
+                elapsed = timeit.Timer(variants[name]).timeit(calls[name])
+                per_call[name].append(elapsed / calls[name])
+            if not self.quick and (r + 1) % 10 == 0:
+                self.log(f"  round {r + 1}/{self.rounds} "
+                         f"({time.perf_counter() - started:.0f} s)")
+        return Timings(per_call, calls, self.rounds)
+
+
+# ---- the environment a report states ----
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def version_of(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def git_revision() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def header(module, ctx: Context, command: str) -> str:
+    versions = [f"easyad {version_of('easyad')} (git {git_revision()})"]
+    versions += [f"{name} {version_of(name)}" for name in module.LIBRARIES if name != "easyad"]
+    now = datetime.datetime.now().astimezone()
+    lines = [
+        f"# {module.TITLE}",
+        "",
+        f"- date: {now:%Y-%m-%d %H:%M %Z}",
+        f"- machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
+        f"{cpu_model()}, {platform.system()} {platform.machine()}",
+        f"- Python: {platform.python_implementation()} {platform.python_version()}",
+        f"- libraries: {', '.join(versions)}",
+        f"- command: `{command}`",
+        f"- method: {ctx.rounds} rounds; each round times every variant with timeit for a "
+        f"fixed number of calls (about {ctx.seconds:g} s each), in a freshly shuffled order; "
+        f"medians of the per-call times, ratios taken per round then median'd",
+    ]
+    return "\n".join(lines)
+
+
+# ---- discovery and the command line ----
+
+def discover() -> list[str]:
+    return sorted(p.stem for p in HERE.glob("bench_*.py"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a short run: {QUICK[0]} rounds of ~{QUICK[1]} s; prints only")
+    parser.add_argument("--only", default="",
+                        help="comma-separated NAMEs to run (default: all); see --list")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument("--rounds", type=int, help="rounds (overrides the default)")
+    parser.add_argument("--seconds", type=float,
+                        help="seconds one variant is timed for in one round")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the round order")
+    parser.add_argument("--no-write", action="store_true",
+                        help="print only, even on a full run")
+    parser.add_argument("--output", type=Path, default=HERE / "results",
+                        help="folder for NAME.md (default: benchmarks/results)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 1 when a target is missed")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(HERE))
+    modules = [importlib.import_module(stem) for stem in discover()]
+    if args.list:
+        for m in modules:
+            print(f"{m.NAME:10} {m.TITLE}")
+        return 0
+    wanted = {w.strip() for w in args.only.split(",") if w.strip()}
+    unknown = wanted - {m.NAME for m in modules}
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))} "
+                     f"(known: {', '.join(m.NAME for m in modules)})")
+    if wanted:
+        modules = [m for m in modules if m.NAME in wanted]
+
+    rounds, seconds = QUICK if args.quick else FULL
+    ctx = Context(args.quick, args.rounds or rounds, args.seconds or seconds, args.seed)
+    command = "python benchmarks/run.py" + (" " + " ".join(sys.argv[1:]) if argv is None
+                                            and sys.argv[1:] else "")
+    missed_all: list[str] = []
+    for module in modules:
+        ctx.log(f"== {module.NAME}: {module.TITLE}")
+        started = time.perf_counter()
+        body, missed = module.run(ctx)
+        ctx.log(f"   ({time.perf_counter() - started:.0f} s)")
+        text = header(module, ctx, command) + "\n\n" + body.rstrip() + "\n"
+        print(text)
+        if not (args.quick or args.no_write):
+            args.output.mkdir(parents=True, exist_ok=True)
+            path = args.output / f"{module.NAME}.md"
+            path.write_text(text, encoding="utf-8")
+            ctx.log(f"   wrote {path}")
+        missed_all += [f"{module.NAME}: {m}" for m in missed]
+    if missed_all:
+        ctx.log("missed targets:\n  " + "\n  ".join(missed_all))
+    return 1 if (missed_all and args.strict) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
