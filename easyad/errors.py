@@ -9,4 +9,17 @@ class StaleRecordError(RuntimeError):
     """A Record (or Derivatives) made before its WengertList was cleared was used."""
 
 
-__all__ = ["TapeMismatchError", "StaleRecordError"]
+class GradientCheckError(AssertionError):
+    """check_gradients found derivatives that disagree with finite differences."""
+
+
+class BranchChangedError(ValueError):
+    """A recorded Function, replayed at a new point, would take another branch."""
+
+
+class ShapeError(ValueError):
+    """Operands of a tensor operation have shapes that do not fit together."""
+
+
+__all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",
+           "ShapeError"]
