@@ -107,8 +107,9 @@ def render_ops_h() -> str:
 def render_ops() -> str:
     """Cython view of _ops.h (as _<rule>_value, _<rule>_d<k>), opcodes and error checks."""
     out = [BANNER, "# Per-rule C functions (in _ops.h); opcodes follow the table's order.\n\n"]
-    out.append("cdef enum:\n    OP_VARIABLE = %d\n    OP_CONSTANT = %d\n"
-               % (rules.OP_VARIABLE, rules.OP_CONSTANT))
+    out.append("cdef enum:\n")
+    for name, code in rules.STRUCTURAL_OPCODES.items():
+        out.append(f"    OP_{name.upper()} = {code}\n")
     for v in views():
         out.append(f"    {v.OP} = {v.opcode}\n")
     out.append(f"    OP_COUNT = {rules.FIRST_RULE_OPCODE + len(rules.RULES)}\n\n")
@@ -124,7 +125,7 @@ def render_ops() -> str:
         out.append(f"cdef inline int _{r.name}_check(double x, double y, double z, "
                    f"bint operator) except -1:\n    {_CHECKS[r.errors]}\n\n")
     # Opcode names, for introspection (repr, to_dot, error messages)
-    names = ", ".join(repr(n) for n in ["variable", "constant"] + [r.name for r in rules.RULES])
+    names = ", ".join(repr(n) for n in rules.OPCODE_NAMES)
     out.append(f"OPCODE_NAMES = ({names},)\n")
     return "".join(out)
 
@@ -139,6 +140,8 @@ def _namespace() -> dict:
         binary_operators=[v for v in vs if v.rule.arity == 2 and v.operator],
         binary_functions=[v for v in vs if v.rule.arity == 2
                           and (not v.operator or v.name == "pow")],
+        comparisons=rules.COMPARISONS,
+        comparison_symbols=list(rules.COMPARISON_SYMBOLS.items()),
     )
 
 

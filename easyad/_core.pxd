@@ -7,6 +7,10 @@ cdef class Trace:
     cdef readonly double derivative
 
 
+cdef class Derivatives
+cdef class Record
+
+
 cdef class WengertList:
     # One C block per list, struct of arrays: values | partial0 | partial1 | arg0 | arg1 | ops
     cdef char* _block
@@ -22,14 +26,21 @@ cdef class WengertList:
     cdef readonly unsigned long long generation
     cdef int _active_sweeps  # sweeps running without the GIL read the block
     cdef list _retired       # blocks replaced while sweeps ran, freed when they end
+    cdef dict _nodes         # entry index -> Python node (OP_NODE: tensor operations)
+    cdef list _node_order    # indices of OP_NODE entries, ascending
+    cdef dict _customs       # entry index -> user primitive (OP_CUSTOM)
     cdef dict _names         # entry index -> name
     cdef dict _indices       # name -> entry index
     cdef readonly Py_ssize_t serial
 
     cdef int _grow(self) except -1
+    cdef Py_ssize_t _append(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
+                            double pa, double pb) except -1
     cdef Record _push(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
                       double pa, double pb)
-    cdef Derivatives _backward(self, Py_ssize_t output)
+    cdef Derivatives _backward(self, Py_ssize_t output, object seed=*)
+    cdef int _sweep_range(self, double* adjoints, Py_ssize_t lo, Py_ssize_t hi) except -1
+    cdef int _mixed_sweep(self, Derivatives d, Py_ssize_t output, object seed) except -1
 
 
 cdef class Record:
@@ -41,8 +52,18 @@ cdef class Record:
 
 cdef class Derivatives:
     cdef double* _adjoints
+    cdef dict _node_adjoints  # adjoints of tensor entries (OP_NODE), by index
     cdef Py_ssize_t _length
     cdef readonly WengertList tape
     cdef unsigned long long generation
 
     cdef WengertList _checked_tape(self)
+
+
+cdef class Comparison:
+    cdef readonly WengertList tape
+    cdef readonly Py_ssize_t index
+    cdef unsigned long long generation
+    cdef readonly bint outcome
+
+    cdef bint _branch(self)

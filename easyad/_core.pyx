@@ -116,6 +116,7 @@ include "_ops.pxi"
 include "_tape.pxi"
 include "_trace.pxi"
 include "_record.pxi"
+include "_branches.pxi"
 include "_generic.pxi"
 
 
@@ -124,8 +125,13 @@ def where(condition, a, b):
 
     Only the selected value carries a derivative: the other branch contributes exactly
     nothing, even where its own derivative is inf or NaN (so the gradient of
-    ``where(x > 0, sqrt(x), 0.0)`` at 0 is 0).
+    ``where(x > 0, sqrt(x), 0.0)`` at 0 is 0). With a comparison of Records as the
+    condition it is recorded as a select, which a replayed Function evaluates again at
+    every point; a plain bool condition is fixed when recorded.
     """
+    if type(condition) is Comparison and (<Comparison>condition).tape is not None:
+        # a comparison of Records: a select on the tape, re-evaluated on replay
+        return _record_select(<Comparison>condition, a, b)
     if isinstance(condition, np.ndarray) or isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.where(condition, a, b)
     chosen, other = (a, b) if condition else (b, a)

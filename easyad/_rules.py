@@ -123,9 +123,24 @@ BINARY_RULES: tuple[Rule, ...] = (
 RULES: tuple[Rule, ...] = UNARY_RULES + BINARY_RULES
 RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 
-# Opcodes are the table's order after the two structural codes; the tape stores them as bytes.
-OP_VARIABLE = 0
-OP_CONSTANT = 1     # reserved: a tape entry that holds a value only
-FIRST_RULE_OPCODE = 2
+# Structural opcodes: tape entries that are not a rule row. Then the rules, in table order.
+# A comparison is recorded with its outcome as the entry's value; it becomes a guard when
+# Python branched on it (bool()), so replay at a new point can see the branch change.
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+COMPARISON_SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+STRUCTURAL = (
+    "variable",   # an input: its value is set, not computed
+    "constant",   # reserved: a value only
+    "node",       # a Python node (a tensor operation): backward through node.vjp()
+    "custom",     # a user-defined scalar primitive (ad.primitive): partials cached, replay calls it
+    "select",     # where(cond, a, b): its condition is the comparison entry just before it
+    *(f"compare_{c}" for c in COMPARISONS),  # evaluated on replay, used by a select
+    *(f"guard_{c}" for c in COMPARISONS),    # a Python branch: replay checks its outcome
+)
+STRUCTURAL_OPCODES: dict[str, int] = {name: code for code, name in enumerate(STRUCTURAL)}
+OP_VARIABLE = STRUCTURAL_OPCODES["variable"]
+OP_CONSTANT = STRUCTURAL_OPCODES["constant"]
+FIRST_RULE_OPCODE = len(STRUCTURAL)
 OPCODES: dict[str, int] = {r.name: FIRST_RULE_OPCODE + i for i, r in enumerate(RULES)}
-assert len(OPCODES) < 256 - FIRST_RULE_OPCODE, "opcodes are stored in one byte"
+OPCODE_NAMES: tuple[str, ...] = STRUCTURAL + tuple(r.name for r in RULES)
+assert len(OPCODE_NAMES) <= 256, "opcodes are stored in one byte"

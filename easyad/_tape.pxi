@@ -27,13 +27,14 @@ cdef inline void _point_into(char* block, Py_ssize_t capacity, double** values,
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef void _reverse_sweep(const double* partial0, const double* partial1, const int32_t* arg0,
-                         const int32_t* arg1, double* adjoints, Py_ssize_t output) noexcept nogil:
-    # adjoints has output + 2 slots: the last is a sink for absent operands (index -1), so
-    # the loop needs no branch on them (their partial slot may hold a constant; it lands there)
-    cdef Py_ssize_t i, sink = output + 1
+                         const int32_t* arg1, double* adjoints, Py_ssize_t lo,
+                         Py_ssize_t hi) noexcept nogil:
+    # entries hi down to lo; an absent or constant operand (index -1) receives nothing (its
+    # partial slot holds the constant instead)
+    cdef Py_ssize_t i
     cdef int32_t j
     cdef double g, p, t
-    for i in range(output, -1, -1):
+    for i in range(hi, lo - 1, -1):
         g = adjoints[i]
         if g == 0.0:
             continue  # nothing flows from here: skips unselected branches and dead code
@@ -86,6 +87,9 @@ cdef class WengertList:
                                  f"got {max_entries!r}")
             self._max_entries = max_entries
         self._retired = []
+        self._nodes = {}
+        self._node_order = []
+        self._customs = {}
         self._names = {}
         self._indices = {}
 
@@ -133,8 +137,8 @@ cdef class WengertList:
         self._arg0, self._arg1, self._ops = arg0, arg1, ops
         return 0
 
-    cdef Record _push(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
-                      double pa, double pb):
+    cdef Py_ssize_t _append(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
+                            double pa, double pb) except -1:
         cdef Py_ssize_t n = self._length
         if n == self._capacity:
             self._grow()
@@ -145,6 +149,11 @@ cdef class WengertList:
         self._partial0[n] = pa
         self._partial1[n] = pb
         self._length = n + 1
+        return n
+
+    cdef Record _push(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
+                      double pa, double pb):
+        cdef Py_ssize_t n = self._append(op, a, b, z, pa, pb)
         cdef Record r = Record.__new__(Record)
         r.number = z
         r.tape = self
@@ -173,6 +182,9 @@ cdef class WengertList:
             raise RuntimeError(f"cannot clear {self!r} while a backward sweep reads it")
         self._length = 0
         self.generation += 1
+        self._nodes.clear()  # releases the tensors (and device buffers) nodes hold
+        self._node_order.clear()
+        self._customs.clear()
         self._names.clear()
         self._indices.clear()
 
@@ -201,9 +213,9 @@ cdef class WengertList:
     def __repr__(self):
         return f"WengertList(#{self.serial}, {self._length} entries)"
 
-    cdef Derivatives _backward(self, Py_ssize_t output):
+    cdef Derivatives _backward(self, Py_ssize_t output, object seed=None):
         cdef Py_ssize_t n = output + 1
-        cdef double* adjoints = <double*>calloc(n + 1, sizeof(double))  # + the sweep's sink
+        cdef double* adjoints = <double*>calloc(n, sizeof(double))
         if adjoints == NULL:
             raise MemoryError(f"cannot allocate {n} adjoints for a backward sweep")
         cdef Derivatives d = Derivatives.__new__(Derivatives)
@@ -211,29 +223,117 @@ cdef class WengertList:
         d._length = n
         d.tape = self
         d.generation = self.generation
+        if self._node_order and self._node_order[0] <= output:
+            self._mixed_sweep(d, output, seed)
+            return d
         adjoints[output] = 1.0
+        self._sweep_range(adjoints, 0, output)
+        return d
+
+    cdef int _sweep_range(self, double* adjoints, Py_ssize_t lo, Py_ssize_t hi) except -1:
+        # the scalar entries lo..hi, without the GIL when that pays for itself
         cdef const double* partial0 = self._partial0
         cdef const double* partial1 = self._partial1
         cdef const int32_t* arg0 = self._arg0
         cdef const int32_t* arg1 = self._arg1
-        if n < _NOGIL_MIN_ENTRIES:
-            _reverse_sweep(partial0, partial1, arg0, arg1, adjoints, output)
-            return d
+        if hi - lo < _NOGIL_MIN_ENTRIES:
+            _reverse_sweep(partial0, partial1, arg0, arg1, adjoints, lo, hi)
+            return 0
         self._active_sweeps += 1
         try:
             with nogil:
-                _reverse_sweep(partial0, partial1, arg0, arg1, adjoints, output)
+                _reverse_sweep(partial0, partial1, arg0, arg1, adjoints, lo, hi)
         finally:
             self._active_sweeps -= 1
             if self._active_sweeps == 0 and self._retired:
                 for address in self._retired:
                     free(<void*><size_t>address)
                 self._retired.clear()
-        return d
+        return 0
+
+    cdef int _mixed_sweep(self, Derivatives d, Py_ssize_t output, object seed) except -1:
+        # Scalar runs between nodes sweep in C; each node (a tensor operation) passes its
+        # adjoint on through node.vjp(). Tensor adjoints live in d._node_adjoints.
+        cdef double* adjoints = d._adjoints
+        cdef dict tensor_adjoints = {}
+        cdef Py_ssize_t k, hi = output, inp
+        d._node_adjoints = tensor_adjoints
+        node = self._nodes.get(output)
+        if node is not None and not node.scalar_output:
+            if seed is None:
+                raise ValueError("the backward sweep from a tensor needs a seed (an array of "
+                                 "its shape); take the derivatives of a scalar, e.g. t.sum()")
+            tensor_adjoints[output] = seed
+        else:
+            adjoints[output] = 1.0 if seed is None else float(seed)
+        for k in reversed(self._node_order):
+            if k > output:
+                continue
+            if k < hi:
+                self._sweep_range(adjoints, k + 1, hi)
+            hi = k - 1
+            node = self._nodes[k]
+            if node.scalar_output:
+                g = adjoints[k]
+                if g == 0.0:
+                    continue
+            else:
+                # inputs (nodes without inputs) keep their adjoint for d[t]; intermediate
+                # tensors give theirs up once passed on, so memory stays bounded
+                g = (tensor_adjoints.get(k) if not node.inputs or getattr(node, "retain", False)
+                     else tensor_adjoints.pop(k, None))
+                if g is None:
+                    continue
+            contributions = node.vjp(g)
+            for inp, c in zip(node.inputs, contributions):
+                if c is None or inp < 0:
+                    continue
+                other = self._nodes.get(inp) if self._ops[inp] == OP_NODE else None
+                if other is not None and not other.scalar_output:
+                    previous = tensor_adjoints.get(inp)
+                    tensor_adjoints[inp] = c if previous is None else previous + c
+                else:
+                    adjoints[inp] += <double>c
+        if hi >= 0:
+            self._sweep_range(adjoints, 0, hi)
+        return 0
+
+    # ---- hooks for Python operations recorded as single entries (tensors) ----
+    def _push_node(self, node, double number=0.0):
+        """Append an entry for a Python node; return its Record (the entry's handle).
+
+        ``node.inputs`` are entry indices of this list (-1: none), ``node.scalar_output``
+        says whether the entry's adjoint is a float (``number`` is then its value) or an
+        array, and ``node.vjp(g)`` returns one adjoint contribution per input (None: none).
+        After a sweep, ``Derivatives._node_adjoint(i)`` holds the adjoint of every node
+        without inputs (a tensor variable) and of nodes with a true ``retain`` attribute.
+        """
+        cdef Py_ssize_t i
+        for i in node.inputs:
+            if i >= self._length:
+                raise ValueError(f"node input {i} is not an entry of {self!r}")
+        cdef Record r = self._push(OP_NODE, -1, -1, number, 0.0, 0.0)
+        self._nodes[r.index] = node
+        self._node_order.append(r.index)
+        return r
+
+    def _node(self, Py_ssize_t index):
+        """The Python node of an OP_NODE entry."""
+        return self._nodes[index]
+
+    def _backward_from(self, Record handle not None, seed=None):
+        """One backward sweep from any entry (a tensor's handle) with an adjoint seed."""
+        _live_tape(handle)
+        if handle.tape is not self:
+            _raise_tape_mismatch(self, handle.tape, "backward sweep")
+        return self._backward(handle.index, seed)
 
     # ---- pickling: the entries as bytes, in the block's layout ----
     def __reduce__(self):
         cdef Py_ssize_t n = self._length
+        if self._nodes or self._customs:
+            raise TypeError(f"{self!r} holds tensor or user-defined operations, which do not "
+                            f"pickle; pickle a tape of scalar operations")
         parts = (
             (<char*>self._values)[:n * sizeof(double)],
             (<char*>self._partial0)[:n * sizeof(double)],
@@ -307,8 +407,16 @@ cdef class Derivatives:
                 f"run the backward sweep again on the new records")
         return self.tape
 
+    def _node_adjoint(self, Py_ssize_t index):
+        """The adjoint of a tensor entry (None when nothing flowed into it)."""
+        self._checked_tape()
+        return None if self._node_adjoints is None else self._node_adjoints.get(index)
+
     def __getitem__(self, x):
         if type(x) is not Record:
+            hook = getattr(x, "_derivative_from", None)  # tensors read their own adjoint
+            if hook is not None:
+                return hook(self)
             raise TypeError(f"index Derivatives with a Record of the same WengertList "
                             f"(or use by_name), not {type(x).__name__}")
         cdef Record r = <Record>x

@@ -114,7 +114,7 @@ def test_rule_is_exposed(rule):
 
 
 def test_opcode_names_follow_the_table():
-    names = ("variable", "constant", *(rule.name for rule in _rules.RULES))
+    names = (*_rules.STRUCTURAL, *(rule.name for rule in _rules.RULES))
     assert _core.OPCODE_NAMES == names
     assert all(_core.OPCODE_NAMES[code] == name for name, code in _rules.OPCODES.items())
 
