@@ -298,6 +298,23 @@ cdef class WengertList:
             self._sweep_range(adjoints, 0, hi)
         return 0
 
+    def _arrays(self):
+        """Copies of the entries as numpy arrays: a dict of ``ops`` (uint8 opcodes, see
+        OPCODE_NAMES), ``arg0``/``arg1`` (int32 operand indices, -1 for none or a constant),
+        ``values`` and ``partial0``/``partial1`` (float64; for a constant operand its
+        partial slot holds the constant). What code generators (OpenCL replay) read."""
+        cdef Py_ssize_t n = self._length
+        out = {}
+        for key, address, dtype in (("values", <size_t>self._values, np.float64),
+                                    ("partial0", <size_t>self._partial0, np.float64),
+                                    ("partial1", <size_t>self._partial1, np.float64),
+                                    ("arg0", <size_t>self._arg0, np.int32),
+                                    ("arg1", <size_t>self._arg1, np.int32),
+                                    ("ops", <size_t>self._ops, np.uint8)):
+            size = n * np.dtype(dtype).itemsize
+            out[key] = np.frombuffer((<char*><size_t>address)[:size], dtype=dtype).copy()
+        return out
+
     # ---- hooks for Python operations recorded as single entries (tensors) ----
     def _push_node(self, node, double number=0.0):
         """Append an entry for a Python node; return its Record (the entry's handle).
