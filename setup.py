@@ -19,7 +19,7 @@ extensions = [
         "easyad._core",
         ["easyad/_core.pyx"],
         include_dirs=["easyad"],
-        depends=["easyad/_ops.h", "easyad/_helpers.h"],
+        depends=["easyad/_ops.h", "easyad/_helpers.h", "easyad/_status.h"],
         extra_compile_args=["-O3"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )

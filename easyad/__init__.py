@@ -1,8 +1,8 @@
 """easyad: automatic differentiation for numeric Python.
 
 Public API only (no logic here). Layers, each depending on the ones before:
-rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions)
--> numeric protocols (numeric.py).
+rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions,
+replay sweeps) -> numeric protocols (numeric.py) -> record/replay (replay.py), dot.py.
 """
 from easyad._core import (
     Derivatives,
@@ -48,14 +48,23 @@ from easyad._core import (
     tanh,
     where,
 )
-from easyad.errors import StaleRecordError, TapeMismatchError
+from easyad._core import Comparison
+from easyad.errors import (
+    BranchChangedError,
+    GradientCheckError,
+    ShapeError,
+    StaleRecordError,
+    TapeMismatchError,
+)
 from easyad.numeric import Numeric, Real
+from easyad.replay import Function, hessian, hvp, load, record
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Derivatives", "Numeric", "Real", "Record", "StaleRecordError", "TapeMismatchError",
-    "Trace", "WengertList",
+    "BranchChangedError", "Comparison", "Derivatives", "Function", "GradientCheckError",
+    "Numeric", "Real", "Record", "ShapeError", "StaleRecordError", "TapeMismatchError",
+    "Trace", "WengertList", "hessian", "hvp", "load", "record",
     "abs", "absolute", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
     "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
     "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",

@@ -91,15 +91,77 @@ def _c_functions(r: rules.Rule) -> list[tuple[str, str, str]]:
     return out
 
 
+_C_STATUS = {
+    rules.NO_CHECK: "EASYAD_OK",
+    rules.MATH: "easyad_status_math(x, y, z, 0)",
+    rules.MATH_OVERFLOW: "easyad_status_math(x, y, z, 1)",
+    rules.DIVISION: "easyad_status_division(y)",
+    rules.POWER: "easyad_status_power(x, y, z)",
+}
+
+
+def _tangent_functions(r: rules.Rule) -> list[tuple[str, str]]:
+    """(C name, expression) of the tangents of a rule's partials (second-order sweeps)."""
+    from_table = _symbolic_module()
+    return [(f"easyad_{r.name}_t{k}", from_table.partial_tangent(r, k)) for k in range(r.arity)]
+
+
+def _symbolic_module():
+    if __package__ in (None, ""):
+        import _symbolic  # type: ignore[import-not-found]
+    else:
+        from . import _symbolic
+    return _symbolic
+
+
 def render_ops_h() -> str:
-    """Plain C99 (the table's expressions are C): one static inline function per formula."""
+    """Plain C99 (the table's expressions are C): one static inline function per formula,
+    then the opcode dispatch that replay sweeps use (value and partials, tangents of the
+    partials for forward-over-reverse, Python's error status)."""
     out = [BANNER.replace("# ", "/* ", 1).rstrip() + " */\n",
            "#ifndef EASYAD_OPS_H\n#define EASYAD_OPS_H\n#include <math.h>\n"
-           '#include "_helpers.h"\n\n']
+           '#include "_helpers.h"\n#include "_status.h"\n\n']
+    for name, code in rules.STRUCTURAL_OPCODES.items():
+        out.append(f"#define EASYAD_OP_{name.upper()} {code}\n")
+    for r in rules.RULES:
+        out.append(f"#define EASYAD_OP_{r.name.upper()} {rules.OPCODES[r.name]}\n")
+    out.append("\n")
+    tangent_params = "double x, double y, double z, double dx, double dy, double dz"
     for r in rules.RULES:
         out.append(f"/* {r.name}: {r.doc} */\n")
         for cname, params, expression in _c_functions(r):
             out.append(f"static inline double {cname}({params}) {{ return {expression}; }}\n")
+        for cname, expression in _tangent_functions(r):
+            out.append(f"static inline double {cname}({tangent_params}) "
+                       f"{{ (void)x; (void)y; (void)z; (void)dx; (void)dy; (void)dz; "
+                       f"return {expression}; }}\n")
+
+    def dispatch(signature: str, body, default: str) -> None:
+        out.append(f"\n{signature} {{\n    switch (op) {{\n")
+        for r in rules.RULES:
+            out.append(f"    case EASYAD_OP_{r.name.upper()}: {body(r)}\n")
+        out.append(f"    default: {default}\n    }}\n}}\n")
+
+    def partial(r: rules.Rule, k: int) -> str:
+        return f"easyad_{r.name}_d{k}(x, y, z)" if k < r.arity else "0.0"
+
+    def tangent(r: rules.Rule, k: int) -> str:
+        return f"easyad_{r.name}_t{k}(x, y, z, dx, dy, dz)" if k < r.arity else "0.0"
+
+    out.append("\n/* ---- opcode dispatch for replay (rule opcodes only) ---- */")
+    dispatch("static inline double easyad_rule_value(int op, double x, double y)",
+             lambda r: f"return easyad_{r.name}_value(x, y);", "return NAN;")
+    dispatch("static inline double easyad_rule_eval(int op, double x, double y, "
+             "double* p0, double* p1)",
+             lambda r: (f"{{ double z = easyad_{r.name}_value(x, y); *p0 = {partial(r, 0)}; "
+                        f"*p1 = {partial(r, 1)}; return z; }}"),
+             "*p0 = NAN; *p1 = NAN; return NAN;")
+    dispatch(f"static inline void easyad_rule_tangents(int op, {tangent_params}, "
+             "double* dp0, double* dp1)",
+             lambda r: f"*dp0 = {tangent(r, 0)}; *dp1 = {tangent(r, 1)}; return;",
+             "*dp0 = NAN; *dp1 = NAN; return;")
+    dispatch("static inline int easyad_rule_status(int op, double x, double y, double z)",
+             lambda r: f"return {_C_STATUS[r.errors]};", "return EASYAD_OK;")
     out.append("\n#endif\n")
     return "".join(out)
 
@@ -112,8 +174,14 @@ def render_ops() -> str:
         out.append(f"    OP_{name.upper()} = {code}\n")
     for v in views():
         out.append(f"    {v.OP} = {v.opcode}\n")
+    out.append(f"    OP_FIRST_RULE = {rules.FIRST_RULE_OPCODE}\n")
     out.append(f"    OP_COUNT = {rules.FIRST_RULE_OPCODE + len(rules.RULES)}\n\n")
     out.append('cdef extern from "_ops.h" nogil:\n')
+    out.append("    double easyad_rule_value(int op, double x, double y)\n"
+               "    double easyad_rule_eval(int op, double x, double y, double* p0, double* p1)\n"
+               "    void easyad_rule_tangents(int op, double x, double y, double z, double dx,\n"
+               "                              double dy, double dz, double* dp0, double* dp1)\n"
+               "    int easyad_rule_status(int op, double x, double y, double z)\n")
     out.append("    double sign(double t)\n    double heaviside(double t)\n"
                "    double mul0(double a, double b)\n    double div0(double a, double b)\n")
     for r in rules.RULES:

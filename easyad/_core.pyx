@@ -8,7 +8,7 @@ checks (hand) -> ops (generated; C in _ops.h) -> tape (hand) -> trace, record, g
 cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite
 from libc.stdlib cimport malloc, calloc, free
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from libc.stdint cimport uint8_t, int32_t
 
 import numbers
@@ -118,6 +118,7 @@ include "_trace.pxi"
 include "_record.pxi"
 include "_branches.pxi"
 include "_generic.pxi"
+include "_replay.pxi"
 
 
 def where(condition, a, b):

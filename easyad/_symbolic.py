@@ -73,6 +73,21 @@ def _mul(a: ast.expr, b: ast.expr) -> ast.expr:
     return ast.BinOp(a, ast.Mult(), b)
 
 
+def _mul0(a: ast.expr, b: ast.expr) -> ast.expr:
+    """A product with a tangent: a strong zero (0 * inf = 0), as first-order sweeps use."""
+    if _is(a, 0) or _is(b, 0):
+        return _num(0)
+    if _is(a, 1):
+        return b
+    if _is(b, 1):
+        return a
+    if _is(a, -1):
+        return _neg(b)
+    if _is(b, -1):
+        return _neg(a)
+    return _call("mul0", a, b)
+
+
 def _div(a: ast.expr, b: ast.expr) -> ast.expr:
     if _is(a, 0):
         return _num(0)
@@ -111,9 +126,9 @@ def tangent(node: ast.expr, tangents: dict[str, ast.expr]) -> ast.expr:
         if isinstance(node.op, ast.Sub):
             return _sub(da, db)
         if isinstance(node.op, ast.Mult):
-            return _add(_mul(da, b), _mul(a, db))
+            return _add(_mul0(da, b), _mul0(a, db))
         if isinstance(node.op, ast.Div):  # (da - (a/b) db) / b
-            return _div(_sub(da, _mul(_div(a, b), db)), b)
+            return _div(_sub(da, _mul0(_div(a, b), db)), b)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         name, args = node.func.id, node.args
         if name in _ZERO_DERIVATIVE:
@@ -130,13 +145,13 @@ def tangent(node: ast.expr, tangents: dict[str, ast.expr]) -> ast.expr:
         if rule.name == "pow" and isinstance(args[1], ast.Constant):
             # d(u^c) = c u^(c-1) du: skips the log(u) term, which is NaN for negative u
             c = args[1].value
-            return _mul(_mul(_num(c), _call("pow", args[0], _num(c - 1.0))), tangent(args[0], tangents))
+            return _mul0(_mul(_num(c), _call("pow", args[0], _num(c - 1.0))), tangent(args[0], tangents))
         bound = {"x": args[0], "y": args[1] if len(args) > 1 else _num(0), "z": node}
         total: ast.expr = _num(0)
         for k, partial in enumerate(rule.partials):
             d_arg = tangent(args[k], tangents)
             if not _is(d_arg, 0):
-                total = _add(total, _mul(_substitute(partial, bound), d_arg))
+                total = _add(total, _mul0(_substitute(partial, bound), d_arg))
         return total
     raise ValueError(f"cannot differentiate {ast.unparse(node)!r}")
 

@@ -334,6 +334,41 @@ cdef class WengertList:
         self._node_order.append(r.index)
         return r
 
+    def _push_custom(self, primitive, Py_ssize_t a, Py_ssize_t b, double z, double p0,
+                     double p1):
+        """Append an entry for a user primitive (ad.primitive) with its cached partials;
+        an operand index of -1 is a constant, whose value goes in its partial slot."""
+        cdef Py_ssize_t i
+        for i in (a, b):
+            if i >= self._length:
+                raise ValueError(f"operand {i} is not an entry of {self!r}")
+        cdef Record r = self._push(OP_CUSTOM, a, b, z, p0, p1)
+        self._customs[r.index] = primitive
+        return r
+
+    def _customs_count(self):
+        return len(self._customs)
+
+    def _names_dict(self):
+        """{entry index: name} of the named variables."""
+        return dict(self._names)
+
+    def _custom(self, Py_ssize_t index):
+        """The user primitive of an OP_CUSTOM entry."""
+        return self._customs[index]
+
+    def _record_at(self, Py_ssize_t index):
+        """A Record for an existing entry (higher-order sweeps build on the entries)."""
+        if not 0 <= index < self._length:
+            raise IndexError(f"no entry {index} on {self!r}")
+        return _rebuild_record(self, index)
+
+    def to_dot(self, derivatives=None, **options):
+        """A Graphviz DOT picture of the tape: operations, values and, given the
+        Derivatives of a sweep, adjoints (see easyad.dot.to_dot)."""
+        from easyad.dot import to_dot
+        return to_dot(self, derivatives=derivatives, **options)
+
     def _node(self, Py_ssize_t index):
         """The Python node of an OP_NODE entry."""
         return self._nodes[index]
@@ -348,9 +383,9 @@ cdef class WengertList:
     # ---- pickling: the entries as bytes, in the block's layout ----
     def __reduce__(self):
         cdef Py_ssize_t n = self._length
-        if self._nodes or self._customs:
-            raise TypeError(f"{self!r} holds tensor or user-defined operations, which do not "
-                            f"pickle; pickle a tape of scalar operations")
+        if self._nodes:
+            raise TypeError(f"{self!r} holds tensor operations, which do not pickle; "
+                            f"pickle a tape of scalar operations")
         parts = (
             (<char*>self._values)[:n * sizeof(double)],
             (<char*>self._partial0)[:n * sizeof(double)],
@@ -360,10 +395,13 @@ cdef class WengertList:
             (<char*>self._ops)[:n],
         ) if n else ()
         max_entries = None if self._max_entries == _INDEX_LIMIT else self._max_entries
-        return (_rebuild_wengert_list, (n, parts, dict(self._names), max_entries))
+        # user primitives pickle by reference (importable module-level functions)
+        return (_rebuild_wengert_list, (n, parts, dict(self._names), max_entries,
+                                        dict(self._customs)))
 
 
-def _rebuild_wengert_list(Py_ssize_t n, tuple parts, dict names, max_entries):
+def _rebuild_wengert_list(Py_ssize_t n, tuple parts, dict names, max_entries,
+                          dict customs=None):
     cdef WengertList lst = WengertList(max_entries)
     cdef bytes part
     cdef Py_ssize_t k
@@ -385,6 +423,11 @@ def _rebuild_wengert_list(Py_ssize_t n, tuple parts, dict names, max_entries):
     for index, name in names.items():
         lst._names[index] = name
         lst._indices[name] = index
+    if customs:
+        for index in customs:
+            if not 0 <= index < n or lst._ops[index] != OP_CUSTOM:
+                raise ValueError("corrupt pickled WengertList")
+        lst._customs.update(customs)
     return lst
 
 
@@ -423,6 +466,14 @@ cdef class Derivatives:
                 f"these Derivatives were computed on {self.tape!r} before it was cleared; "
                 f"run the backward sweep again on the new records")
         return self.tape
+
+    def _adjoint_array(self):
+        """Every entry's adjoint, as a numpy array (index = entry)."""
+        self._checked_tape()
+        cdef Py_ssize_t n = self._length
+        if n == 0:
+            return np.zeros(0)
+        return np.frombuffer((<char*>self._adjoints)[:n * sizeof(double)], dtype=np.float64).copy()
 
     def _node_adjoint(self, Py_ssize_t index):
         """The adjoint of a tensor entry (None when nothing flowed into it)."""

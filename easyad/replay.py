@@ -1,0 +1,448 @@
+"""Record once, replay many: ``ad.record(f, x0)`` turns a function into a ``Function``.
+
+The Function holds the WengertList recorded at ``x0`` with its inputs and outputs marked.
+Evaluating it at new points runs the tape as a program in C (``_core._Replayer``): values,
+gradients, Jacobians, Hessian-vector products and Hessians, for one point or a batch of
+rows split over threads, with the GIL released. Sits above the compiled core; the
+functional helpers (``ad.hessian``, ``ad.hvp``) build on it.
+
+Comparisons made while recording are guards: a row whose branch would differ is detected,
+and ``on_branch_change`` says what happens (raise, re-record f there, or mask the row).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from easyad import _core
+from easyad._core import Record, Trace, WengertList
+from easyad._rules import COMPARISON_SYMBOLS, OPCODE_NAMES
+from easyad.errors import BranchChangedError
+
+_VALUE, _GRADIENT, _SECOND = 0, 1, 2
+_BRANCH_MODES = ("raise", "retape", "mask")
+_FORMAT = "easyad.Function"
+_FORMAT_VERSION = 1
+# rows x entries below which one thread does the whole batch (threads cost ~50 us to start)
+_PARALLEL_WORK = 200_000
+_HESSIAN_BLOCK = 16  # directions per forward-over-reverse sweep
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                       thread_name_prefix="easyad-replay")
+        return _pool
+
+
+def _as_input(x0: ArrayLike, what: str = "x0") -> NDArray[np.float64]:
+    x = np.asarray(x0)
+    if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+        raise TypeError(f"{what} must be an array of floats, got dtype {x.dtype}")
+    x = x.astype(np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"{what} must be 1-D (one point), got shape {x.shape}")
+    return x
+
+
+def _output_records(lst: WengertList, y: Any) -> tuple[list[Record], bool]:
+    """The output Records of f and whether f returned a scalar."""
+    scalar = not isinstance(y, (list, tuple, np.ndarray))
+    items = [y] if scalar else list(np.asarray(y, dtype=object).ravel())
+    records = []
+    for k, item in enumerate(items):
+        if isinstance(item, Record) and item.tape is lst:
+            records.append(item)
+        elif isinstance(item, Trace):
+            raise TypeError("f returned a Trace: record() runs f on Records (reverse mode)")
+        elif isinstance(item, Record) and item.tape is not None:
+            raise ValueError(f"output {k} was recorded on another WengertList")
+        else:
+            try:
+                value = float(item.number if isinstance(item, Record) else item)
+            except (TypeError, ValueError):
+                raise TypeError(f"f must return numbers or Records, got "
+                                f"{type(item).__name__} (output {k})") from None
+            # a constant output: a variable that is not an input replays to its value
+            records.append(lst.variable(value))
+    if not records:
+        raise ValueError("f returned no outputs")
+    return records, scalar
+
+
+def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
+           on_branch_change: str = "raise") -> Function:
+    """Record ``f`` once at ``x0``; return a ``Function`` that replays it at new points.
+
+    ``f`` takes a 1-D array (of Records while recording) and returns a number or a sequence
+    of numbers. ``on_branch_change`` ("raise", "retape" or "mask") says what replay does at
+    a point where a comparison ``f`` branched on would come out differently.
+
+    Examples
+    --------
+    >>> import numpy as np, easyad as ad
+    >>> F = ad.record(lambda x: x[0] ** 2 * x[1] + ad.sin(x[1]), [1.0, 2.0])
+    >>> F([3.0, 0.0])
+    0.0
+    >>> F.gradient([3.0, 0.0])
+    array([ 0., 10.])
+    >>> F.gradient(np.array([[1.0, 0.0], [2.0, 0.0]]))   # a batch of rows
+    array([[0., 2.],
+           [0., 5.]])
+    """
+    if on_branch_change not in _BRANCH_MODES:
+        raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, "
+                         f"got {on_branch_change!r}")
+    x = _as_input(x0)
+    lst = WengertList()
+    xs = np.empty(x.shape[0], dtype=object)
+    for i, v in enumerate(x):
+        xs[i] = lst.variable(float(v))
+    y = f(xs)
+    outputs, scalar = _output_records(lst, y)
+    return Function(lst, [r.index for r in xs], [r.index for r in outputs], scalar=scalar,
+                    f=f, on_branch_change=on_branch_change)
+
+
+class Function:
+    """A recorded function: evaluate it, its gradient, Jacobian and Hessian at new points.
+
+    Made by ``ad.record(f, x0)`` (or ``ad.load(path)``). Every method takes one point
+    ``x`` of shape (n,) or a batch of shape (B, n), and returns results for each row.
+    """
+
+    def __init__(self, tape: WengertList, inputs: Sequence[int], outputs: Sequence[int], *,
+                 scalar: bool = True, f: Callable[..., Any] | None = None,
+                 on_branch_change: str = "raise") -> None:
+        if on_branch_change not in _BRANCH_MODES:
+            raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, "
+                             f"got {on_branch_change!r}")
+        self.tape = tape
+        self._replayer = _core._Replayer(tape, list(inputs), list(outputs))
+        self.inputs = tuple(int(i) for i in inputs)
+        self.outputs = tuple(int(i) for i in outputs)
+        self.scalar = bool(scalar) and len(self.outputs) == 1
+        self.f = f
+        self.on_branch_change = on_branch_change
+
+    # ---- shape of the function ----
+    @property
+    def n_inputs(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.outputs)
+
+    def __len__(self) -> int:
+        """Entries the replay runs (the tape up to the last output)."""
+        return int(self._replayer.length)
+
+    def __repr__(self) -> str:
+        return (f"<Function of {self.n_inputs} inputs and {self.n_outputs} outputs, "
+                f"{len(self)} entries>")
+
+    # ---- evaluation ----
+    def __call__(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
+        """Values at x: a float (scalar f) or (m,), per row for a batch."""
+        X, batch = self._rows(x)
+        out, _, _, mask = self._run(_VALUE, X, on_branch_change, "__call__", ())
+        return self._masked(self._shape_values(out, batch), mask, batch)
+
+    # with on_branch_change="mask" each method returns (result, mask): hence -> Any
+    def gradient(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
+        """The gradient (n,) of a scalar function at x; (B, n) for a batch."""
+        self._need_scalar("gradient")
+        X, batch = self._rows(x)
+        _, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "gradient", ())
+        g = jac[:, 0, :]
+        return self._masked(g if batch else g[0], mask, batch)
+
+    def value_and_gradient(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
+        """``(F(x), F.gradient(x))`` from one forward and one reverse sweep."""
+        self._need_scalar("value_and_gradient")
+        X, batch = self._rows(x)
+        out, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "value_and_gradient", ())
+        g = jac[:, 0, :]
+        result = (self._shape_values(out, batch), (g if batch else g[0]))
+        return self._masked(result, mask, batch)
+
+    def jacobian(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
+        """The Jacobian (m, n) at x (one reverse sweep per output); (B, m, n) for a batch."""
+        X, batch = self._rows(x)
+        _, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "jacobian", ())
+        return self._masked(jac if batch else jac[0], mask, batch)
+
+    def hessian(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
+        """The Hessian (n, n) of a scalar function at x, by forward-over-reverse sweeps
+        (blocks of directions per sweep); (B, n, n) for a batch."""
+        self._need_scalar("hessian")
+        X, batch = self._rows(x)
+        n = self.n_inputs
+        H = np.empty((X.shape[0], n, n))
+        mask = None
+        for start in range(0, n, _HESSIAN_BLOCK):
+            stop = min(n, start + _HESSIAN_BLOCK)
+            seeds = np.zeros((1, n, stop - start))
+            seeds[0, np.arange(start, stop), np.arange(stop - start)] = 1.0
+            _, _, H[:, :, start:stop], mask = self._run(_SECOND, X, on_branch_change,
+                                                         "hessian", (seeds,))
+        return self._masked(H if batch else H[0], mask, batch)
+
+    def hvp(self, x: ArrayLike, v: ArrayLike, *, on_branch_change: str | None = None) -> Any:
+        """The Hessian-vector product H(x) v without forming H (one sweep); v is (n,) or
+        one direction per row (B, n)."""
+        self._need_scalar("hvp")
+        X, batch = self._rows(x)
+        V = np.asarray(v, dtype=np.float64)
+        if V.shape not in ((self.n_inputs,), (X.shape[0], self.n_inputs)):
+            raise ValueError(f"v must have shape ({self.n_inputs},) or "
+                             f"({X.shape[0]}, {self.n_inputs}), got {V.shape}")
+        seeds = np.ascontiguousarray(V.reshape(-1, self.n_inputs, 1))
+        _, _, second, mask = self._run(_SECOND, X, on_branch_change, "hvp", (seeds,))
+        out = second[:, :, 0]
+        return self._masked(out if batch else out[0], mask, batch)
+
+    # ---- persistence and pictures ----
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the Function to ``path`` (a versioned .npz; ``ad.load`` reads it back)."""
+        if self.tape._customs_count():
+            raise TypeError("a Function with user-defined primitives cannot be saved to "
+                            ".npz; pickle it instead (primitives pickle by reference)")
+        arrays = self.tape._arrays()
+        names = self.tape._names_dict()
+        content: dict[str, Any] = dict(
+            format=np.array(_FORMAT), version=np.array(_FORMAT_VERSION),
+            inputs=np.array(self.inputs, dtype=np.int64),
+            outputs=np.array(self.outputs, dtype=np.int64),
+            scalar=np.array(self.scalar), on_branch_change=np.array(self.on_branch_change),
+            name_indices=np.array(list(names), dtype=np.int64),
+            name_values=np.array(list(names.values()), dtype=str), **arrays)
+        np.savez(path, **content)
+
+    def to_dot(self) -> str:
+        """A Graphviz DOT picture of the tape with the recorded values and the adjoints of
+        a backward sweep from the first output at the recording point."""
+        from easyad.dot import to_dot
+        d = self.tape._record_at(self.outputs[0]).derivatives()
+        return to_dot(self.tape, derivatives=d, inputs=self.inputs, outputs=self.outputs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # f (for "retape") stays behind: functions often do not pickle
+        return (_rebuild_function, (self.tape, self.inputs, self.outputs, self.scalar,
+                                    self.on_branch_change))
+
+    # ---- internals ----
+    def _need_scalar(self, what: str) -> None:
+        if not self.scalar:
+            raise ValueError(f"{what} needs a scalar function; this one has "
+                             f"{self.n_outputs} outputs: use jacobian()")
+
+    def _rows(self, x: ArrayLike) -> tuple[NDArray[np.float64], bool]:
+        X = np.asarray(x)
+        if X.dtype == object:
+            raise TypeError("x must be an array of floats (replay takes numbers, not Records)")
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        n = self.n_inputs
+        if X.ndim == 1 and X.shape[0] == n:
+            return X[None, :], False
+        if X.ndim == 2 and X.shape[1] == n:
+            return X, True
+        raise ValueError(f"x must have shape ({n},) or (B, {n}) for this Function of {n} "
+                         f"inputs, got {X.shape}")
+
+    @staticmethod
+    def _masked(result: Any, mask: NDArray[np.bool_] | None, batch: bool) -> Any:
+        # on_branch_change="mask": (result, which rows changed branch; their results are NaN)
+        if mask is None:
+            return result
+        return result, (mask if batch else bool(mask[0]))
+
+    def _shape_values(self, out: NDArray[np.float64], batch: bool) -> Any:
+        if self.scalar:
+            return out[:, 0] if batch else float(out[0, 0])
+        return out if batch else out[0]
+
+    def _run(self, what: int, X: NDArray[np.float64], mode: str | None, method: str,
+             extra: tuple[Any, ...]) -> tuple[Any, Any, Any, NDArray[np.bool_] | None]:
+        mode = self.on_branch_change if mode is None else mode
+        if mode not in _BRANCH_MODES:
+            raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, got {mode!r}")
+        B, n, m = X.shape[0], self.n_inputs, self.n_outputs
+        out = np.empty((B, m))
+        jac = np.empty((B, m if what == _GRADIENT else 1, n)) if what != _VALUE else None
+        second = seeds = None
+        if what == _SECOND:
+            seeds = np.ascontiguousarray(extra[0])
+            second = np.empty((B, n, seeds.shape[2]))
+        changed = np.zeros(B, dtype=np.uint8)
+        guard = np.full(B, -1, dtype=np.int32)
+        status = np.zeros(B, dtype=np.int32)
+        status_entry = np.full(B, -1, dtype=np.int32)
+        args = (what, X, out, jac, second, seeds, changed, guard, status, status_entry)
+        work = B * max(1, len(self)) * (1 + (seeds.shape[2] if seeds is not None else 0))
+        workers = min(os.cpu_count() or 1, B)
+        if workers > 1 and work >= _PARALLEL_WORK:
+            bounds = np.linspace(0, B, workers + 1).astype(int)
+            run: Callable[..., None] = self._replayer.run
+            futures = [_threads().submit(run, *args, int(a), int(b))
+                       for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            for future in futures:
+                future.result()
+        else:
+            self._replayer.run(*args, 0, B)
+        bad = np.flatnonzero(status)
+        if bad.size:
+            self._raise_status(X, int(bad[0]), int(status[bad[0]]), int(status_entry[bad[0]]))
+        rows = np.flatnonzero(changed)
+        mask = changed.astype(bool) if mode == "mask" else None
+        if rows.size:
+            if mode == "raise":
+                raise BranchChangedError(self._branch_message(X, int(rows[0]), int(guard[rows[0]])))
+            if mode == "retape":
+                self._retape(rows, X, method, extra, out, jac, second)
+            else:
+                for array in (out, jac, second):
+                    if array is not None:
+                        array[rows] = np.nan
+        return out, jac, second, mask
+
+    def _retape(self, rows: NDArray[np.intp], X: NDArray[np.float64], method: str,
+                extra: tuple[Any, ...], out: Any, jac: Any, second: Any) -> None:
+        if self.f is None:
+            raise BranchChangedError(
+                "replay takes another branch at some rows and this Function has no f to "
+                "record again (it was loaded or unpickled); use on_branch_change='mask'")
+        for r in rows:
+            G = record(self.f, X[r], on_branch_change="raise")
+            o, j, s, _ = G._run(_SECOND if second is not None else (_GRADIENT if jac is not None else _VALUE),
+                             X[r:r + 1], "raise", method,
+                             (extra[0][r:r + 1] if extra and extra[0].shape[0] > 1 else extra[0],)
+                             if extra else ())
+            out[r] = o[0]
+            if jac is not None:
+                jac[r] = j[0]
+            if second is not None:
+                second[r] = s[0]
+
+    def _describe(self, index: int) -> str:
+        name = self.tape._names_dict().get(index)
+        if name is not None:
+            return repr(name)
+        if index in self.inputs:
+            return f"x[{self.inputs.index(index)}]"
+        op = OPCODE_NAMES[self.tape._arrays()["ops"][index]]
+        return f"entry {index} ({op})"
+
+    def _branch_message(self, X: NDArray[np.float64], row: int, entry: int) -> str:
+        arrays = self.tape._arrays()
+        op = OPCODE_NAMES[arrays["ops"][entry]]
+        symbol = COMPARISON_SYMBOLS[op.split("_", 1)[1]]
+        sides = []
+        for k in (0, 1):
+            j = int(arrays[f"arg{k}"][entry])
+            sides.append(self._describe(j) if j >= 0 else repr(float(arrays[f"partial{k}"][entry])))
+        was = bool(arrays["values"][entry])
+        return (f"replaying at row {row} (x = {X[row].tolist()}) takes another branch than "
+                f"recorded: the comparison {sides[0]} {symbol} {sides[1]} (entry {entry}) was "
+                f"{was} when recorded and is {not was} there. Derivatives of the recorded "
+                f"branch would be wrong. Pass on_branch_change='retape' to record f again at "
+                f"such points, or 'mask' to get NaN rows and a mask; or write the branch "
+                f"with ad.where(cond, a, b), which replay follows.")
+
+    def _raise_status(self, X: NDArray[np.float64], row: int, code: int, entry: int) -> None:
+        where = f"in {self._describe(entry)} replaying row {row} (x = {X[row].tolist()})"
+        if code == 1:
+            raise ValueError(f"math domain error {where}")
+        if code == 2:
+            raise OverflowError(f"math range error {where}")
+        if code == 3:
+            raise ZeroDivisionError(f"division by zero {where}")
+        if code == 4:
+            raise ValueError(f"negative number raised to a fractional power {where}")
+        if code == 5:
+            primitive = self.tape._custom(entry)
+            raise ValueError(f"the user primitive {primitive.name!r} has no second "
+                             f"derivative (d2f), which Hessians need; pass d2f= to "
+                             f"ad.define or ad.primitive")
+        errors = _core._custom_errors
+        error = errors[-1] if errors else None
+        errors.clear()
+        raise RuntimeError(f"a user primitive raised {where}") from error
+
+
+def _rebuild_function(tape: WengertList, inputs: Sequence[int], outputs: Sequence[int],
+                      scalar: bool, on_branch_change: str) -> Function:
+    return Function(tape, inputs, outputs, scalar=scalar, on_branch_change=on_branch_change)
+
+
+def load(path: str | os.PathLike[str]) -> Function:
+    """Read a Function written by ``Function.save`` (checks the format and its version)."""
+    with np.load(path, allow_pickle=False) as data:
+        if "format" not in data or str(data["format"]) != _FORMAT:
+            raise ValueError(f"{os.fspath(path)!r} is not a saved easyad Function")
+        version = int(data["version"])
+        if version > _FORMAT_VERSION:
+            raise ValueError(f"{os.fspath(path)!r} was saved by a newer easyad (format "
+                             f"{version}; this one reads up to {_FORMAT_VERSION}): upgrade")
+        arrays = {k: data[k] for k in ("values", "partial0", "partial1", "arg0", "arg1", "ops")}
+        names = dict(zip(data["name_indices"].tolist(), data["name_values"].tolist()))
+        tape = _core._rebuild_wengert_list(
+            len(arrays["ops"]), tuple(arrays[k].tobytes() for k in
+                                      ("values", "partial0", "partial1", "arg0", "arg1", "ops"))
+            if len(arrays["ops"]) else (), names, None)
+        return Function(tape, data["inputs"].tolist(), data["outputs"].tolist(),
+                        scalar=bool(data["scalar"]),
+                        on_branch_change=str(data["on_branch_change"]))
+
+
+__all__ = ["Function", "record", "load"]
+
+
+# ---- second order through replay (the functional API's hessian and hvp) ----
+
+def hessian(f: Callable[[NDArray[Any]], Any]) -> Callable[[ArrayLike], NDArray[np.float64]]:
+    """``hessian(f)(x0)``: the Hessian (n, n) of scalar ``f`` at x0, recording f once and
+    running forward-over-reverse sweeps on the tape.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> ad.hessian(lambda x: x[0] ** 3 * x[1])([2.0, 5.0])
+    array([[60., 12.],
+           [12.,  0.]])
+    """
+    def evaluate(x0: ArrayLike) -> NDArray[np.float64]:
+        result: NDArray[np.float64] = record(f, x0).hessian(_as_input(x0))
+        return result
+    evaluate.__doc__ = f"Hessian of {getattr(f, '__name__', 'f')} (easyad.hessian)."
+    return evaluate
+
+
+def hvp(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, v: ArrayLike) -> NDArray[np.float64]:
+    """The Hessian-vector product H(x0) v of scalar ``f``, without forming H.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> ad.hvp(lambda x: x[0] ** 3 * x[1], [2.0, 5.0], [1.0, 0.0])
+    array([60., 12.])
+    """
+    x = _as_input(x0)
+    result: NDArray[np.float64] = record(f, x).hvp(x, v)
+    return result
+
+
+__all__ += ["hessian", "hvp"]
