@@ -1,0 +1,233 @@
+"""Record once, replay many: Function values, gradients, Jacobians, Hessians at new points.
+
+References: reverse mode recorded afresh at each point (an independent recording), sympy
+Hessians of classic test functions, central finite differences of the replayed gradient.
+"""
+import pickle
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import easyad as ad
+
+
+# ---- classic test functions, written once for every Numeric kind ----
+
+def rosenbrock(x):
+    return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1))
+
+
+def powell(x):
+    return ((x[0] + 10 * x[1]) ** 2 + 5 * (x[2] - x[3]) ** 2 + (x[1] - 2 * x[2]) ** 4
+            + 10 * (x[0] - x[3]) ** 4)
+
+
+def wood(x):
+    return (100 * (x[0] ** 2 - x[1]) ** 2 + (x[0] - 1) ** 2 + (x[2] - 1) ** 2
+            + 90 * (x[2] ** 2 - x[3]) ** 2 + 10.1 * ((x[1] - 1) ** 2 + (x[3] - 1) ** 2)
+            + 19.8 * (x[1] - 1) * (x[3] - 1))
+
+
+def beale(x):
+    return ((1.5 - x[0] + x[0] * x[1]) ** 2 + (2.25 - x[0] + x[0] * x[1] ** 2) ** 2
+            + (2.625 - x[0] + x[0] * x[1] ** 3) ** 2)
+
+
+def mixed(x):
+    return ad.exp(x[0] / 3) * ad.sin(x[1]) + ad.log(1 + x[2] ** 2) * ad.sqrt(x[0] ** 2 + 1) \
+        - ad.tanh(x[1] * x[2]) + ad.atan2(x[0], x[2] + 3) + ad.hypot(x[1], 2.0)
+
+
+SYMPY_NAMESPACE = {"exp": sp.exp, "sin": sp.sin, "log": sp.log, "sqrt": sp.sqrt,
+                   "tanh": sp.tanh, "atan2": sp.atan2, "hypot": lambda a, b: sp.sqrt(a**2 + b**2)}
+
+FUNCTIONS = {"rosenbrock": (rosenbrock, 5), "powell": (powell, 4), "wood": (wood, 4),
+             "beale": (beale, 2), "mixed": (mixed, 3)}
+
+
+def sympy_reference(f, n):
+    """value, gradient and Hessian functions of f, differentiated by sympy."""
+    xs = sp.symbols(f"x0:{n}", real=True)
+
+    class Namespace:  # ad.<fn> resolved to sympy's while tracing f symbolically
+        def __getattr__(self, name):
+            return SYMPY_NAMESPACE[name]
+
+    globals_ = dict(f.__globals__, ad=Namespace())
+    g = type(f)(f.__code__, globals_)
+    expr = g(list(xs))
+    grad = [sp.diff(expr, v) for v in xs]
+    hess = [[sp.diff(gi, v) for v in xs] for gi in grad]
+    lam = lambda e: sp.lambdify([xs], e, "math")  # noqa: E731
+    return lam(expr), lam(grad), lam(hess)
+
+
+def points(n, count, rng):
+    return rng.uniform(0.3, 1.7, size=(count, n))
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_values_gradients_hessians_match_sympy_at_new_points(name, rng):
+    f, n = FUNCTIONS[name]
+    value, gradient, hessian = sympy_reference(f, n)
+    F = ad.record(f, np.full(n, 0.9))
+    for x in points(n, 5, rng):
+        assert F(x) == pytest.approx(value(x), rel=1e-12)
+        np.testing.assert_allclose(F.gradient(x), gradient(x), rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(F.hessian(x), np.array(hessian(x), dtype=float),
+                                   rtol=1e-9, atol=1e-9)
+        v = rng.normal(size=n)
+        np.testing.assert_allclose(F.hvp(x, v), np.array(hessian(x), dtype=float) @ v,
+                                   rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_replay_equals_a_fresh_recording(name, rng):
+    f, n = FUNCTIONS[name]
+    F = ad.record(f, np.full(n, 1.1))
+    for x in points(n, 4, rng):
+        lst = ad.WengertList()
+        xs = np.array([lst.variable(v) for v in x], dtype=object)
+        z = f(xs)
+        d = z.derivatives()
+        assert F(x) == pytest.approx(z.number, rel=1e-14)
+        np.testing.assert_allclose(F.gradient(x), [d[v] for v in xs], rtol=1e-12, atol=1e-12)
+
+
+def test_batches_equal_rows_and_use_threads(rng):
+    n = 30
+    F = ad.record(rosenbrock, np.ones(n))
+    X = points(n, 3000, rng)  # large enough to split over threads
+    G = F.gradient(X)
+    assert G.shape == (3000, n)
+    for r in (0, 1234, 2999):
+        np.testing.assert_array_equal(G[r], F.gradient(X[r]))
+    np.testing.assert_array_equal(F(X), [F(x) for x in X[:5]] + list(F(X[5:])))
+    H = F.hessian(X[:7])
+    assert H.shape == (7, n, n)
+    np.testing.assert_allclose(H[3], F.hessian(X[3]), rtol=0, atol=0)
+    V = rng.normal(size=(7, n))
+    np.testing.assert_allclose(F.hvp(X[:7], V), np.einsum("bij,bj->bi", H, V), rtol=1e-10)
+
+
+def test_hessian_by_finite_differences_of_the_gradient(rng):
+    F = ad.record(mixed, np.full(3, 0.5))
+    x = np.array([0.7, -0.4, 1.3])
+    eps = 1e-6
+    fd = np.array([(F.gradient(x + eps * e) - F.gradient(x - eps * e)) / (2 * eps)
+                   for e in np.eye(3)]).T
+    np.testing.assert_allclose(F.hessian(x), fd, rtol=1e-6, atol=1e-6)
+
+
+def test_jacobian_of_several_outputs():
+    def polar(x):
+        return [x[0] * ad.cos(x[1]), x[0] * ad.sin(x[1]), 3.0]
+
+    F = ad.record(polar, [1.0, 0.5])
+    r, a = 2.0, 1.2
+    J = F.jacobian([r, a])
+    expected = [[np.cos(a), -r * np.sin(a)], [np.sin(a), r * np.cos(a)], [0.0, 0.0]]
+    np.testing.assert_allclose(J, expected, rtol=1e-14)
+    np.testing.assert_allclose(F([r, a]), [r * np.cos(a), r * np.sin(a), 3.0])
+    with pytest.raises(ValueError, match="scalar function"):
+        F.gradient([r, a])
+
+
+def branchy(x):
+    if x[0] > 0:
+        return x[0] * x[1]
+    return -x[0] * x[1] ** 2
+
+
+def test_branch_change_raises_names_the_comparison():
+    F = ad.record(branchy, [1.0, 2.0])
+    np.testing.assert_allclose(F.gradient([2.0, 3.0]), [3.0, 2.0])
+    with pytest.raises(ad.BranchChangedError, match=r"x\[0\] > 0.0.*True when recorded"):
+        F.gradient([-2.0, 3.0])
+
+
+def test_branch_change_retape_and_mask():
+    F = ad.record(branchy, [1.0, 2.0])
+    X = np.array([[2.0, 3.0], [-2.0, 3.0], [0.5, 1.0]])
+    G = F.gradient(X, on_branch_change="retape")
+    np.testing.assert_allclose(G, [[3.0, 2.0], [-9.0, 12.0], [1.0, 0.5]])
+    values, mask = F(X, on_branch_change="mask")
+    assert mask.tolist() == [False, True, False]
+    assert np.isnan(values[1]) and values[0] == 6.0 and values[2] == 0.5
+    H, mask = F.hessian(X, on_branch_change="mask")
+    assert np.isnan(H[1]).all() and not np.isnan(H[[0, 2]]).any()
+
+
+def test_where_is_replayed_without_guards():
+    F = ad.record(lambda x: ad.where(x[0] > 0, ad.sqrt(x[0]) * x[1], x[0] * x[1] ** 2),
+                  [1.0, 2.0])
+    X = np.array([[4.0, 3.0], [-2.0, 3.0], [0.0, 1.0]])
+    np.testing.assert_allclose(F(X), [6.0, -18.0, 0.0])
+    # the sqrt of the branch not taken fails at -2: no error, no NaN leaks
+    np.testing.assert_allclose(F.gradient(X), [[0.75, 2.0], [9.0, -12.0], [1.0, 0.0]])
+    np.testing.assert_allclose(F.hessian([4.0, 3.0]), [[-3 / 32, 0.25], [0.25, 0.0]])
+
+
+def test_math_errors_on_replay_name_the_operation():
+    F = ad.record(lambda x: ad.log(x[0]) + x[1], [1.0, 1.0])
+    with pytest.raises(ValueError, match=r"math domain error in entry \d+ \(log\) replaying row 1"):
+        F(np.array([[1.0, 1.0], [-1.0, 1.0]]))
+    G = ad.record(lambda x: x[0] / x[1], [1.0, 1.0])
+    with pytest.raises(ZeroDivisionError):
+        G([1.0, 0.0])
+
+
+def test_bad_shapes_and_inputs():
+    F = ad.record(rosenbrock, np.ones(3))
+    with pytest.raises(ValueError, match=r"shape \(3,\) or \(B, 3\)"):
+        F([1.0, 2.0])
+    with pytest.raises(ValueError, match="1-D"):
+        ad.record(rosenbrock, np.ones((2, 2)))
+    with pytest.raises(ValueError, match="on_branch_change"):
+        ad.record(rosenbrock, np.ones(3), on_branch_change="ignore")
+    with pytest.raises(ValueError, match="v must have shape"):
+        F.hvp(np.ones(3), np.ones(2))
+
+
+def test_pickle_save_and_load(tmp_path):
+    F = ad.record(mixed, [0.5, 0.2, 0.9])
+    x = np.array([0.3, 0.4, 1.5])
+    G = pickle.loads(pickle.dumps(F))
+    np.testing.assert_array_equal(G.gradient(x), F.gradient(x))
+    path = tmp_path / "mixed.npz"
+    F.save(path)
+    H = ad.load(path)
+    np.testing.assert_array_equal(H.hessian(x), F.hessian(x))
+    assert H(x) == F(x)
+    np.savez(tmp_path / "other.npz", a=np.ones(2))
+    with pytest.raises(ValueError, match="not a saved easyad Function"):
+        ad.load(tmp_path / "other.npz")
+
+
+def test_constant_outputs_and_unused_inputs():
+    F = ad.record(lambda x: 2.5, [1.0, 2.0])
+    assert F([3.0, 4.0]) == 2.5
+    np.testing.assert_array_equal(F.gradient([3.0, 4.0]), [0.0, 0.0])
+    np.testing.assert_array_equal(F.hessian([3.0, 4.0]), np.zeros((2, 2)))
+
+
+def test_functional_hessian_and_hvp():
+    x = np.array([1.2, 0.8, 1.1, 0.9])
+    _, _, hessian = sympy_reference(wood, 4)
+    np.testing.assert_allclose(ad.hessian(wood)(x), np.array(hessian(x), dtype=float), rtol=1e-10)
+    v = np.array([1.0, -1.0, 0.5, 2.0])
+    np.testing.assert_allclose(ad.hvp(wood, x, v), np.array(hessian(x), dtype=float) @ v,
+                               rtol=1e-10)
+
+
+def test_to_dot_pictures_the_tape():
+    lst = ad.WengertList()
+    x = lst.variable(2.0, name="x")
+    y = x * ad.sin(x) + 1.0
+    dot = lst.to_dot(y.derivatives())
+    assert dot.startswith("digraph WengertList {") and dot.rstrip().endswith("}")
+    assert "x\\nvalue 2" in dot and "sin" in dot and "adjoint" in dot
+    assert dot.count("->") == 5  # x->sin, x->mul, sin->mul, mul->add, and the constant 1->add
+    F = ad.record(lambda v: ad.where(v[0] > 0, v[0], 0.0), [1.0])
+    assert "condition" in F.to_dot()
