@@ -57,6 +57,7 @@ from easyad.errors import (
     TapeMismatchError,
 )
 from easyad.numeric import Numeric, Real
+from easyad.primitives import Primitive, define, primitive
 from easyad.replay import Function, hessian, hvp, load, record
 
 __version__ = "0.1.0"
@@ -65,6 +66,7 @@ __all__ = [
     "BranchChangedError", "Comparison", "Derivatives", "Function", "GradientCheckError",
     "Numeric", "Real", "Record", "ShapeError", "StaleRecordError", "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
+    "Primitive", "define", "primitive",
     "abs", "absolute", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
     "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
     "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",

@@ -10,6 +10,7 @@ implements the Numeric protocol (the piecewise helpers read values through ``.nu
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,14 +49,20 @@ def _heaviside(t: Any) -> float:
 
 
 def _mul0(a: Any, b: Any) -> Any:
-    # strong zero: a zero factor contributes exactly nothing, even against inf or NaN
-    if number_of(a) == 0.0 or number_of(b) == 0.0:
+    # strong zero: a zero factor against inf or NaN contributes exactly nothing. Otherwise
+    # the plain product, so a factor whose value is 0 still passes on its derivative
+    # (higher-order sweeps differentiate these products again).
+    va, vb = number_of(a), number_of(b)
+    if (va == 0.0 and not math.isfinite(vb)) or (vb == 0.0 and not math.isfinite(va)):
         return 0.0
     return a * b
 
 
 def _div0(a: Any, b: Any) -> Any:
-    return 0.0 if number_of(a) == 0.0 else a / b
+    # 0/0 counts as 0 (the subgradient of hypot at the origin)
+    if number_of(a) == 0.0 and number_of(b) == 0.0:
+        return 0.0
+    return a / b
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,116 @@
+"""Higher-order reverse mode: the backward sweep recorded on the tape itself.
+
+``z.derivatives(create_graph=True)`` walks the WengertList from ``z`` down like the C sweep,
+but the adjoints are Records: each contribution ``partial * adjoint`` is computed with the
+rule table's partial expressions evaluated on the operands' Records (``_expressions``), so
+it appends entries to the same list and ``d[x]`` can be differentiated again, to any order.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from easyad import _rules
+from easyad._core import Record, WengertList
+from easyad._expressions import _mul0, generic_rules
+from easyad.errors import StaleRecordError, TapeMismatchError
+
+_COMPARISONS = tuple(name for name in _rules.STRUCTURAL if name.startswith(("compare_", "guard_")))
+
+
+def _add(a: Any, b: Any) -> Any:
+    return b if a is None else a + b
+
+
+def backward_graph(z: Record) -> GraphDerivatives:
+    tape = z.tape
+    if tape is None:
+        return GraphDerivatives(None, {}, 0)
+    arrays = tape._arrays()  # a snapshot: the sweep appends to the list as it goes
+    ops, arg0, arg1 = arrays["ops"], arrays["arg0"], arrays["arg1"]
+    values, partial0, partial1 = arrays["values"], arrays["partial0"], arrays["partial1"]
+    compiled = generic_rules()
+    adjoints: dict[int, Any] = {z.index: 1.0}
+    for i in range(z.index, -1, -1):
+        g = adjoints.get(i)
+        if g is None or (isinstance(g, float) and g == 0.0):
+            continue
+        op = _rules.OPCODE_NAMES[ops[i]]
+        if op in ("variable", "constant") or op in _COMPARISONS:
+            continue
+        a, b = int(arg0[i]), int(arg1[i])
+        if op == "select":
+            j = a if values[i - 1] != 0.0 else b
+            if j >= 0:
+                adjoints[j] = _add(adjoints.get(j), g)
+            continue
+        if op == "node":
+            raise NotImplementedError("create_graph=True does not reach through tensor "
+                                      "operations yet; differentiate scalar Records twice")
+        x = tape._record_at(a) if a >= 0 else float(partial0[i])
+        y = tape._record_at(b) if b >= 0 else float(partial1[i])
+        if op == "custom":
+            partials = tape._custom(i)._partial_records(x, y)
+        else:
+            rule = compiled[op]
+            y_arg = y if rule.rule.arity == 2 else 0.0
+            out = tape._record_at(i)
+            # only the partials of recorded operands: the one of a constant exponent would
+            # need log(x), which fails for a negative base
+            partials = tuple(p(x, y_arg, out) if j >= 0 else 0.0
+                             for p, j in zip(rule.partials, (a, b)))
+        for j, partial in zip((a, b), partials):
+            if j >= 0:
+                adjoints[j] = _add(adjoints.get(j), _mul0(partial, g))
+    return GraphDerivatives(tape, adjoints, tape.generation)
+
+
+class GraphDerivatives:
+    """The result of a recorded backward sweep: ``d[x]`` is a Record (differentiable)."""
+
+    def __init__(self, tape: WengertList | None, adjoints: dict[int, Any], generation: int):
+        self.tape = tape
+        self._adjoints = adjoints
+        self._generation = generation
+
+    def _check(self) -> None:
+        if self.tape is not None and self.tape.generation != self._generation:
+            raise StaleRecordError(f"these derivatives were recorded on {self.tape!r} before "
+                                   f"it was cleared; run the sweep again")
+
+    def _as_record(self, value: Any) -> Record:
+        if isinstance(value, Record):
+            return value
+        return Record.constant(0.0 if value is None else float(value))
+
+    def __getitem__(self, x: Record) -> Record:
+        if not isinstance(x, Record):
+            raise TypeError(f"index derivatives with a Record, not {type(x).__name__}")
+        self._check()
+        if x.tape is None:
+            return Record.constant(0.0)
+        if self.tape is None:
+            return Record.constant(0.0)
+        if x.tape is not self.tape:
+            raise TapeMismatchError(f"derivatives on {self.tape!r} looked up with a Record of "
+                                    f"{x.tape!r}; use Records of the same WengertList")
+        return self._as_record(self._adjoints.get(x.index))
+
+    def wrt(self, x: Record) -> Record:
+        return self[x]
+
+    def by_name(self, name: str) -> Record:
+        self._check()
+        names = {} if self.tape is None else {v: k for k, v in self.tape._names_dict().items()}
+        if name not in names:
+            raise KeyError(f"no variable named {name!r} (named: {', '.join(map(repr, names)) or 'none'})")
+        return self._as_record(self._adjoints.get(names[name]))
+
+    def as_dict(self) -> dict[str, Record]:
+        self._check()
+        if self.tape is None:
+            return {}
+        return {name: self._as_record(self._adjoints.get(i))
+                for i, name in self.tape._names_dict().items()}
+
+    def __repr__(self) -> str:
+        return f"<GraphDerivatives on {self.tape!r}: Records, differentiable again>"
