@@ -2,7 +2,8 @@
 
 Public API only (no logic here). Layers, each depending on the ones before:
 rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions)
--> numeric protocols (numeric.py).
+-> numeric protocols (numeric.py) -> functional API (functional.py: grad, jacobian, jvp,
+vjp), its finite-difference check (checks.py) and Taylor mode (taylor.py).
 """
 from easyad._core import (
     Derivatives,
@@ -48,8 +49,11 @@ from easyad._core import (
     tanh,
     where,
 )
-from easyad.errors import StaleRecordError, TapeMismatchError
+from easyad.checks import check_gradients
+from easyad.errors import GradientCheckError, StaleRecordError, TapeMismatchError
+from easyad.functional import derivative, grad, jacobian, jvp, value_and_grad, vjp
 from easyad.numeric import Numeric, Real
+from easyad.taylor import Taylor, taylor  # after the module: ad.taylor is the function
 
 __version__ = "0.1.0"
 
@@ -60,4 +64,7 @@ __all__ = [
     "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
     "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",
     "minimum", "pow", "power", "sin", "sinh", "sqrt", "tan", "tanh", "where",
+    # the functional API, its check, Taylor mode
+    "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
+    "check_gradients", "GradientCheckError", "Taylor", "taylor",
 ]
