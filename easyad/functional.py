@@ -153,7 +153,7 @@ def _scalar_output(elements: list[Any], scalar: bool, f: Callable[..., Any],
     if not scalar:
         raise TypeError(
             f"{caller} needs {_name(f)} to return a scalar, but it returned a sequence of "
-            f"{len(elements)} values: use ad.jacobian(f) for all their derivatives, or "
+            f"length {len(elements)}: use ad.jacobian(f) for all the derivatives, or "
             f"ad.vjp(f, x0, u) for the gradient of one weighted sum u . f")
     return elements[0]
 
