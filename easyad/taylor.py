@@ -49,7 +49,10 @@ class Taylor:
     divided by i!; the series is exact up to its order k = ``len(coefficients) - 1``. Taylors
     work with ``+ - * / **`` (plain numbers on either side), comparisons (of values, like
     Trace), and every generic function ``ad.sin``, ``ad.pow``... (as methods of the same
-    names, from the rule table). Combining two series keeps the smaller order.
+    names, from the rule table). Combining two series keeps the smaller order. For a binary
+    generic function with a plain number first, make it a series: the core asks the first
+    operand, so write ``ad.atan2(Taylor.constant(1.0, k), t)``, not ``ad.atan2(1.0, t)``
+    (operators such as ``2.0 ** t`` work either way).
 
     Parameters
     ----------
