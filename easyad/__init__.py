@@ -2,7 +2,9 @@
 
 Public API only (no logic here). Layers, each depending on the ones before:
 rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions,
-replay sweeps) -> numeric protocols (numeric.py) -> record/replay (replay.py), dot.py.
+replay sweeps) -> numeric protocols (numeric.py) -> functional API (functional.py: grad,
+jacobian, jvp, vjp; checks.py; taylor.py), record/replay (replay.py: Function, hessian,
+hvp), higher order (_higher.py), user primitives (primitives.py), pictures (dot.py).
 """
 from easyad._core import (
     Derivatives,
@@ -49,6 +51,7 @@ from easyad._core import (
     where,
 )
 from easyad._core import Comparison
+from easyad.checks import check_gradients
 from easyad.errors import (
     BranchChangedError,
     GradientCheckError,
@@ -56,9 +59,11 @@ from easyad.errors import (
     StaleRecordError,
     TapeMismatchError,
 )
+from easyad.functional import derivative, grad, jacobian, jvp, value_and_grad, vjp
 from easyad.numeric import Numeric, Real
 from easyad.primitives import Primitive, define, primitive
 from easyad.replay import Function, hessian, hvp, load, record
+from easyad.taylor import Taylor, taylor  # after the module: ad.taylor is the function
 
 __version__ = "0.1.0"
 
@@ -71,4 +76,7 @@ __all__ = [
     "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
     "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",
     "minimum", "pow", "power", "sin", "sinh", "sqrt", "tan", "tanh", "where",
+    # the functional API, its check, Taylor mode
+    "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
+    "check_gradients", "Taylor", "taylor",
 ]

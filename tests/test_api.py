@@ -45,6 +45,9 @@ CONTRACT = {
     "atanh", "exp", "expm1", "log", "ln", "log2", "log10", "log1p", "sqrt", "cbrt", "abs",
     "erf", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
     "pow", "atan2", "hypot", "maximum", "minimum", "where",
+    # the functional API (functional.py, checks.py) and Taylor mode (taylor.py)
+    "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
+    "check_gradients", "GradientCheckError", "Taylor", "taylor",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {"add", "sub", "mul", "div", "neg"}
