@@ -231,3 +231,12 @@ def test_to_dot_pictures_the_tape():
     assert dot.count("->") == 5  # x->sin, x->mul, sin->mul, mul->add, and the constant 1->add
     F = ad.record(lambda v: ad.where(v[0] > 0, v[0], 0.0), [1.0])
     assert "condition" in F.to_dot()
+
+
+def test_scipy_trust_exact_with_easyad_gradient_and_hessian():
+    optimize = pytest.importorskip("scipy.optimize")
+    x0 = np.array([1.3, 0.7, 0.8, 1.9, 1.2])  # (from -1.2 the 4-D problem has a local minimum)
+    result = optimize.minimize(rosenbrock, x0, jac=ad.grad(rosenbrock),
+                               hess=ad.hessian(rosenbrock), method="trust-exact")
+    assert result.success
+    np.testing.assert_allclose(result.x, np.ones(5), atol=1e-6)
