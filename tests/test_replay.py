@@ -237,6 +237,7 @@ def test_scipy_trust_exact_with_easyad_gradient_and_hessian():
     optimize = pytest.importorskip("scipy.optimize")
     x0 = np.array([1.3, 0.7, 0.8, 1.9, 1.2])  # (from -1.2 the 4-D problem has a local minimum)
     result = optimize.minimize(rosenbrock, x0, jac=ad.grad(rosenbrock),
-                               hess=ad.hessian(rosenbrock), method="trust-exact")
+                               hess=ad.hessian(rosenbrock), method="trust-exact",
+                               options={"gtol": 1e-10})
     assert result.success
     np.testing.assert_allclose(result.x, np.ones(5), atol=1e-6)
