@@ -151,14 +151,18 @@ def render_ops_h() -> str:
     out.append("\n/* ---- opcode dispatch for replay (rule opcodes only) ---- */")
     dispatch("static inline double easyad_rule_value(int op, double x, double y)",
              lambda r: f"return easyad_{r.name}_value(x, y);", "return NAN;")
+    # need0/need1: whether that operand is recorded; a constant operand's partial is never
+    # read, and skipping it saves e.g. the log(x) of x ** 2.0's exponent partial
     dispatch("static inline double easyad_rule_eval(int op, double x, double y, "
-             "double* p0, double* p1)",
-             lambda r: (f"{{ double z = easyad_{r.name}_value(x, y); *p0 = {partial(r, 0)}; "
-                        f"*p1 = {partial(r, 1)}; return z; }}"),
+             "double* p0, double* p1, int need0, int need1)",
+             lambda r: (f"{{ double z = easyad_{r.name}_value(x, y); "
+                        f"*p0 = need0 ? {partial(r, 0)} : 0.0; "
+                        f"*p1 = need1 ? {partial(r, 1)} : 0.0; return z; }}"),
              "*p0 = NAN; *p1 = NAN; return NAN;")
     dispatch(f"static inline void easyad_rule_tangents(int op, {tangent_params}, "
-             "double* dp0, double* dp1)",
-             lambda r: f"*dp0 = {tangent(r, 0)}; *dp1 = {tangent(r, 1)}; return;",
+             "double* dp0, double* dp1, int need0, int need1)",
+             lambda r: (f"*dp0 = need0 ? {tangent(r, 0)} : 0.0; "
+                        f"*dp1 = need1 ? {tangent(r, 1)} : 0.0; return;"),
              "*dp0 = NAN; *dp1 = NAN; return;")
     dispatch("static inline int easyad_rule_status(int op, double x, double y, double z)",
              lambda r: f"return {_C_STATUS[r.errors]};", "return EASYAD_OK;")
@@ -178,9 +182,11 @@ def render_ops() -> str:
     out.append(f"    OP_COUNT = {rules.FIRST_RULE_OPCODE + len(rules.RULES)}\n\n")
     out.append('cdef extern from "_ops.h" nogil:\n')
     out.append("    double easyad_rule_value(int op, double x, double y)\n"
-               "    double easyad_rule_eval(int op, double x, double y, double* p0, double* p1)\n"
+               "    double easyad_rule_eval(int op, double x, double y, double* p0, double* p1,\n"
+               "                            int need0, int need1)\n"
                "    void easyad_rule_tangents(int op, double x, double y, double z, double dx,\n"
-               "                              double dy, double dz, double* dp0, double* dp1)\n"
+               "                              double dy, double dz, double* dp0, double* dp1,\n"
+               "                              int need0, int need1)\n"
                "    int easyad_rule_status(int op, double x, double y, double z)\n")
     out.append("    double sign(double t)\n    double heaviside(double t)\n"
                "    double mul0(double a, double b)\n    double div0(double a, double b)\n")

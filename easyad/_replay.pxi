@@ -93,7 +93,7 @@ cdef int _forward_row(const _Program* P, const double* x_row, double* v, double*
         x = v[a] if a >= 0 else P.partial0[i]
         y = v[b] if b >= 0 else P.partial1[i]
         if op >= OP_FIRST_RULE:
-            z = easyad_rule_eval(op, x, y, &p0[i], &p1[i])
+            z = easyad_rule_eval(op, x, y, &p0[i], &p1[i], a >= 0, b >= 0)
             if first_error < 0 and easyad_rule_status(op, x, y, z):
                 first_error = i  # raise only if it reaches an output (below)
         elif op == OP_SELECT:
@@ -211,7 +211,8 @@ cdef int _second_order_row(const _Program* P, const double* v, const double* p0,
             dz = mul0(p0[i], dx) + mul0(p1[i], dy)
             dvi[k] = dz
             if op >= OP_FIRST_RULE:
-                easyad_rule_tangents(op, x, y, z, dx, dy, dz, &dp0[i * K + k], &dp1[i * K + k])
+                easyad_rule_tangents(op, x, y, z, dx, dy, dz, &dp0[i * K + k], &dp1[i * K + k],
+                                     a >= 0, b >= 0)
             elif op == OP_CUSTOM:
                 dp0[i * K + k] = mul0(h00, dx) + mul0(h01, dy)
                 dp1[i * K + k] = mul0(h01, dx) + mul0(h11, dy)
