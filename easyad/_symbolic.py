@@ -59,33 +59,27 @@ def _neg(a: ast.expr) -> ast.expr:
     return ast.UnaryOp(ast.USub(), a)
 
 
-def _mul(a: ast.expr, b: ast.expr) -> ast.expr:
+def _fold_product(a: ast.expr, b: ast.expr) -> ast.expr | None:
+    """a * b when a factor is 0 or +-1, else None."""
     if _is(a, 0) or _is(b, 0):
         return _num(0)
-    if _is(a, 1):
-        return b
-    if _is(b, 1):
-        return a
-    if _is(a, -1):
-        return _neg(b)
-    if _is(b, -1):
-        return _neg(a)
-    return ast.BinOp(a, ast.Mult(), b)
+    for one, other in ((a, b), (b, a)):
+        if _is(one, 1):
+            return other
+        if _is(one, -1):
+            return _neg(other)
+    return None
+
+
+def _mul(a: ast.expr, b: ast.expr) -> ast.expr:
+    folded = _fold_product(a, b)
+    return folded if folded is not None else ast.BinOp(a, ast.Mult(), b)
 
 
 def _mul0(a: ast.expr, b: ast.expr) -> ast.expr:
     """A product with a tangent: a strong zero (0 * inf = 0), as first-order sweeps use."""
-    if _is(a, 0) or _is(b, 0):
-        return _num(0)
-    if _is(a, 1):
-        return b
-    if _is(b, 1):
-        return a
-    if _is(a, -1):
-        return _neg(b)
-    if _is(b, -1):
-        return _neg(a)
-    return _call("mul0", a, b)
+    folded = _fold_product(a, b)
+    return folded if folded is not None else _call("mul0", a, b)
 
 
 def _div(a: ast.expr, b: ast.expr) -> ast.expr:

@@ -27,17 +27,22 @@ def _real(v: Any) -> float | None:
         return None
 
 
+def _central(g: Callable[..., Any], xs: tuple[float, ...], k: int) -> tuple[Any, Any, float]:
+    """g at xs moved up and down along argument k, and the step (~ cbrt(eps) * |x_k|)."""
+    h = 6e-6 * max(1.0, abs(xs[k]))
+    up, down = list(xs), list(xs)
+    up[k] += h
+    down[k] -= h
+    return g(*up), g(*down), h
+
+
 def _numeric_first(f: Callable[..., float], arity: int) -> _Partials:
-    # central differences, step ~ cbrt(machine epsilon) scaled to |x|: error ~ 1e-10 relative
+    # central differences: error ~ 1e-10 relative
     def df(*xs: float) -> Any:
         out = []
         for k in range(arity):
-            h = 6e-6 * max(1.0, abs(xs[k]))
-            up = list(xs)
-            down = list(xs)
-            up[k] += h
-            down[k] -= h
-            out.append((f(*up) - f(*down)) / (2 * h))
+            hi, lo, h = _central(f, xs, k)
+            out.append((hi - lo) / (2 * h))
         return out[0] if arity == 1 else tuple(out)
     return df
 
@@ -46,12 +51,7 @@ def _numeric_second(df: _Partials, arity: int) -> _Partials:
     def d2f(*xs: float) -> Any:
         rows = []
         for k in range(arity):
-            h = 6e-6 * max(1.0, abs(xs[k]))
-            up = list(xs)
-            down = list(xs)
-            up[k] += h
-            down[k] -= h
-            hi, lo = df(*up), df(*down)
+            hi, lo, h = _central(df, xs, k)
             hi = (hi,) if arity == 1 else hi
             lo = (lo,) if arity == 1 else lo
             rows.append([(a - b) / (2 * h) for a, b in zip(hi, lo)])
