@@ -6,6 +6,7 @@ cythonizes easyad/_core.pyx. ``pip install .`` runs all of it.
 import os
 import runpy
 
+import numpy
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -18,7 +19,7 @@ extensions = [
     Extension(
         "easyad._core",
         ["easyad/_core.pyx"],
-        include_dirs=["easyad"],
+        include_dirs=["easyad", numpy.get_include()],
         depends=["easyad/_ops.h", "easyad/_helpers.h", "easyad/_status.h"],
         extra_compile_args=["-O3"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -14,6 +14,9 @@ from libc.stdint cimport uint8_t, int32_t
 import numbers
 
 import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
 
 from easyad.errors import StaleRecordError, TapeMismatchError
 

@@ -94,8 +94,10 @@ cdef int _forward_row(const _Program* P, const double* x_row, double* v, double*
         y = v[b] if b >= 0 else P.partial1[i]
         if op >= OP_FIRST_RULE:
             z = easyad_rule_eval(op, x, y, &p0[i], &p1[i], a >= 0, b >= 0)
-            if first_error < 0 and easyad_rule_status(op, x, y, z):
-                first_error = i  # raise only if it reaches an output (below)
+            # every error of the table's policies shows as a non-finite value, so the
+            # status is only looked at then; raised only if it reaches an output (below)
+            if not isfinite(z) and first_error < 0 and easyad_rule_status(op, x, y, z):
+                first_error = i
         elif op == OP_SELECT:
             c = v[i - 1]
             z = x if c != 0.0 else y
@@ -338,34 +340,48 @@ cdef class _Replayer:
     def __reduce__(self):
         raise TypeError("pickle the Function, not its replayer")
 
-    def run(self, int what, const double[:, ::1] X, double[:, ::1] out, double[:, :, ::1] jac,
-            double[:, :, ::1] second, const double[:, :, ::1] seeds, uint8_t[::1] changed,
-            int32_t[::1] guard, int32_t[::1] status, int32_t[::1] status_entry,
-            Py_ssize_t r0, Py_ssize_t r1):
-        """Rows r0..r1 of X into the given arrays (None where not wanted), without the GIL."""
+    def run(self, int what, cnp.ndarray X, cnp.ndarray out, cnp.ndarray jac,
+            cnp.ndarray second, cnp.ndarray seeds, cnp.ndarray changed, cnp.ndarray guard,
+            cnp.ndarray status, cnp.ndarray status_entry, Py_ssize_t r0, Py_ssize_t r1):
+        """Rows r0..r1 of X into the given arrays (None where not wanted), without the GIL.
+
+        Private to easyad.replay, which passes C-contiguous arrays of the right dtypes and
+        shapes: X (B, n), out (B, m), jac (B, m or 1, n), second (B, n, K), seeds (1 or B,
+        n, K) float64; changed uint8, guard/status/status_entry int32, all (B,)."""
         cdef _Rows R
         cdef WengertList tape = self.tape
         if tape._length < self.program.length:
             raise RuntimeError("the Function's tape was cleared after recording; record again")
+        for array in (X, out, jac, second, seeds, changed, guard, status, status_entry):
+            if array is not None and not cnp.PyArray_IS_C_CONTIGUOUS(array):
+                raise ValueError("replay arrays must be C-contiguous")
         # the block may have moved if the list grew since: point at it again
         self.program.ops, self.program.arg0, self.program.arg1 = tape._ops, tape._arg0, tape._arg1
         self.program.values = tape._values
         self.program.partial0, self.program.partial1 = tape._partial0, tape._partial1
         self.program.customs = <void*>tape._customs if tape._customs else NULL
-        R.X = &X[0, 0]
-        R.out = &out[0, 0] if out is not None else NULL
-        R.jac = &jac[0, 0, 0] if jac is not None else NULL
-        R.second = &second[0, 0, 0] if second is not None else NULL
-        R.seeds = &seeds[0, 0, 0] if seeds is not None else NULL
+        R.X = <const double*>cnp.PyArray_DATA(X)
+        R.out = <double*>cnp.PyArray_DATA(out) if out is not None else NULL
+        R.jac = <double*>cnp.PyArray_DATA(jac) if jac is not None else NULL
+        R.second = <double*>cnp.PyArray_DATA(second) if second is not None else NULL
+        R.seeds = <const double*>cnp.PyArray_DATA(seeds) if seeds is not None else NULL
         R.seeds_stride = (seeds.shape[1] * seeds.shape[2] if seeds.shape[0] > 1 else 0) \
             if seeds is not None else 0
         R.K = seeds.shape[2] if seeds is not None else 0
-        R.changed = &changed[0]
-        R.guard = &guard[0]
-        R.status = &status[0]
-        R.status_entry = &status_entry[0]
+        R.changed = <uint8_t*>cnp.PyArray_DATA(changed)
+        R.guard = <int32_t*>cnp.PyArray_DATA(guard)
+        R.status = <int32_t*>cnp.PyArray_DATA(status)
+        R.status_entry = <int32_t*>cnp.PyArray_DATA(status_entry)
         cdef int rc
+        cdef Py_ssize_t row, first_error = -1, first_changed = -1
         with nogil:
             rc = _replay_rows(&self.program, &R, what, r0, r1)
+            for row in range(r0, r1):
+                if first_error < 0 and R.status[row]:
+                    first_error = row
+                if first_changed < 0 and R.changed[row]:
+                    first_changed = row
         if rc:
             raise MemoryError("cannot allocate the replay's work space")
+        # the first row that raised and the first that took another branch (-1: none)
+        return first_error, first_changed

@@ -17,7 +17,7 @@ import sys
 
 if __package__ in (None, ""):  # loaded by path from _codegen.py run as a script
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _rules as rules  # type: ignore[no-redef]
+    import _rules as rules  # type: ignore[no-redef, import-not-found, unused-ignore]
 else:
     from . import _rules as rules
 
@@ -51,9 +51,17 @@ def _sub(a: ast.expr, b: ast.expr) -> ast.expr:
     return ast.BinOp(a, ast.Sub(), b)
 
 
+def _constant(node: ast.Constant) -> float:
+    """The number a constant node holds (the table's expressions hold only numbers)."""
+    value = node.value
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"not a number in a rule expression: {value!r}")
+    return float(value)
+
+
 def _neg(a: ast.expr) -> ast.expr:
     if isinstance(a, ast.Constant):
-        return _num(-a.value)
+        return _num(-_constant(a))
     if isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub):
         return a.operand
     return ast.UnaryOp(ast.USub(), a)
@@ -76,10 +84,12 @@ def _mul(a: ast.expr, b: ast.expr) -> ast.expr:
     return folded if folded is not None else ast.BinOp(a, ast.Mult(), b)
 
 
-def _mul0(a: ast.expr, b: ast.expr) -> ast.expr:
-    """A product with a tangent: a strong zero (0 * inf = 0), as first-order sweeps use."""
-    folded = _fold_product(a, b)
-    return folded if folded is not None else _call("mul0", a, b)
+def _tmul(t: ast.expr, a: ast.expr) -> ast.expr:
+    """A tangent t times a factor a: a strong zero (0 * inf = 0), as first-order sweeps
+    use, and lazy: the helper ``tmul`` skips computing a when t is 0 (a C macro), so the
+    log(x) in the tangent of x ** c is never computed for a constant exponent."""
+    folded = _fold_product(t, a)
+    return folded if folded is not None else _call("tmul", t, a)
 
 
 def _div(a: ast.expr, b: ast.expr) -> ast.expr:
@@ -101,7 +111,8 @@ def _substitute(expression: str, mapping: dict[str, ast.expr]) -> ast.expr:
         def visit_Name(self, node: ast.Name) -> ast.expr:
             return mapping.get(node.id, node)
 
-    return Replace().visit(ast.parse(expression, mode="eval").body)
+    result: ast.expr = Replace().visit(ast.parse(expression, mode="eval").body)
+    return result
 
 
 def tangent(node: ast.expr, tangents: dict[str, ast.expr]) -> ast.expr:
@@ -120,16 +131,16 @@ def tangent(node: ast.expr, tangents: dict[str, ast.expr]) -> ast.expr:
         if isinstance(node.op, ast.Sub):
             return _sub(da, db)
         if isinstance(node.op, ast.Mult):
-            return _add(_mul0(da, b), _mul0(a, db))
+            return _add(_tmul(da, b), _tmul(db, a))
         if isinstance(node.op, ast.Div):  # (da - (a/b) db) / b
-            return _div(_sub(da, _mul0(_div(a, b), db)), b)
+            return _div(_sub(da, _tmul(db, _div(a, b))), b)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         name, args = node.func.id, node.args
         if name in _ZERO_DERIVATIVE:
             return _num(0)
-        if name == "mul0":  # strong-zero product: its tangent keeps the strong zeros
+        if name in ("mul0", "tmul"):  # strong-zero product: its tangent keeps the strong zeros
             a, b = args
-            return _add(_call("mul0", tangent(a, tangents), b), _call("mul0", a, tangent(b, tangents)))
+            return _add(_tmul(tangent(a, tangents), b), _tmul(tangent(b, tangents), a))
         if name == "div0":  # a/b with 0/0 = 0: the quotient rule, zero where a is 0
             a, b = args
             return _call("div0", _sub(tangent(a, tangents), _mul(_div(a, b), tangent(b, tangents))), b)
@@ -138,14 +149,14 @@ def tangent(node: ast.expr, tangents: dict[str, ast.expr]) -> ast.expr:
             raise ValueError(f"no rule differentiates the call {name}() in an expression")
         if rule.name == "pow" and isinstance(args[1], ast.Constant):
             # d(u^c) = c u^(c-1) du: skips the log(u) term, which is NaN for negative u
-            c = args[1].value
-            return _mul0(_mul(_num(c), _call("pow", args[0], _num(c - 1.0))), tangent(args[0], tangents))
+            c = _constant(args[1])
+            return _tmul(tangent(args[0], tangents), _mul(_num(c), _call("pow", args[0], _num(c - 1.0))))
         bound = {"x": args[0], "y": args[1] if len(args) > 1 else _num(0), "z": node}
         total: ast.expr = _num(0)
         for k, partial in enumerate(rule.partials):
             d_arg = tangent(args[k], tangents)
             if not _is(d_arg, 0):
-                total = _add(total, _mul0(_substitute(partial, bound), d_arg))
+                total = _add(total, _tmul(d_arg, _substitute(partial, bound)))
         return total
     raise ValueError(f"cannot differentiate {ast.unparse(node)!r}")
 
@@ -165,7 +176,7 @@ def render(node: ast.expr) -> str:
 def partial_tangent(rule: rules.Rule, k: int) -> str:
     """Tangent of ``rule.partials[k]`` along (dx, dy), with dz the output's tangent."""
     tree = ast.parse(rule.partials[k], mode="eval").body
-    tangents = {"x": ast.Name("dx"), "z": ast.Name("dz")}
+    tangents: dict[str, ast.expr] = {"x": ast.Name("dx"), "z": ast.Name("dz")}
     if rule.arity == 2:
         tangents["y"] = ast.Name("dy")
     return render(tangent(tree, tangents))

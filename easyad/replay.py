@@ -34,6 +34,7 @@ _FORMAT_VERSION = 1
 _PARALLEL_WORK = 200_000
 _HESSIAN_BLOCK = 16  # directions per forward-over-reverse sweep
 
+_CORES = os.cpu_count() or 1
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -42,7 +43,7 @@ def _threads() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+            _pool = ThreadPoolExecutor(max_workers=_CORES,
                                        thread_name_prefix="easyad-replay")
         return _pool
 
@@ -191,15 +192,44 @@ class Function:
         self._need_scalar("hessian")
         X, batch = self._rows(x)
         n = self.n_inputs
-        H = np.empty((X.shape[0], n, n))
-        mask = None
-        for start in range(0, n, _HESSIAN_BLOCK):
-            stop = min(n, start + _HESSIAN_BLOCK)
-            seeds = np.zeros((1, n, stop - start))
-            seeds[0, np.arange(start, stop), np.arange(stop - start)] = 1.0
-            _, _, H[:, :, start:stop], mask = self._run(_SECOND, X, on_branch_change,
-                                                         "hessian", (seeds,))
+        plan = self._hessian_plan()
+        if plan is None:  # dense: every direction, in blocks
+            H = np.empty((X.shape[0], n, n))
+            mask = None
+            for start in range(0, n, _HESSIAN_BLOCK):
+                stop = min(n, start + _HESSIAN_BLOCK)
+                seeds = np.zeros((1, n, stop - start))
+                seeds[0, np.arange(start, stop), np.arange(stop - start)] = 1.0
+                _, _, H[:, :, start:stop], mask = self._run(_SECOND, X, on_branch_change,
+                                                             "hessian", (seeds,))
+            return self._masked(H if batch else H[0], mask, batch)
+        # sparse: one sweep direction per colour of columns, then direct recovery
+        rows, cols, colour, colours = plan
+        seeds = np.zeros((1, n, colours))
+        seeds[0, np.arange(n), colour] = 1.0
+        _, _, compressed, mask = self._run(_SECOND, X, on_branch_change, "hessian", (seeds,))
+        H = np.zeros((X.shape[0], n, n))
+        H[:, rows, cols] = compressed[:, rows, colour[cols]]
+        if mask is not None:
+            H[mask] = np.nan
         return self._masked(H if batch else H[0], mask, batch)
+
+    def _hessian_plan(self) -> tuple[Any, ...] | None:
+        """The Hessian's sparsity and column colouring, found once (None: go dense)."""
+        if not hasattr(self, "_plan"):
+            from easyad import _sparsity
+            n = self.n_inputs
+            pattern = _sparsity.hessian_pattern(self.tape._arrays(), self.inputs,
+                                                self.outputs[0])
+            plan = None
+            if pattern is not None:
+                rows, cols = pattern
+                colour = _sparsity.colour_columns(n, rows, cols)
+                colours = int(colour.max()) + 1 if n else 0
+                if colours < n:
+                    plan = (rows, cols, colour, colours)
+            self._plan = plan
+        return self._plan
 
     def hvp(self, x: ArrayLike, v: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """The Hessian-vector product H(x) v without forming H (one sweep); v is (n,) or
@@ -287,28 +317,29 @@ class Function:
         if what == _SECOND:
             seeds = np.ascontiguousarray(extra[0])
             second = np.empty((B, n, seeds.shape[2]))
-        changed = np.zeros(B, dtype=np.uint8)
-        guard = np.full(B, -1, dtype=np.int32)
-        status = np.zeros(B, dtype=np.int32)
-        status_entry = np.full(B, -1, dtype=np.int32)
+        # the sweeps fill these for every row (status_entry only where status is set)
+        changed = np.empty(B, dtype=np.uint8)
+        guard = np.empty(B, dtype=np.int32)
+        status = np.empty(B, dtype=np.int32)
+        status_entry = np.empty(B, dtype=np.int32)
         args = (what, X, out, jac, second, seeds, changed, guard, status, status_entry)
         work = B * max(1, len(self)) * (1 + (seeds.shape[2] if seeds is not None else 0))
-        workers = min(os.cpu_count() or 1, B)
+        workers = min(_CORES, B)
         if workers > 1 and work >= _PARALLEL_WORK:
             bounds = np.linspace(0, B, workers + 1).astype(int)
-            run: Callable[..., None] = self._replayer.run
+            run: Callable[..., tuple[int, int]] = self._replayer.run
             futures = [_threads().submit(run, *args, int(a), int(b))
                        for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-            for future in futures:
-                future.result()
+            firsts = [future.result() for future in futures]
+            bad = next((e for e, _ in firsts if e >= 0), -1)
+            first_changed = next((c for _, c in firsts if c >= 0), -1)
         else:
-            self._replayer.run(*args, 0, B)
-        bad = np.flatnonzero(status)
-        if bad.size:
-            self._raise_status(X, int(bad[0]), int(status[bad[0]]), int(status_entry[bad[0]]))
-        rows = np.flatnonzero(changed)
+            bad, first_changed = self._replayer.run(*args, 0, B)
+        if bad >= 0:
+            self._raise_status(X, bad, int(status[bad]), int(status_entry[bad]))
         mask = changed.astype(bool) if mode == "mask" else None
-        if rows.size:
+        if first_changed >= 0:
+            rows = np.flatnonzero(changed)
             if mode == "raise":
                 raise BranchChangedError(self._branch_message(X, int(rows[0]), int(guard[rows[0]])))
             if mode == "retape":
