@@ -51,8 +51,10 @@ from easyad._core import (
     where,
 )
 from easyad._core import Comparison
+from easyad.anomaly import detect_anomaly
 from easyad.checks import check_gradients
 from easyad.errors import (
+    AnomalyError,
     BranchChangedError,
     GradientCheckError,
     ShapeError,
@@ -71,7 +73,7 @@ __all__ = [
     "BranchChangedError", "Comparison", "Derivatives", "Function", "GradientCheckError",
     "Numeric", "Real", "Record", "ShapeError", "StaleRecordError", "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
-    "Primitive", "define", "primitive",
+    "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly",
     "abs", "absolute", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
     "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
     "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",

@@ -30,6 +30,7 @@ cdef class WengertList:
     cdef list _node_order    # indices of OP_NODE entries, ascending
     cdef dict _customs       # entry index -> user primitive (OP_CUSTOM)
     cdef dict _names         # entry index -> name
+    cdef readonly dict _lines  # entry index -> "file:line" that recorded it (anomaly mode)
     cdef dict _indices       # name -> entry index
     cdef readonly Py_ssize_t serial
 

@@ -114,6 +114,39 @@ def _binary_fallback(function, str name, str numpy_name, x, y):
     _raise_operands(name, x, y)
 
 
+# ---- anomaly detection (ad.detect_anomaly): one flag, read by every generated operation ----
+
+cdef bint _anomaly_mode = False
+
+
+def _set_anomaly_mode(bint on):
+    """Switch NaN/inf detection on or off (easyad.anomaly.detect_anomaly does this)."""
+    global _anomaly_mode
+    previous = _anomaly_mode
+    _anomaly_mode = on
+    return previous
+
+
+def _anomaly_enabled():
+    return _anomaly_mode
+
+
+cdef int _report_anomaly(str name, str mode, double z, double dz) except -1:
+    from easyad.anomaly import report
+    report(name, mode, z, dz)
+    return 0
+
+
+cdef int _anomaly_on_tape(WengertList tape, str name, double z, double p0,
+                          double p1) except -1:
+    # remembers where each entry was recorded, to name the line a backward sweep blames
+    from easyad.anomaly import user_line, report
+    if not (isfinite(z) and isfinite(p0) and isfinite(p1)):
+        report(name, "reverse mode (Record)", z, p0 if not isfinite(p0) else p1)
+    tape._lines[tape._length] = user_line()
+    return 0
+
+
 include "_checks.pxi"
 include "_ops.pxi"
 include "_tape.pxi"

@@ -90,6 +90,7 @@ cdef class WengertList:
         self._nodes = {}
         self._node_order = []
         self._customs = {}
+        self._lines = {}
         self._names = {}
         self._indices = {}
 
@@ -185,6 +186,7 @@ cdef class WengertList:
         self._nodes.clear()  # releases the tensors (and device buffers) nodes hold
         self._node_order.clear()
         self._customs.clear()
+        self._lines.clear()
         self._names.clear()
         self._indices.clear()
 

@@ -17,9 +17,13 @@ class BranchChangedError(ValueError):
     """A recorded Function, replayed at a new point, would take another branch."""
 
 
+class AnomalyError(FloatingPointError):
+    """Under ad.detect_anomaly(): an operation produced a NaN or inf value or derivative."""
+
+
 class ShapeError(ValueError):
     """Operands of a tensor operation have shapes that do not fit together."""
 
 
 __all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",
-           "ShapeError"]
+           "ShapeError", "AnomalyError"]

@@ -337,6 +337,9 @@ class Function:
             bad, first_changed = self._replayer.run(*args, 0, B)
         if bad >= 0:
             self._raise_status(X, bad, int(status[bad]), int(status_entry[bad]))
+        if _core._anomaly_enabled():
+            from easyad.anomaly import check_replay
+            check_replay(self, X, [out, jac, second])
         mask = changed.astype(bool) if mode == "mask" else None
         if first_changed >= 0:
             rows = np.flatnonzero(changed)

@@ -1,0 +1,104 @@
+"""``ad.detect_anomaly()``: stop at the first operation whose value or derivative is NaN/inf.
+
+Off by default and free when off: every generated operation of the compiled core reads one
+C flag. When on, a Trace or Record operation that produces a non-finite value or derivative
+raises ``ad.AnomalyError`` naming the operation and the line of user code that ran it;
+Records remember where they were recorded, so a backward sweep that produces a non-finite
+adjoint names the operation (and line) it flowed through; a replayed Function whose results
+are not finite is re-recorded at that point to find the operation.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from easyad import _core
+from easyad._rules import OPCODE_NAMES
+from easyad.errors import AnomalyError
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_line() -> str:
+    """'file:line' of the innermost frame outside easyad (the user's code)."""
+    for frame in reversed(traceback.extract_stack()):
+        if not os.path.abspath(frame.filename).startswith(_PACKAGE):
+            return f"{frame.filename}:{frame.lineno}"
+    return "<easyad>"
+
+
+def report(name: str, mode: str, value: float, derivative: float) -> None:
+    what = "value" if not math.isfinite(value) else "derivative"
+    number = value if what == "value" else derivative
+    raise AnomalyError(f"{name} produced a {what} of {number} in {mode}, at {user_line()} "
+                       f"(ad.detect_anomaly is on)")
+
+
+def check_backward(tape: Any, derivatives: Any, output: int) -> None:
+    """Raise if the sweep gave a non-finite adjoint: name the operation it came through."""
+    adjoints = derivatives._adjoint_array()
+    bad = np.flatnonzero(~np.isfinite(adjoints))
+    if bad.size == 0:
+        return
+    arrays = tape._arrays()
+    j = int(bad.max())  # the first to go bad, walking back from the output
+    consumers = [i for i in range(j + 1, output + 1)
+                 if (arrays["arg0"][i] == j or arrays["arg1"][i] == j)
+                 and math.isfinite(adjoints[i])]
+    culprit = consumers[0] if consumers else j
+    op = OPCODE_NAMES[arrays["ops"][culprit]]
+    line = tape._lines.get(culprit, "an unknown line (recorded before detect_anomaly)")
+    raise AnomalyError(f"the backward sweep produced an adjoint of {adjoints[j]} for entry "
+                       f"{j}, through {op} (entry {culprit}) recorded at {line}: its partial "
+                       f"derivative is not finite there (ad.detect_anomaly is on)")
+
+
+def check_replay(function: Any, X: Any, results: list[Any]) -> None:
+    """Raise if replayed results are not finite; re-record f there to name the operation."""
+    for array in results:
+        if array is None:
+            continue
+        finite = np.isfinite(array).reshape(array.shape[0], -1).all(axis=1)
+        if finite.all():
+            continue
+        row = int(np.flatnonzero(~finite)[0])
+        if function.f is not None:
+            from easyad.replay import record
+            with detect_anomaly():
+                F = record(function.f, X[row])
+                F.tape._record_at(F.outputs[0]).derivatives()
+        raise AnomalyError(f"replay produced a non-finite result at row {row} (x = "
+                           f"{X[row].tolist()}) (ad.detect_anomaly is on)")
+
+
+@contextlib.contextmanager
+def detect_anomaly() -> Iterator[None]:
+    """Within the block, raise ``ad.AnomalyError`` at the first NaN or inf value or
+    derivative (forward, backward or replay), naming the operation and the user's line.
+    Process-wide; off again when the block ends.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> lst = ad.WengertList()
+    >>> x = lst.variable(0.0)
+    >>> with ad.detect_anomaly():
+    ...     y = ad.sqrt(x)       # sqrt'(0) is inf
+    Traceback (most recent call last):
+    ...
+    easyad.errors.AnomalyError: sqrt produced a derivative of inf in reverse mode (Record), ...
+    """
+    previous = _core._set_anomaly_mode(True)
+    try:
+        yield
+    finally:
+        _core._set_anomaly_mode(previous)
+
+
+__all__ = ["detect_anomaly", "AnomalyError"]
