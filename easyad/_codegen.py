@@ -148,23 +148,41 @@ def render_ops_h() -> str:
     def tangent(r: rules.Rule, k: int) -> str:
         return f"easyad_{r.name}_t{k}(x, y, z, dx, dy, dz)" if k < r.arity else "0.0"
 
-    out.append("\n/* ---- opcode dispatch for replay (rule opcodes only) ---- */")
-    dispatch("static inline double easyad_rule_value(int op, double x, double y)",
+    out.append("\n/* ---- opcode dispatch for replay (rule opcodes only) ---- */\n"
+               "/* inlined into the sweep loops: a call per entry would cost as much as the math */\n"
+               "#if defined(__GNUC__)\n#define EASYAD_DISPATCH static inline __attribute__((always_inline))\n"
+               "#else\n#define EASYAD_DISPATCH static inline\n#endif")
+    dispatch("EASYAD_DISPATCH double easyad_rule_value(int op, double x, double y)",
              lambda r: f"return easyad_{r.name}_value(x, y);", "return NAN;")
     # need0/need1: whether that operand is recorded; a constant operand's partial is never
     # read, and skipping it saves e.g. the log(x) of x ** 2.0's exponent partial
-    dispatch("static inline double easyad_rule_eval(int op, double x, double y, "
+    dispatch("EASYAD_DISPATCH double easyad_rule_eval(int op, double x, double y, "
              "double* p0, double* p1, int need0, int need1)",
              lambda r: (f"{{ double z = easyad_{r.name}_value(x, y); "
                         f"*p0 = need0 ? {partial(r, 0)} : 0.0; "
                         f"*p1 = need1 ? {partial(r, 1)} : 0.0; return z; }}"),
              "*p0 = NAN; *p1 = NAN; return NAN;")
-    dispatch(f"static inline void easyad_rule_tangents(int op, {tangent_params}, "
+    dispatch(f"EASYAD_DISPATCH void easyad_rule_tangents(int op, {tangent_params}, "
              "double* dp0, double* dp1, int need0, int need1)",
              lambda r: (f"*dp0 = need0 ? {tangent(r, 0)} : 0.0; "
                         f"*dp1 = need1 ? {tangent(r, 1)} : 0.0; return;"),
              "*dp0 = NAN; *dp1 = NAN; return;")
-    dispatch("static inline int easyad_rule_status(int op, double x, double y, double z)",
+    # K directions at once: one switch per entry, the directions in the inner loop.
+    # dxv/dyv: the operands' tangents (NULL for a constant operand), p0/p1 the partials.
+    def tangents_block(r: rules.Rule) -> str:
+        return ("{ for (k = 0; k < K; k++) { double dx = dxv ? dxv[k] : 0.0; "
+                "double dy = dyv ? dyv[k] : 0.0; double dz = mul0(p0, dx) + mul0(p1, dy); "
+                f"dzv[k] = dz; dp0v[k] = dxv ? {tangent(r, 0)} : 0.0; "
+                f"dp1v[k] = dyv ? {tangent(r, 1)} : 0.0; }} return; }}")
+    out.append("\nEASYAD_DISPATCH void easyad_rule_tangents_block(int op, double x, double y, "
+               "double z, double p0, double p1, const double* dxv, const double* dyv, "
+               "long K, double* dzv, double* dp0v, double* dp1v) {\n    long k;\n"
+               "    switch (op) {\n")
+    for r in rules.RULES:
+        out.append(f"    case EASYAD_OP_{r.name.upper()}: {tangents_block(r)}\n")
+    out.append("    default: for (k = 0; k < K; k++) { dzv[k] = NAN; dp0v[k] = NAN; "
+               "dp1v[k] = NAN; } return;\n    }\n}\n")
+    dispatch("EASYAD_DISPATCH int easyad_rule_status(int op, double x, double y, double z)",
              lambda r: f"return {_C_STATUS[r.errors]};", "return EASYAD_OK;")
     out.append("\n#endif\n")
     return "".join(out)
@@ -187,7 +205,10 @@ def render_ops() -> str:
                "    void easyad_rule_tangents(int op, double x, double y, double z, double dx,\n"
                "                              double dy, double dz, double* dp0, double* dp1,\n"
                "                              int need0, int need1)\n"
-               "    int easyad_rule_status(int op, double x, double y, double z)\n")
+               "    int easyad_rule_status(int op, double x, double y, double z)\n"
+               "    void easyad_rule_tangents_block(int op, double x, double y, double z, double p0,\n"
+               "                                    double p1, const double* dxv, const double* dyv,\n"
+               "                                    long K, double* dzv, double* dp0v, double* dp1v)\n")
     out.append("    double sign(double t)\n    double heaviside(double t)\n"
                "    double mul0(double a, double b)\n    double div0(double a, double b)\n")
     for r in rules.RULES:

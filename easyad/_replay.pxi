@@ -207,15 +207,19 @@ cdef int _second_order_row(const _Program* P, const double* v, const double* p0,
             if code:
                 status_entry[0] = <int32_t>i
                 return code
+        if op >= OP_FIRST_RULE:
+            # one switch, the K directions inside; a constant operand has no tangent (NULL)
+            easyad_rule_tangents_block(op, x, y, z, p0[i], p1[i],
+                                       &dv[a * K] if a >= 0 else NULL,
+                                       &dv[b * K] if b >= 0 else NULL,
+                                       K, dvi, &dp0[i * K], &dp1[i * K])
+            continue
         for k in range(K):
             dx = dv[a * K + k] if a >= 0 else 0.0
             dy = dv[b * K + k] if b >= 0 else 0.0
             dz = mul0(p0[i], dx) + mul0(p1[i], dy)
             dvi[k] = dz
-            if op >= OP_FIRST_RULE:
-                easyad_rule_tangents(op, x, y, z, dx, dy, dz, &dp0[i * K + k], &dp1[i * K + k],
-                                     a >= 0, b >= 0)
-            elif op == OP_CUSTOM:
+            if op == OP_CUSTOM:
                 dp0[i * K + k] = mul0(h00, dx) + mul0(h01, dy)
                 dp1[i * K + k] = mul0(h01, dx) + mul0(h11, dy)
             else:  # select: constant partials

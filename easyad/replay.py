@@ -204,12 +204,11 @@ class Function:
                                                              "hessian", (seeds,))
             return self._masked(H if batch else H[0], mask, batch)
         # sparse: one sweep direction per colour of columns, then direct recovery
-        rows, cols, colour, colours = plan
-        seeds = np.zeros((1, n, colours))
-        seeds[0, np.arange(n), colour] = 1.0
+        seeds, target, source = plan
         _, _, compressed, mask = self._run(_SECOND, X, on_branch_change, "hessian", (seeds,))
-        H = np.zeros((X.shape[0], n, n))
-        H[:, rows, cols] = compressed[:, rows, colour[cols]]
+        B = X.shape[0]
+        H = np.zeros((B, n, n))
+        H.reshape(B, n * n)[:, target] = compressed.reshape(B, -1)[:, source]
         if mask is not None:
             H[mask] = np.nan
         return self._masked(H if batch else H[0], mask, batch)
@@ -227,7 +226,10 @@ class Function:
                 colour = _sparsity.colour_columns(n, rows, cols)
                 colours = int(colour.max()) + 1 if n else 0
                 if colours < n:
-                    plan = (rows, cols, colour, colours)
+                    seeds = np.zeros((1, n, colours))
+                    seeds[0, np.arange(n), colour] = 1.0
+                    # H[r, c] is entry (r, colour[c]) of the compressed H @ seeds
+                    plan = (seeds, rows * n + cols, rows * colours + colour[cols])
             self._plan = plan
         return self._plan
 
