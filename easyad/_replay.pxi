@@ -330,7 +330,9 @@ cdef class _Replayer:
         self.program.values = tape._values
         self.program.partial0 = tape._partial0
         self.program.partial1 = tape._partial1
-        self.program.length = max(self._outputs) + 1
+        # the whole tape: a guard recorded after the last output (f returned an input, or
+        # a value computed before its branch) must still be checked
+        self.program.length = tape._length
         self.program.inputs = &ins[0] if ins.shape[0] else NULL
         self.program.n_inputs = ins.shape[0]
         self.program.outputs = &outs[0]

@@ -148,7 +148,7 @@ class Function:
         return len(self.outputs)
 
     def __len__(self) -> int:
-        """Entries the replay runs (the tape up to the last output)."""
+        """Entries the replay runs (the whole recorded tape)."""
         return int(self._replayer.length)
 
     def __repr__(self) -> str:

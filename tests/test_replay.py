@@ -241,3 +241,12 @@ def test_scipy_trust_exact_with_easyad_gradient_and_hessian():
                                options={"gtol": 1e-10})
     assert result.success
     np.testing.assert_allclose(result.x, np.ones(5), atol=1e-6)
+
+
+def test_guard_after_the_output_is_checked():
+    # f returns its input unchanged on one branch: the guard comes after the output entry
+    F = ad.record(lambda v: v[0] if v[0] > 0 else -v[0], [1.0])
+    np.testing.assert_array_equal(F.gradient([2.0]), [1.0])
+    with pytest.raises(ad.BranchChangedError):
+        F.gradient([-1.0])
+    np.testing.assert_array_equal(F.gradient([-1.0], on_branch_change="retape"), [-1.0])
