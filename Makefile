@@ -1,12 +1,13 @@
 # easyad: every target does its own set-up in .venv (created on first use).
 #   make tour    the tour of the library (python -m easyad)
 #   make test    the test suite (what CI runs)
+#   make docs    the documentation site, strict (warnings are errors) -> docs/_build/html
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: tour test bench build clean
+.PHONY: tour test docs bench build clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +15,7 @@ $(BIN)/python:
 $(VENV)/.deps: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q "setuptools>=77" "Cython>=3.0" wheel "numpy>=1.24"
 	$(BIN)/python -m pip install -q pytest hypothesis sympy mypy "scipy>=1.10" "torch==2.13.0"
+	$(BIN)/python -m pip install -q "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7"
 	$(BIN)/python -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
@@ -27,6 +29,11 @@ tour: build
 test: build
 	$(BIN)/python -m pytest
 
+# the same strict build tests/test_docs_site.py runs; figures: docs/scripts/*.py
+docs: build
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+	@echo "open docs/_build/html/index.html"
+
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(BENCH)
@@ -39,4 +46,4 @@ bench: $(BENCH)/.deps build
 	$(BENCH)/bin/python benchmarks/run.py
 
 clean:
-	rm -rf build $(VENV) $(BENCH) easyad/*.so easyad/_core.c
+	rm -rf build $(VENV) $(BENCH) easyad/*.so easyad/_core.c docs/_build docs/_generated

@@ -209,7 +209,7 @@ cdef class WengertList:
 
     @property
     def bytes_per_entry(self):
-        """Bytes one entry takes: value, two partials, two int32 operands, a byte opcode."""
+        """Bytes one entry takes (value, two partials, two int32 operands, a byte opcode)."""
         return _ENTRY_BYTES
 
     def __repr__(self):

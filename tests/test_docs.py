@@ -11,11 +11,20 @@ def python_blocks(path):
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/conventions.md"])
-def test_code_blocks_run(doc):
+# README and every page of the documentation site (docs/*.md): each page's blocks run in
+# order in one namespace, as a reader would type them
+DOCS = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]
+
+
+def test_docs_pages_are_collected():
+    assert "docs/conventions.md" in DOCS and "docs/errors.md" in DOCS
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_code_blocks_run(doc, capsys):
     blocks = python_blocks(ROOT / doc)
     assert blocks, f"{doc} has no python examples"
-    namespace = {}
+    namespace = {"__name__": "__docs__"}
     for block in blocks:
         exec(compile(block, doc, "exec"), namespace)
 

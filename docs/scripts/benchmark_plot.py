@@ -1,0 +1,90 @@
+"""Plot the main ratios of the benchmark result files (benchmarks/results/*.md).
+
+Every table of every results file that has a "ratio" column becomes one panel: a bar per row
+(log scale), read from the file, with the file's date in the title. Writes
+docs/images/benchmark_ratios.png (committed). Run it after ``make bench``:
+
+    .venv/bin/python docs/scripts/benchmark_plot.py [--results DIR] [--output PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def tables(text: str) -> list[list[list[str]]]:
+    """The markdown tables of ``text``: lists of rows of stripped cells (header first)."""
+    found, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                current.append(cells)
+        elif current:
+            found.append(current)
+            current = []
+    return found
+
+
+def ratio_panels(path: pathlib.Path) -> list[tuple[str, str, list[str], list[float]]]:
+    """(title, ratio column name, row labels, ratios) for each table with a ratio column."""
+    text = path.read_text()
+    date = re.search(r"^- date: (.+)$", text, flags=re.M)
+    title = text.splitlines()[0].lstrip("# ").split(":")[0]
+    panels = []
+    for table in tables(text):
+        header, rows = table[0], table[1:]
+        columns = [i for i, name in enumerate(header) if name.lower().startswith("ratio")]
+        if not columns:
+            continue
+        labels, ratios = [], []
+        for row in rows:
+            number = re.match(r"[\d,.]+", row[columns[0]].replace(",", ""))
+            if number:
+                labels.append(row[0])
+                ratios.append(float(number.group(0).rstrip(".")))
+        panels.append((f"{title} ({path.name}, {date.group(1) if date else 'undated'})",
+                       header[columns[0]], labels, ratios))
+    return panels
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--output", type=pathlib.Path,
+                        default=ROOT / "docs" / "images" / "benchmark_ratios.png")
+    args = parser.parse_args(argv)
+    panels = [p for path in sorted(args.results.glob("*.md")) for p in ratio_panels(path)]
+    if not panels:
+        raise SystemExit(f"no table with a ratio column in {args.results}/*.md")
+    height = sum(0.9 + 0.32 * len(labels) for _, _, labels, _ in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, height), squeeze=False)
+    for ax, (title, column, labels, ratios) in zip(axes[:, 0], panels):
+        y = range(len(labels))[::-1]
+        colors = ["C0" if "easyad" in label else "C7" if label.startswith("float") else "C3"
+                  for label in labels]
+        ax.barh(list(y), ratios, color=colors)
+        ax.set_xscale("log")
+        ax.axvline(1.0, color="black", lw=0.8)
+        for yi, value in zip(y, ratios):
+            ax.text(value, yi, f" {value:g}x", va="center", fontsize=8)
+        ax.set_yticks(list(y), labels, fontsize=8)
+        ax.set_xlabel(f"{column} (log scale; read from the results file)")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlim(right=max(ratios) * 6)
+    fig.tight_layout()
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.output, dpi=100)
+    print(f"wrote {args.output}: {len(panels)} table(s)")
+
+
+if __name__ == "__main__":
+    main()
