@@ -14,6 +14,7 @@ $(BIN)/python:
 $(VENV)/.deps: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q "setuptools>=77" "Cython>=3.0" wheel "numpy>=1.24"
 	$(BIN)/python -m pip install -q pytest hypothesis sympy mypy "torch==2.13.0"
+	$(BIN)/python -m pip install -q pyopencl pocl-binary-distribution
 	$(BIN)/python -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 

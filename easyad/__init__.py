@@ -2,7 +2,7 @@
 
 Public API only (no logic here). Layers, each depending on the ones before:
 rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions)
--> numeric protocols (numeric.py).
+-> numeric protocols (numeric.py) -> tensors (easyad/tensor: Tensor on numpy or OpenCL).
 """
 from easyad._core import (
     Derivatives,
@@ -48,8 +48,25 @@ from easyad._core import (
     tanh,
     where,
 )
-from easyad.errors import StaleRecordError, TapeMismatchError
+from easyad.errors import ShapeError, StaleRecordError, TapeMismatchError
 from easyad.numeric import Numeric, Real
+from easyad.tensor import (
+    Device,
+    Tensor,
+    amax,
+    amin,
+    concatenate,
+    devices,
+    eval_shape,
+    get_device,
+    log_softmax,
+    logsumexp,
+    mean,
+    set_device,
+    softmax,
+    stack,
+    sum,
+)
 
 __version__ = "0.1.0"
 
@@ -60,4 +77,7 @@ __all__ = [
     "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
     "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",
     "minimum", "pow", "power", "sin", "sinh", "sqrt", "tan", "tanh", "where",
+    # tensors
+    "Device", "ShapeError", "Tensor", "amax", "amin", "concatenate", "devices", "eval_shape",
+    "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack", "sum",
 ]

@@ -78,7 +78,8 @@ def _code(text: str) -> Any:
 
 def compile_expression(text: str, namespace: Mapping[str, Any]) -> Expression:
     """A rule expression as a Python function ``(x, y, z) -> value`` over ``namespace``."""
-    return eval(_code(text), dict(namespace))  # noqa: S307 (text comes from the rule table)
+    function: Expression = eval(_code(text), dict(namespace))  # noqa: S307 (the rule table)
+    return function
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,10 @@ CONTRACT = {
     "atanh", "exp", "expm1", "log", "ln", "log2", "log10", "log1p", "sqrt", "cbrt", "abs",
     "erf", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
     "pow", "atan2", "hypot", "maximum", "minimum", "where",
+    # tensors (issue 4)
+    "Tensor", "Device", "ShapeError", "devices", "set_device", "get_device", "sum", "mean",
+    "amax", "amin", "concatenate", "stack", "logsumexp", "softmax", "log_softmax",
+    "eval_shape",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {"add", "sub", "mul", "div", "neg"}
