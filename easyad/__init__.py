@@ -53,6 +53,7 @@ from easyad.numeric import Numeric, Real
 from easyad.tensor import (
     Device,
     Tensor,
+    TraceTensor,
     amax,
     amin,
     concatenate,
@@ -78,6 +79,6 @@ __all__ = [
     "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",
     "minimum", "pow", "power", "sin", "sinh", "sqrt", "tan", "tanh", "where",
     # tensors
-    "Device", "ShapeError", "Tensor", "amax", "amin", "concatenate", "devices", "eval_shape",
+    "Device", "ShapeError", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices", "eval_shape",
     "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack", "sum",
 ]

@@ -42,7 +42,7 @@ CONTRACT = {
     "erf", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
     "pow", "atan2", "hypot", "maximum", "minimum", "where",
     # tensors (issue 4)
-    "Tensor", "Device", "ShapeError", "devices", "set_device", "get_device", "sum", "mean",
+    "Tensor", "TraceTensor", "Device", "ShapeError", "devices", "set_device", "get_device", "sum", "mean",
     "amax", "amin", "concatenate", "stack", "logsumexp", "softmax", "log_softmax",
     "eval_shape",
 }

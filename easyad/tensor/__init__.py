@@ -12,7 +12,8 @@ from easyad.tensor._devices import Device, devices, get_device, set_device
 from easyad.tensor._functions import (amax, amin, concatenate, eval_shape, log_softmax,
                                       logsumexp, mean, softmax, stack, sum)
 from easyad.tensor._tensor import Tensor
+from easyad.tensor._trace import TraceTensor
 
 __all__ = ["Device", "Tensor", "amax", "amin", "concatenate", "devices", "eval_shape",
            "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack",
-           "sum"]
+           "sum", "TraceTensor"]

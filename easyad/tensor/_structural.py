@@ -180,7 +180,9 @@ def _transposed(be: Any, data3: Any, shape3: tuple[int, int, int]) -> Any:
 
 def matmul(a: Any, b: Any) -> Any:
     be = (a if isinstance(a, Tensor) else b)._backend
-    A, B = _tensor_operand(a, be), _tensor_operand(b, be)
+    A, B = operand(a, be), operand(b, be)
+    if A is None or B is None:
+        return NotImplemented
     out_shape = shapes.matmul(A.shape, B.shape)
     dtype = result_dtype([A, B])
     tape = common_tape("matmul", [A, B])

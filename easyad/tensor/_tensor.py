@@ -96,7 +96,9 @@ def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
             return Operand(float(v.number), (), None, -1, None)
         v.name  # raises StaleRecordError for a Record made before lst.clear()
         return Operand(float(v.number), (), v.tape, v.index, None)
-    if type(v) is Trace or type(v).__name__ == "TraceTensor":
+    if type(v).__name__ == "TraceTensor":
+        return None   # NotImplemented: a constant tensor with a TraceTensor is forward mode
+    if type(v) is Trace:
         raise TypeError(f"cannot combine a Tensor with a {type(v).__name__}: forward mode "
                         f"and reverse mode do not mix")
     if isinstance(v, (bool, int, float, np.number, np.bool_)):
@@ -566,6 +568,9 @@ class Tensor:
     @staticmethod
     def _where(condition: Any, a: Any, b: Any) -> Any:
         """ad.where(condition, a, b) when any of them is a Tensor."""
+        for v in (condition, a, b):
+            if type(v).__name__ == "TraceTensor":
+                return type(v)._where(condition, a, b)
         return _structural.where(condition, a, b)
 
 
