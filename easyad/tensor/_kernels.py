@@ -149,7 +149,70 @@ __kernel void easyad_put(__global {ctype}* out, __global const {ctype}* restrict
 """
 
 
-# Tiled matmul: each work-group computes a TM x TN tile of C for one batch entry, staging
+# Matmul for CPU devices: C = L R^T with L (M, K) and R (N, K) both read along K, so every
+# load is a contiguous vector (double8: one AVX-512 register). Each work-item keeps an
+# RM x RN block of C in vector accumulators; no local memory, no barriers (PoCL runs the
+# work-items of a group in a loop, and barriers would spill the accumulators).
+MATMUL_NT_BLOCK = {"RM": 4, "RN": 4}
+MATMUL_NT_GROUP = (8, 8)
+
+
+def render_matmul_nt(real: str) -> str:
+    width = 8 if real == "double" else 16
+    b = MATMUL_NT_BLOCK
+    return preamble(real) + f"""typedef {real}{width} vec_t;
+#define RM {b['RM']}
+#define RN {b['RN']}
+#define VW {width}
+static inline real_t hsum(vec_t v) {{
+    real_t s = (real_t)0;
+    for (int i = 0; i < VW; ++i) s += ((real_t*)&v)[i];
+    return s;
+}}
+__kernel void easyad_matmul_nt(__global real_t* C, __global const real_t* restrict L,
+                               __global const real_t* restrict R, const int M, const int N,
+                               const int K, const long strideL, const long strideR)
+{{
+    const int j0 = get_global_id(0) * RN, i0 = get_global_id(1) * RM;
+    const long b = get_global_id(2);
+    L += b * strideL;
+    R += b * strideR;
+    C += b * (long)M * N;
+    if (i0 + RM <= M && j0 + RN <= N) {{
+        vec_t acc[RM][RN];
+        for (int r = 0; r < RM; ++r)
+            for (int c = 0; c < RN; ++c) acc[r][c] = (vec_t)(0);
+        int k = 0;
+        for (; k + VW <= K; k += VW) {{
+            vec_t l[RM], rr[RN];
+            for (int r = 0; r < RM; ++r) l[r] = vload{width}(0, L + (long)(i0 + r) * K + k);
+            for (int c = 0; c < RN; ++c) rr[c] = vload{width}(0, R + (long)(j0 + c) * K + k);
+            for (int r = 0; r < RM; ++r)
+                for (int c = 0; c < RN; ++c) acc[r][c] = fma(l[r], rr[c], acc[r][c]);
+        }}
+        for (int r = 0; r < RM; ++r)
+            for (int c = 0; c < RN; ++c) {{
+                real_t s = hsum(acc[r][c]);
+                for (int kk = k; kk < K; ++kk)
+                    s = fma(L[(long)(i0 + r) * K + kk], R[(long)(j0 + c) * K + kk], s);
+                C[(long)(i0 + r) * N + j0 + c] = s;
+            }}
+    }} else {{   /* a block on the edge: element by element */
+        for (int r = 0; r < RM; ++r)
+            for (int c = 0; c < RN; ++c) {{
+                const int i = i0 + r, j = j0 + c;
+                if (i >= M || j >= N) continue;
+                real_t s = (real_t)0;
+                for (int kk = 0; kk < K; ++kk)
+                    s = fma(L[(long)i * K + kk], R[(long)j * K + kk], s);
+                C[(long)i * N + j] = s;
+            }}
+    }}
+}}
+"""
+
+
+# Tiled matmul (for GPUs): each work-group computes a TM x TN tile of C for one batch entry, staging
 # TK-deep slabs of A and B in local memory; each work-item owns a WM x WN block of the tile
 # in registers. Batch entries of A or B may be shared (batch stride 0).
 MATMUL_TILE = {"TM": 64, "TN": 64, "TK": 16, "WM": 4, "WN": 4}

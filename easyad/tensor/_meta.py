@@ -55,8 +55,9 @@ class MetaBackend:
     def reduce(self, op: str, buf: MetaArray, axes: tuple[int, ...]) -> MetaArray:
         return MetaArray(tuple(n for d, n in enumerate(buf.shape) if d not in axes), buf.dtype)
 
-    def matmul(self, a: MetaArray, b: MetaArray) -> MetaArray:
-        return MetaArray((max(a.shape[0], b.shape[0]), a.shape[1], b.shape[2]), a.dtype)
+    def matmul(self, a: MetaArray, b: MetaArray, transpose_b: bool = False) -> MetaArray:
+        n = b.shape[1] if transpose_b else b.shape[2]
+        return MetaArray((max(a.shape[0], b.shape[0]), a.shape[1], n), a.dtype)
 
     def strided(self, buf: MetaArray, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...]) -> MetaArray:

@@ -145,9 +145,10 @@ class NumpyBackend:
         with np.errstate(all="ignore"):
             return self._track(np.ascontiguousarray(function(buf, axis=axes)))
 
-    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """(B|1, M, K) @ (B|1, K, N) -> (B, M, N)."""
-        return self._track(np.ascontiguousarray(np.matmul(a, b)))
+    def matmul(self, a: np.ndarray, b: np.ndarray, transpose_b: bool = False) -> np.ndarray:
+        """(B|1, M, K) @ (B|1, K, N) -> (B, M, N); ``transpose_b``: b is (B|1, N, K)."""
+        return self._track(np.ascontiguousarray(np.matmul(a, b.swapaxes(-1, -2)
+                                                          if transpose_b else b)))
 
     # -- data movement --
     def strided(self, buf: np.ndarray, offset: int, shape: tuple[int, ...],

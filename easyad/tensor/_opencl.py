@@ -59,6 +59,10 @@ class OpenCLBackend:
         self._kernels: dict[Any, Any] = {}
         self._live = 0
         self.compiles = 0
+        # buffers come from a pool: a freed buffer is reused by the next allocation of its
+        # size class instead of new device memory being mapped (and faulted in) each time
+        from pyopencl.tools import ImmediateAllocator, MemoryPool
+        self.pool = MemoryPool(ImmediateAllocator(self.queue))
 
     # -- compiling --
     def kernel(self, source: str, name: str, scalar_dtypes: list[Any]) -> Any:
@@ -87,7 +91,7 @@ class OpenCLBackend:
     # -- buffers --
     def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         dtype = _STORAGE.get(np.dtype(dtype), np.dtype(dtype))
-        a = cl_array.empty(self.queue, shape, dtype)
+        a = cl_array.empty(self.queue, shape, dtype, allocator=self.pool)
         self._live += 1
         weakref.finalize(a, self._release)
         return a
@@ -222,10 +226,16 @@ class OpenCLBackend:
             src, K = out, C
 
     # -- matmul --
-    def matmul(self, a: Any, b: Any) -> Any:
-        """(B|1, M, K) @ (B|1, K, N) -> (B, M, N), float64 or float32."""
+    def _transpose3(self, buf: Any) -> Any:
+        b, r, c = buf.shape
+        return self.strided(buf, 0, (b, c, r), (r * c, 1, c))
+
+    def matmul(self, a: Any, b: Any, transpose_b: bool = False) -> Any:
+        """(B|1, M, K) @ (B|1, K, N) -> (B, M, N), float64 or float32; with
+        ``transpose_b`` b is given as (B|1, N, K)."""
         ba, M, K = a.shape
-        bb, _, N = b.shape
+        bb = b.shape[0]
+        N = b.shape[1] if transpose_b else b.shape[2]
         batch = max(ba, bb)
         out = self._empty((batch, M, N), a.dtype)
         if out.size == 0:
@@ -234,6 +244,21 @@ class OpenCLBackend:
             out.fill(0.0)
             return out
         real = kernels.c_type(a.dtype)
+        if not self.device.is_gpu:
+            # CPU: C = A (B^T)^T with both operands read along K (see _kernels)
+            bt = b if transpose_b else self._transpose3(b)
+            k = self.kernel(kernels.render_matmul_nt(real), "easyad_matmul_nt",
+                            [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG])
+            blk = kernels.MATMUL_NT_BLOCK
+            group = kernels.MATMUL_NT_GROUP
+            items = (-(-N // blk["RN"]), -(-M // blk["RM"]))
+            global_size = (-(-items[0] // group[0]) * group[0],
+                           -(-items[1] // group[1]) * group[1], batch)
+            k(self.queue, global_size, (group[0], group[1], 1), out.data, a.data, bt.data,
+              M, N, K, M * K if ba > 1 else 0, K * N if bb > 1 else 0)
+            return out
+        if transpose_b:
+            b = self._transpose3(b)
         k = self.kernel(kernels.render_matmul(real), "easyad_matmul",
                         [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG])
         t = kernels.MATMUL_TILE

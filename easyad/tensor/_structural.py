@@ -201,7 +201,6 @@ def matmul(a: Any, b: Any) -> Any:
     if (tape is None or not (A.needs_adjoint or B.needs_adjoint)) and out_shape:
         return wrap(be, result, out_shape, dtype)
     a_shape3 = (nb if math.prod(a2[:-2]) != 1 else 1, m, k)
-    b_shape3 = (nb if math.prod(b2[:-2]) != 1 else 1, k, n)
     keep_a, keep_b = (A3 if B.needs_adjoint else None), (B3 if A.needs_adjoint else None)
     a_needs, b_needs, a_full, b_full = A.needs_adjoint, B.needs_adjoint, A.shape, B.shape
 
@@ -209,7 +208,7 @@ def matmul(a: Any, b: Any) -> Any:
         g3 = be.reshape(be.full((), g, dtype) if isinstance(g, float) else g, (nb, m, n))
         ga = gb = None
         if a_needs:
-            ga = be.matmul(g3, _transposed(be, keep_b, b_shape3))          # (nb, m, k)
+            ga = be.matmul(g3, keep_b, transpose_b=True)                      # (nb, m, k)
             ga = fold(be, be.reshape(ga, batch + (m, k)), batch + (m, k), a2)
             ga = be.reshape(ga, a_full)
         if b_needs:
