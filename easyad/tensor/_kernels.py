@@ -157,18 +157,27 @@ MATMUL_NT_BLOCK = {"RM": 4, "RN": 4}
 MATMUL_NT_GROUP = (8, 8)
 
 
+_HSUM = {8: """static inline real_t hsum(vec_t v) {
+    const double4 h = v.s0123 + v.s4567;
+    const double2 q = h.s01 + h.s23;
+    return q.s0 + q.s1;
+}""", 16: """static inline real_t hsum(vec_t v) {
+    const float8 o = v.s01234567 + v.s89abcdef;
+    const float4 h = o.s0123 + o.s4567;
+    const float2 q = h.s01 + h.s23;
+    return q.s0 + q.s1;
+}"""}
+
+
 def render_matmul_nt(real: str) -> str:
     width = 8 if real == "double" else 16
+    hsum = _HSUM[width]   # swizzles: no address is taken, the accumulators stay in registers
     b = MATMUL_NT_BLOCK
     return preamble(real) + f"""typedef {real}{width} vec_t;
 #define RM {b['RM']}
 #define RN {b['RN']}
 #define VW {width}
-static inline real_t hsum(vec_t v) {{
-    real_t s = (real_t)0;
-    for (int i = 0; i < VW; ++i) s += ((real_t*)&v)[i];
-    return s;
-}}
+{hsum}
 __kernel void easyad_matmul_nt(__global real_t* C, __global const real_t* restrict L,
                                __global const real_t* restrict R, const int M, const int N,
                                const int K, const long strideL, const long strideR)

@@ -140,6 +140,40 @@ def render_replay_kernel(arrays: dict[str, np.ndarray], inputs: list[int], outpu
             + f"\n    V[row] = v{output};\n    changed_out[row] = changed;\n}}\n")
 
 
+class ReplayKernel:
+    """A tape compiled for OpenCL replay: call it with X (B, n) for (values, grads,
+    branch_changed). Rendering and compiling happen once, here; calls only run it."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], inputs: Any, output: int,
+                 device: Any = None) -> None:
+        from easyad.tensor import _devices
+
+        backend = _devices.find_device(device if device is not None else "opencl").backend
+        if backend.kind != "opencl":
+            raise ValueError(f"OpenCL replay runs on an OpenCL device, not {device!r}")
+        self.inputs = [int(i) for i in inputs]
+        for i in self.inputs:
+            if _NAMES[arrays["ops"][i]] != "variable":
+                raise ValueError(f"entry {i} is not a variable")
+        self.backend = backend
+        self.source = render_replay_kernel(arrays, self.inputs, int(output))
+        self.kernel = backend.kernel(self.source, "easyad_replay",
+                                     [None, None, None, None, np.int64])
+
+    def __call__(self, X: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = len(self.inputs)
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != n:
+            raise ValueError(f"X must have shape (B, {n}), got {X.shape}")
+        be, B = self.backend, X.shape[0]
+        x_buf = be.asarray(X, np.float64)
+        values = be._empty((B,), np.float64)
+        grads = be._empty((B, n), np.float64)
+        changed = be._empty((B,), np.uint8)
+        be.launch(self.kernel, B, x_buf.data, values.data, grads.data, changed.data, B)
+        return (be.to_numpy(values), be.to_numpy(grads), be.to_numpy(changed).astype(bool))
+
+
 def replay_gradient_opencl(arrays: dict[str, np.ndarray], inputs: Any, output: int, X: Any,
                            device: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Value and gradient of a recorded scalar function at every row of ``X`` (B, n).
@@ -150,25 +184,4 @@ def replay_gradient_opencl(arrays: dict[str, np.ndarray], inputs: Any, output: i
     (a guard's outcome differs from the recording) has values that follow the recorded
     branch, not the function. ``device``: an OpenCL device spec (default: ``"opencl"``).
     """
-    from easyad.tensor import _devices
-
-    backend = _devices.find_device(device if device is not None else "opencl").backend
-    if backend.kind != "opencl":
-        raise ValueError(f"replay_gradient_opencl runs on an OpenCL device, not {device!r}")
-    inputs = [int(i) for i in inputs]
-    X = np.ascontiguousarray(X, dtype=np.float64)
-    if X.ndim != 2 or X.shape[1] != len(inputs):
-        raise ValueError(f"X must have shape (B, {len(inputs)}), got {X.shape}")
-    for i in inputs:
-        if _NAMES[arrays["ops"][i]] != "variable":
-            raise ValueError(f"entry {i} is not a variable")
-    source = render_replay_kernel(arrays, inputs, int(output))
-    k = backend.kernel(source, "easyad_replay", [None, None, None, None, np.int64])
-    B = X.shape[0]
-    x_buf = backend.asarray(X, np.float64)
-    values = backend._empty((B,), np.float64)
-    grads = backend._empty((B, len(inputs)), np.float64)
-    changed = backend._empty((B,), np.uint8)
-    backend.launch(k, B, x_buf.data, values.data, grads.data, changed.data, B)
-    return (backend.to_numpy(values), backend.to_numpy(grads),
-            backend.to_numpy(changed).astype(bool))
+    return ReplayKernel(arrays, inputs, output, device)(X)

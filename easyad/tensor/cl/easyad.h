@@ -35,6 +35,17 @@ static inline real_t easyad_fn_minimum(real_t a, real_t b) { return (a != a || a
 #define maximum easyad_fn_maximum
 #define minimum easyad_fn_minimum
 
+/* pow with the exponent's special cases first: x*x for 2 (exact, as numpy and libm give;
+ * OpenCL's pow may be 16 ulp off) and pown for other small integers. With a constant
+ * exponent (x ** 2 in a replayed tape) the compiler keeps only the branch taken. */
+static inline real_t easyad_fn_pow(real_t x, real_t y) {
+    if (y == (real_t)2) return x * x;
+    if (y == (real_t)1) return x;
+    if (y == rint(y) && fabs(y) <= (real_t)64) return pown(x, (int)y);
+    return pow(x, y);
+}
+#define pow easyad_fn_pow
+
 /* choose(c, a, b): a where c holds, else b (the tensor layer's where) */
 #define choose(c, a, b) ((c) ? (a) : (b))
 
