@@ -496,3 +496,15 @@ def test_trace_tensor_structural_ops(device, rng):
     with pytest.raises(TypeError, match="do not mix"):
         ad.TraceTensor.variable(a, device=device) + ad.Tensor.variable(a, ad.WengertList(),
                                                                        device=device)
+
+
+def test_readme_tensor_example():
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.findall(r"```python\n(.*?)```", text.split("### Tensors and devices")[1],
+                       flags=re.S)[0]
+    ns: dict = {}
+    exec(block, ns)
+    assert ns["d"][ns["W"]].shape == (3, 4) and isinstance(ns["d"][ns["b"]], float)
+    assert ad.eval_shape(lambda x, w: x @ w, (8, 3), (3, 4)) == (8, 4)
