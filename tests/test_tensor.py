@@ -508,3 +508,34 @@ def test_readme_tensor_example():
     exec(block, ns)
     assert ns["d"][ns["W"]].shape == (3, 4) and isinstance(ns["d"][ns["b"]], float)
     assert ad.eval_shape(lambda x, w: x @ w, (8, 3), (3, 4)) == (8, 4)
+
+
+@pytest.mark.parametrize("shapes", [((1,), (2, 3)), ((2, 1, 3), (4, 1)), ((), (2, 2)),
+                                    ((0, 3), (3,)), ((3, 1, 1), (1, 1))], ids=str)
+def test_broadcasting_edge_cases(shapes, device, rng):
+    x, y = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    lst = ad.WengertList()
+    a, b = ad.Tensor.variable(x, lst, device=device), ad.Tensor.variable(y, lst, device=device)
+    z = a * b + ad.sin(a) - b / 3.0
+    np.testing.assert_allclose(z.value, x * y + np.sin(x) - y / 3.0)
+    w = rng.standard_normal(z.shape)
+    loss = ad.sum(z * w)
+    d = loss.derivatives() if isinstance(loss, ad.Record) else None
+    ta, tb = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+    ((ta * tb + torch.sin(ta) - tb / 3.0) * torch.tensor(w)).sum().backward()
+    if d is not None:
+        np.testing.assert_allclose(d[a], ta.grad.numpy(), atol=1e-12)
+        np.testing.assert_allclose(d[b], tb.grad.numpy(), atol=1e-12)
+
+
+def test_device_choice(monkeypatch):
+    from easyad.tensor import _devices
+    monkeypatch.setattr(_devices, "_chosen", [])
+    monkeypatch.setenv("EASYAD_DEVICE", "numpy")
+    assert ad.get_device().name == "numpy"
+    assert ad.Tensor.constant(np.ones(2)).device.name == "numpy"
+    if _OPENCL:
+        monkeypatch.setenv("EASYAD_DEVICE", "opencl")
+        assert ad.Tensor.constant(np.ones(2)).device.kind == "opencl"
+        assert ad.set_device("numpy").name == "numpy"
+        assert ad.Tensor.constant(np.ones(2)).device.name == "numpy"   # set beats the env
