@@ -539,3 +539,21 @@ def test_device_choice(monkeypatch):
         assert ad.Tensor.constant(np.ones(2)).device.kind == "opencl"
         assert ad.set_device("numpy").name == "numpy"
         assert ad.Tensor.constant(np.ones(2)).device.name == "numpy"   # set beats the env
+
+
+def test_works_without_pyopencl():
+    """With no pyopencl at all, only numpy is listed and tensors run on it."""
+    import subprocess
+    import sys
+    code = (
+        "import sys; sys.modules['pyopencl'] = None\n"
+        "import numpy as np, easyad as ad\n"
+        "assert [d.name for d in ad.devices()] == ['numpy'], ad.devices()\n"
+        "lst = ad.WengertList()\n"
+        "t = ad.Tensor.variable(np.arange(3.0), lst)\n"
+        "assert ad.sum(t * t).derivatives()[t].tolist() == [0.0, 2.0, 4.0]\n"
+        "try:\n    ad.set_device('opencl')\nexcept ValueError as e:\n    assert 'opencl' in str(e)\n"
+        "else:\n    raise AssertionError('no error')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
