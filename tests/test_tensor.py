@@ -8,7 +8,6 @@ and from short lists of shapes for broadcasting, reductions, matmul and indexing
 from __future__ import annotations
 
 import gc
-import math
 import tracemalloc
 
 import numpy as np

@@ -6,7 +6,6 @@ no buffer is allocated and no kernel runs.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -75,7 +74,3 @@ class MetaBackend:
 
 
 META = MetaBackend()
-
-
-def meta_size(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)

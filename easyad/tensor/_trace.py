@@ -19,7 +19,7 @@ from easyad import _rules
 from easyad._core import Record, Trace
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _structural
-from easyad.tensor._tensor import BOOL, Tensor, operand, result_dtype, wrap
+from easyad.tensor._tensor import BOOL, Tensor, operand, wrap
 
 
 class TraceTensor:
