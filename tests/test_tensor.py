@@ -387,7 +387,7 @@ def test_shape_errors(f, shapes, match, device):
     del ts
     lst.clear()
     gc.collect()
-    assert backend.live_buffers == before
+    assert backend.live_buffers <= before   # nothing of the failed operation stays alive
 
 
 def test_eval_shape():
