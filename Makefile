@@ -16,6 +16,7 @@ $(VENV)/.deps: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q "setuptools>=77" "Cython>=3.0" wheel "numpy>=1.24"
 	$(BIN)/python -m pip install -q pytest hypothesis sympy mypy "scipy>=1.10" "torch==2.13.0"
 	$(BIN)/python -m pip install -q "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7"
+	$(BIN)/python -m pip install -q pyopencl pocl-binary-distribution
 	$(BIN)/python -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 

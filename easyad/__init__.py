@@ -4,7 +4,8 @@ Public API only (no logic here). Layers, each depending on the ones before:
 rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions,
 replay sweeps) -> numeric protocols (numeric.py) -> functional API (functional.py: grad,
 jacobian, jvp, vjp; checks.py; taylor.py), record/replay (replay.py: Function, hessian,
-hvp), higher order (_higher.py), user primitives (primitives.py), pictures (dot.py).
+hvp), higher order (_higher.py), user primitives (primitives.py), pictures (dot.py),
+debugging (anomaly.py) -> tensors (easyad/tensor: Tensor on numpy or OpenCL).
 """
 from easyad._core import (
     Derivatives,
@@ -66,6 +67,24 @@ from easyad.numeric import Numeric, Real
 from easyad.primitives import Primitive, define, primitive
 from easyad.replay import Function, hessian, hvp, load, record
 from easyad.taylor import Taylor, taylor  # after the module: ad.taylor is the function
+from easyad.tensor import (
+    Device,
+    Tensor,
+    TraceTensor,
+    amax,
+    amin,
+    concatenate,
+    devices,
+    eval_shape,
+    get_device,
+    log_softmax,
+    logsumexp,
+    mean,
+    set_device,
+    softmax,
+    stack,
+    sum,
+)
 
 __version__ = "0.1.0"
 
@@ -81,4 +100,8 @@ __all__ = [
     # the functional API, its check, Taylor mode
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",
+    # tensors
+    "Device", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices",
+    "eval_shape", "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax",
+    "stack", "sum",
 ]

@@ -111,6 +111,23 @@ def _binary_fallback(function, str name, str numpy_name, x, y):
         result = method(x, y)
         if result is not NotImplemented:
             return result
+    return _reflected_or_raise(name, x, y)
+
+
+def _reflected_or_raise(str name, x, y):
+    # a tensor's own method: lets a tensor serve ad.maximum(0.0, t) and ad.atan2(t, record)
+    if type(x) is not Trace and type(x) is not Record and not isinstance(x, np.ndarray):
+        method = getattr(type(x), name, None)
+        if method is not None:
+            result = method(x, y)
+            if result is not NotImplemented:
+                return result
+    if type(y) is not Trace and type(y) is not Record:
+        method = getattr(type(y), "_r" + name, None)
+        if method is not None:
+            result = method(y, x)
+            if result is not NotImplemented:
+                return result
     _raise_operands(name, x, y)
 
 
@@ -169,6 +186,11 @@ def where(condition, a, b):
     if type(condition) is Comparison and (<Comparison>condition).tape is not None:
         # a comparison of Records: a select on the tape, re-evaluated on replay
         return _record_select(<Comparison>condition, a, b)
+    if type(condition) is not bool:
+        for operand in (condition, a, b):  # a tensor among them selects elementwise itself
+            hook = getattr(type(operand), "_where", None)
+            if hook is not None:
+                return hook(condition, a, b)
     if isinstance(condition, np.ndarray) or isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.where(condition, a, b)
     chosen, other = (a, b) if condition else (b, a)

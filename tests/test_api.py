@@ -48,6 +48,10 @@ CONTRACT = {
     # the functional API (functional.py, checks.py) and Taylor mode (taylor.py)
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "GradientCheckError", "Taylor", "taylor",
+    # tensors (issue 4)
+    "Tensor", "TraceTensor", "Device", "ShapeError", "devices", "set_device", "get_device", "sum", "mean",
+    "amax", "amin", "concatenate", "stack", "logsumexp", "softmax", "log_softmax",
+    "eval_shape",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {"add", "sub", "mul", "div", "neg"}

@@ -604,6 +604,9 @@ def test_random_compositions_forward_equals_reverse(tree, values):
         value, bound = evaluate_tree(tree, values, check=True)
     except (Rejected, ArithmeticError, ValueError):
         assume(False)
+    # a sum of path products that overflows (x/x at a tiny x: partials of +-1/x) makes the
+    # modes differ legitimately (0 forward, inf - inf = NaN reverse): outside the claim
+    assume(all(math.isfinite(b) for b in bound))
     lst = ad.WengertList()
     records = [lst.variable(v) for v in values]
     z = evaluate_tree(tree, records)[0]

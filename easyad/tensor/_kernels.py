@@ -1,0 +1,284 @@
+"""OpenCL C source for the tensor kernels, rendered from expression strings.
+
+Elementwise kernels are not written per function: ``render_map`` turns any list of
+expressions of the shared language (the rule table's values and partials, wrapped as
+``mul0(g, partial)`` for vjps and ``mul0(partial, dx)`` for jvps) into one kernel, with the
+helpers of ``cl/easyad.h``. Reductions, strided copies, gathers and the tiled matmul are
+fixed templates here. Pure strings: the OpenCL backend (``_opencl.py``) compiles them, once
+per device and source.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+HELPERS = (Path(__file__).with_name("cl") / "easyad.h").read_text(encoding="utf-8")
+
+C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
+           np.dtype(np.bool_): "uchar", np.dtype(np.uint8): "uchar",
+           np.dtype(np.int64): "long"}
+
+# a float literal that is not part of a name (log2, expm1 keep their digits)
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?![\w.])")
+
+
+def c_type(dtype: np.dtype) -> str:
+    return C_TYPES[np.dtype(dtype)]
+
+
+def for_real(expression: str, real: str) -> str:
+    """``expression`` with its literals in ``real`` precision (float literals get an f, so a
+    float32 kernel never computes in double)."""
+    if real == "double":
+        return expression
+    return _FLOAT_LITERAL.sub(lambda m: m.group(1) + "f", expression)
+
+
+def preamble(real: str) -> str:
+    return ("//CL// easyad tensor kernels\n"
+            "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+            f"typedef {real} real_t;\n" + HELPERS + "\n")
+
+
+def _coordinates(ndim: int) -> list[str]:
+    # flat output index I_ -> coordinates K_0..K_{ndim-1} of an output of dims D_0..
+    lines = ["    long R_ = I_;"]
+    for d in range(ndim - 1, 0, -1):
+        lines.append(f"    const long K_{d} = R_ % D_{d}; R_ /= D_{d};")
+    lines.append("    const long K_0 = R_;")
+    return lines
+
+
+def render_map(label: str, exprs: tuple[str, ...], operands: tuple[tuple[str, str, str], ...],
+               outs: tuple[str, ...], ndim: int, real: str) -> str:
+    """One elementwise kernel ``easyad_<label>``: ``out_k[i] = exprs[k]`` over operands.
+
+    ``operands`` are ``(name, kind, ctype)``: kind "same" (a buffer of the output's shape),
+    "strided" (a buffer read through strides S_<name>_d over ``ndim`` collapsed output dims,
+    0 where it is broadcast) or "scalar" (a kernel argument). The expressions read the
+    operands by name.
+    """
+    params = [f"__global {t}* out{k}" for k, t in enumerate(outs)]
+    body = []
+    for name, kind, ctype in operands:
+        if kind == "scalar":
+            params.append(f"const real_t {name}")
+        else:
+            params.append(f"__global const {ctype}* restrict P_{name}")
+    params.append("const long N_")
+    if ndim:
+        params += [f"const long D_{d}" for d in range(ndim)]
+    for name, kind, _ in operands:
+        if kind == "strided":
+            params += [f"const long S_{name}_{d}" for d in range(ndim)]
+    body += ["    const long I_ = get_global_id(0);", "    if (I_ >= N_) return;"]
+    if any(kind == "strided" for _, kind, _ in operands):
+        body += _coordinates(ndim)
+    for name, kind, ctype in operands:
+        if kind == "same":
+            body.append(f"    const {ctype} {name} = P_{name}[I_];")
+        elif kind == "strided":
+            offset = " + ".join(f"K_{d} * S_{name}_{d}" for d in range(ndim))
+            body.append(f"    const {ctype} {name} = P_{name}[{offset}];")
+    for k, (expr, t) in enumerate(zip(exprs, outs)):
+        body.append(f"    out{k}[I_] = ({t})({for_real(expr, real)});")
+    return (preamble(real) + f"__kernel void easyad_{label}({', '.join(params)})\n{{\n"
+            + "\n".join(body) + "\n}\n")
+
+
+def render_reduce(op: str, real: str) -> str:
+    """``out[o, c, i] = op over k in chunk c of x[o, k, i]``: one pass of a reduction over the
+    middle axis of (outer, K, inner); passes repeat until one chunk is left."""
+    combine = {"sum": "acc + v", "max": "maximum(acc, v)", "min": "minimum(acc, v)"}[op]
+    start = {"sum": "(real_t)0", "max": "-INFINITY", "min": "INFINITY"}[op]
+    return preamble(real) + f"""__kernel void easyad_reduce_{op}(__global real_t* out,
+        __global const real_t* restrict x, const long K, const long inner, const long chunk,
+        const long C, const long total)
+{{
+    const long gid = get_global_id(0);
+    if (gid >= total) return;
+    const long i = gid % inner;
+    const long t = gid / inner;
+    const long c = t % C;
+    const long o = t / C;
+    const long k1 = min(K, (c + 1) * chunk);
+    __global const real_t* p = x + o * K * inner + i;
+    real_t acc = {start};
+    for (long k = c * chunk; k < k1; ++k) {{
+        const real_t v = p[k * inner];
+        acc = {combine};
+    }}
+    out[(o * C + c) * inner + i] = acc;
+}}
+"""
+
+
+def render_strided(ctype: str, ndim: int, scatter: bool) -> str:
+    """Copy between a contiguous buffer and a strided view (offset, dims D_, strides S_):
+    gather ``out[i] = src[view(i)]``, or scatter ``dst[view(i)] = src[i]``."""
+    params = ([f"__global {ctype}* dst", f"__global const {ctype}* restrict src",
+               "const long offset", "const long N_"]
+              + [f"const long D_{d}" for d in range(ndim)]
+              + [f"const long S_{d}" for d in range(ndim)])
+    view = " + ".join(["offset"] + [f"K_{d} * S_{d}" for d in range(ndim)])
+    move = f"dst[{view}] = src[I_];" if scatter else f"dst[I_] = src[{view}];"
+    name = "scatter" if scatter else "gather"
+    return ("//CL// easyad strided copy\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+            f"__kernel void easyad_{name}({', '.join(params)})\n{{\n"
+            "    const long I_ = get_global_id(0);\n    if (I_ >= N_) return;\n"
+            + "\n".join(_coordinates(ndim) if ndim else []) + f"\n    {move}\n}}\n")
+
+
+def render_take(ctype: str) -> str:
+    return f"""//CL// easyad gather by index
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+__kernel void easyad_take(__global {ctype}* out, __global const {ctype}* restrict src,
+                          __global const long* restrict index, const long N_)
+{{
+    const long i = get_global_id(0);
+    if (i < N_) out[i] = src[index[i]];
+}}
+__kernel void easyad_put(__global {ctype}* out, __global const {ctype}* restrict src,
+                         __global const long* restrict index, const long N_)
+{{
+    const long i = get_global_id(0);
+    if (i < N_) out[index[i]] = src[i];
+}}
+"""
+
+
+# Matmul for CPU devices: C = L R^T with L (M, K) and R (N, K) both read along K, so every
+# load is a contiguous vector (double8: one AVX-512 register). Each work-item keeps an
+# RM x RN block of C in vector accumulators; no local memory, no barriers (PoCL runs the
+# work-items of a group in a loop, and barriers would spill the accumulators). The block
+# is written out statement by statement: PoCL keeps such accumulators in registers, where
+# the same code with loops over arrays ran 3-5x slower.
+MATMUL_NT_BLOCK = {"RM": 8, "RN": 2}
+MATMUL_NT_GROUP = (16, 4)
+
+_HSUM = {8: """static inline real_t hsum(vec_t v) {
+    const double4 h = v.s0123 + v.s4567;
+    const double2 q = h.s01 + h.s23;
+    return q.s0 + q.s1;
+}""", 16: """static inline real_t hsum(vec_t v) {
+    const float8 o = v.s01234567 + v.s89abcdef;
+    const float4 h = o.s0123 + o.s4567;
+    const float2 q = h.s01 + h.s23;
+    return q.s0 + q.s1;
+}"""}
+
+
+def render_matmul_nt(real: str) -> str:
+    width = 8 if real == "double" else 16
+    rm, rn = MATMUL_NT_BLOCK["RM"], MATMUL_NT_BLOCK["RN"]
+    block = [(r, c) for r in range(rm) for c in range(rn)]
+    zero = "\n".join(f"        vec_t a{r}_{c} = (vec_t)(0);" for r, c in block)
+    loads = "\n".join(
+        [f"            const vec_t l{r} = vload{width}(0, L + (long)(i0 + {r}) * K + k);"
+         for r in range(rm)]
+        + [f"            const vec_t r{c} = vload{width}(0, R + (long)(j0 + {c}) * K + k);"
+           for c in range(rn)])
+    fmas = "\n".join(f"            a{r}_{c} = fma(l{r}, r{c}, a{r}_{c});" for r, c in block)
+    stores = "\n".join(
+        f"        {{ real_t s = hsum(a{r}_{c}); for (int kk = k; kk < K; ++kk) "
+        f"s = fma(L[(long)(i0 + {r}) * K + kk], R[(long)(j0 + {c}) * K + kk], s); "
+        f"C[(long)(i0 + {r}) * N + j0 + {c}] = s; }}" for r, c in block)
+    return preamble(real) + f"""typedef {real}{width} vec_t;
+{_HSUM[width]}
+__kernel void easyad_matmul_nt(__global real_t* C, __global const real_t* restrict L,
+                               __global const real_t* restrict R, const int M, const int N,
+                               const int K, const long strideL, const long strideR)
+{{
+    const int j0 = get_global_id(0) * {rn}, i0 = get_global_id(1) * {rm};
+    const long b = get_global_id(2);
+    L += b * strideL;
+    R += b * strideR;
+    C += b * (long)M * N;
+    if (i0 + {rm} <= M && j0 + {rn} <= N) {{
+{zero}
+        int k = 0;
+        for (; k + {width} <= K; k += {width}) {{
+{loads}
+{fmas}
+        }}
+{stores}
+    }} else {{   /* a block on the edge: element by element */
+        for (int i = i0; i < min(i0 + {rm}, M); ++i)
+            for (int j = j0; j < min(j0 + {rn}, N); ++j) {{
+                real_t s = (real_t)0;
+                for (int kk = 0; kk < K; ++kk)
+                    s = fma(L[(long)i * K + kk], R[(long)j * K + kk], s);
+                C[(long)i * N + j] = s;
+            }}
+    }}
+}}
+"""
+
+
+# Tiled matmul (for GPUs): each work-group computes a TM x TN tile of C for one batch entry, staging
+# TK-deep slabs of A and B in local memory; each work-item owns a WM x WN block of the tile
+# in registers. Batch entries of A or B may be shared (batch stride 0).
+MATMUL_TILE = {"TM": 64, "TN": 64, "TK": 16, "WM": 4, "WN": 4}
+
+
+def render_matmul(real: str) -> str:
+    t = MATMUL_TILE
+    return preamble(real) + f"""#define TM {t['TM']}
+#define TN {t['TN']}
+#define TK {t['TK']}
+#define WM {t['WM']}
+#define WN {t['WN']}
+#define LM (TM / WM)
+#define LN (TN / WN)
+__kernel __attribute__((reqd_work_group_size(LN, LM, 1)))
+void easyad_matmul(__global real_t* C, __global const real_t* restrict A,
+                   __global const real_t* restrict B, const int M, const int N, const int K,
+                   const long strideA, const long strideB)
+{{
+    __local real_t As[TK][TM];
+    __local real_t Bs[TK][TN];
+    const int ln = get_local_id(0), lm = get_local_id(1);
+    const int m0 = get_group_id(1) * TM, n0 = get_group_id(0) * TN;
+    const long b = get_global_id(2);
+    A += b * strideA;
+    B += b * strideB;
+    C += b * (long)M * N;
+    real_t acc[WM][WN];
+    for (int i = 0; i < WM; ++i)
+        for (int j = 0; j < WN; ++j)
+            acc[i][j] = (real_t)0;
+    const int lid = lm * LN + ln;
+    for (int k0 = 0; k0 < K; k0 += TK) {{
+        for (int e = lid; e < TK * TM; e += LM * LN) {{
+            const int kk = e % TK, mm = e / TK;
+            const int gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < M && gk < K) ? A[(long)gm * K + gk] : (real_t)0;
+        }}
+        for (int e = lid; e < TK * TN; e += LM * LN) {{
+            const int nn = e % TN, kk = e / TN;
+            const int gn = n0 + nn, gk = k0 + kk;
+            Bs[kk][nn] = (gn < N && gk < K) ? B[(long)gk * N + gn] : (real_t)0;
+        }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < TK; ++kk) {{
+            real_t a[WM], bb[WN];
+            for (int i = 0; i < WM; ++i) a[i] = As[kk][lm + i * LM];
+            for (int j = 0; j < WN; ++j) bb[j] = Bs[kk][ln + j * LN];
+            for (int i = 0; i < WM; ++i)
+                for (int j = 0; j < WN; ++j)
+                    acc[i][j] = fma(a[i], bb[j], acc[i][j]);
+        }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    for (int i = 0; i < WM; ++i) {{
+        const int gm = m0 + lm + i * LM;
+        if (gm >= M) continue;
+        for (int j = 0; j < WN; ++j) {{
+            const int gn = n0 + ln + j * LN;
+            if (gn < N) C[(long)gm * N + gn] = acc[i][j];
+        }}
+    }}
+}}
+"""

@@ -1,0 +1,185 @@
+"""The numpy backend: tensors as numpy arrays on the host, always available.
+
+Elementwise operations compile the rule table's expression strings (and the tensor layer's
+own expressions in the same language) against ``NAMESPACE``, a dict that says what each
+function name of the language means for numpy arrays, helpers (``sign``, ``heaviside``,
+``mul0``, ``div0``, ``choose``) included. The OpenCL backend (``_opencl.py``) renders the
+very same strings into kernels; the two must agree, and the tests check that they do.
+Buffers are C-contiguous ndarrays; IEEE semantics throughout (NaN/inf, no exceptions).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from easyad import _rules
+from easyad._expressions import c_function_name
+
+
+# ---- the expression namespace ----
+
+def _mul0(a: Any, b: Any) -> Any:
+    # strong zero: a zero factor gives exactly 0, even against inf or NaN
+    return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, a * b)
+
+
+def _div0(a: Any, b: Any) -> Any:
+    return np.where(np.asarray(a) == 0, 0.0, a / np.where(np.asarray(a) == 0, 1.0, b))
+
+
+def _heaviside(t: Any) -> Any:
+    return np.heaviside(t, 0.5)
+
+
+def _choose(c: Any, a: Any, b: Any) -> Any:
+    return np.where(c, a, b)
+
+
+def _vectorized(function: Any) -> Any:
+    ufunc = np.frompyfunc(function, 1, 1)
+
+    def apply(x: Any) -> Any:
+        x = np.asarray(x)
+        return ufunc(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+    return apply
+
+
+def _namespace() -> dict[str, Any]:
+    """Every name a rule expression calls, as numpy functions (found from the table: the
+    rule's name or one of its numpy aliases; math's scalar function where numpy has none)."""
+    ns: dict[str, Any] = {"sign": np.sign, "heaviside": _heaviside, "mul0": _mul0,
+                          "div0": _div0, "maximum": np.maximum, "minimum": np.minimum,
+                          "choose": _choose}
+    for rule in _rules.RULES:
+        name = c_function_name(rule)
+        if name is None or name in ns:
+            continue
+        for candidate in (name, rule.name, *rule.aliases):
+            function = getattr(np, candidate, None)
+            if isinstance(function, np.ufunc):
+                ns[name] = function
+                break
+        else:
+            ns[name] = _vectorized(getattr(math, name))   # erf: numpy has no ufunc for it
+    return ns
+
+
+NAMESPACE: Mapping[str, Any] = _namespace()
+
+
+@functools.lru_cache(maxsize=None)
+def compile_expression(text: str, names: tuple[str, ...]) -> Any:
+    """An expression of the shared language as a Python function of ``names``, over numpy."""
+    code = compile(f"lambda {', '.join(names)}: ({text})", f"<expression {text!r}>", "eval")
+    return eval(code, dict(NAMESPACE))  # noqa: S307 (text: the rule table or this package)
+
+
+# ---- the backend ----
+
+class NumpyBackend:
+    """Tensor storage and kernels on the host, with numpy."""
+
+    kind = "numpy"
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self._live = 0
+
+    # -- buffers --
+    def _track(self, a: np.ndarray) -> np.ndarray:
+        self._live += 1
+        weakref.finalize(a, self._release)
+        return a
+
+    def _release(self) -> None:
+        self._live -= 1
+
+    @property
+    def live_buffers(self) -> int:
+        """Buffers this backend made that are still alive."""
+        return self._live
+
+    def asarray(self, array: Any, dtype: np.dtype) -> np.ndarray:
+        return self._track(np.array(array, dtype=dtype, order="C", copy=True))
+
+    def to_numpy(self, buf: np.ndarray) -> np.ndarray:
+        return np.array(buf, copy=True)
+
+    def full(self, shape: tuple[int, ...], value: float, dtype: np.dtype) -> np.ndarray:
+        return self._track(np.full(shape, value, dtype=dtype))
+
+    def reshape(self, buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return buf.reshape(shape)
+
+    # -- elementwise --
+    def map(self, label: str, exprs: tuple[str, ...], operands: Mapping[str, Any],
+            shape: tuple[int, ...], dtypes: tuple[np.dtype, ...]) -> list[np.ndarray]:
+        names = tuple(operands)
+        args = tuple(operands.values())
+        outs = []
+        with np.errstate(all="ignore"):
+            for text, dtype in zip(exprs, dtypes):
+                result = compile_expression(text, names)(*args)
+                outs.append(self._fresh(result, shape, dtype, args))
+        return outs
+
+    def _fresh(self, result: Any, shape: tuple[int, ...], dtype: np.dtype,
+               args: tuple[Any, ...]) -> np.ndarray:
+        # a new C-contiguous array of exactly shape and dtype, never one of the operands
+        if (isinstance(result, np.ndarray) and result.shape == shape and result.dtype == dtype
+                and result.flags.c_contiguous and result.base is None
+                and not any(result is a for a in args)):
+            return self._track(result)
+        out = np.empty(shape, dtype=dtype)
+        out[...] = result
+        return self._track(out)
+
+    # -- reductions and linear algebra --
+    def reduce(self, op: str, buf: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        function: Any = {"sum": np.sum, "max": np.max, "min": np.min}[op]
+        with np.errstate(all="ignore"):
+            return self._track(np.ascontiguousarray(function(buf, axis=axes)))
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, transpose_b: bool = False) -> np.ndarray:
+        """(B|1, M, K) @ (B|1, K, N) -> (B, M, N); ``transpose_b``: b is (B|1, N, K)."""
+        return self._track(np.ascontiguousarray(np.matmul(a, b.swapaxes(-1, -2)
+                                                          if transpose_b else b)))
+
+    # -- data movement --
+    def strided(self, buf: np.ndarray, offset: int, shape: tuple[int, ...],
+                strides: tuple[int, ...]) -> np.ndarray:
+        """A contiguous copy of the view (offset, shape, strides in elements) of ``buf``."""
+        flat = buf.reshape(-1)
+        if flat.size == 0 or math.prod(shape) == 0:
+            return self._track(np.empty(shape, dtype=buf.dtype))
+        view = np.lib.stride_tricks.as_strided(
+            flat[offset:], shape, tuple(s * buf.itemsize for s in strides), writeable=False)
+        return self._track(np.array(view, order="C"))
+
+    def assemble(self, shape: tuple[int, ...], dtype: np.dtype,
+                 parts: list[tuple[int, tuple[int, ...], tuple[int, ...], np.ndarray]]
+                 ) -> np.ndarray:
+        """Zeros of ``shape`` with each part written into its view (offset, shape, strides)."""
+        out = np.zeros(shape, dtype=dtype)
+        flat = out.reshape(-1)
+        for offset, part_shape, strides, src in parts:
+            if math.prod(part_shape) == 0:
+                continue
+            view = np.lib.stride_tricks.as_strided(
+                flat[offset:], part_shape, tuple(s * out.itemsize for s in strides))
+            view[...] = src.reshape(part_shape)
+        return self._track(out)
+
+    def take(self, buf: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return self._track(np.ascontiguousarray(buf.reshape(-1)[index]))
+
+    def scatter_add(self, shape: tuple[int, ...], dtype: np.dtype, index: np.ndarray,
+                    g: np.ndarray, unique: bool = False) -> np.ndarray:
+        out = np.zeros(math.prod(shape), dtype=dtype)
+        np.add.at(out, index.reshape(-1), g.reshape(-1))
+        return self._track(out.reshape(shape))

@@ -1,0 +1,325 @@
+"""The OpenCL backend: tensors as pyopencl arrays on one device, kernels from ``_kernels``.
+
+Every buffer is C-contiguous (reshape is a view; transposes and slices are strided copies).
+Kernels are compiled once per (device, source) and cached here; pyopencl and PoCL also
+keep compiled binaries on disk, so a new process pays little. One in-order queue per
+device. Allocations are counted (``live_buffers``) so tests can see that clearing a
+WengertList releases what its nodes held.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cl_array
+
+from easyad.tensor import _kernels as kernels
+from easyad.tensor._shapes import contiguous_strides
+
+_LONG = np.int64
+_STORAGE = {np.dtype(np.bool_): np.dtype(np.uint8)}   # OpenCL buffers hold bools as uchar
+
+
+def _collapse(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]
+              ) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Drop size-1 dims and merge neighbours every stride list walks contiguously, so the
+    kernels' index arithmetic runs over as few dims as possible."""
+    dims = [d for d, n in enumerate(shape) if n != 1]
+    out_shape = [shape[d] for d in dims]
+    out_strides = [[s[d] for d in dims] for s in strides_list]
+    d = len(out_shape) - 1
+    while d > 0:
+        if all(s[d - 1] == s[d] * out_shape[d] for s in out_strides):
+            out_shape[d - 1] *= out_shape[d]
+            del out_shape[d]
+            for s in out_strides:
+                s[d - 1] = s[d]
+                del s[d]
+        d -= 1
+    return tuple(out_shape), [tuple(s) for s in out_strides]
+
+
+class OpenCLBackend:
+    """Tensor storage and kernels on one OpenCL device."""
+
+    kind = "opencl"
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.context = cl.Context([device._handle])
+        self.queue = cl.CommandQueue(self.context)
+        self.group = min(256, device._handle.max_work_group_size)
+        self.fp64 = bool(device._handle.double_fp_config)
+        self._programs: dict[str, Any] = {}
+        self._kernels: dict[Any, Any] = {}
+        self._live = 0
+        self.compiles = 0
+        # buffers come from a pool: a freed buffer is reused by the next allocation of its
+        # size class instead of new device memory being mapped (and faulted in) each time
+        from pyopencl.tools import ImmediateAllocator, MemoryPool
+        self.pool = MemoryPool(ImmediateAllocator(self.queue))
+
+    # -- compiling --
+    def kernel(self, source: str, name: str, scalar_dtypes: list[Any]) -> Any:
+        """Kernel ``name`` of ``source``, compiled once per source."""
+        key = (source, name)
+        k = self._kernels.get(key)
+        if k is None:
+            program = self._programs.get(source)
+            if program is None:
+                with warnings.catch_warnings():   # PoCL's notes on a successful build
+                    warnings.simplefilter("ignore", cl.CompilerWarning)
+                    program = cl.Program(self.context, source).build()
+                self._programs[source] = program
+                self.compiles += 1
+            k = getattr(program, name)
+            k.set_scalar_arg_dtypes(scalar_dtypes)
+            self._kernels[key] = k
+        return k
+
+    def launch(self, k: Any, n: int, *args: Any) -> None:
+        if n == 0:
+            return
+        global_size = -(-n // self.group) * self.group
+        k(self.queue, (global_size,), (self.group,), *args)
+
+    # -- buffers --
+    def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        dtype = _STORAGE.get(np.dtype(dtype), np.dtype(dtype))
+        a = cl_array.empty(self.queue, shape, dtype, allocator=self.pool)
+        self._live += 1
+        weakref.finalize(a, self._release)
+        return a
+
+    def _release(self) -> None:
+        self._live -= 1
+
+    @property
+    def live_buffers(self) -> int:
+        return self._live
+
+    def asarray(self, array: Any, dtype: Any) -> Any:
+        host = np.ascontiguousarray(np.asarray(array).astype(
+            _STORAGE.get(np.dtype(dtype), dtype), copy=False))
+        a = self._empty(host.shape, dtype)
+        if host.size:
+            a.set(host)
+        return a
+
+    def to_numpy(self, buf: Any) -> np.ndarray:
+        if buf.size == 0:
+            return np.empty(buf.shape, dtype=buf.dtype)
+        host: np.ndarray = buf.get()
+        return host
+
+    def full(self, shape: tuple[int, ...], value: float, dtype: Any) -> Any:
+        a = self._empty(shape, dtype)
+        if a.size:
+            a.fill(value)
+        return a
+
+    def reshape(self, buf: Any, shape: tuple[int, ...]) -> Any:
+        return buf.reshape(shape) if buf.shape != tuple(shape) else buf
+
+    # -- elementwise --
+    def map(self, label: str, exprs: tuple[str, ...], operands: Mapping[str, Any],
+            shape: tuple[int, ...], dtypes: tuple[Any, ...]) -> list[Any]:
+        out_dtypes = [np.dtype(d) for d in dtypes]
+        floats = [d for d in out_dtypes if d.kind == "f"] or [
+            np.dtype(v.dtype) for v in operands.values()
+            if not isinstance(v, float) and np.dtype(v.dtype).kind == "f"]
+        real_dtype = np.result_type(*floats) if floats else np.dtype(np.float64)
+        real = kernels.c_type(real_dtype)
+        out_strides = contiguous_strides(shape)
+        names, stride_lists = [], []
+        for name, v in operands.items():
+            if isinstance(v, float) or v.shape == ():
+                continue
+            vshape = v.shape
+            lead = len(shape) - len(vshape)
+            own = contiguous_strides(vshape)
+            stride_lists.append(tuple(0 if d < lead or vshape[d - lead] == 1 and shape[d] != 1
+                                      else own[d - lead] for d in range(len(shape))))
+            names.append(name)
+        dims, collapsed = _collapse(shape, [out_strides] + stride_lists)
+        contiguous = collapsed[0]
+        strided = {n: s for n, s in zip(names, collapsed[1:]) if s != contiguous}
+        ndim = len(dims) if strided else 0
+        spec: list[tuple[str, str, str]] = []
+        args: list[Any] = []
+        scalar_dtypes: list[Any] = []
+        outs = [self._empty(shape, d) for d in out_dtypes]
+        args += [o.data for o in outs]
+        scalar_dtypes += [None] * len(outs)
+        scalars = []
+        for name, v in operands.items():
+            if isinstance(v, float):
+                spec.append((name, "scalar", real))
+                args.append(v)
+                scalar_dtypes.append(real_dtype)
+            elif v.shape == () and v.size == 1:
+                spec.append((name, "scalar", real))
+                scalars.append(name)
+                args.append(float(self.to_numpy(v)))   # a 0-d buffer read as a scalar
+                scalar_dtypes.append(real_dtype)
+            else:
+                ctype = kernels.c_type(_STORAGE.get(np.dtype(v.dtype), np.dtype(v.dtype)))
+                spec.append((name, "strided" if name in strided else "same", ctype))
+                args.append(v.data)
+                scalar_dtypes.append(None)
+        n = math.prod(shape)
+        args.append(n)
+        scalar_dtypes.append(_LONG)
+        if ndim:
+            args += list(dims)
+            scalar_dtypes += [_LONG] * ndim
+            for name, kind, _ in spec:
+                if kind == "strided":
+                    args += list(strided[name])
+                    scalar_dtypes += [_LONG] * ndim
+        out_ctypes = tuple(kernels.c_type(d) for d in out_dtypes)
+        source = kernels.render_map(label, exprs, tuple(spec), out_ctypes, ndim, real)
+        k = self.kernel(source, f"easyad_{label}", scalar_dtypes)
+        self.launch(k, n, *args)
+        return outs
+
+    # -- reductions --
+    def reduce(self, op: str, buf: Any, axes: tuple[int, ...]) -> Any:
+        shape = buf.shape
+        out_shape = tuple(n for d, n in enumerate(shape) if d not in axes)
+        if not axes:
+            return self.map("copy", ("x",), {"x": buf}, shape, (buf.dtype,))[0]
+        first, last = axes[0], axes[-1]
+        if list(axes) != list(range(first, last + 1)):   # bring the axes together
+            rest = [d for d in range(len(shape)) if d not in axes]
+            perm = tuple(rest[:1] + list(axes) + rest[1:]) if rest else tuple(axes)
+            buf = self.strided(buf, 0, tuple(shape[p] for p in perm),
+                               tuple(contiguous_strides(shape)[p] for p in perm))
+            shape = buf.shape
+            first = 1 if rest else 0
+            last = first + len(axes) - 1
+        outer = math.prod(shape[:first])
+        K = math.prod(shape[first:last + 1])
+        inner = math.prod(shape[last + 1:])
+        real = kernels.c_type(buf.dtype)
+        k = self.kernel(kernels.render_reduce(op, real), f"easyad_reduce_{op}",
+                        [None, None, *[_LONG] * 5])
+        if K == 0:
+            value = {"sum": 0.0, "max": -np.inf, "min": np.inf}[op]
+            return self.full(out_shape, value, buf.dtype)
+        target = 4096 if self.device.is_gpu else 64   # work-items worth launching
+        src = buf
+        while True:
+            rows = outer * inner
+            C = 1 if rows >= target or K <= 64 else min(-(-target // rows), -(-K // 64))
+            chunk = -(-K // C)
+            out = self._empty((outer * C * inner,), buf.dtype)
+            total = outer * C * inner
+            self.launch(k, total, out.data, src.data, K, inner, chunk, C, total)
+            if C == 1:
+                return out.reshape(out_shape)
+            src, K = out, C
+
+    # -- matmul --
+    def _transpose3(self, buf: Any) -> Any:
+        b, r, c = buf.shape
+        return self.strided(buf, 0, (b, c, r), (r * c, 1, c))
+
+    def matmul(self, a: Any, b: Any, transpose_b: bool = False) -> Any:
+        """(B|1, M, K) @ (B|1, K, N) -> (B, M, N), float64 or float32; with
+        ``transpose_b`` b is given as (B|1, N, K)."""
+        ba, M, K = a.shape
+        bb = b.shape[0]
+        N = b.shape[1] if transpose_b else b.shape[2]
+        batch = max(ba, bb)
+        out = self._empty((batch, M, N), a.dtype)
+        if out.size == 0:
+            return out
+        if K == 0:
+            out.fill(0.0)
+            return out
+        real = kernels.c_type(a.dtype)
+        if not self.device.is_gpu:
+            # CPU: C = A (B^T)^T with both operands read along K (see _kernels)
+            bt = b if transpose_b else self._transpose3(b)
+            k = self.kernel(kernels.render_matmul_nt(real), "easyad_matmul_nt",
+                            [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG])
+            blk = kernels.MATMUL_NT_BLOCK
+            group = kernels.MATMUL_NT_GROUP
+            items = (-(-N // blk["RN"]), -(-M // blk["RM"]))
+            global_size = (-(-items[0] // group[0]) * group[0],
+                           -(-items[1] // group[1]) * group[1], batch)
+            k(self.queue, global_size, (group[0], group[1], 1), out.data, a.data, bt.data,
+              M, N, K, M * K if ba > 1 else 0, K * N if bb > 1 else 0)
+            return out
+        if transpose_b:
+            b = self._transpose3(b)
+        k = self.kernel(kernels.render_matmul(real), "easyad_matmul",
+                        [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG])
+        t = kernels.MATMUL_TILE
+        local = (t["TN"] // t["WN"], t["TM"] // t["WM"], 1)
+        global_size = (-(-N // t["TN"]) * local[0], -(-M // t["TM"]) * local[1], batch)
+        k(self.queue, global_size, local, out.data, a.data, b.data, M, N, K,
+          M * K if ba > 1 else 0, K * N if bb > 1 else 0)
+        return out
+
+    # -- data movement --
+    def _strided_copy(self, dst: Any, src: Any, offset: int, shape: tuple[int, ...],
+                      strides: tuple[int, ...], scatter: bool) -> None:
+        n = math.prod(shape)
+        if n == 0:
+            return
+        dims, (st,) = _collapse(tuple(shape), [tuple(strides)])
+        ctype = kernels.c_type(_STORAGE.get(np.dtype(src.dtype), np.dtype(src.dtype)))
+        ndim = len(dims)
+        k = self.kernel(kernels.render_strided(ctype, ndim, scatter),
+                        "easyad_scatter" if scatter else "easyad_gather",
+                        [None, None, *[_LONG] * (2 + 2 * ndim)])
+        self.launch(k, n, dst.data, src.data, offset, n, *dims, *st)
+
+    def strided(self, buf: Any, offset: int, shape: tuple[int, ...],
+                strides: tuple[int, ...]) -> Any:
+        out = self._empty(shape, buf.dtype)
+        self._strided_copy(out, buf, offset, shape, strides, scatter=False)
+        return out
+
+    def assemble(self, shape: tuple[int, ...], dtype: Any, parts: Any) -> Any:
+        out = self.full(shape, 0.0, dtype)
+        for offset, part_shape, strides, src in parts:
+            if src.shape != tuple(part_shape):
+                src = self.map("broadcast", ("g",), {"g": src}, tuple(part_shape),
+                               (src.dtype,))[0]
+            self._strided_copy(out, src, offset, part_shape, strides, scatter=True)
+        return out
+
+    def _index_kernel(self, dtype: Any, name: str) -> Any:
+        ctype = kernels.c_type(_STORAGE.get(np.dtype(dtype), np.dtype(dtype)))
+        return self.kernel(kernels.render_take(ctype), name, [None, None, None, _LONG])
+
+    def take(self, buf: Any, index: np.ndarray) -> Any:
+        out = self._empty(index.shape, buf.dtype)
+        idx = cl_array.to_device(self.queue, np.ascontiguousarray(index, dtype=np.int64)) \
+            if index.size else None
+        self.launch(self._index_kernel(buf.dtype, "easyad_take"), index.size, out.data,
+                    buf.data, idx.data if idx is not None else None, index.size)
+        return out
+
+    def scatter_add(self, shape: tuple[int, ...], dtype: Any, index: np.ndarray, g: Any,
+                    unique: bool = False) -> Any:
+        if g.shape != index.shape:
+            g = self.map("broadcast", ("g",), {"g": g}, index.shape, (dtype,))[0]
+        if not unique:   # repeated indices add up: on the host (no float atomics in CL 1.2)
+            out = np.zeros(math.prod(shape), dtype=dtype)
+            np.add.at(out, index.reshape(-1), self.to_numpy(g).reshape(-1))
+            return self.asarray(out.reshape(shape), dtype)
+        out = self.full(shape, 0.0, dtype)
+        if index.size:
+            idx = cl_array.to_device(self.queue, np.ascontiguousarray(index, dtype=np.int64))
+            self.launch(self._index_kernel(dtype, "easyad_put"), index.size, out.data,
+                        g.data, idx.data, index.size)
+        return out

@@ -1,0 +1,294 @@
+"""Tensor operations that are not elementwise rules: reductions, matmul, reshape and
+transpose, indexing, joins (concatenate, stack) and where.
+
+Each asks ``_shapes`` for its output shape first (ShapeError before any kernel), runs the
+backend's kernels, and records one node whose vjp is the operation's adjoint: a sum's is a
+broadcast, a max's splits the adjoint evenly among ties, a slice's writes the adjoint into
+zeros, matmul's is two matmuls. The backends (``_numpy.py``, ``_opencl.py``) provide only
+the primitive kernels named here (map, reduce, matmul, strided, assemble, take, scatter_add).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from easyad.tensor import _shapes as shapes
+from easyad.tensor._tensor import (BOOL, Tensor, common_tape, fold, live_tape, operand,
+                                   record, record_scalar, result_dtype, wrap)
+
+
+def _tensor_operand(t: Any, be: Any) -> Any:
+    o = operand(t, be)
+    if o is None:
+        raise TypeError(f"expected a Tensor, array or number, got {type(t).__name__}")
+    return o
+
+
+# ---- reductions ----
+
+def _reduction(t: Tensor, axis: Any, keepdims: bool, op: str
+               ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Any]:
+    if t._dtype == BOOL:
+        t = t.astype(np.float64)
+    axes = shapes.normalize_axes(op, axis, t.ndim)
+    kept = shapes.reduce(t._shape, axes, True)
+    out_shape = shapes.reduce(t._shape, axes, keepdims)
+    return axes, kept, out_shape, t
+
+
+def _finish(label: str, t: Tensor, raw: Any, kept: tuple[int, ...], out_shape: tuple[int, ...],
+            vjp: Any) -> Any:
+    be, tape = t._backend, live_tape(t)
+    if out_shape == ():
+        return record_scalar(label, be, raw, tape, (t._index,), vjp)
+    return record(label, be, be.reshape(raw, out_shape), out_shape, t._dtype, tape,
+                  (t._index,), vjp)
+
+
+def reduce_sum(t: Tensor, axis: Any = None, keepdims: bool = False) -> Any:
+    axes, kept, out_shape, t = _reduction(t, axis, keepdims, "sum")
+    be, shape, dtype = t._backend, t._shape, t._dtype
+    raw = be.reduce("sum", t._data, axes)
+
+    def vjp(g: Any) -> tuple[Any]:
+        g = g if isinstance(g, float) else be.reshape(g, kept)
+        return tuple(be.map("broadcast", ("g",), {"g": g}, shape, (dtype,)))
+    return _finish("sum", t, raw, kept, out_shape, vjp)
+
+
+def mean(t: Tensor, axis: Any = None, keepdims: bool = False) -> Any:
+    axes = shapes.normalize_axes("mean", axis, t.ndim)
+    count = math.prod(t._shape[a] for a in axes)
+    return reduce_sum(t, axis, keepdims) * (1.0 / count if count else math.nan)
+
+
+def reduce_extreme(op: str, t: Tensor, axis: Any = None, keepdims: bool = False) -> Any:
+    """max or min; the adjoint goes to the elements equal to the result, split evenly."""
+    axes, kept, out_shape, t = _reduction(t, axis, keepdims, op)
+    be, shape, dtype, x = t._backend, t._shape, t._dtype, t._data
+    if t.size == 0:
+        raise ValueError(f"{op} of an empty tensor (shape {shape}) has no value")
+    raw = be.reduce(op, x, axes)
+    m = be.reshape(raw, kept)
+
+    def vjp(g: Any) -> tuple[Any]:
+        (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": x, "m": m}, shape,
+                         (dtype,))
+        n = be.reshape(be.reduce("sum", ties, axes), kept)
+        g = g if isinstance(g, float) else be.reshape(g, kept)
+        return tuple(be.map("share", ("choose(x == m, g / n, 0.0)",),
+                            {"x": x, "m": m, "g": g, "n": n}, shape, (dtype,)))
+    return _finish(op, t, raw, kept, out_shape, vjp)
+
+
+# ---- reshape, transpose ----
+
+def reshape(t: Tensor, new: Any) -> Tensor:
+    new_shape = shapes.reshape(t._shape, new)
+    be, old = t._backend, t._shape
+
+    def vjp(g: Any) -> tuple[Any]:
+        return (be.reshape(g, old),)
+    return record("reshape", be, be.reshape(t._data, new_shape), new_shape, t._dtype,
+                  live_tape(t), (t._index,), vjp)
+
+
+def _permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
+    strides = shapes.contiguous_strides(shape)
+    return be.strided(data, 0, tuple(shape[p] for p in perm), tuple(strides[p] for p in perm))
+
+
+def transpose(t: Tensor, axes: Any) -> Tensor:
+    perm = shapes.transpose(t._shape, axes)
+    be, shape = t._backend, t._shape
+    out_shape = tuple(shape[p] for p in perm)
+    inverse = tuple(np.argsort(perm))
+    if perm == tuple(range(len(perm))):
+        return t
+
+    def vjp(g: Any) -> tuple[Any]:
+        return (_permute(be, g, out_shape, inverse),)
+    return record("transpose", be, _permute(be, t._data, shape, perm), out_shape, t._dtype,
+                  live_tape(t), (t._index,), vjp)
+
+
+# ---- indexing ----
+
+def _index_key(key: Any) -> Any:
+    # tensors used as indices are constants: index with their values
+    if isinstance(key, tuple):
+        return tuple(_index_key(k) for k in key)
+    if isinstance(key, Tensor):
+        v = key.value
+        return v if v.dtype == bool else v.astype(np.int64)
+    if isinstance(key, list):
+        return np.asarray(key)
+    return key
+
+
+def getitem(t: Tensor, key: Any) -> Any:
+    key = _index_key(key)
+    be, shape, dtype, tape = t._backend, t._shape, t._dtype, live_tape(t)
+    basic = shapes.basic_index(shape, key)
+    if basic is not None:
+        offset, out_shape, strides = basic
+        out = be.strided(t._data, offset, out_shape, strides)
+
+        def vjp(g: Any) -> tuple[Any]:
+            if isinstance(g, float):
+                g = be.full((), g, dtype)
+            return (be.assemble(shape, dtype, [(offset, out_shape, strides, g)]),)
+    else:
+        index = shapes.advanced_index(shape, key)
+        out_shape = index.shape
+        out = be.reshape(be.take(t._data, index.reshape(-1)), out_shape)
+        unique = np.unique(index).size == index.size
+
+        def vjp(g: Any) -> tuple[Any]:
+            if isinstance(g, float):
+                g = be.full((), g, dtype)
+            return (be.scatter_add(shape, dtype, index, g, unique),)
+    if out_shape == () and dtype != BOOL:
+        return record_scalar("getitem", be, out, tape, (t._index,), vjp)
+    return record("getitem", be, out, out_shape, dtype, tape, (t._index,), vjp)
+
+
+# ---- matmul ----
+
+def _as_batched(be: Any, data: Any, shape: tuple[int, ...], batch: tuple[int, ...]) -> Any:
+    """``data`` (shape batch' + (R, C)) as (B or 1, R, C) for the backend's matmul."""
+    rows, cols = shape[-2:]
+    own = shape[:-2]
+    if math.prod(own) == 1:
+        return be.reshape(data, (1, rows, cols))
+    full = batch + (rows, cols)
+    if tuple((1,) * (len(batch) - len(own)) + own) != batch:   # broadcast inside the batch
+        strides = shapes.contiguous_strides(shape)
+        lead = len(full) - len(shape)
+        bstrides = tuple(0 if d < lead or shape[d - lead] == 1 else strides[d - lead]
+                         for d in range(len(full)))
+        data = be.strided(data, 0, full, bstrides)
+    return be.reshape(data, (math.prod(batch), rows, cols))
+
+
+def _transposed(be: Any, data3: Any, shape3: tuple[int, int, int]) -> Any:
+    b, r, c = shape3
+    return be.strided(data3, 0, (b, c, r), (r * c, 1, c))
+
+
+def matmul(a: Any, b: Any) -> Any:
+    be = (a if isinstance(a, Tensor) else b)._backend
+    A, B = operand(a, be), operand(b, be)
+    if A is None or B is None:
+        return NotImplemented
+    out_shape = shapes.matmul(A.shape, B.shape)
+    dtype = result_dtype([A, B])
+    tape = common_tape("matmul", [A, B])
+    a2 = (1,) + A.shape if len(A.shape) == 1 else A.shape
+    b2 = B.shape + (1,) if len(B.shape) == 1 else B.shape
+    batch = shapes.broadcast("matmul", a2[:-2], b2[:-2])
+    (m, k), n = a2[-2:], b2[-1]
+    adata, bdata = (o.data if o.dtype == dtype else
+                    be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0]
+                    for o in (A, B))
+    A3 = _as_batched(be, be.reshape(adata, a2), a2, batch)
+    B3 = _as_batched(be, be.reshape(bdata, b2), b2, batch)
+    out = be.matmul(A3, B3)
+    nb = math.prod(batch)
+    result = be.reshape(out, out_shape)
+    if (tape is None or not (A.needs_adjoint or B.needs_adjoint)) and out_shape:
+        return wrap(be, result, out_shape, dtype)
+    a_shape3 = (nb if math.prod(a2[:-2]) != 1 else 1, m, k)
+    keep_a, keep_b = (A3 if B.needs_adjoint else None), (B3 if A.needs_adjoint else None)
+    a_needs, b_needs, a_full, b_full = A.needs_adjoint, B.needs_adjoint, A.shape, B.shape
+
+    def vjp(g: Any) -> tuple[Any, Any]:
+        g3 = be.reshape(be.full((), g, dtype) if isinstance(g, float) else g, (nb, m, n))
+        ga = gb = None
+        if a_needs:
+            ga = be.matmul(g3, keep_b, transpose_b=True)                      # (nb, m, k)
+            ga = fold(be, be.reshape(ga, batch + (m, k)), batch + (m, k), a2)
+            ga = be.reshape(ga, a_full)
+        if b_needs:
+            gb = be.matmul(_transposed(be, keep_a, a_shape3), g3)          # (nb, k, n)
+            gb = fold(be, be.reshape(gb, batch + (k, n)), batch + (k, n), b2)
+            gb = be.reshape(gb, b_full)
+        return ga, gb
+    if out_shape == ():
+        return record_scalar("matmul", be, result, tape, (A.index, B.index), vjp)
+    return record("matmul", be, result, out_shape, dtype, tape, (A.index, B.index), vjp)
+
+
+# ---- joins ----
+
+def concatenate(tensors: Any, axis: int = 0) -> Tensor:
+    tensors = list(tensors)
+    be = next((t._backend for t in tensors if isinstance(t, Tensor)), None)
+    if be is None:
+        raise TypeError("concatenate: needs at least one Tensor")
+    ops = [_tensor_operand(t, be) for t in tensors]
+    out_shape, ax = shapes.concatenate("concatenate", [o.shape for o in ops], axis)
+    dtype = result_dtype(ops)
+    tape = common_tape("concatenate", ops)
+    strides = shapes.contiguous_strides(out_shape)
+    places, start = [], 0
+    for o in ops:
+        places.append((start * strides[ax], o.shape, strides))
+        start += o.shape[ax]
+    parts = []
+    for (offset, shape, st), o in zip(places, ops):
+        data = o.data
+        if o.dtype != dtype:
+            (data,) = be.map("astype", ("x",), {"x": data}, shape, (dtype,))
+        parts.append((offset, shape, st, data))
+    out = be.assemble(out_shape, dtype, parts)
+    needs = [o.needs_adjoint for o in ops]
+
+    def vjp(g: Any) -> tuple[Any, ...]:
+        return tuple(be.strided(g, offset, shape, st) if need else None
+                     for (offset, shape, st), need in zip(places, needs))
+    return record("concatenate", be, out, out_shape, dtype, tape, tuple(o.index for o in ops),
+                  vjp)
+
+
+def stack(tensors: Any, axis: int = 0) -> Tensor:
+    tensors = list(tensors)
+    be = next((t._backend for t in tensors if isinstance(t, Tensor)), None)
+    if be is None:
+        raise TypeError("stack: needs at least one Tensor")
+    items = [t if isinstance(t, Tensor) else Tensor.constant(np.asarray(t), be.device)
+             for t in tensors]
+    ax = shapes.stack([t.shape for t in items], axis)
+    return concatenate([reshape(t, t.shape[:ax] + (1,) + t.shape[ax:]) for t in items], ax)
+
+
+# ---- where ----
+
+def where(condition: Any, a: Any, b: Any) -> Any:
+    be = next(v._backend for v in (condition, a, b) if isinstance(v, Tensor))
+    if isinstance(condition, Tensor):
+        C = _tensor_operand(condition, be)
+    else:
+        c = np.asarray(condition)
+        C = _tensor_operand(c.astype(bool) if c.dtype != bool else c, be)
+    A, B = _tensor_operand(a, be), _tensor_operand(b, be)
+    shape = shapes.broadcast("where", C.shape, A.shape, B.shape)
+    dtype = result_dtype([A, B])
+    tape = common_tape("where", [A, B])
+    (out,) = be.map("where", ("choose(c, x, y)",), {"c": C.data, "x": A.data, "y": B.data},
+                    shape, (dtype,))
+    if tape is None or not (A.needs_adjoint or B.needs_adjoint):
+        return wrap(be, out, shape, dtype)
+    cond, needs, targets = C.data, (A.needs_adjoint, B.needs_adjoint), (A.shape, B.shape)
+    scalars = (A.dtype is None, B.dtype is None)
+    exprs = ("choose(c, g, 0.0)", "choose(c, 0.0, g)")
+
+    def vjp(g: Any) -> tuple[Any, ...]:
+        chosen = tuple(e for e, need in zip(exprs, needs) if need)
+        outs = iter(be.map("where_vjp", chosen, {"c": cond, "g": g}, shape,
+                           (dtype,) * len(chosen)))
+        return tuple(fold(be, next(outs), shape, target, scalar) if need else None
+                     for need, target, scalar in zip(needs, targets, scalars))
+    return record("where", be, out, shape, dtype, tape, (A.index, B.index), vjp)

@@ -1,0 +1,325 @@
+"""TraceTensor: forward mode on arrays, a value and a tangent of the same shape.
+
+The elementwise operations come from the rule table like everything else: one kernel
+computes the value expression and the tangent ``sum_k mul0(partial_k, d<operand>_k)``
+(with the output ``z`` in a partial replaced by the value expression), the same strings
+the scalar Trace and the tensor vjps use. Linear operations (reshape, transpose, indexing,
+sums, joins, where) apply to value and tangent alike through the constant-Tensor
+operations; matmul uses the product rule. A result that is one number is a scalar
+``Trace``, as a Tensor's is a Record.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from easyad import _rules
+from easyad._core import Record, Trace
+from easyad.tensor import _shapes as shapes
+from easyad.tensor import _structural
+from easyad.tensor._tensor import BOOL, Tensor, operand, wrap
+
+
+class TraceTensor:
+    """An array with a tangent (a directional derivative) for forward mode.
+
+    Examples
+    --------
+    >>> import numpy as np, easyad as ad
+    >>> x = ad.TraceTensor.variable(np.array([0.0, 1.0]))      # tangent: ones
+    >>> y = ad.sin(x) * x
+    >>> np.round(y.tangent, 6)                                 # sin x + x cos x
+    array([0.      , 1.381773])
+    """
+
+    __slots__ = ("_value", "_tangent")
+    _value: Tensor
+    _tangent: Tensor
+
+    def __init__(self, value: Any, tangent: Any = None, device: Any = None,
+                 dtype: Any = None) -> None:
+        v = value if isinstance(value, Tensor) and value.tape is None else \
+            Tensor.constant(value, device=device, dtype=dtype)
+        if tangent is None:
+            t = Tensor.constant(np.zeros(v.shape), device=v.device, dtype=v.dtype)
+        else:
+            t = Tensor.constant(np.broadcast_to(np.asarray(
+                tangent.value if isinstance(tangent, Tensor) else tangent), v.shape),
+                device=v.device, dtype=v.dtype)
+        self._value, self._tangent = v, t
+
+    @staticmethod
+    def variable(array: Any, tangent: Any = None, device: Any = None,
+                 dtype: Any = None) -> "TraceTensor":
+        """An input with tangent ``tangent`` (default: ones, the direction of all inputs)."""
+        return TraceTensor(array, np.ones(np.shape(array)) if tangent is None else tangent,
+                           device, dtype)
+
+    @staticmethod
+    def constant(array: Any, device: Any = None, dtype: Any = None) -> "TraceTensor":
+        """An input with tangent 0."""
+        return TraceTensor(array, None, device, dtype)
+
+    @staticmethod
+    def _of(value: Tensor, tangent: Tensor) -> "TraceTensor":
+        t = TraceTensor.__new__(TraceTensor)
+        t._value, t._tangent = value, tangent
+        return t
+
+    # -- what it is --
+    @property
+    def value(self) -> np.ndarray:
+        return self._value.value
+
+    @property
+    def tangent(self) -> np.ndarray:
+        return self._tangent.value
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._value.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._value.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._value.ndim
+
+    @property
+    def size(self) -> int:
+        return self._value.size
+
+    @property
+    def device(self) -> Any:
+        return self._value.device
+
+    def detach(self) -> Tensor:
+        """The value, as a constant Tensor."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"TraceTensor(value={self.value!r}, tangent={self.tangent!r})"
+
+    def __len__(self) -> int:
+        return len(self._value)
+
+    __hash__ = None  # type: ignore[assignment]
+    __array_ufunc__ = None   # ndarray (op) TraceTensor defers to our reflected operators
+
+    # -- linear operations: the same on value and tangent --
+    def _both(self, f: Any) -> Any:
+        v, t = f(self._value), f(self._tangent)
+        if isinstance(v, Tensor):
+            return TraceTensor._of(v, t)
+        return Trace(float(v), float(t))
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return self._both(lambda a: a.sum(axis=axis, keepdims=keepdims))
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return self._both(lambda a: a.mean(axis=axis, keepdims=keepdims))
+
+    def reshape(self, *shape: Any) -> "TraceTensor":
+        return self._both(lambda a: a.reshape(*shape))  # type: ignore[no-any-return]
+
+    def transpose(self, *axes: Any) -> "TraceTensor":
+        return self._both(lambda a: a.transpose(*axes))  # type: ignore[no-any-return]
+
+    @property
+    def T(self) -> "TraceTensor":
+        return self._both(lambda a: a.T)  # type: ignore[no-any-return]
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._both(lambda a: a[key])
+
+    def _extreme(self, op: str, axis: Any, keepdims: bool) -> Any:
+        # the tangent of a max is the mean of the tangents of the tied maximal elements
+        v = self._value
+        m = getattr(v, op)(axis=axis, keepdims=True)
+        mask = _structural.where(v == m, 1.0, 0.0)
+        t = (self._tangent * mask).sum(axis=axis, keepdims=keepdims) / \
+            mask.sum(axis=axis, keepdims=keepdims)
+        value = getattr(v, op)(axis=axis, keepdims=keepdims)
+        if isinstance(value, Tensor):
+            return TraceTensor._of(value, t)
+        return Trace(float(value), float(t))
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return self._extreme("max", axis, keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return self._extreme("min", axis, keepdims)
+
+    amax, amin = max, min
+
+    def __matmul__(self, other: Any) -> Any:
+        return _matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return _matmul(other, self)
+
+    @staticmethod
+    def concatenate(items: Any, axis: int = 0) -> "TraceTensor":
+        pairs = [_pair(v, _backend_of(items)) for v in items]
+        return TraceTensor._of(_structural.concatenate([p[0] for p in pairs], axis),
+                               _structural.concatenate([p[1] for p in pairs], axis))
+
+    @staticmethod
+    def stack(items: Any, axis: int = 0) -> "TraceTensor":
+        pairs = [_pair(v, _backend_of(items)) for v in items]
+        return TraceTensor._of(_structural.stack([p[0] for p in pairs], axis),
+                               _structural.stack([p[1] for p in pairs], axis))
+
+    @staticmethod
+    def _where(condition: Any, a: Any, b: Any) -> "TraceTensor":
+        be = _backend_of([condition, a, b])
+        if isinstance(condition, TraceTensor):
+            condition = condition._value
+        (av, at), (bv, bt) = _pair(a, be), _pair(b, be)
+        return TraceTensor._of(_structural.where(condition, av, bv),
+                               _structural.where(condition, at, bt))
+
+    # comparisons look at values (constant boolean tensors)
+    def __lt__(self, other: Any) -> Any:
+        return self._value < _value_of(other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._value <= _value_of(other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._value > _value_of(other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._value >= _value_of(other)
+
+    def __eq__(self, other: Any) -> Any:
+        return self._value == _value_of(other)
+
+    def __ne__(self, other: Any) -> Any:
+        return self._value != _value_of(other)
+
+    def __pos__(self) -> "TraceTensor":
+        return self
+
+
+# ---- operands ----
+
+_OUTPUT = re.compile(r"\bz\b")
+
+def _backend_of(values: Any) -> Any:
+    for v in values:
+        if isinstance(v, TraceTensor):
+            return v._value._backend
+    for v in values:
+        if isinstance(v, Tensor):
+            return v._backend
+    raise TypeError("needs a TraceTensor")
+
+
+def _value_of(v: Any) -> Any:
+    return v._value if isinstance(v, TraceTensor) else v
+
+
+def _pair(v: Any, be: Any) -> tuple[Tensor, Tensor]:
+    """``v`` as (value, tangent) constant tensors on backend ``be``."""
+    if isinstance(v, TraceTensor):
+        return v._value, v._tangent
+    if isinstance(v, Tensor) and v.tape is not None or type(v) is Record:
+        raise TypeError(f"cannot combine a TraceTensor with a recorded {type(v).__name__}: "
+                        f"forward mode and reverse mode do not mix")
+    if type(v) is Trace:
+        value = Tensor.constant(np.asarray(v.number), device=be.device)
+        return value, Tensor.constant(np.asarray(v.derivative), device=be.device)
+    value = v if isinstance(v, Tensor) else Tensor.constant(np.asarray(v, dtype=float),
+                                                            device=be.device)
+    return value, wrap(be, be.full(value.shape, 0.0, value.dtype), value.shape, value.dtype)
+
+
+def _parts(v: Any, be: Any) -> tuple[Any, Any, tuple[int, ...], Any] | None:
+    """(value data, tangent data or None, shape, dtype) of an elementwise operand."""
+    if isinstance(v, TraceTensor):
+        return v._value._data, v._tangent._data, v.shape, v.dtype
+    if type(v) is Trace:
+        return float(v.number), float(v.derivative), (), None
+    if type(v) is Record or isinstance(v, Tensor) and v.tape is not None:
+        raise TypeError(f"cannot combine a TraceTensor with a recorded {type(v).__name__}: "
+                        f"forward mode and reverse mode do not mix")
+    o = operand(v, be)
+    if o is None:
+        return None
+    return o.data, None, o.shape, o.dtype
+
+
+def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
+    be = _backend_of(args)
+    parts = [_parts(a, be) for a in args]
+    if any(p is None for p in parts):
+        return NotImplemented
+    names = ("x", "y")[:rule.arity]
+    shape = shapes.broadcast(rule.name, *(p[2] for p in parts))  # type: ignore[index]
+    dtypes = [np.dtype(p[3]) for p in parts if p[3] is not None and p[3] != BOOL]  # type: ignore[index]
+    dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
+    operands: dict[str, Any] = {}
+    terms = []
+    for name, p, partial in zip(names, parts, rule.partials):
+        operands[name] = p[0]  # type: ignore[index]
+        if p[1] is not None:  # type: ignore[index]
+            operands["d" + name] = p[1]  # type: ignore[index]
+            # z (the output) in a partial is the value expression itself, inlined
+            inlined = _OUTPUT.sub(f"({rule.value})", partial)
+            terms.append(f"mul0({inlined}, d{name})")
+    tangent = " + ".join(terms) if terms else "0.0"
+    z, dz = be.map(rule.name + "_jvp", (rule.value, tangent), operands, shape, (dtype, dtype))
+    return TraceTensor._of(wrap(be, z, shape, dtype), wrap(be, dz, shape, dtype))
+
+
+def _matmul(a: Any, b: Any) -> Any:
+    be = _backend_of([a, b])
+    (av, at), (bv, bt) = _pair(a, be), _pair(b, be)
+    value = av @ bv
+    tangent = at @ bv + av @ bt
+    if isinstance(value, Tensor):
+        return TraceTensor._of(value, tangent)
+    return Trace(float(value), float(tangent))
+
+
+# ---- methods generated from the rule table ----
+
+def _install_rule_methods() -> None:
+    def unary(rule: _rules.Rule, name: str) -> Any:
+        def method(self: TraceTensor) -> Any:
+            return _jvp(rule, (self,))
+        method.__name__ = method.__qualname__ = name
+        method.__doc__ = f"{rule.doc}, elementwise, with its tangent."
+        return method
+
+    def binary(rule: _rules.Rule, name: str, reflected: bool) -> Any:
+        def method(self: TraceTensor, other: Any, *mod: Any) -> Any:
+            if mod and mod[0] is not None:
+                return NotImplemented
+            return _jvp(rule, (other, self) if reflected else (self, other))
+        method.__name__ = method.__qualname__ = name
+        method.__doc__ = f"{rule.doc}, elementwise with broadcasting, with its tangent."
+        return method
+
+    for rule in _rules.RULES:
+        names = [rule.name, *rule.aliases]
+        if rule.arity == 1:
+            for name in names + ([f"__{rule.operator}__"] if rule.operator else []):
+                setattr(TraceTensor, name, unary(rule, name))
+            continue
+        for name in names:
+            setattr(TraceTensor, name, binary(rule, name, False))
+            setattr(TraceTensor, f"_r{name}", binary(rule, f"_r{name}", True))
+        if rule.operator:
+            setattr(TraceTensor, f"__{rule.operator}__",
+                    binary(rule, f"__{rule.operator}__", False))
+            setattr(TraceTensor, f"__r{rule.operator}__",
+                    binary(rule, f"__r{rule.operator}__", True))
+
+
+_install_rule_methods()
