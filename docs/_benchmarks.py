@@ -14,8 +14,10 @@ HEADING_LEVEL = 3  # the results files' titles become ### headings on the perfor
 
 
 def _demote(text: str, level: int) -> str:
-    return re.sub(r"^(#+) ", lambda m: "#" * (len(m.group(1)) + level - 1) + " ", text,
-                  flags=re.M)
+    # the file's heading levels, in order, become level, level + 1, ... (no level skipped)
+    levels = sorted({len(h) for h in re.findall(r"^(#+) ", text, flags=re.M)})
+    depth = {n: level + i for i, n in enumerate(levels)}
+    return re.sub(r"^(#+) ", lambda m: "#" * depth[len(m.group(1))] + " ", text, flags=re.M)
 
 
 def write_includes(results: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:

@@ -163,10 +163,18 @@ class Function:
         return self._masked(self._shape_values(out, batch), mask, batch)
 
     # with on_branch_change="mask" each method returns (result, mask): hence -> Any
-    def gradient(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
-        """The gradient (n,) of a scalar function at x; (B, n) for a batch."""
+    def gradient(self, x: ArrayLike, *, on_branch_change: str | None = None,
+                 device: Any = None) -> Any:
+        """The gradient (n,) of a scalar function at x; (B, n) for a batch.
+
+        ``device="opencl"`` (or ``"opencl:N"``, a Device) evaluates every row in one
+        OpenCL kernel generated from the tape (one work-item per point); branch changes are
+        detected there too. Without it, the rows run in C on the CPU's cores."""
         self._need_scalar("gradient")
         X, batch = self._rows(x)
+        if device is not None and str(getattr(device, "kind", device)).startswith("opencl"):
+            _, g, mask = self._opencl(X, device, on_branch_change)
+            return self._masked(g if batch else g[0], mask, batch)
         _, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "gradient", ())
         g = jac[:, 0, :]
         return self._masked(g if batch else g[0], mask, batch)
@@ -277,6 +285,35 @@ class Function:
                                     self.on_branch_change))
 
     # ---- internals ----
+    def _opencl(self, X: NDArray[np.float64], device: Any, mode: str | None
+                ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_] | None]:
+        """Values and gradients of every row by the generated OpenCL kernel (compiled once
+        per device and kept), with the same branch handling as the C replay."""
+        from easyad.tensor._replay_cl import ReplayKernel
+        mode = self.on_branch_change if mode is None else mode
+        if mode not in _BRANCH_MODES:
+            raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, got {mode!r}")
+        kernels = self.__dict__.setdefault("_cl_kernels", {})
+        key = str(device)
+        if key not in kernels:
+            kernels[key] = ReplayKernel(self.tape._arrays(), self.inputs, self.outputs[0],
+                                        device)
+        values, grads, changed = kernels[key](X)
+        mask = changed if mode == "mask" else None
+        if changed.any():
+            rows = np.flatnonzero(changed)
+            if mode == "raise":
+                self._run(_VALUE, X[rows[:1]], "raise", "gradient", ())  # names the guard
+                raise BranchChangedError(f"replaying at row {int(rows[0])} takes another "
+                                         f"branch than recorded")
+            if mode == "retape":
+                values[rows], grads[rows] = self.value_and_gradient(
+                    X[rows], on_branch_change="retape")
+            else:
+                values[rows] = np.nan
+                grads[rows] = np.nan
+        return values, grads, mask
+
     def _need_scalar(self, what: str) -> None:
         if not self.scalar:
             raise ValueError(f"{what} needs a scalar function; this one has "

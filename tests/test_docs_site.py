@@ -18,7 +18,7 @@ import easyad as ad
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order",
+PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order", "tensors",
          "record-replay", "user-operations", "errors", "conventions", "performance", "api"]
 FIGURES = ["forward_vs_reverse.png", "tape.svg", "benchmark_ratios.png"]
 

@@ -92,3 +92,25 @@ def test_tensor_entries_are_refused():
     s = ad.sum(t)
     with pytest.raises(NotImplementedError, match="node"):
         render_replay_kernel(lst._arrays(), [], s.index)
+
+
+@pytest.mark.skipif(not any(d.kind == "opencl" for d in ad.devices()), reason="no OpenCL device")
+def test_function_gradient_on_opencl_with_branches():
+    def branchy(x):
+        if x[0] > 0:
+            return x[0] * x[1] ** 2
+        return -x[0] * x[1]
+
+    F = ad.record(branchy, [1.0, 2.0])
+    X = np.array([[2.0, 3.0], [0.5, -1.0], [-2.0, 3.0]])
+    np.testing.assert_allclose(F.gradient(X[:2], device="opencl"), F.gradient(X[:2]), rtol=1e-14)
+    with pytest.raises(ad.BranchChangedError, match=r"x\[0\] > 0.0"):
+        F.gradient(X, device="opencl")
+    np.testing.assert_allclose(F.gradient(X, device="opencl", on_branch_change="retape"),
+                               [[9.0, 12.0], [1.0, -1.0], [-3.0, 2.0]])
+    G, mask = F.gradient(X, device="opencl", on_branch_change="mask")
+    assert mask.tolist() == [False, False, True] and np.isnan(G[2]).all()
+    # a guard after the output (f returns its input on one branch) is checked on OpenCL too
+    H = ad.record(lambda v: v[0] if v[0] > 0 else -v[0], [1.0])
+    with pytest.raises(ad.BranchChangedError):
+        H.gradient(np.array([[-1.0]]), device="opencl")

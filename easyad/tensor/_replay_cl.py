@@ -39,7 +39,8 @@ def _cone(arrays: dict[str, np.ndarray], output: int) -> tuple[set[int], set[int
     """Entries whose values the kernel needs (ancestors of the output and of every guard)
     and entries the output's gradient flows through (ancestors of the output)."""
     ops, arg0, arg1 = arrays["ops"], arrays["arg0"], arrays["arg1"]
-    guards = [i for i in range(output + 1) if _NAMES[ops[i]].startswith("guard_")]
+    # every guard of the tape, also those recorded after the output
+    guards = [i for i in range(len(ops)) if _NAMES[ops[i]].startswith("guard_")]
 
     def ancestors(roots: list[int]) -> set[int]:
         seen: set[int] = set()
@@ -78,7 +79,7 @@ def render_replay_kernel(arrays: dict[str, np.ndarray], inputs: list[int], outpu
     def operand(index: int, slot: np.ndarray, i: int) -> str:
         return f"v{index}" if index >= 0 else _literal(float(slot[i]))
 
-    for i in range(output + 1):
+    for i in range(len(ops)):  # guards after the output are evaluated too
         if i not in valued:
             continue
         op = _NAMES[ops[i]]
