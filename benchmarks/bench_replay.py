@@ -10,7 +10,9 @@ Targets (issue: derivatives toolbox):
 - ``F.hessian(x)`` (n = 50) no slower than CasADi's Hessian Function;
 - batched gradients, B = 10^4 rows of n = 100: no slower than CasADi's ``map``, and at
   least 1.6x faster on 2 cores than on 1;
-- ``ad.hessian`` (record + Hessian, n = 50) faster than torch.autograd.functional.hessian.
+- ``ad.hessian`` (record + Hessian, n = 50) faster than torch.autograd.functional.hessian;
+- (tensors issue) ``F.gradient(X, device="opencl")`` at B = 10^5, n = 100 faster than the C
+  replay and than CasADi's ``map``.
 """
 from __future__ import annotations
 
@@ -142,6 +144,31 @@ def run(ctx):
         r = t.ratio("easyad F.gradient(X), all cores", "casadi Function.map")
         rows.append(("batch B=10^4, n=100: easyad / casadi map time", f"{r:.2f}", "<= 1",
                      verdict(r <= 1, "batch vs casadi map")))
+
+    # 4. replay on OpenCL (issue: tensors): B = 10^5 rows, n = 100, one kernel per batch
+    if any(d.kind == "opencl" for d in ad.devices()):
+        B = 100_000
+        X = rng.uniform(0.5, 1.5, (B, n))
+        np.testing.assert_allclose(F.gradient(X[:50], device="opencl"), F.gradient(X[:50]),
+                                   rtol=1e-12)
+        variants = {"easyad F.gradient(X, device='opencl')":
+                    lambda: F.gradient(X, device="opencl"),
+                    "easyad F.gradient(X), C replay": lambda: F.gradient(X)}
+        if ca is not None:
+            M = G.map(B)
+            XT = np.ascontiguousarray(X.T)
+            variants["casadi Function.map"] = lambda: M(XT)
+        t = ctx.measure(variants)
+        opencl = "easyad F.gradient(X, device='opencl')"
+        r = t.ratio(opencl, "easyad F.gradient(X), C replay")
+        rows.append(("OpenCL replay B=10^5, n=100: OpenCL / C replay time",
+                     f"{r:.2f} ({t.median(opencl) * 1e3:.0f} ms vs "
+                     f"{t.median('easyad F.gradient(X), C replay') * 1e3:.0f} ms)", "< 1",
+                     verdict(r < 1, "OpenCL replay vs C replay")))
+        if ca is not None:
+            r = t.ratio(opencl, "casadi Function.map")
+            rows.append(("OpenCL replay B=10^5, n=100: OpenCL / casadi map time", f"{r:.2f}",
+                         "< 1", verdict(r < 1, "OpenCL replay vs casadi map")))
 
     body = ["| measure | figure (medians) | target | pass/fail |", "| --- | --- | --- | --- |"]
     body += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
