@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from easyad import _rules
 from easyad._expressions import c_function_name
+from easyad.tensor._buffers import LiveBuffers
 
 
 # ---- the expression namespace ----
@@ -81,29 +82,15 @@ def compile_expression(text: str, names: tuple[str, ...]) -> Any:
 
 # ---- the backend ----
 
-class NumpyBackend:
+class NumpyBackend(LiveBuffers):
     """Tensor storage and kernels on the host, with numpy."""
 
     kind = "numpy"
 
     def __init__(self, device: Any) -> None:
         self.device = device
-        self._live = 0
 
-    # -- buffers --
-    def _track(self, a: np.ndarray) -> np.ndarray:
-        self._live += 1
-        weakref.finalize(a, self._release)
-        return a
-
-    def _release(self) -> None:
-        self._live -= 1
-
-    @property
-    def live_buffers(self) -> int:
-        """Buffers this backend made that are still alive."""
-        return self._live
-
+    # -- buffers (counted by LiveBuffers._track) --
     def asarray(self, array: Any, dtype: np.dtype) -> np.ndarray:
         return self._track(np.array(array, dtype=dtype, order="C", copy=True))
 

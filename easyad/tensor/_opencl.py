@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-import weakref
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +19,7 @@ import pyopencl as cl
 import pyopencl.array as cl_array
 
 from easyad.tensor import _kernels as kernels
+from easyad.tensor._buffers import LiveBuffers
 from easyad.tensor._shapes import contiguous_strides
 
 _LONG = np.int64
@@ -44,7 +45,7 @@ def _collapse(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]
     return tuple(out_shape), [tuple(s) for s in out_strides]
 
 
-class OpenCLBackend:
+class OpenCLBackend(LiveBuffers):
     """Tensor storage and kernels on one OpenCL device."""
 
     kind = "opencl"
@@ -57,7 +58,6 @@ class OpenCLBackend:
         self.fp64 = bool(device._handle.double_fp_config)
         self._programs: dict[str, Any] = {}
         self._kernels: dict[Any, Any] = {}
-        self._live = 0
         self.compiles = 0
         # buffers come from a pool: a freed buffer is reused by the next allocation of its
         # size class instead of new device memory being mapped (and faulted in) each time
@@ -91,17 +91,7 @@ class OpenCLBackend:
     # -- buffers --
     def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         dtype = _STORAGE.get(np.dtype(dtype), np.dtype(dtype))
-        a = cl_array.empty(self.queue, shape, dtype, allocator=self.pool)
-        self._live += 1
-        weakref.finalize(a, self._release)
-        return a
-
-    def _release(self) -> None:
-        self._live -= 1
-
-    @property
-    def live_buffers(self) -> int:
-        return self._live
+        return self._track(cl_array.empty(self.queue, shape, dtype, allocator=self.pool))
 
     def asarray(self, array: Any, dtype: Any) -> Any:
         host = np.ascontiguousarray(np.asarray(array).astype(
