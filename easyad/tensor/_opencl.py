@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import warnings
-
 from collections.abc import Mapping
 from typing import Any
 
