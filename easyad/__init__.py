@@ -2,7 +2,9 @@
 
 Public API only (no logic here). Layers, each depending on the ones before:
 rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions)
--> numeric protocols (numeric.py) -> tensors (easyad/tensor: Tensor on numpy or OpenCL).
+-> numeric protocols (numeric.py) -> tensors (easyad/tensor: Tensor on numpy or OpenCL)
+-> neural networks (easyad/nn: modules, losses; easyad/optim: optimizers, schedulers;
+easyad/random: the seeded generator they draw from).
 """
 from easyad._core import (
     Derivatives,
@@ -69,6 +71,9 @@ from easyad.tensor import (
     sum,
 )
 
+# subpackages, last: they build on the names above (pure Python, numpy only)
+from easyad import nn, optim, random  # noqa: E402
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -81,4 +86,6 @@ __all__ = [
     # tensors
     "Device", "ShapeError", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices", "eval_shape",
     "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack", "sum",
+    # neural networks
+    "nn", "optim", "random",
 ]
