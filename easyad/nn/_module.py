@@ -58,7 +58,7 @@ class Module:
         return self.forward(x, tape)
 
     def _as_input(self, x: Any) -> Tensor:
-        first = next(iter(self.parameters()), None)
+        first = next((p for _, p in self.named_parameters()), None)
         a = np.asarray(x)
         if first is not None:
             return Tensor.constant(a, device=first.device, dtype=first.dtype)

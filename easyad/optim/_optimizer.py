@@ -90,13 +90,16 @@ class Optimizer:
                                  "these derivatives come from: call the model with that list, "
                                  "model(x, tape=lst), in the step that made the loss")
             return found
+        # copies: the updates below work in the gradient arrays (d[t] gives fresh ones)
         if isinstance(gradients, Mapping):
-            return {id(p): np.asarray(g) for p, g in gradients.items() if g is not None}
+            return {id(p): np.array(g, dtype=p.dtype) for p, g in gradients.items()
+                    if g is not None}
         if isinstance(gradients, Iterable):
             grads = list(gradients)
             if len(grads) != len(params):
                 raise ValueError(f"{len(grads)} gradients for {len(params)} parameters")
-            return {id(p): np.asarray(g) for p, g in zip(params, grads) if g is not None}
+            return {id(p): np.array(g, dtype=p.dtype) for p, g in zip(params, grads)
+                    if g is not None}
         raise TypeError(f"step takes Derivatives, a loss Record, or gradients by parameter, "
                         f"not {type(gradients).__name__}")
 
@@ -113,11 +116,12 @@ class Optimizer:
                                      f"{p.data.shape}")
                 g = g.astype(p.data.dtype, copy=False)
                 if group.get("maximize", False):
-                    g = -g
+                    np.negative(g, out=g)
                 self._update(p, g, self.state.setdefault(p, {}), group)
 
     def _update(self, p: Parameter, grad: np.ndarray, state: dict[str, Any],
                 group: dict[str, Any]) -> None:
+        """Update ``p.data`` in place; ``grad`` is this step's own array (free to reuse)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -155,7 +159,7 @@ class SGD(Optimizer):
                 group: dict[str, Any]) -> None:
         wd, momentum = group["weight_decay"], group["momentum"]
         if wd != 0:
-            grad = grad + wd * p.data
+            grad += wd * p.data
         if momentum != 0:
             buf = state.get("momentum_buffer")
             if buf is None:
@@ -163,8 +167,12 @@ class SGD(Optimizer):
             else:
                 buf *= momentum
                 buf += (1.0 - group["dampening"]) * grad
-            grad = grad + momentum * buf if group["nesterov"] else buf
-        p.data -= group["lr"] * grad
+            if group["nesterov"]:
+                grad += momentum * buf
+            else:
+                np.copyto(grad, buf)
+        grad *= group["lr"]                  # p - lr g, PyTorch's p + (-lr) g to the bit
+        p.data -= grad
 
 
 class Adam(Optimizer):
@@ -202,7 +210,7 @@ class Adam(Optimizer):
             if self._decoupled:
                 p.data *= 1.0 - lr * wd
             else:
-                grad = grad + wd * p.data
+                grad += wd * p.data
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         _lerp(exp_avg, grad, 1.0 - beta1)
         exp_avg_sq *= beta2
@@ -214,8 +222,12 @@ class Adam(Optimizer):
             second = state["max_exp_avg_sq"]
         else:
             second = exp_avg_sq
-        denom = np.sqrt(second) / bias_correction2_sqrt + eps
-        p.data += -step_size * (exp_avg / denom)
+        denom = np.sqrt(second, out=grad)    # the gradient's array is free again
+        denom /= bias_correction2_sqrt
+        denom += eps
+        np.divide(exp_avg, denom, out=denom)
+        denom *= -step_size
+        p.data += denom
 
 
 class AdamW(Adam):
@@ -257,7 +269,7 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = np.zeros_like(p.data)
         state["step"] += 1
         if group["weight_decay"] != 0:
-            grad = grad + group["weight_decay"] * p.data
+            grad += group["weight_decay"] * p.data
         square_avg = state["square_avg"]
         square_avg *= alpha
         square_avg += (1.0 - alpha) * (grad * grad)
@@ -274,6 +286,8 @@ class RMSprop(Optimizer):
             buf += grad / avg
             p.data -= group["lr"] * buf
         else:
-            p.data += -group["lr"] * (grad / avg)
+            np.divide(grad, avg, out=grad)
+            grad *= -group["lr"]
+            p.data += grad
 
 
