@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from easyad.tensor import Tensor
-from easyad.tensor._tensor import common_tape, operand, record, record_scalar, result_dtype
+from easyad.tensor._tensor import (common_tape, live_tape, operand, record, record_scalar,
+                                   result_dtype)
 
 
 def applies(*values: Any) -> bool:
@@ -75,12 +76,13 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     b_shape = B.shape if B is not None else ()
     b_scalar = B is not None and B.dtype is None
     x2 = xd.reshape(-1, W.shape[1])
-    keep_x = x2 if needs_w else None
-    keep_w = wd if needs_x else None
+    keep_x: Any = x2 if needs_w else None
+    keep_w: Any = wd if needs_x else None
+    x_shape = X.shape
 
     def vjp(g: Any) -> tuple[Any, ...]:
         g2 = g.reshape(-1, out_shape[-1])
-        gx = np.matmul(g2, keep_w).reshape(X.shape) if needs_x else None
+        gx = np.matmul(g2, keep_w).reshape(x_shape) if needs_x else None
         gw = np.matmul(g2.T, keep_x) if needs_w else None
         gb: Any = None
         if needs_b:
@@ -94,9 +96,7 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
 
 def cross_entropy(logits: Tensor, target: np.ndarray, reduction: str) -> Any:
     """Mean or sum over rows of ``logsumexp(z) - z[target]``; target: int64 (N,)."""
-    be = logits._backend
-    L = operand(logits, be)
-    z = L.data
+    z, tape = logits._data, live_tape(logits)
     n = z.shape[0]
     with np.errstate(all="ignore"):
         m = z.max(axis=1, keepdims=True)
@@ -109,24 +109,22 @@ def cross_entropy(logits: Tensor, target: np.ndarray, reduction: str) -> Any:
     scale = 1.0 / n if reduction == "mean" else 1.0
     if reduction == "mean":
         total = total / n if n else float("nan")
-    tape = L.tape
 
     def vjp(g: float) -> tuple[np.ndarray]:
         p = e / s
         p[rows, target] -= 1.0
         p *= g * scale
         return (p,)
-    return record_scalar("cross_entropy", be, np.float64(total), tape, (L.index,), vjp)
+    return record_scalar("cross_entropy", logits._backend, np.float64(total), tape,
+                         (logits._index,), vjp)
 
 
 def sigmoid(x: Tensor) -> Tensor:
-    be = x._backend
-    X = operand(x, be)
-    xd = X.data
+    xd = x._data
     with np.errstate(over="ignore"):
         e = np.exp(-np.abs(xd))                      # never overflows
-        s = np.where(xd >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(X.dtype, copy=False)
+        s = np.where(xd >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
 
     def vjp(g: Any) -> tuple[np.ndarray]:
         return (g * (s * (1.0 - s)),)
-    return record("sigmoid", be, s, X.shape, X.dtype, X.tape, (X.index,), vjp)
+    return record("sigmoid", x._backend, s, x.shape, x.dtype, live_tape(x), (x._index,), vjp)

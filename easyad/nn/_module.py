@@ -158,7 +158,8 @@ class Module:
 
     def save(self, path: Any) -> None:
         """Write the state dict to an ``.npz`` file (numpy adds the suffix if missing)."""
-        np.savez(path, **self.state_dict())
+        savez: Any = np.savez      # its stub reserves the keyword allow_pickle
+        savez(path, **self.state_dict())
 
     def load(self, path: Any, strict: bool = True) -> "Module":
         """Load parameters saved by ``save``; returns this module."""
