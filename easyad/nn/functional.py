@@ -103,6 +103,10 @@ def dropout(x: Any, p: float = 0.5, training: bool = True, generator: Any = None
 
 # ---- losses ----
 
+def _shape(x: Any) -> tuple[int, ...]:
+    return x.shape if isinstance(x, (Tensor, np.ndarray)) else np.shape(x)
+
+
 def _reduce(loss: Any, reduction: str) -> Any:
     if reduction == "mean":
         return ad.mean(loss)
@@ -119,7 +123,7 @@ def _check_reduction(reduction: str) -> None:
 
 
 def _same_shape(name: str, input: Any, target: Any) -> None:
-    if np.shape(input) != np.shape(target):
+    if _shape(input) != _shape(target):
         raise ad.ShapeError(f"{name}: input of shape {np.shape(input)} and target of shape "
                             f"{np.shape(target)} differ")
 
@@ -149,7 +153,7 @@ def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Any:
 
 
 def _class_targets(name: str, input: Any, target: Any) -> np.ndarray:
-    shape = np.shape(input)
+    shape = _shape(input)
     if len(shape) not in (1, 2):
         raise ad.ShapeError(f"{name}: input is (N, C) or (C,), not of shape {shape}")
     t = np.asarray(target.value if isinstance(target, Tensor) else target)
@@ -196,8 +200,8 @@ def cross_entropy(input: Any, target: Any, reduction: str = "mean") -> Any:
     if t_array.dtype.kind == "f" or isinstance(target, Tensor) and target.tape is not None:
         _same_shape("cross_entropy", input, target)      # class probabilities
         return _reduce(-ad.sum(log_softmax(input, -1) * target, axis=-1), reduction)
-    t = _class_targets("cross_entropy", input, target)
-    if _fused.applies(input) and reduction != "none" and np.ndim(input) == 2:
+    t = _class_targets("cross_entropy", input, t_array)
+    if reduction != "none" and len(_shape(input)) == 2 and _fused.applies(input):
         return _fused.cross_entropy(input, t, reduction)
     return nll_loss(log_softmax(input, -1), t, reduction)
 

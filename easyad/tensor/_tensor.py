@@ -462,9 +462,8 @@ class Tensor:
 
     def _derivative_from(self, d: Any) -> np.ndarray:
         """``d[t]``: the adjoint of this tensor in the sweep ``d``, as a numpy array."""
-        zeros = np.zeros(self._shape, dtype=self._dtype)
         if self._tape is None or d.tape is None:
-            return zeros
+            return np.zeros(self._shape, dtype=self._dtype)
         if d.tape is not self._tape:
             raise TapeMismatchError(f"Derivatives mixes records of two different lists, "
                                     f"{d.tape!r} and {self._tape!r}; record a whole "
@@ -476,7 +475,7 @@ class Tensor:
             if node.inputs and not node.retain:
                 raise ValueError("the adjoint of an intermediate tensor is not kept; call "
                                  "t.retain() before the backward sweep to read d[t]")
-            return zeros
+            return np.zeros(self._shape, dtype=self._dtype)
         return np.asarray(self._backend.to_numpy(adjoint)).reshape(self._shape)
 
     # -- numpy interoperability: ufuncs and functions on tensors dispatch here --
