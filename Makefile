@@ -2,11 +2,12 @@
 #   make tour    the tour of the library (python -m easyad)
 #   make test    the test suite (what CI runs)
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench)
+#   make examples  the nn examples (regression, classifier), plots in examples/out/
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: tour test bench build clean
+.PHONY: tour test bench build examples clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,15 @@ tour: build
 
 test: build
 	$(BIN)/python -m pytest
+
+# the 'examples' extra (tqdm, matplotlib), on top of the test environment
+$(VENV)/.examples: pyproject.toml $(VENV)/.deps
+	$(BIN)/python -m pip install -q tqdm matplotlib
+	touch $@
+
+examples: build $(VENV)/.examples
+	$(BIN)/python examples/regression.py --out examples/out
+	$(BIN)/python examples/classifier.py --out examples/out
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml

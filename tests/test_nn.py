@@ -490,3 +490,33 @@ def test_float32_training_follows_float64(rng):
             opt.step(loss.derivatives())
     assert model32[0].weight.dtype == np.float32
     close(model32[0].weight.data, model[0].weight.data, rtol=1e-3, atol=1e-4)
+
+
+# ---- the README's example and the examples ----
+
+def test_readme_example_trains():
+    import pathlib
+    import re
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+                 if "from easyad import nn" in b)
+    ns = {}
+    exec(compile(block, "README.md", "exec"), ns)
+    assert ns["loss"].number < 0.01                  # y = x0 x1 is learnt
+    assert ns["d"][ns["model"][0].weight].shape == (16, 2)
+
+
+@pytest.mark.parametrize("example,args", [("regression", ["--steps", "60"]),
+                                          ("classifier", ["--epochs", "2"])])
+def test_examples_run(example, args, tmp_path):
+    pytest.importorskip("tqdm")
+    pytest.importorskip("matplotlib")
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / f"{example}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{example}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(args + ["--out", str(tmp_path)])
+    assert (tmp_path / f"{example}_loss.png").stat().st_size > 0
+    assert (tmp_path / f"{example}.npz").is_file()
