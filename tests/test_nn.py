@@ -520,3 +520,18 @@ def test_examples_run(example, args, tmp_path):
     module.main(args + ["--out", str(tmp_path)])
     assert (tmp_path / f"{example}_loss.png").stat().st_size > 0
     assert (tmp_path / f"{example}.npz").is_file()
+
+
+def test_docstring_examples_run():
+    import doctest
+    import importlib
+    names = ["easyad.random", "easyad.nn._parameter", "easyad.nn._module",
+             "easyad.nn._layers", "easyad.nn.functional", "easyad.nn.init",
+             "easyad.optim._optimizer", "easyad.optim.lr_scheduler"]
+    attempted = 0
+    for name in names:
+        result = doctest.testmod(importlib.import_module(name),
+                                 optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0, name
+        attempted += result.attempted
+    assert attempted >= 20

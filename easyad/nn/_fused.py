@@ -119,11 +119,16 @@ def cross_entropy(logits: Tensor, target: np.ndarray, reduction: str) -> Any:
                          (logits._index,), vjp)
 
 
+def sigmoid_values(x: np.ndarray) -> np.ndarray:
+    """The logistic function of an array, from exp(-|x|), which never overflows."""
+    e = np.exp(-np.abs(x))
+    out: np.ndarray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype,
+                                                                              copy=False)
+    return out
+
+
 def sigmoid(x: Tensor) -> Tensor:
-    xd = x._data
-    with np.errstate(over="ignore"):
-        e = np.exp(-np.abs(xd))                      # never overflows
-        s = np.where(xd >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+    s = sigmoid_values(x._data)
 
     def vjp(g: Any) -> tuple[np.ndarray]:
         return (g * (s * (1.0 - s)),)

@@ -50,10 +50,13 @@ def sigmoid(x: Any) -> Any:
     >>> ad.nn.functional.sigmoid(np.array([-1000.0, 0.0, 1000.0]))
     array([0. , 0.5, 1. ])
     """
+    if not isinstance(x, Tensor):
+        return _fused.sigmoid_values(np.asarray(x, dtype=float))
     if _fused.applies(x):
         return _fused.sigmoid(x)
-    with np.errstate(over="ignore"):
-        return ad.where(x >= 0, 1.0 / (1.0 + ad.exp(-x)), ad.exp(x) / (1.0 + ad.exp(x)))
+    # the branch not taken may overflow to inf; where() sends it no derivative
+    t: Any = x         # (Tensor's operators are generated from the rule table)
+    return ad.where(t >= 0, 1.0 / (1.0 + ad.exp(-t)), ad.exp(t) / (1.0 + ad.exp(t)))
 
 
 def gelu(x: Any, approximate: str = "none") -> Any:
