@@ -6,7 +6,9 @@ list and generation: a second use on the same list reuses that variable, so a pa
 used twice gets the sum of both derivatives), or gives a constant tensor when ``lst`` is
 None (inference). After the backward sweep ``d[p]`` reads its derivative, and the
 optimizers update ``p.data`` in place. Nothing is accumulated between steps, so there is
-no ``zero_grad``: each WengertList is one step's gradient.
+no ``zero_grad``: each WengertList is one step's gradient. (The variable copies ``p.data``,
+so updating it never changes what a recorded step saw. A parameter keeps the list of its
+last step alive until the next step records it, as PyTorch keeps ``.grad``.)
 """
 from __future__ import annotations
 
