@@ -535,3 +535,73 @@ def test_docstring_examples_run():
         assert result.failed == 0, name
         attempted += result.attempted
     assert attempted >= 20
+
+
+# ---- checkpoints, init, module lists ----
+
+def test_checkpoint_resumes_training_exactly(tmp_path, rng):
+    x, y = rng.standard_normal((16, 6)), rng.integers(0, 3, 16)
+
+    def fresh():
+        ad.random.seed(9)
+        model = _classifier()[0]
+        opt = optim.Adam(model.parameters(), lr=0.01, amsgrad=True)
+        return model, opt, optim.CosineAnnealingLR(opt, T_max=15)
+
+    def train(model, opt, sched, steps):
+        for _ in range(steps):
+            lst = ad.WengertList()
+            opt.step(F.cross_entropy(model(x, tape=lst), y).derivatives())
+            sched.step()
+
+    model, opt, sched = fresh()
+    train(model, opt, sched, 10)
+    model.save(tmp_path / "model.npz")
+    saved_opt, saved_sched = opt.state_dict(), sched.state_dict()
+    assert set(saved_opt["state"][0]) == {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}
+    assert saved_opt["param_groups"][0]["params"] == list(range(6))
+    train(model, opt, sched, 7)
+    model2, opt2, sched2 = fresh()
+    model2.load(tmp_path / "model.npz")
+    opt2.load_state_dict(saved_opt)
+    sched2.load_state_dict(saved_sched)
+    train(model2, opt2, sched2, 7)
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(model2.state_dict()[k], v)
+    assert sched2.get_last_lr() == sched.get_last_lr()
+    with pytest.raises(ValueError, match="groups"):
+        optim.Adam(nn.Linear(2, 2).parameters()).load_state_dict(saved_opt)
+
+
+def test_init_functions_follow_pytorch():
+    for name, param in [("linear", None), ("tanh", None), ("relu", None),
+                        ("leaky_relu", 0.2), ("sigmoid", None)]:
+        assert nn.init.calculate_gain(name, param) == pytest.approx(
+            torch.nn.init.calculate_gain(name, param))
+    p = nn.Parameter(np.zeros((30, 20)))
+    nn.init.xavier_uniform_(p, gain=2.0, generator=np.random.default_rng(0))
+    bound = 2.0 * math.sqrt(6.0 / 50)
+    assert np.abs(p.data).max() <= bound and np.abs(p.data).max() > 0.9 * bound
+    nn.init.kaiming_uniform_(p, generator=1)
+    assert np.abs(p.data).max() <= math.sqrt(2.0) * math.sqrt(3.0 / 20)
+    assert np.all(nn.init.zeros_(p).data == 0.0)
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        self.blocks = [nn.Linear(3, 3), nn.Linear(3, 2)]
+        self.scales = [nn.Parameter(np.ones(3)), nn.Parameter(np.ones(2))]
+
+    def forward(self, x, tape=None):
+        x = self.blocks[0](x, tape) * self.scales[0].tensor(tape)
+        return self.blocks[1](x) * self.scales[1].tensor(tape)
+
+
+def test_lists_of_modules_and_parameters_are_found(rng):
+    model = Stack()
+    assert [k for k, _ in model.named_parameters()] == [      # own ones first, as in PyTorch
+        "scales.0", "scales.1", "blocks.0.weight", "blocks.0.bias", "blocks.1.weight",
+        "blocks.1.bias"]
+    lst = ad.WengertList()
+    d = ad.sum(model(rng.standard_normal((4, 3)), tape=lst)).derivatives()
+    assert all(d[p].shape == p.shape for p in model.parameters())

@@ -66,10 +66,16 @@ class Module:
 
     # -- the tree of modules and parameters --
     def named_children(self) -> Iterator[tuple[str, "Module"]]:
-        """The direct submodules, by attribute name, in the order they were set."""
+        """The direct submodules, by attribute name, in the order they were set; a list or
+        tuple of modules held in an attribute gives ``name.0``, ``name.1``... (PyTorch's
+        ModuleList names)."""
         for name, value in vars(self).items():
             if isinstance(value, Module):
                 yield name, value
+            elif isinstance(value, (list, tuple)) and value and \
+                    all(isinstance(m, Module) for m in value):
+                for i, m in enumerate(value):
+                    yield f"{name}.{i}", m
 
     def children(self) -> Iterator["Module"]:
         return (m for _, m in self.named_children())
@@ -94,6 +100,10 @@ class Module:
         for name, value in vars(self).items():
             if isinstance(value, Parameter):
                 yield name, value
+            elif isinstance(value, (list, tuple)) and value and \
+                    all(isinstance(p, Parameter) for p in value):
+                for i, p in enumerate(value):
+                    yield f"{name}.{i}", p
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
         """Every parameter with its dotted name (a parameter shared by two submodules

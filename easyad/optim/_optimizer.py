@@ -124,6 +124,41 @@ class Optimizer:
         """Update ``p.data`` in place; ``grad`` is this step's own array (free to reuse)."""
         raise NotImplementedError
 
+    # -- checkpoints --
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state as PyTorch lays it out: ``{"state": {index: {name: value}},
+        "param_groups": [{option: value, "params": [index, ...]}]}``, parameters numbered
+        in order over the groups; arrays are copies."""
+        index = {id(p): i for i, p in enumerate(self.parameters)}
+        state = {index[id(p)]: {k: (v.copy() if isinstance(v, np.ndarray) else v)
+                                for k, v in s.items()}
+                 for p, s in self.state.items() if s}
+        groups = [{**{k: v for k, v in g.items() if k != "params"},
+                   "params": [index[id(p)] for p in g["params"]]} for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a ``state_dict()`` of an optimizer of the same kind over parameters of
+        the same shapes, in the same groups."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+                len(g["params"]) != len(own["params"])
+                for g, own in zip(groups, self.param_groups)):
+            raise ValueError("load_state_dict: the parameter groups differ in number or size")
+        params = self.parameters
+        for g, own in zip(groups, self.param_groups):
+            own.update({k: v for k, v in g.items() if k != "params"})
+        self.state = {}
+        for i, s in state_dict["state"].items():
+            p = params[int(i)]
+            restored = {k: (np.array(v, dtype=p.dtype) if isinstance(v, np.ndarray) else v)
+                        for k, v in s.items()}
+            for k, v in restored.items():
+                if isinstance(v, np.ndarray) and v.shape != p.shape:
+                    raise ValueError(f"load_state_dict: state {k!r} of parameter {i} has "
+                                     f"shape {v.shape}, the parameter {p.shape}")
+            self.state[p] = restored
+
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
         for i, g in enumerate(self.param_groups):

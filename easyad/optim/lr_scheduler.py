@@ -41,6 +41,14 @@ class LRScheduler:
             group["lr"] = lr
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the optimizer (epoch, step count, base and last rates)."""
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in vars(self).items()
+                if k != "optimizer"}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.__dict__.update(state_dict)
+
     def get_last_lr(self) -> list[float]:
         """The learning rates the last ``step`` set."""
         return list(self._last_lr)
