@@ -605,3 +605,44 @@ def test_lists_of_modules_and_parameters_are_found(rng):
     lst = ad.WengertList()
     d = ad.sum(model(rng.standard_normal((4, 3)), tape=lst)).derivatives()
     assert all(d[p].shape == p.shape for p in model.parameters())
+
+
+class TwoHeads(nn.Module):
+    def __init__(self):
+        self.body = nn.Linear(4, 6)
+        self.used = nn.Linear(6, 2)
+        self.unused = nn.Linear(6, 2)
+
+    def forward(self, x, tape=None):
+        h = ad.tanh(self.body(x, tape))
+        return self.used(h), self.unused(h)
+
+
+def test_parameters_no_derivative_reaches_are_skipped_like_pytorch(rng):
+    # recorded in the forward pass but not on the loss's path: PyTorch's grad stays None
+    # and its optimizers leave the parameter alone (no weight decay, no moments)
+    model = TwoHeads()
+    reference = torch.nn.Module()
+    reference.body, reference.used, reference.unused = (torch.nn.Linear(4, 6),
+                                                        torch.nn.Linear(6, 2),
+                                                        torch.nn.Linear(6, 2))
+    to_torch(model, reference)
+    opt = optim.AdamW(model.parameters(), lr=0.01)
+    topt = torch.optim.AdamW(reference.parameters(), lr=0.01)
+    x = rng.standard_normal((8, 4))
+    for _ in range(5):
+        lst = ad.WengertList()
+        used, _ = model(x, tape=lst)
+        d = ad.sum(used * used).derivatives()
+        assert model.unused.weight.gradient(d) is None
+        np.testing.assert_array_equal(d[model.unused.weight], 0.0)
+        opt.step(d)
+        topt.zero_grad()
+        h = torch.tanh(reference.body(torch.tensor(x)))
+        tused = reference.used(h)
+        reference.unused(h)
+        (tused * tused).sum().backward()
+        topt.step()
+    for k, tp in reference.state_dict().items():
+        close(model.state_dict()[k], tp)
+    assert model.unused.weight not in opt.state

@@ -106,17 +106,22 @@ class Parameter:
 
     def gradient(self, d: Any) -> np.ndarray | None:
         """Its derivative in the backward sweep ``d`` (an array of its shape), or None
-        when the step that swept did not record this parameter."""
+        when the step did not record this parameter or no derivative reached it (where
+        PyTorch leaves ``grad`` None, and its optimizers skip the parameter)."""
         t = self.bound(d.tape)
-        return None if t is None else d[t]
+        if t is None or d._node_adjoint(t._index) is None:
+            return None
+        result: np.ndarray = d[t]
+        return result
 
     def _derivative_from(self, d: Any) -> np.ndarray:
         # d[p]: the Derivatives' hook for objects that are not Records
-        g = self.gradient(d)
-        if g is None:
+        t = self.bound(d.tape)
+        if t is None:
             if not self.requires_grad:
                 return np.zeros(self.data.shape, dtype=self.data.dtype)
             raise ValueError("this parameter was not recorded on the list these derivatives "
                              "come from: call the model with tape=lst (model(x, tape=lst)) "
                              "in the step that made the loss")
-        return g
+        result: np.ndarray = d[t]     # zeros when no derivative reached it
+        return result
