@@ -318,8 +318,18 @@ def test_optimizer_step_forms_and_errors(rng):
     opt.step({layer.weight: np.ones((2, 3))})     # a mapping: the bias is left alone
     close(layer.weight.data, before - 0.1 * g - 0.1, rtol=1e-14)
     bias = layer.bias.data.copy()
-    opt.step([np.zeros((2, 3)), np.ones(2)])      # a sequence in parameter order
+    grads = [np.zeros((2, 3)), np.ones(2)]
+    opt.step(grads)                               # a sequence in parameter order
     close(layer.bias.data, bias - 0.1, rtol=1e-14)
+    np.testing.assert_array_equal(grads[1], 1.0)  # gradients are only read
+    lst = ad.WengertList()
+    d = ad.sum(layer(x, tape=lst)).derivatives()
+    g = d[layer.weight]
+    for kind in (optim.SGD(layer, lr=0.1, momentum=0.5, maximize=True), optim.Adam(layer),
+                 optim.RMSprop(layer, weight_decay=0.1), optim.SGD(layer, lr=0.1)):
+        kind.step(d)
+        kind.step(d)
+        np.testing.assert_array_equal(d[layer.weight], g)
     lst = ad.WengertList()
     loss = ad.sum(nn.Linear(3, 2)(x, tape=lst))   # another model's loss
     with pytest.raises(ValueError, match="recorded"):

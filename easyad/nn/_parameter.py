@@ -114,6 +114,18 @@ class Parameter:
         result: np.ndarray = d[t]
         return result
 
+    def _adjoint(self, d: Any) -> np.ndarray | None:
+        """``gradient(d)`` without the copy on the numpy device: the sweep's own array, to
+        be read only (what the optimizers use)."""
+        t = self.bound(d.tape)
+        adjoint = None if t is None else d._node_adjoint(t._index)
+        if adjoint is None:
+            return None
+        if t is not None and t._backend.kind == "numpy":
+            view: np.ndarray = np.asarray(adjoint).reshape(self.data.shape)
+            return view
+        return self.gradient(d)
+
     def _derivative_from(self, d: Any) -> np.ndarray:
         # d[p]: the Derivatives' hook for objects that are not Records
         t = self.bound(d.tape)

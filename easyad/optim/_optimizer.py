@@ -35,7 +35,7 @@ def _lerp(start: np.ndarray, end: np.ndarray, weight: float) -> None:
 class Optimizer:
     """Base class: parameter groups (``param_groups``, each a dict with ``"params"`` and
     its options, so schedulers can change ``"lr"``), per-parameter ``state``, and ``step``.
-    Subclasses define ``_update(p, grad, state, group)``."""
+    Subclasses define ``_update(p, grad, work, state, group)``."""
 
     def __init__(self, params: Any, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
@@ -47,6 +47,7 @@ class Optimizer:
         groups = items if isinstance(items[0], dict) else [{"params": items}]
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Parameter, dict[str, Any]] = {}
+        self._work: dict[Parameter, np.ndarray] = {}   # one scratch array per parameter
         for group in groups:
             self.add_param_group(group)
 
@@ -82,7 +83,7 @@ class Optimizer:
         if isinstance(gradients, Derivatives):
             found = {}
             for p in params:
-                g = p.gradient(gradients) if p.requires_grad else None
+                g = p._adjoint(gradients) if p.requires_grad else None
                 if g is not None:
                     found[id(p)] = g
             if not found:
@@ -90,16 +91,14 @@ class Optimizer:
                                  "these derivatives come from: call the model with that list, "
                                  "model(x, tape=lst), in the step that made the loss")
             return found
-        # copies: the updates below work in the gradient arrays (d[t] gives fresh ones)
+        # the gradients are only read: the updates work in their own scratch arrays
         if isinstance(gradients, Mapping):
-            return {id(p): np.array(g, dtype=p.dtype) for p, g in gradients.items()
-                    if g is not None}
+            return {id(p): np.asarray(g) for p, g in gradients.items() if g is not None}
         if isinstance(gradients, Iterable):
             grads = list(gradients)
             if len(grads) != len(params):
                 raise ValueError(f"{len(grads)} gradients for {len(params)} parameters")
-            return {id(p): np.array(g, dtype=p.dtype) for p, g in zip(params, grads)
-                    if g is not None}
+            return {id(p): np.asarray(g) for p, g in zip(params, grads) if g is not None}
         raise TypeError(f"step takes Derivatives, a loss Record, or gradients by parameter, "
                         f"not {type(gradients).__name__}")
 
@@ -114,14 +113,18 @@ class Optimizer:
                 if g.shape != p.data.shape:
                     raise ValueError(f"a gradient of shape {g.shape} for a parameter of shape "
                                      f"{p.data.shape}")
-                g = g.astype(p.data.dtype, copy=False)
+                work = self._work.get(p)
+                if work is None or work.shape != p.data.shape or work.dtype != p.data.dtype:
+                    work = self._work[p] = np.empty_like(p.data)
                 if group.get("maximize", False):
-                    np.negative(g, out=g)
-                self._update(p, g, self.state.setdefault(p, {}), group)
+                    g = np.negative(g, out=work)
+                self._update(p, g, work, self.state.setdefault(p, {}), group)
 
-    def _update(self, p: Parameter, grad: np.ndarray, state: dict[str, Any],
-                group: dict[str, Any]) -> None:
-        """Update ``p.data`` in place; ``grad`` is this step's own array (free to reuse)."""
+    def _update(self, p: Parameter, grad: np.ndarray, work: np.ndarray,
+                state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Update ``p.data`` in place. ``grad`` is read only (it may be the sweep's own
+        array, or ``work``); ``work`` is a scratch array of the parameter's shape and dtype,
+        kept between steps so a step allocates no arrays of that size."""
         raise NotImplementedError
 
     # -- checkpoints --
@@ -190,9 +193,14 @@ class SGD(Optimizer):
                                       weight_decay=weight_decay, nesterov=nesterov,
                                       maximize=maximize))
 
-    def _update(self, p: Parameter, grad: np.ndarray, state: dict[str, Any],
-                group: dict[str, Any]) -> None:
+    def _update(self, p: Parameter, grad: np.ndarray, work: np.ndarray,
+                state: dict[str, Any], group: dict[str, Any]) -> None:
         wd, momentum = group["weight_decay"], group["momentum"]
+        if wd == 0 and momentum == 0:        # p - lr g, PyTorch's p + (-lr) g to the bit
+            p.data -= np.multiply(grad, group["lr"], out=work)
+            return
+        np.copyto(work, grad)
+        grad = work
         if wd != 0:
             grad += wd * p.data
         if momentum != 0:
@@ -206,7 +214,7 @@ class SGD(Optimizer):
                 grad += momentum * buf
             else:
                 np.copyto(grad, buf)
-        grad *= group["lr"]                  # p - lr g, PyTorch's p + (-lr) g to the bit
+        grad *= group["lr"]
         p.data -= grad
 
 
@@ -229,8 +237,8 @@ class Adam(Optimizer):
                                       weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize))
 
-    def _update(self, p: Parameter, grad: np.ndarray, state: dict[str, Any],
-                group: dict[str, Any]) -> None:
+    def _update(self, p: Parameter, grad: np.ndarray, work: np.ndarray,
+                state: dict[str, Any], group: dict[str, Any]) -> None:
         lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], \
             group["weight_decay"]
         if not state:
@@ -245,7 +253,7 @@ class Adam(Optimizer):
             if self._decoupled:
                 p.data *= 1.0 - lr * wd
             else:
-                grad += wd * p.data
+                grad = grad + wd * p.data
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         _lerp(exp_avg, grad, 1.0 - beta1)
         exp_avg_sq *= beta2
@@ -257,7 +265,7 @@ class Adam(Optimizer):
             second = state["max_exp_avg_sq"]
         else:
             second = exp_avg_sq
-        denom = np.sqrt(second, out=grad)    # the gradient's array is free again
+        denom = np.sqrt(second, out=work)
         denom /= bias_correction2_sqrt
         denom += eps
         np.divide(exp_avg, denom, out=denom)
@@ -292,8 +300,8 @@ class RMSprop(Optimizer):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                                       momentum=momentum, centered=centered, maximize=maximize))
 
-    def _update(self, p: Parameter, grad: np.ndarray, state: dict[str, Any],
-                group: dict[str, Any]) -> None:
+    def _update(self, p: Parameter, grad: np.ndarray, work: np.ndarray,
+                state: dict[str, Any], group: dict[str, Any]) -> None:
         alpha, eps, momentum = group["alpha"], group["eps"], group["momentum"]
         if not state:
             state["step"] = 0
@@ -304,7 +312,7 @@ class RMSprop(Optimizer):
                 state["grad_avg"] = np.zeros_like(p.data)
         state["step"] += 1
         if group["weight_decay"] != 0:
-            grad += group["weight_decay"] * p.data
+            grad = grad + group["weight_decay"] * p.data
         square_avg = state["square_avg"]
         square_avg *= alpha
         square_avg += (1.0 - alpha) * (grad * grad)
@@ -321,8 +329,8 @@ class RMSprop(Optimizer):
             buf += grad / avg
             p.data -= group["lr"] * buf
         else:
-            np.divide(grad, avg, out=grad)
-            grad *= -group["lr"]
-            p.data += grad
+            np.divide(grad, avg, out=work)
+            work *= -group["lr"]
+            p.data += work
 
 
