@@ -656,3 +656,37 @@ def test_parameters_no_derivative_reaches_are_skipped_like_pytorch(rng):
     for k, tp in reference.state_dict().items():
         close(model.state_dict()[k], tp)
     assert model.unused.weight not in opt.state
+
+
+def test_a_training_step_leaves_no_reference_cycles(device):
+    """Each step's WengertList (activations, adjoints) is freed as soon as the last name
+    for it goes, by reference counting, not later by the garbage collector."""
+    import gc
+    ad.random.seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.GELU(), nn.Dropout(0.2), nn.Linear(8, 8),
+                          nn.Sigmoid(), nn.ReLU(), nn.Linear(8, 3), nn.LogSoftmax()).to(device)
+    opt = optim.Adam(model.parameters())
+    x, y = np.random.default_rng(0).random((5, 3)), np.array([0, 1, 2, 0, 1])
+
+    def step():
+        lst = ad.WengertList()
+        out = model(x, tape=lst)
+        loss = (F.cross_entropy(out, y) + F.mse_loss(out, np.zeros((5, 3)))
+                + F.binary_cross_entropy_with_logits(out, np.ones((5, 3)))
+                + F.l1_loss(out, np.ones((5, 3)))
+                + F.binary_cross_entropy(F.sigmoid(out), np.ones((5, 3))))
+        opt.step(loss.derivatives())
+    step()              # a first step compiles the device's kernels and fills caches
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        step()
+        step()
+        gc.collect()
+        names = {getattr(o, "__qualname__", type(o).__name__) for o in gc.garbage}
+        assert gc.garbage == [], sorted(names)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()

@@ -78,7 +78,9 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     x2 = xd.reshape(-1, W.shape[1])
     keep_x: Any = x2 if needs_w else None
     keep_w: Any = wd if needs_x else None
-    x_shape = X.shape
+    x_shape, has_b = X.shape, B is not None
+    # the vjp closes over plain values only: an Operand holds the tape, and a tape whose
+    # nodes point back at it is a reference cycle, freed only by the garbage collector
 
     def vjp(g: Any) -> tuple[Any, ...]:
         g2 = g.reshape(-1, out_shape[-1])
@@ -89,7 +91,7 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
             gb = g2.sum(axis=0)
             if b_shape == ():                        # one bias for every output
                 gb = float(gb.sum()) if b_scalar else np.asarray(gb.sum())
-        return (gx, gw, gb) if B is not None else (gx, gw)
+        return (gx, gw, gb) if has_b else (gx, gw)
     inputs = tuple(o.index for o in ops)
     return record("linear", be, out, out_shape, dtype, tape, inputs, vjp)
 

@@ -81,17 +81,19 @@ class Module:
         return (m for _, m in self.named_children())
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, "Module"]]:
-        """This module (name ``prefix``) and every submodule, depth first."""
+        """This module (name ``prefix``) and every submodule, depth first (a module held
+        twice comes once, under its first name)."""
         seen: set[int] = set()
-
-        def walk(module: Module, name: str) -> Iterator[tuple[str, Module]]:
+        stack: list[tuple[str, Module]] = [(prefix, self)]   # no recursive closure: no cycle
+        while stack:
+            name, module = stack.pop()
             if id(module) in seen:
-                return
+                continue
             seen.add(id(module))
             yield name, module
-            for child_name, child in module.named_children():
-                yield from walk(child, f"{name}.{child_name}" if name else child_name)
-        return walk(self, prefix)
+            children = [(f"{name}.{child}" if name else child, m)
+                        for child, m in module.named_children()]
+            stack.extend(reversed(children))
 
     def modules(self) -> Iterator["Module"]:
         return (m for _, m in self.named_modules())

@@ -224,7 +224,8 @@ def _binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
     (z,) = be.map(rule.name, (rule.value,), {"x": A.data, "y": B.data}, shape, (dtype,))
     if tape is None or not (A.needs_adjoint or B.needs_adjoint):
         return wrap(be, z, shape, dtype)
-    wanted = [(k, o) for k, o in enumerate((A, B)) if o.needs_adjoint]
+    # (index, is a scalar): not the Operands, which hold the tape (a cycle through the vjp)
+    wanted = [(k, o.dtype is None) for k, o in enumerate((A, B)) if o.needs_adjoint]
     partials = [rule.partials[k] for k, _ in wanted]
     values = {"x": A.data, "y": B.data, "z": z}
     saved = {n: v for n, v in values.items() if any(uses(p, n) for p in partials)}
@@ -234,8 +235,8 @@ def _binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
     def vjp(g: Any) -> tuple[Any, Any]:
         outs = be.map(label, exprs, {"g": g, **saved}, shape, (dtype,) * len(exprs))
         result: list[Any] = [None, None]
-        for (k, o), c in zip(wanted, outs):
-            result[k] = fold(be, c, shape, target[k], o.dtype is None)
+        for (k, scalar), c in zip(wanted, outs):
+            result[k] = fold(be, c, shape, target[k], scalar)
         return result[0], result[1]
     return record(rule.name, be, z, shape, dtype, tape, (A.index, B.index), vjp)
 
