@@ -3,11 +3,12 @@
 #   make test    the test suite (what CI runs)
 #   make docs    the documentation site, strict (warnings are errors) -> docs/_build/html
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench)
+#   make examples  the nn examples (regression, classifier), plots in examples/out/
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: tour test docs bench build clean
+.PHONY: tour test docs bench build examples clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,15 @@ test: build
 docs: build
 	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 	@echo "open docs/_build/html/index.html"
+
+# the 'examples' extra (tqdm, matplotlib), on top of the test environment
+$(VENV)/.examples: pyproject.toml $(VENV)/.deps
+	$(BIN)/python -m pip install -q tqdm matplotlib
+	touch $@
+
+examples: build $(VENV)/.examples
+	$(BIN)/python examples/regression.py --out examples/out
+	$(BIN)/python examples/classifier.py --out examples/out
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml

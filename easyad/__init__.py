@@ -5,7 +5,9 @@ rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic f
 replay sweeps) -> numeric protocols (numeric.py) -> functional API (functional.py: grad,
 jacobian, jvp, vjp; checks.py; taylor.py), record/replay (replay.py: Function, hessian,
 hvp), higher order (_higher.py), user primitives (primitives.py), pictures (dot.py),
-debugging (anomaly.py) -> tensors (easyad/tensor: Tensor on numpy or OpenCL).
+debugging (anomaly.py) -> tensors (easyad/tensor: Tensor on numpy or OpenCL)
+-> neural networks (easyad/nn: modules, losses; easyad/optim: optimizers, schedulers;
+easyad/random: the seeded generator they draw from).
 """
 from easyad._core import (
     Derivatives,
@@ -86,6 +88,9 @@ from easyad.tensor import (
     sum,
 )
 
+# subpackages, last: they build on the names above (pure Python, numpy only)
+from easyad import nn, optim, random  # noqa: E402
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -104,4 +109,6 @@ __all__ = [
     "Device", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices",
     "eval_shape", "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax",
     "stack", "sum",
+    # neural networks
+    "nn", "optim", "random",
 ]

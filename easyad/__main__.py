@@ -99,6 +99,8 @@ def main() -> None:
     print(f"easyad {ad.__version__}: exact derivatives of ordinary numeric Python\n")
     tour_cartesian()
     tour_forward_vs_reverse()
+    print("Neural networks: ad.nn modules and losses, ad.optim optimizers; examples/"
+          "regression.py and examples/classifier.py train MLPs and plot them (make examples).")
     print("More: README.md (usage), docs/conventions.md (derivatives at kinks), "
           "benchmarks/ (make bench), tests/ (make test).")
 

@@ -21,7 +21,10 @@ from dataclasses import dataclass
 
 if __package__ in (None, ""):  # run as a script from setup.py: load the table by path
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _rules as rules  # type: ignore[no-redef]
+    try:
+        import _rules as rules  # type: ignore[no-redef]
+    finally:   # leave the path as it was: easyad/random.py must not shadow the stdlib's
+        del sys.path[0]
 else:
     from . import _rules as rules
 

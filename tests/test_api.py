@@ -52,6 +52,8 @@ CONTRACT = {
     "Tensor", "TraceTensor", "Device", "ShapeError", "devices", "set_device", "get_device", "sum", "mean",
     "amax", "amin", "concatenate", "stack", "logsumexp", "softmax", "log_softmax",
     "eval_shape",
+    # neural networks (issue 5): subpackages
+    "nn", "optim", "random",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {"add", "sub", "mul", "div", "neg"}

@@ -224,7 +224,8 @@ def _binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
     (z,) = be.map(rule.name, (rule.value,), {"x": A.data, "y": B.data}, shape, (dtype,))
     if tape is None or not (A.needs_adjoint or B.needs_adjoint):
         return wrap(be, z, shape, dtype)
-    wanted = [(k, o) for k, o in enumerate((A, B)) if o.needs_adjoint]
+    # (index, is a scalar): not the Operands, which hold the tape (a cycle through the vjp)
+    wanted = [(k, o.dtype is None) for k, o in enumerate((A, B)) if o.needs_adjoint]
     partials = [rule.partials[k] for k, _ in wanted]
     values = {"x": A.data, "y": B.data, "z": z}
     saved = {n: v for n, v in values.items() if any(uses(p, n) for p in partials)}
@@ -234,8 +235,8 @@ def _binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
     def vjp(g: Any) -> tuple[Any, Any]:
         outs = be.map(label, exprs, {"g": g, **saved}, shape, (dtype,) * len(exprs))
         result: list[Any] = [None, None]
-        for (k, o), c in zip(wanted, outs):
-            result[k] = fold(be, c, shape, target[k], o.dtype is None)
+        for (k, scalar), c in zip(wanted, outs):
+            result[k] = fold(be, c, shape, target[k], scalar)
         return result[0], result[1]
     return record(rule.name, be, z, shape, dtype, tape, (A.index, B.index), vjp)
 
@@ -462,9 +463,8 @@ class Tensor:
 
     def _derivative_from(self, d: Any) -> np.ndarray:
         """``d[t]``: the adjoint of this tensor in the sweep ``d``, as a numpy array."""
-        zeros = np.zeros(self._shape, dtype=self._dtype)
         if self._tape is None or d.tape is None:
-            return zeros
+            return np.zeros(self._shape, dtype=self._dtype)
         if d.tape is not self._tape:
             raise TapeMismatchError(f"Derivatives mixes records of two different lists, "
                                     f"{d.tape!r} and {self._tape!r}; record a whole "
@@ -476,7 +476,7 @@ class Tensor:
             if node.inputs and not node.retain:
                 raise ValueError("the adjoint of an intermediate tensor is not kept; call "
                                  "t.retain() before the backward sweep to read d[t]")
-            return zeros
+            return np.zeros(self._shape, dtype=self._dtype)
         return np.asarray(self._backend.to_numpy(adjoint)).reshape(self._shape)
 
     # -- numpy interoperability: ufuncs and functions on tensors dispatch here --

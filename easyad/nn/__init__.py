@@ -1,0 +1,26 @@
+"""Neural networks on easyad tensors: modules, parameters, losses (``ad.nn``).
+
+Sits on top of the tensors: a module's parameters are numpy arrays that become tensor
+variables on the step's WengertList when the model is called with it, and the optimizers
+of ``ad.optim`` update them from that list's derivatives. One training step::
+
+    lst = ad.WengertList()
+    loss = nn.functional.cross_entropy(model(x, tape=lst), y)
+    opt.step(loss.derivatives())
+
+Layout: ``_parameter`` (Parameter) -> ``_module`` (Module, Sequential) -> ``functional``
+(activations, linear, dropout, losses; ``_fused`` has single-entry versions for the numpy
+device) -> ``_layers`` (Linear, ReLU, ...) ; ``init`` (PyTorch's initialisations).
+"""
+from easyad.nn import functional, init
+from easyad.nn._layers import (GELU, Dropout, Identity, Linear, LogSoftmax, ReLU, Sigmoid,
+                               Softmax, Tanh)
+from easyad.nn._module import Function, Module, Sequential, as_module
+from easyad.nn._parameter import Parameter
+from easyad.nn.functional import (binary_cross_entropy, binary_cross_entropy_with_logits,
+                                  cross_entropy, l1_loss, mse_loss, nll_loss)
+
+__all__ = ["Dropout", "Function", "GELU", "Identity", "Linear", "LogSoftmax", "Module",
+           "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "as_module",
+           "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
+           "functional", "init", "l1_loss", "mse_loss", "nll_loss"]

@@ -1,0 +1,139 @@
+"""Parameter: a trainable numpy array that a module holds between training steps.
+
+A parameter lives on the host as a numpy array (``p.data``) and becomes a tensor only for
+one forward pass: ``p.tensor(lst)`` records it on ``lst`` as a ``Tensor.variable`` (once per
+list and generation: a second use on the same list reuses that variable, so a parameter
+used twice gets the sum of both derivatives), or gives a constant tensor when ``lst`` is
+None (inference). After the backward sweep ``d[p]`` reads its derivative, and the
+optimizers update ``p.data`` in place. Nothing is accumulated between steps, so there is
+no ``zero_grad``: each WengertList is one step's gradient. (The variable copies ``p.data``,
+so updating it never changes what a recorded step saw. A parameter keeps the list of its
+last step alive until the next step records it, as PyTorch keeps ``.grad``.)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from easyad.tensor import Tensor
+
+FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def float_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as float64 or float32 (None: float64)."""
+    dt = np.dtype(np.float64 if dtype is None else dtype)
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"parameters are float64 or float32, not {dt}")
+    return dt
+
+
+class Parameter:
+    """A trainable array of a module.
+
+    Parameters
+    ----------
+    data : array_like
+        The initial values (copied).
+    dtype : float64 (default: that of ``data`` when it is float32, else float64) or float32.
+    device : where its tensors go (``"numpy"``, ``"opencl"``, a Device; None: the default).
+    requires_grad : False freezes it: recorded as a constant, so optimizers leave it alone.
+
+    Examples
+    --------
+    >>> import numpy as np, easyad as ad
+    >>> p = ad.nn.Parameter(np.array([1.0, 2.0]))
+    >>> lst = ad.WengertList()
+    >>> loss = ad.sum(p.tensor(lst) ** 2)
+    >>> loss.derivatives()[p]
+    array([2., 4.])
+    """
+
+    __slots__ = ("data", "device", "requires_grad", "_tensor")
+
+    def __init__(self, data: Any, dtype: Any = None, device: Any = None,
+                 requires_grad: bool = True) -> None:
+        array = np.asarray(data)
+        if dtype is None and array.dtype == np.float32:
+            dtype = np.float32
+        self.data: np.ndarray = np.array(array, dtype=float_dtype(dtype), order="C", copy=True)
+        self.device = device
+        self.requires_grad = bool(requires_grad)
+        self._tensor: Tensor | None = None
+
+    # -- what it is --
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def size(self) -> int:
+        return int(self.data.size)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.data if dtype is None else self.data.astype(dtype)
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.data, separator=", ", threshold=10)
+        return f"Parameter({body}, dtype={self.data.dtype})"
+
+    # -- one step's tensor --
+    def tensor(self, tape: Any = None) -> Tensor:
+        """This parameter as a tensor: a variable on ``tape`` (the same one for every use
+        on that list until it is cleared), or a constant when ``tape`` is None or the
+        parameter is frozen."""
+        if tape is None or not self.requires_grad:
+            return Tensor.constant(self.data, device=self.device)
+        t = self._tensor
+        if t is not None and t.tape is tape and t._generation == tape.generation:
+            return t
+        t = Tensor.variable(self.data, tape, device=self.device)
+        self._tensor = t
+        return t
+
+    def bound(self, tape: Any) -> Tensor | None:
+        """The variable recorded for this parameter on ``tape`` since it was last cleared,
+        or None when this step did not use it."""
+        t = self._tensor
+        if t is None or tape is None or t.tape is not tape or t._generation != tape.generation:
+            return None
+        return t
+
+    def gradient(self, d: Any) -> np.ndarray | None:
+        """Its derivative in the backward sweep ``d`` (an array of its shape), or None
+        when the step did not record this parameter or no derivative reached it (where
+        PyTorch leaves ``grad`` None, and its optimizers skip the parameter)."""
+        t = self.bound(d.tape)
+        if t is None or d._node_adjoint(t._index) is None:
+            return None
+        result: np.ndarray = d[t]
+        return result
+
+    def _adjoint(self, d: Any) -> np.ndarray | None:
+        """``gradient(d)`` without the copy on the numpy device: the sweep's own array, to
+        be read only (what the optimizers use)."""
+        t = self.bound(d.tape)
+        adjoint = None if t is None else d._node_adjoint(t._index)
+        if adjoint is None:
+            return None
+        if t is not None and t._backend.kind == "numpy":
+            view: np.ndarray = np.asarray(adjoint).reshape(self.data.shape)
+            return view
+        return self.gradient(d)
+
+    def _derivative_from(self, d: Any) -> np.ndarray:
+        # d[p]: the Derivatives' hook for objects that are not Records
+        t = self.bound(d.tape)
+        if t is None:
+            if not self.requires_grad:
+                return np.zeros(self.data.shape, dtype=self.data.dtype)
+            raise ValueError("this parameter was not recorded on the list these derivatives "
+                             "come from: call the model with tape=lst (model(x, tape=lst)) "
+                             "in the step that made the loss")
+        result: np.ndarray = d[t]     # zeros when no derivative reached it
+        return result
