@@ -23,10 +23,12 @@ if __package__ in (None, ""):  # run as a script from setup.py: load the table b
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     try:
         import _rules as rules  # type: ignore[no-redef]
+        import _symbolic as symbolic  # type: ignore[no-redef, import-not-found, unused-ignore]
     finally:   # leave the path as it was: easyad/random.py must not shadow the stdlib's
         del sys.path[0]
 else:
     from . import _rules as rules
+    from . import _symbolic as symbolic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BANNER = "# GENERATED from easyad/_rules.py by easyad/_codegen.py, do not edit\n"
@@ -105,16 +107,7 @@ _C_STATUS = {
 
 def _tangent_functions(r: rules.Rule) -> list[tuple[str, str]]:
     """(C name, expression) of the tangents of a rule's partials (second-order sweeps)."""
-    from_table = _symbolic_module()
-    return [(f"easyad_{r.name}_t{k}", from_table.partial_tangent(r, k)) for k in range(r.arity)]
-
-
-def _symbolic_module():
-    if __package__ in (None, ""):
-        import _symbolic  # type: ignore[import-not-found]
-    else:
-        from . import _symbolic
-    return _symbolic
+    return [(f"easyad_{r.name}_t{k}", symbolic.partial_tangent(r, k)) for k in range(r.arity)]
 
 
 def render_ops_h() -> str:

@@ -17,7 +17,10 @@ import sys
 
 if __package__ in (None, ""):  # loaded by path from _codegen.py run as a script
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _rules as rules  # type: ignore[no-redef, import-not-found, unused-ignore]
+    try:
+        import _rules as rules  # type: ignore[no-redef, import-not-found, unused-ignore]
+    finally:  # leave the path as it was (easyad/random.py would shadow the stdlib's)
+        del sys.path[0]
 else:
     from . import _rules as rules
 

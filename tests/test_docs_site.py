@@ -18,7 +18,7 @@ import easyad as ad
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order", "tensors",
+PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order", "tensors", "nn",
          "record-replay", "user-operations", "errors", "conventions", "performance", "api"]
 FIGURES = ["forward_vs_reverse.png", "tape.svg", "benchmark_ratios.png"]
 
@@ -53,6 +53,7 @@ def test_every_page_is_in_the_navigation(site):
 def test_api_reference_documents_every_public_name(site):
     api = (site / "api.html").read_text()
     documented = set(re.findall(r'<dt class="sig sig-object py" id="easyad\.(\w+)"', api))
+    documented |= set(re.findall(r'id="module-easyad\.(\w+)"', api))  # ad.nn, ad.optim...
     missing = set(ad.__all__) - documented
     assert not missing, f"not in docs/api.rst: {sorted(missing)}"
 
