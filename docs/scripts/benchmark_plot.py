@@ -76,13 +76,15 @@ def main(argv: list[str] | None = None) -> None:
         ax.axvline(1.0, color="black", lw=0.8)
         for yi, value in zip(y, ratios):
             ax.text(value, yi, f" {value:g}x", va="center", fontsize=8)
-        ax.set_yticks(list(y), labels, fontsize=8)
-        ax.set_xlabel(f"{column} (log scale; read from the results file)")
+        # long device names (PoCL's) would squeeze the bars: cut labels at 45 characters
+        short = [label if len(label) <= 45 else label[:44] + "…" for label in labels]
+        ax.set_yticks(list(y), short, fontsize=8)
+        ax.set_xlabel(f"{column} (log scale)", fontsize=9)
         ax.set_title(title, fontsize=10)
         ax.set_xlim(right=max(ratios) * 6)
     fig.tight_layout()
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.output, dpi=100)
+    fig.savefig(args.output, dpi=100, bbox_inches="tight")
     print(f"wrote {args.output}: {len(panels)} table(s)")
 
 
