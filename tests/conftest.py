@@ -1,4 +1,5 @@
-"""Shared fixtures: a seeded generator and the three Numeric kinds generic tests run on."""
+"""Shared fixtures: a seeded generator, the three Numeric kinds generic tests run on, and
+the tensor devices (numpy always; the first OpenCL device, or a skip saying how to get one)."""
 import numpy as np
 import pytest
 
@@ -56,3 +57,14 @@ def kind(request):
 def mode(request):
     """An AD mode (forward or reverse), as a Kind."""
     return KINDS[request.param]
+
+
+_OPENCL = [d.name for d in ad.devices() if d.kind == "opencl"][:1]
+DEVICES = ["numpy"] + (_OPENCL or [pytest.param("opencl", marks=pytest.mark.skip(
+    reason="no OpenCL device (install the 'opencl' extra: pyopencl + pocl)"))])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    """A tensor device: every tensor test body runs on each backend."""
+    return request.param

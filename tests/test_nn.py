@@ -22,14 +22,7 @@ from easyad.nn import functional as F
 torch.set_default_dtype(torch.float64)
 
 RTOL, ATOL = 1e-6, 1e-12
-_OPENCL = [d.name for d in ad.devices() if d.kind == "opencl"][:1]
-DEVICES = ["numpy"] + (_OPENCL or [pytest.param("opencl", marks=pytest.mark.skip(
-    reason="no OpenCL device (install the 'opencl' extra: pyopencl + pocl)"))])
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return request.param
+# the `device` fixture (numpy, and the first OpenCL device) is in conftest.py
 
 
 @pytest.fixture

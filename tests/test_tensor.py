@@ -19,14 +19,8 @@ from easyad import _rules
 
 torch.set_default_dtype(torch.float64)
 
+# the `device` fixture (numpy, and the first OpenCL device) is in conftest.py
 _OPENCL = [d.name for d in ad.devices() if d.kind == "opencl"][:1]
-DEVICES = ["numpy"] + (_OPENCL or [pytest.param("opencl", marks=pytest.mark.skip(
-    reason="no OpenCL device (install the 'opencl' extra: pyopencl + pocl)"))])
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return request.param
 
 
 @pytest.fixture
