@@ -70,6 +70,15 @@ cdef class Comparison:
     *guard*: a Function replayed at a point where the outcome differs reports the changed
     branch. Passed to ``ad.where(x > 0, a, b)`` it makes a *select*, which replay evaluates
     again at every point.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> lst = ad.WengertList()
+    >>> x = lst.variable(2.0)
+    >>> c = x > 1.0
+    >>> bool(c), c.is_guard          # branching on it made it a guard
+    (True, True)
     """
 
     def __init__(self, *args, **kwargs):

@@ -80,6 +80,15 @@ class View:
         return self.rule.operator
 
     @property
+    def example(self) -> str:
+        """Arguments at a point inside the rule's domain, for its docstring example."""
+        points = []
+        for k, (lo, hi) in enumerate(self.rule.domain[:self.rule.arity]):
+            candidates = (0.5, 1.5) if k == 0 else (1.5, 0.5)
+            points.append(next(v for v in candidates if lo < v < hi))
+        return ", ".join(repr(v) for v in points)
+
+    @property
     def checked(self) -> bool:
         return self.rule.errors != rules.NO_CHECK
 

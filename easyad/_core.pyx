@@ -182,6 +182,15 @@ def where(condition, a, b):
     ``where(x > 0, sqrt(x), 0.0)`` at 0 is 0). With a comparison of Records as the
     condition it is recorded as a select, which a replayed Function evaluates again at
     every point; a plain bool condition is fixed when recorded.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> lst = ad.WengertList()
+    >>> x = lst.variable(0.0)
+    >>> z = ad.where(x > 0, ad.sqrt(x), 0.0)     # sqrt'(0) is inf, but not selected
+    >>> z.derivatives()[x]
+    0.0
     """
     if type(condition) is Comparison and (<Comparison>condition).tape is not None:
         # a comparison of Records: a select on the tape, re-evaluated on replay

@@ -454,6 +454,15 @@ cdef class Derivatives:
 
     Index it with a Record of the same list: ``d[x]`` (or ``d.wrt(x)``), by variable name
     with ``d.by_name("x")``, or take every named variable with ``d.as_dict()``.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> lst = ad.WengertList()
+    >>> x, y = lst.variable(3.0, name="x"), lst.variable(4.0, name="y")
+    >>> d = (x * y + y).derivatives()
+    >>> d[x], d.wrt(y), d.by_name("y"), d.as_dict()
+    (4.0, 4.0, 4.0, {'x': 4.0, 'y': 4.0})
     """
 
     def __init__(self, *args, **kwargs):

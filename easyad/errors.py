@@ -2,27 +2,82 @@
 
 
 class TapeMismatchError(ValueError):
-    """Records of two different WengertLists met in one operation or lookup."""
+    """Records of two different WengertLists met in one operation or lookup.
+
+    >>> import easyad as ad
+    >>> a, b = ad.WengertList().variable(1.0), ad.WengertList().variable(2.0)
+    >>> try:
+    ...     a + b
+    ... except ad.TapeMismatchError:
+    ...     print("record a whole computation on one WengertList")
+    record a whole computation on one WengertList
+    """
 
 
 class StaleRecordError(RuntimeError):
-    """A Record (or Derivatives) made before its WengertList was cleared was used."""
+    """A Record (or Derivatives) made before its WengertList was cleared was used.
+
+    >>> import easyad as ad
+    >>> lst = ad.WengertList()
+    >>> x = lst.variable(1.0)
+    >>> lst.clear()
+    >>> try:
+    ...     x * 2.0
+    ... except ad.StaleRecordError:
+    ...     print("make the inputs again after clear()")
+    make the inputs again after clear()
+    """
 
 
 class GradientCheckError(AssertionError):
-    """check_gradients found derivatives that disagree with finite differences."""
+    """check_gradients found derivatives that disagree with finite differences.
+
+    >>> import math, easyad as ad
+    >>> wrong = ad.define("wrong_sin", math.sin, lambda t: 2 * math.cos(t))
+    >>> try:
+    ...     ad.check_gradients(lambda x: wrong(x[0]), [0.3])
+    ... except ad.GradientCheckError:
+    ...     print("the derivative of wrong_sin disagrees with finite differences")
+    the derivative of wrong_sin disagrees with finite differences
+    """
 
 
 class BranchChangedError(ValueError):
-    """A recorded Function, replayed at a new point, would take another branch."""
+    """A recorded Function, replayed at a new point, would take another branch.
+
+    >>> import easyad as ad
+    >>> F = ad.record(lambda x: x[0] * x[0] if x[0] > 0 else -x[0], [1.0])
+    >>> try:
+    ...     F.gradient([-2.0])
+    ... except ad.BranchChangedError:
+    ...     print("record again there, or write the branch with ad.where")
+    record again there, or write the branch with ad.where
+    """
 
 
 class AnomalyError(FloatingPointError):
-    """Under ad.detect_anomaly(): an operation produced a NaN or inf value or derivative."""
+    """Under ad.detect_anomaly(): an operation produced a NaN or inf value or derivative.
+
+    >>> import easyad as ad
+    >>> try:
+    ...     with ad.detect_anomaly():
+    ...         ad.log(ad.Trace.variable(0.0) + 1e-320)
+    ... except ad.AnomalyError as error:
+    ...     print(str(error).split(" in ")[0])
+    log produced a derivative of inf
+    """
 
 
 class ShapeError(ValueError):
-    """Operands of a tensor operation have shapes that do not fit together."""
+    """Operands of a tensor operation have shapes that do not fit together.
+
+    >>> import easyad as ad
+    >>> try:
+    ...     ad.eval_shape(lambda a, b: a @ b, (3, 4), (5, 2))
+    ... except ad.ShapeError:
+    ...     print("the inner dimensions differ")
+    the inner dimensions differ
+    """
 
 
 __all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",

@@ -11,7 +11,15 @@ from typing import Any, Protocol, runtime_checkable
 
 @runtime_checkable
 class Numeric(Protocol):
-    """Closed under + - * / ** and negation, with plain numbers on either side."""
+    """Closed under + - * / ** and negation, with plain numbers on either side.
+
+    >>> import easyad as ad
+    >>> all(isinstance(v, ad.Numeric) for v in (1.5, ad.Trace.variable(1.0),
+    ...                                         ad.WengertList().variable(1.0)))
+    True
+    >>> isinstance("1.5", ad.Numeric)
+    False
+    """
 
     def __add__(self, other: Any, /) -> Any: ...
     def __radd__(self, other: Any, /) -> Any: ...
@@ -30,6 +38,12 @@ class Real(Numeric, Protocol):
     """A Numeric that is ordered and has an absolute value: what branches and ad.abs need.
 
     The elementary functions are the generic ``ad.sin(x)``..., defined for every Real.
+
+    >>> import easyad as ad
+    >>> def relu(x: ad.Real) -> ad.Real:
+    ...     return x if x > 0 else 0.0 * x
+    >>> relu(ad.Trace.variable(2.0)).derivative, relu(-1.0)
+    (1.0, -0.0)
     """
 
     def __lt__(self, other: Any, /) -> Any: ...

@@ -60,7 +60,17 @@ def _numeric_second(df: _Partials, arity: int) -> _Partials:
 
 
 class Primitive:
-    """A user-defined scalar operation of one or two arguments (see ``ad.define``)."""
+    """A user-defined scalar operation of one or two arguments (see ``ad.define``).
+
+    Examples
+    --------
+    >>> import math, easyad as ad
+    >>> cube = ad.Primitive("cube", lambda t: t ** 3, lambda t: 3 * t * t, lambda t: 6 * t)
+    >>> cube.arity, cube(ad.Trace.variable(2.0)).derivative
+    (1, 12.0)
+    >>> ad.record(lambda x: cube(x[0]), [1.0]).hessian([2.0])
+    array([[12.]])
+    """
 
     def __init__(self, name: str, f: Callable[..., float], df: _Partials | str | None,
                  d2f: _Partials | None = None, arity: int | None = None) -> None:

@@ -122,6 +122,16 @@ class Function:
 
     Made by ``ad.record(f, x0)`` (or ``ad.load(path)``). Every method takes one point
     ``x`` of shape (n,) or a batch of shape (B, n), and returns results for each row.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> F = ad.record(lambda x: [x[0] * x[1], x[0] + x[1]], [1.0, 2.0])
+    >>> F.n_inputs, F.n_outputs
+    (2, 2)
+    >>> F.jacobian([3.0, 5.0])
+    array([[5., 3.],
+           [1., 1.]])
     """
 
     def __init__(self, tape: WengertList, inputs: Sequence[int], outputs: Sequence[int], *,
@@ -462,7 +472,16 @@ def _rebuild_function(tape: WengertList, inputs: Sequence[int], outputs: Sequenc
 
 
 def load(path: str | os.PathLike[str]) -> Function:
-    """Read a Function written by ``Function.save`` (checks the format and its version)."""
+    """Read a Function written by ``Function.save`` (checks the format and its version).
+
+    Examples
+    --------
+    >>> import os, tempfile, easyad as ad
+    >>> path = os.path.join(tempfile.mkdtemp(), "square.npz")
+    >>> ad.record(lambda x: x[0] ** 2, [1.0]).save(path)
+    >>> ad.load(path).gradient([3.0])
+    array([6.])
+    """
     with np.load(path, allow_pickle=False) as data:
         if "format" not in data or str(data["format"]) != _FORMAT:
             raise ValueError(f"{os.fspath(path)!r} is not a saved easyad Function")

@@ -313,3 +313,9 @@ def test_type_errors_are_reported(mypy_on_snippets):
                 for number, line in enumerate(bad.read_text().splitlines(), 1) if "# E: " in line}
     assert expected
     assert errors.get("bad_usage.py", set()) == expected, result.stdout + result.stderr
+
+
+def test_every_public_name_has_a_doctest_example():
+    """Every name of ad.__all__ carries a runnable example (test_doctests runs them)."""
+    missing = [name for name in ad.__all__ if ">>>" not in (getattr(ad, name).__doc__ or "")]
+    assert not missing, f"public names without a >>> example: {missing}"

@@ -11,6 +11,18 @@ of ``ad.optim`` update them from that list's derivatives. One training step::
 Layout: ``_parameter`` (Parameter) -> ``_module`` (Module, Sequential) -> ``functional``
 (activations, linear, dropout, losses; ``_fused`` has single-entry versions for the numpy
 device) -> ``_layers`` (Linear, ReLU, ...) ; ``init`` (PyTorch's initialisations).
+
+Examples
+--------
+>>> import numpy as np, easyad as ad
+>>> from easyad import nn
+>>> _ = ad.random.seed(0)
+>>> model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+>>> lst = ad.WengertList()
+>>> loss = nn.mse_loss(model(np.ones((2, 3)), tape=lst), np.zeros((2, 1)))
+>>> d = loss.derivatives()
+>>> d[model[0].weight].shape
+(4, 3)
 """
 from easyad.nn import functional, init
 from easyad.nn._layers import (GELU, Dropout, Identity, Linear, LogSoftmax, ReLU, Sigmoid,

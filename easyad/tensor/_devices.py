@@ -17,7 +17,12 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Device:
-    """One place tensors can live: ``name`` is the spec that selects it."""
+    """One place tensors can live: ``name`` is the spec that selects it.
+
+    >>> import easyad as ad
+    >>> [d.name for d in ad.devices()][0]       # numpy is always there
+    'numpy'
+    """
 
     name: str                       # "numpy", "opencl:0", ...
     kind: str                       # "numpy" or "opencl"
@@ -103,14 +108,26 @@ _chosen: list[Device] = []
 
 def set_device(device: Any) -> Device:
     """Make ``device`` (a Device or a spec such as ``"opencl"``) the default for new
-    tensors; returns it."""
+    tensors; returns it.
+
+    >>> import easyad as ad
+    >>> previous = ad.get_device()
+    >>> ad.set_device("numpy").name
+    'numpy'
+    >>> _ = ad.set_device(previous)
+    """
     d = find_device(device)
     _chosen[:] = [d]
     return d
 
 
 def get_device() -> Device:
-    """The device new tensors go to when none is given."""
+    """The device new tensors go to when none is given.
+
+    >>> import easyad as ad
+    >>> ad.get_device().kind in ("numpy", "opencl")
+    True
+    """
     if _chosen:
         return _chosen[0]
     spec = os.environ.get("EASYAD_DEVICE", "").strip()

@@ -37,7 +37,17 @@ def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Mean of the elements over ``axis`` (all of them by default)."""
+    """Mean of the elements over ``axis`` (all of them by default).
+
+    >>> import numpy as np, easyad as ad
+    >>> lst = ad.WengertList()
+    >>> t = ad.Tensor.variable(np.array([[1.0, 2.0], [3.0, 6.0]]), lst)
+    >>> m = ad.mean(t)                     # one number: a scalar Record
+    >>> m.number, m.derivatives()[t].tolist()
+    (3.0, [[0.25, 0.25], [0.25, 0.25]])
+    >>> ad.mean(t, axis=0).value.tolist()
+    [2.0, 4.0]
+    """
     if _is_tensor(x):
         return x.mean(axis=axis, keepdims=keepdims)
     return np.mean(x, axis=axis, keepdims=keepdims)
@@ -45,21 +55,43 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 def amax(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """Largest element over ``axis``; tied elements share the derivative evenly
-    (``ad.maximum`` is the elementwise maximum of two operands)."""
+    (``ad.maximum`` is the elementwise maximum of two operands).
+
+    >>> import numpy as np, easyad as ad
+    >>> lst = ad.WengertList()
+    >>> t = ad.Tensor.variable(np.array([1.0, 3.0, 3.0]), lst)
+    >>> ad.amax(t).derivatives()[t].tolist()       # a tie: half each
+    [0.0, 0.5, 0.5]
+    """
     if _is_tensor(x):
         return x.max(axis=axis, keepdims=keepdims)
     return np.amax(x, axis=axis, keepdims=keepdims)
 
 
 def amin(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """Smallest element over ``axis``; tied elements share the derivative evenly."""
+    """Smallest element over ``axis``; tied elements share the derivative evenly.
+
+    >>> import numpy as np, easyad as ad
+    >>> lst = ad.WengertList()
+    >>> t = ad.Tensor.variable(np.array([[4.0, 1.0], [2.0, 5.0]]), lst)
+    >>> ad.amin(t, axis=1).value.tolist()
+    [1.0, 2.0]
+    """
     if _is_tensor(x):
         return x.min(axis=axis, keepdims=keepdims)
     return np.amin(x, axis=axis, keepdims=keepdims)
 
 
 def concatenate(tensors: Any, axis: int = 0) -> Any:
-    """Join tensors along an existing axis (numpy's rules; ShapeError when they differ)."""
+    """Join tensors along an existing axis (numpy's rules; ShapeError when they differ).
+
+    >>> import numpy as np, easyad as ad
+    >>> lst = ad.WengertList()
+    >>> a = ad.Tensor.variable(np.ones((2, 2)), lst)
+    >>> b = ad.Tensor.variable(np.zeros((1, 2)), lst)
+    >>> ad.concatenate([a, b]).shape
+    (3, 2)
+    """
     tensors = list(tensors)
     if any(_is_tensor(t) for t in tensors):
         first = next(t for t in tensors if _is_tensor(t))
@@ -70,7 +102,14 @@ def concatenate(tensors: Any, axis: int = 0) -> Any:
 
 
 def stack(tensors: Any, axis: int = 0) -> Any:
-    """Join tensors of one shape along a new axis."""
+    """Join tensors of one shape along a new axis.
+
+    >>> import numpy as np, easyad as ad
+    >>> lst = ad.WengertList()
+    >>> a = ad.Tensor.variable(np.ones(3), lst)
+    >>> ad.stack([a, 2 * a], axis=1).shape
+    (3, 2)
+    """
     tensors = list(tensors)
     if any(_is_tensor(t) for t in tensors):
         first = next(t for t in tensors if _is_tensor(t))
@@ -97,7 +136,15 @@ def _shift(t: Any, axis: Any) -> Any:
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """``log(sum(exp(x)))`` over ``axis``, computed stably (shifted by the maximum)."""
+    """``log(sum(exp(x)))`` over ``axis``, computed stably (shifted by the maximum).
+
+    >>> import numpy as np, easyad as ad
+    >>> lst = ad.WengertList()
+    >>> t = ad.Tensor.variable(np.array([1000.0, 1000.0]), lst)   # exp would overflow
+    >>> z = ad.logsumexp(t)
+    >>> round(z.number - 1000.0, 12), z.derivatives()[t].tolist()
+    (0.69314718056, [0.5, 0.5])
+    """
     t, was_array = _as_tensor(x)
     m = _shift(t, axis)
     s = (t - m).exp().sum(axis=axis, keepdims=True).log() + m
@@ -110,14 +157,25 @@ def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def softmax(x: Any, axis: int = -1) -> Any:
-    """``exp(x) / sum(exp(x))`` along ``axis``, computed stably."""
+    """``exp(x) / sum(exp(x))`` along ``axis``, computed stably.
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.softmax(ad.Tensor.constant(np.array([0.0, 0.0, 0.0, 0.0]))).value.tolist()
+    [0.25, 0.25, 0.25, 0.25]
+    """
     t, was_array = _as_tensor(x)
     e = (t - _shift(t, axis)).exp()
     return _unwrap(e / e.sum(axis=axis, keepdims=True), was_array)
 
 
 def log_softmax(x: Any, axis: int = -1) -> Any:
-    """``x - logsumexp(x)`` along ``axis``, computed stably."""
+    """``x - logsumexp(x)`` along ``axis``, computed stably.
+
+    >>> import numpy as np, easyad as ad
+    >>> p = ad.log_softmax(ad.Tensor.constant(np.array([[0.0, 0.0]]))).value
+    >>> np.allclose(p, np.log(0.5))
+    True
+    """
     t, was_array = _as_tensor(x)
     return _unwrap(t - logsumexp(t, axis=axis, keepdims=True), was_array)
 
