@@ -124,7 +124,7 @@ def render_ops_h() -> str:
     then the opcode dispatch that replay sweeps use (value and partials, tangents of the
     partials for forward-over-reverse, Python's error status)."""
     out = [BANNER.replace("# ", "/* ", 1).rstrip() + " */\n",
-           "#ifndef EASYAD_OPS_H\n#define EASYAD_OPS_H\n#include <math.h>\n"
+           "#ifndef EASYAD_OPS_H\n#define EASYAD_OPS_H\n#include <math.h>\n#include <stdint.h>\n"
            '#include "_helpers.h"\n#include "_status.h"\n\n']
     for name, code in rules.STRUCTURAL_OPCODES.items():
         out.append(f"#define EASYAD_OP_{name.upper()} {code}\n")
@@ -159,14 +159,29 @@ def render_ops_h() -> str:
                "#else\n#define EASYAD_DISPATCH static inline\n#endif")
     dispatch("EASYAD_DISPATCH double easyad_rule_value(int op, double x, double y)",
              lambda r: f"return easyad_{r.name}_value(x, y);", "return NAN;")
-    # need0/need1: whether that operand is recorded; a constant operand's partial is never
-    # read, and skipping it saves e.g. the log(x) of x ** 2.0's exponent partial
-    dispatch("EASYAD_DISPATCH double easyad_rule_eval(int op, double x, double y, "
-             "double* p0, double* p1, int need0, int need1)",
-             lambda r: (f"{{ double z = easyad_{r.name}_value(x, y); "
-                        f"*p0 = need0 ? {partial(r, 0)} : 0.0; "
-                        f"*p1 = need1 ? {partial(r, 1)} : 0.0; return z; }}"),
-             "*p0 = NAN; *p1 = NAN; return NAN;")
+    # A run of entries with one opcode (replay schedules the tape into such runs): one
+    # switch per run, then a tight loop per rule. Operands are slots of v (constants have
+    # slots too); values go to v[dst[k]], partials to p0/p1[dst[k]]. need0/need1: whether
+    # that operand is recorded; a constant operand's partial is never read, and skipping
+    # it saves e.g. the log(x) of x ** 2.0's exponent partial. Returns 1 if every value is
+    # finite (errors of the table's policies all show as non-finite values), 0 if not.
+    def run_loop(r: rules.Rule) -> str:
+        # an operand computed by the previous entry of the run (s = s + t in a loop) is
+        # taken from a register: a branch that predicts well instead of a store-to-load
+        # round trip on the chain's critical path
+        return ("{ long last = -1; double zlast = 0.0; for (k = lo; k < hi; k++) { "
+                "const long ia = a[k], ib = b[k], i = dst[k]; "
+                "double x, y; if (ia == last) x = zlast; else x = v[ia]; "
+                "if (ib == last) y = zlast; else y = v[ib]; (void)y; "
+                f"const double z = easyad_{r.name}_value(x, y); v[i] = z; last = i; zlast = z; "
+                f"p0[i] = need0 ? {partial(r, 0)} : 0.0; "
+                f"p1[i] = need1 ? {partial(r, 1)} : 0.0; finite &= isfinite(z) != 0; }} }} break;")
+    out.append("\nstatic int easyad_rule_eval_run(int op, long lo, long hi, const int32_t* dst, "
+               "const int32_t* a, const int32_t* b, double* v, double* p0, double* p1, "
+               "int need0, int need1) {\n    long k;\n    int finite = 1;\n    switch (op) {\n")
+    for r in rules.RULES:
+        out.append(f"    case EASYAD_OP_{r.name.upper()}: {run_loop(r)}\n")
+    out.append("    default: return -1;\n    }\n    return finite;\n}\n")
     dispatch(f"EASYAD_DISPATCH void easyad_rule_tangents(int op, {tangent_params}, "
              "double* dp0, double* dp1, int need0, int need1)",
              lambda r: (f"*dp0 = need0 ? {tangent(r, 0)} : 0.0; "
@@ -187,6 +202,8 @@ def render_ops_h() -> str:
         out.append(f"    case EASYAD_OP_{r.name.upper()}: {tangents_block(r)}\n")
     out.append("    default: for (k = 0; k < K; k++) { dzv[k] = NAN; dp0v[k] = NAN; "
                "dp1v[k] = NAN; } return;\n    }\n}\n")
+    dispatch("static inline int easyad_rule_arity(int op)",
+             lambda r: f"return {r.arity};", "return 0;")
     dispatch("EASYAD_DISPATCH int easyad_rule_status(int op, double x, double y, double z)",
              lambda r: f"return {_C_STATUS[r.errors]};", "return EASYAD_OK;")
     out.append("\n#endif\n")
@@ -205,12 +222,14 @@ def render_ops() -> str:
     out.append(f"    OP_COUNT = {rules.FIRST_RULE_OPCODE + len(rules.RULES)}\n\n")
     out.append('cdef extern from "_ops.h" nogil:\n')
     out.append("    double easyad_rule_value(int op, double x, double y)\n"
-               "    double easyad_rule_eval(int op, double x, double y, double* p0, double* p1,\n"
-               "                            int need0, int need1)\n"
+               "    int easyad_rule_eval_run(int op, long lo, long hi, const int32_t* dst,\n"
+               "                             const int32_t* a, const int32_t* b, double* v,\n"
+               "                             double* p0, double* p1, int need0, int need1)\n"
                "    void easyad_rule_tangents(int op, double x, double y, double z, double dx,\n"
                "                              double dy, double dz, double* dp0, double* dp1,\n"
                "                              int need0, int need1)\n"
                "    int easyad_rule_status(int op, double x, double y, double z)\n"
+               "    int easyad_rule_arity(int op)\n"
                "    void easyad_rule_tangents_block(int op, double x, double y, double z, double p0,\n"
                "                                    double p1, const double* dxv, const double* dyv,\n"
                "                                    long K, double* dzv, double* dp0v, double* dp1v)\n")

@@ -6,7 +6,7 @@ This hub holds the shared coercion and error helpers; the parts are included in 
 checks (hand) -> ops (generated; C in _ops.h) -> tape (hand) -> trace, record, generic (generated).
 """
 cimport cython
-from libc.math cimport floor, isnan, isinf, isfinite
+from libc.math cimport floor, isnan, isinf, isfinite, NAN
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uint8_t, int32_t

@@ -168,6 +168,11 @@ class Function:
     # ---- evaluation ----
     def __call__(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """Values at x: a float (scalar f) or (m,), per row for a batch."""
+        if on_branch_change is None and self.on_branch_change != "mask" \
+                and type(x) is np.ndarray:  # one point: one C call
+            point = self._replayer.point(x, False)
+            if point is not None:
+                return float(point[0][0]) if self.scalar else point[0]
         X, batch = self._rows(x)
         out, _, _, mask = self._run(_VALUE, X, on_branch_change, "__call__", ())
         return self._masked(self._shape_values(out, batch), mask, batch)
@@ -180,6 +185,11 @@ class Function:
         ``device="opencl"`` (or ``"opencl:N"``, a Device) evaluates every row in one
         OpenCL kernel generated from the tape (one work-item per point); branch changes are
         detected there too. Without it, the rows run in C on the CPU's cores."""
+        if device is None and on_branch_change is None and self.on_branch_change != "mask" \
+                and self.scalar and type(x) is np.ndarray:  # one point: one C call
+            point = self._replayer.point(x, True)
+            if point is not None:
+                return point[1]
         self._need_scalar("gradient")
         X, batch = self._rows(x)
         if device is not None and str(getattr(device, "kind", device)).startswith("opencl"):
@@ -191,6 +201,11 @@ class Function:
 
     def value_and_gradient(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """``(F(x), F.gradient(x))`` from one forward and one reverse sweep."""
+        if on_branch_change is None and self.on_branch_change != "mask" \
+                and self.scalar and type(x) is np.ndarray:  # one point: one C call
+            point = self._replayer.point(x, True)
+            if point is not None:
+                return float(point[0][0]), point[1]
         self._need_scalar("value_and_gradient")
         X, batch = self._rows(x)
         out, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "value_and_gradient", ())

@@ -150,7 +150,7 @@ __kernel void easyad_put(__global {ctype}* out, __global const {ctype}* restrict
 
 
 # Matmul for CPU devices: C = L R^T with L (M, K) and R (N, K) both read along K, so every
-# load is a contiguous vector (double8: one AVX-512 register). Each work-item keeps an
+# load is a contiguous vector (double4: one AVX2 register, which every x86-64 PoCL target has). Each work-item keeps an
 # RM x RN block of C in vector accumulators; no local memory, no barriers (PoCL runs the
 # work-items of a group in a loop, and barriers would spill the accumulators). The block
 # is written out statement by statement: PoCL keeps such accumulators in registers, where
@@ -158,20 +158,25 @@ __kernel void easyad_put(__global {ctype}* out, __global const {ctype}* restrict
 MATMUL_NT_BLOCK = {"RM": 8, "RN": 2}
 MATMUL_NT_GROUP = (16, 4)
 
-_HSUM = {8: """static inline real_t hsum(vec_t v) {
-    const double4 h = v.s0123 + v.s4567;
-    const double2 q = h.s01 + h.s23;
-    return q.s0 + q.s1;
-}""", 16: """static inline real_t hsum(vec_t v) {
-    const float8 o = v.s01234567 + v.s89abcdef;
-    const float4 h = o.s0123 + o.s4567;
-    const float2 q = h.s01 + h.s23;
-    return q.s0 + q.s1;
-}"""}
 
 
-def render_matmul_nt(real: str) -> str:
-    width = 8 if real == "double" else 16
+def _hsum(real: str, width: int) -> str:
+    """hsum(v): the sum of a vec_t's lanes, halving the vector each step."""
+    lines, name, w = [], "v", width
+    while w > 1:
+        half = w // 2
+        lo = "".join("0123456789abcdef"[i] for i in range(half))
+        hi = "".join("0123456789abcdef"[i] for i in range(half, w))
+        lines.append(f"    const {real}{half if half > 1 else ''} h{half} = {name}.s{lo} + {name}.s{hi};")
+        name, w = f"h{half}", half
+    return ("static inline real_t hsum(vec_t v) {\n" + "\n".join(lines)
+            + f"\n    return {name};\n}}")
+
+
+def render_matmul_nt(real: str, vector_bytes: int = 32) -> str:
+    """vector_bytes: the CPU's vector register (64 with AVX-512, 32 with AVX2); a wider
+    vector than the CPU has is not just slow: PoCL may fail to build the kernel."""
+    width = vector_bytes // (8 if real == "double" else 4)
     rm, rn = MATMUL_NT_BLOCK["RM"], MATMUL_NT_BLOCK["RN"]
     block = [(r, c) for r in range(rm) for c in range(rn)]
     zero = "\n".join(f"        vec_t a{r}_{c} = (vec_t)(0);" for r, c in block)
@@ -186,7 +191,7 @@ def render_matmul_nt(real: str) -> str:
         f"s = fma(L[(long)(i0 + {r}) * K + kk], R[(long)(j0 + {c}) * K + kk], s); "
         f"C[(long)(i0 + {r}) * N + j0 + {c}] = s; }}" for r, c in block)
     return preamble(real) + f"""typedef {real}{width} vec_t;
-{_HSUM[width]}
+{_hsum(real, width)}
 __kernel void easyad_matmul_nt(__global real_t* C, __global const real_t* restrict L,
                                __global const real_t* restrict R, const int M, const int N,
                                const int K, const long strideL, const long strideR)

@@ -236,7 +236,10 @@ class OpenCLBackend(LiveBuffers):
         if not self.device.is_gpu:
             # CPU: C = A (B^T)^T with both operands read along K (see _kernels)
             bt = b if transpose_b else self._transpose3(b)
-            k = self.kernel(kernels.render_matmul_nt(real), "easyad_matmul_nt",
+            # 32-byte vectors (AVX2): a wider vector than the CPU has makes PoCL build the
+            # program without the kernel (and abort at exit), and PoCL's LLVM may not know
+            # a CPU has AVX-512 (it builds Zen 4 as Zen 3)
+            k = self.kernel(kernels.render_matmul_nt(real, 32), "easyad_matmul_nt",
                             [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG])
             blk = kernels.MATMUL_NT_BLOCK
             group = kernels.MATMUL_NT_GROUP
