@@ -119,6 +119,19 @@ def _tangent_functions(r: rules.Rule) -> list[tuple[str, str]]:
     return [(f"easyad_{r.name}_t{k}", symbolic.partial_tangent(r, k)) for k in range(r.arity)]
 
 
+def _literal(expression: str) -> float | None:
+    """The number a partial's expression is, if it is one ("1.0", "-1.0"), else None."""
+    try:
+        return float(expression)
+    except ValueError:
+        return None
+
+
+def _partial_text(r: rules.Rule, k: int) -> str:
+    """The table's expression of partial k ("0.0" for the absent operand of a unary rule)."""
+    return r.partials[k] if k < r.arity else "0.0"
+
+
 def render_ops_h() -> str:
     """Plain C99 (the table's expressions are C): one static inline function per formula,
     then the opcode dispatch that replay sweeps use (value and partials, tangents of the
@@ -159,29 +172,136 @@ def render_ops_h() -> str:
                "#else\n#define EASYAD_DISPATCH static inline\n#endif")
     dispatch("EASYAD_DISPATCH double easyad_rule_value(int op, double x, double y)",
              lambda r: f"return easyad_{r.name}_value(x, y);", "return NAN;")
-    # A run of entries with one opcode (replay schedules the tape into such runs): one
-    # switch per run, then a tight loop per rule. Operands are slots of v (constants have
-    # slots too); values go to v[dst[k]], partials to p0/p1[dst[k]]. need0/need1: whether
-    # that operand is recorded; a constant operand's partial is never read, and skipping
-    # it saves e.g. the log(x) of x ** 2.0's exponent partial. Returns 1 if every value is
-    # finite (errors of the table's policies all show as non-finite values), 0 if not.
+    # Runs: replay lays the list out in runs of entries lo..hi with one opcode; one switch
+    # per run, then a tight loop per rule. Operands are slots a[i], b[i] of v (constants
+    # have slots too); values go to v[i], partials to p0[i], p1[i], except partials that
+    # are constants of the table (1.0 for add...): those are set once, when the work space
+    # is (easyad_rule_fixed_partials), and the loops use the literal.
     def run_loop(r: rules.Rule) -> str:
-        # an operand computed by the previous entry of the run (s = s + t in a loop) is
-        # taken from a register: a branch that predicts well instead of a store-to-load
-        # round trip on the chain's critical path
-        return ("{ long last = -1; double zlast = 0.0; for (k = lo; k < hi; k++) { "
-                "const long ia = a[k], ib = b[k], i = dst[k]; "
+        # need0/need1: whether that operand is recorded; a constant operand's partial is
+        # never read, and skipping it saves e.g. the log(x) of x ** 2.0's exponent
+        # partial. An operand computed by the previous entry of the run (s = s + t in a
+        # loop) is taken from a register: a branch that predicts well instead of a
+        # store-to-load round trip on the chain's critical path.
+        stores = "".join(f"p{k}[i] = need{k} ? {partial(r, k)} : 0.0; "
+                         for k in (0, 1) if _literal(_partial_text(r, k)) is None)
+        return ("{ long last = -1; double zlast = 0.0; for (i = lo; i < hi; i++) { "
+                "const long ia = a[i], ib = b[i]; "
                 "double x, y; if (ia == last) x = zlast; else x = v[ia]; "
                 "if (ib == last) y = zlast; else y = v[ib]; (void)y; "
                 f"const double z = easyad_{r.name}_value(x, y); v[i] = z; last = i; zlast = z; "
-                f"p0[i] = need0 ? {partial(r, 0)} : 0.0; "
-                f"p1[i] = need1 ? {partial(r, 1)} : 0.0; finite &= isfinite(z) != 0; }} }} break;")
-    out.append("\nstatic int easyad_rule_eval_run(int op, long lo, long hi, const int32_t* dst, "
+                f"{stores}finite &= isfinite(z) != 0; }} }} break;")
+    out.append("\n/* values and partials of a run; 1 if every value is finite (errors of the table's "
+               "policies\n   all show as non-finite values), 0 if not */\n"
+               "static int easyad_rule_eval_run(int op, long lo, long hi, "
                "const int32_t* a, const int32_t* b, double* v, double* p0, double* p1, "
-               "int need0, int need1) {\n    long k;\n    int finite = 1;\n    switch (op) {\n")
+               "int need0, int need1) {\n    long i;\n    int finite = 1;\n    switch (op) {\n")
     for r in rules.RULES:
         out.append(f"    case EASYAD_OP_{r.name.upper()}: {run_loop(r)}\n")
     out.append("    default: return -1;\n    }\n    return finite;\n}\n")
+
+    def fixed(r: rules.Rule) -> str:
+        c = [_literal(_partial_text(r, k)) for k in (0, 1)]
+        mask = sum(1 << k for k in (0, 1) if c[k] is not None)
+        return (f"*c0 = {c[0] if c[0] is not None else 0.0!r}; "
+                f"*c1 = {c[1] if c[1] is not None else 0.0!r}; return {mask};")
+    # Affine segments of a run: operand k of entry start + j is at xs[j * sx] (sx 1, or 0
+    # for one slot, a constant's) and no operand lies inside the segment, so the loop has no
+    # dependence between iterations (EASYAD_IVDEP tells the compiler) and vectorises where
+    # the rule's math does (add, mul, sub, div...).
+    def affine_loop(r: rules.Rule) -> str:
+        stores = "".join(f"p{k}[j] = need{k} ? {partial(r, k)} : 0.0; "
+                         for k in (0, 1) if _literal(_partial_text(r, k)) is None)
+        return ("{ EASYAD_IVDEP for (j = 0; j < len; j++) { "
+                "const double x = xs[j * sx], y = ys[j * sy]; (void)y; "
+                f"const double z = easyad_{r.name}_value(x, y); out[j] = z; {stores}"
+                "bad = (z - z == 0.0) ? bad : 1.0; } } break;")
+    out.append("\n#if defined(__clang__)\n"
+               "#define EASYAD_IVDEP _Pragma(\"clang loop vectorize(assume_safety)\")\n"
+               "#elif defined(__GNUC__)\n#define EASYAD_IVDEP _Pragma(\"GCC ivdep\")\n"
+               "#else\n#define EASYAD_IVDEP\n#endif\n"
+               "/* an affine segment's values (out = v + start) and partials (p0, p1 = p + start); "
+               "1 if\n   every value is finite, as easyad_rule_eval_run */\n"
+               "static int easyad_rule_eval_affine(int op, long len, const double* xs, long sx, "
+               "const double* ys, long sy, double* out, double* p0, double* p1, int need0, "
+               "int need1) {\n    long j;\n    double bad = 0.0;\n    switch (op) {\n")
+    for r in rules.RULES:
+        out.append(f"    case EASYAD_OP_{r.name.upper()}: {affine_loop(r)}\n")
+    out.append("    default: return -1;\n    }\n    return bad == 0.0;\n}\n")
+
+    # ... and its reverse sweep: ao = adj + start; ax, ay: the operands' adjoints (stride
+    # 1 where needed). Strong zero as selects (no branch), so this vectorises too.
+    def affine_adjoint(k: int, expression: str) -> str:
+        target = "ax" if k == 0 else "ay"
+        c = _literal(expression)
+        if c == 0.0:
+            return ""
+        if c is None:
+            t = (f"const double q{k} = p{k}[j]; double t{k} = q{k} * g; "
+                 f"t{k} = (q{k} == 0.0) ? 0.0 : t{k}; t{k} = (g == 0.0) ? 0.0 : t{k}; ")
+        elif c == 1.0:
+            t = f"const double t{k} = g; "
+        elif c == -1.0:
+            t = f"const double t{k} = -g; "
+        else:
+            t = f"const double t{k} = {c!r} * g; "
+        return f"if (need{k}) {{ {t}{target}[j] += t{k}; }} "
+    out.append("\nstatic void easyad_rule_reverse_affine(int op, long len, const double* p0, "
+               "const double* p1, const double* ao, double* ax, double* ay, int need0, "
+               "int need1) {\n    long j;\n    switch (op) {\n")
+    for r in rules.RULES:
+        body = affine_adjoint(0, _partial_text(r, 0)) + affine_adjoint(1, _partial_text(r, 1))
+        out.append(f"    case EASYAD_OP_{r.name.upper()}: {{ EASYAD_IVDEP for (j = len - 1; "
+                   f"j >= 0; j--) {{ const double g = ao[j]; {body}}} }} break;\n")
+    out.append("    default: break;\n    }\n}\n")
+
+    dispatch("static inline int easyad_rule_fixed_partials(int op, double* c0, double* c1)",
+             fixed, "*c0 = 0.0; *c1 = 0.0; return 0;")
+
+    # The reverse sweep over a run (last entry first): adj[a[i]] += p0 * adj[i], same for b.
+    # A constant partial of the table is used as written (no load; none at all for 0),
+    # any other is read from p0/p1 with mul0's strong zero (0 * inf contributes nothing).
+    def adjoint(k: int, expression: str | None) -> str:
+        side, last, total = ("ia", "la", "sa") if k == 0 else ("ib", "lb", "sb")
+        c = _literal(expression) if expression is not None else None
+        if expression is not None and c == 0.0:
+            return ""
+        if c is None:
+            t = (f"double t{k} = p{k}[i] * g; if (t{k} != t{k} && p{k}[i] == 0.0) t{k} = 0.0; ")
+        elif c == 1.0:
+            t = f"const double t{k} = g; "
+        elif c == -1.0:
+            t = f"const double t{k} = -g; "
+        else:
+            t = f"const double t{k} = {c!r} * g; "
+        # an operand not recorded (a constant's slot, shared by equal constants) gets
+        # nothing: no sum through one slot for the whole run
+        return (f"if (need{k}) {{ {t}{total} = adj[{side}] + t{k}; adj[{side}] = {total}; "
+                f"{last} = {side}; }} ")
+
+    def reverse_loop(body: str) -> str:
+        # an adjoint the previous entry just updated (a chain s = s + t) comes from a
+        # register (b first: if a == b, its sum is the later one)
+        return ("{ long la = -1, lb = -1; double sa = 0.0, sb = 0.0; (void)sa; (void)sb; "
+                "for (i = hi - 1; i >= lo; i--) { double g; "
+                "if (i == lb) g = sb; else if (i == la) g = sa; else g = adj[i]; "
+                "if (g == 0.0) continue; if (consume) adj[i] = 0.0; "
+                "const long ia = a[i], ib = b[i]; (void)ia; (void)ib; "
+                f"{body}}} }} break;")
+    out.append("\n/* need0/need1: as for easyad_rule_eval_run; in structural runs, per entry, "
+               "whether\n   the operand's slot is an entry's (< n_entries), not a constant's. "
+               "consume: set each\n   adjoint read back to 0, so the next sweep needs no "
+               "memset */\n"
+               "static void easyad_rule_reverse_run(int op, long lo, long hi, "
+               "const int32_t* a, const int32_t* b, const double* p0, const double* p1, "
+               "double* adj, int need0, int need1, long n_entries, int consume) {\n    long i;\n"
+               "    (void)n_entries;\n    switch (op) {\n")
+    for r in rules.RULES:
+        body = adjoint(0, _partial_text(r, 0)) + adjoint(1, _partial_text(r, 1))
+        out.append(f"    case EASYAD_OP_{r.name.upper()}: {reverse_loop(body)}\n")
+    generic = (adjoint(0, None) + adjoint(1, None)).replace(
+        "if (need0)", "if (ia < n_entries)").replace("if (need1)", "if (ib < n_entries)")
+    out.append(f"    default: {reverse_loop(generic)}\n    }}\n}}\n")
     dispatch(f"EASYAD_DISPATCH void easyad_rule_tangents(int op, {tangent_params}, "
              "double* dp0, double* dp1, int need0, int need1)",
              lambda r: (f"*dp0 = need0 ? {tangent(r, 0)} : 0.0; "
@@ -222,14 +342,25 @@ def render_ops() -> str:
     out.append(f"    OP_COUNT = {rules.FIRST_RULE_OPCODE + len(rules.RULES)}\n\n")
     out.append('cdef extern from "_ops.h" nogil:\n')
     out.append("    double easyad_rule_value(int op, double x, double y)\n"
-               "    int easyad_rule_eval_run(int op, long lo, long hi, const int32_t* dst,\n"
-               "                             const int32_t* a, const int32_t* b, double* v,\n"
+               "    int easyad_rule_eval_run(int op, long lo, long hi, const int32_t* a,\n"
+               "                             const int32_t* b, double* v,\n"
                "                             double* p0, double* p1, int need0, int need1)\n"
                "    void easyad_rule_tangents(int op, double x, double y, double z, double dx,\n"
                "                              double dy, double dz, double* dp0, double* dp1,\n"
                "                              int need0, int need1)\n"
                "    int easyad_rule_status(int op, double x, double y, double z)\n"
                "    int easyad_rule_arity(int op)\n"
+               "    int easyad_rule_fixed_partials(int op, double* c0, double* c1)\n"
+               "    int easyad_rule_eval_affine(int op, long len, const double* xs, long sx,\n"
+               "                                const double* ys, long sy, double* out,\n"
+               "                                double* p0, double* p1, int need0, int need1)\n"
+               "    void easyad_rule_reverse_affine(int op, long len, const double* p0,\n"
+               "                                    const double* p1, const double* ao, double* ax,\n"
+               "                                    double* ay, int need0, int need1)\n"
+               "    void easyad_rule_reverse_run(int op, long lo, long hi, const int32_t* a,\n"
+               "                                 const int32_t* b, const double* p0,\n"
+               "                                 const double* p1, double* adj, int need0,\n"
+               "                                 int need1, long n_entries, int consume)\n"
                "    void easyad_rule_tangents_block(int op, double x, double y, double z, double p0,\n"
                "                                    double p1, const double* dxv, const double* dyv,\n"
                "                                    long K, double* dzv, double* dp0v, double* dp1v)\n")

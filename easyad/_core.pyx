@@ -8,8 +8,8 @@ checks (hand) -> ops (generated; C in _ops.h) -> tape (hand) -> trace, record, g
 cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite, NAN
 from libc.stdlib cimport malloc, calloc, free
-from libc.string cimport memcpy, memset
-from libc.stdint cimport uint8_t, int32_t
+from libc.string cimport memcpy, memset, memcmp
+from libc.stdint cimport uint8_t, int32_t, uint64_t
 
 import numbers
 

@@ -1,14 +1,15 @@
 # Replay: a recorded WengertList run as a program at new points, without Python in the loop.
 # One row of X at a time: a forward sweep recomputes every value and partial from the
-# opcodes, then reverse sweeps give gradients and Jacobians; forward-over-reverse (tangents of the partials, also rendered
-# from the table) gives Hessian-vector products and Hessians. Rows run in C without the
-# GIL, split over threads by easyad/replay.py.
+# opcodes, then reverse sweeps give gradients and Jacobians; forward-over-reverse (tangents
+# of the partials, also rendered from the table) gives Hessian-vector products and
+# Hessians. Rows run in C without the GIL, split over threads by easyad/replay.py.
 #
-# The tape is scheduled once per Function (_build_schedule): its computing entries are
-# reordered, dependencies kept, into runs of one opcode, so the forward sweep dispatches
-# once per run and loops (easyad_rule_eval_run, rendered from the table), and the reverse
-# sweep walks entries that do not depend on each other back to back. A loop in the user's
-# code (the terms of a sum) becomes a few long runs instead of one switch per entry.
+# The list is laid out again once per Function (_build_program): the entries that compute
+# nothing (inputs) first, then the computing ones reordered, dependencies kept, into runs
+# of one opcode. The forward sweep dispatches once per run and loops over contiguous
+# entries (easyad_rule_eval_run, rendered from the table); the reverse sweep walks entries
+# that do not depend on each other back to back. A loop in the user's code (the terms of a
+# sum) becomes a few long runs instead of one switch per entry.
 
 cdef enum:
     _WHAT_VALUE = 0
@@ -16,19 +17,35 @@ cdef enum:
     _WHAT_SECOND = 2        # H @ S for K seed directions (first output)
     _STATUS_NO_SECOND = 5   # a user primitive without d2f met a second-order sweep
     _STATUS_PYTHON = 6      # a user primitive raised
+    _RUN_ONE_BY_ONE = 0     # run_op of a run of structural entries (select, comparison, custom)
 
 
 cdef struct _Program:
-    const uint8_t* ops
-    const int32_t* arg0
-    const int32_t* arg1
-    const double* values     # recorded values (variables that are not inputs keep theirs)
-    const double* partial0   # recorded: constants of constant operands
-    const double* partial1
-    Py_ssize_t length        # entries up to the last output
-    const int32_t* inputs
+    # The recorded list laid out again (positions, not the list's indices); owns its arrays
+    Py_ssize_t length
+    uint8_t* ops
+    int32_t* arg0            # operand positions; -1: none, or a constant held in partial0/1
+    int32_t* arg1
+    double* values           # recorded values (variables that are not inputs keep theirs)
+    double* partial0
+    double* partial1
+    int32_t* slot0           # operand slots for the sweeps: a position, or length + c for
+    int32_t* slot1           # constants[c] (slot length: 0.0, the absent operand of unary rules)
+    Py_ssize_t n_constants
+    double* constants
+    int32_t* original        # position -> index in the recorded list (errors, guards, customs)
+    int32_t* position        # index in the recorded list -> position
+    Py_ssize_t first         # positions first.. compute (before: inputs and other variables)
+    Py_ssize_t n_runs
+    int32_t* run_start       # run r: positions run_start[r] .. run_start[r + 1]
+    uint8_t* run_op          # the run's opcode, or _RUN_ONE_BY_ONE
+    uint8_t* run_need        # bit 0: operand 0 is recorded (its partial is needed), bit 1: operand 1
+    uint8_t* run_affine      # 0: operands by slot; else operand k of entry start + j is at
+    int32_t* run_base0       # run_base_k + j * stride_k, stride_k = bit k+1 (1, or 0 for one slot)
+    int32_t* run_base1
+    int32_t* inputs          # positions
     Py_ssize_t n_inputs
-    const int32_t* outputs
+    int32_t* outputs
     Py_ssize_t n_outputs
     void* customs            # the list's dict of user primitives (borrowed), or NULL
 
@@ -43,135 +60,134 @@ cdef struct _Rows:
     Py_ssize_t seeds_stride  # 0: the same seeds for every row
     Py_ssize_t K
     uint8_t* changed         # per row: a guard's outcome differs
-    int32_t* guard           # per row: the first guard that differs (-1: none)
+    int32_t* guard           # per row: the first guard that differs (-1: none), list index
     int32_t* status          # per row: an error code (0: none)
-    int32_t* status_entry    # per row: the entry that raised
+    int32_t* status_entry    # per row: the list index of the entry that raised
 
 
-cdef struct _Schedule:
-    # the computing entries of the tape in run order; operands as slots of the value array
-    # v (width L + n_constants): slot L + c holds constants[c] (a constant operand, or 0.0
-    # for the absent operand of a unary rule), so the sweeps never test for constants
-    Py_ssize_t n_instr
-    int32_t* dst             # entry index
-    int32_t* a               # operand slots
-    int32_t* b
-    Py_ssize_t n_runs
-    int32_t* run_start       # run r is dst[run_start[r] : run_start[r + 1]]
-    uint8_t* run_op
-    uint8_t* run_need        # bit 0: operand a is recorded, bit 1: operand b is
-    Py_ssize_t n_constants
-    double* constants
-
-
-cdef void _free_schedule(_Schedule* S) noexcept nogil:
-    free(S.dst)
-    free(S.a)
-    free(S.b)
-    free(S.run_start)
-    free(S.run_op)
-    free(S.run_need)
-    free(S.constants)
-    memset(S, 0, sizeof(_Schedule))
+cdef void _free_program(_Program* P) noexcept nogil:
+    free(P.ops)
+    free(P.arg0)
+    free(P.arg1)
+    free(P.values)
+    free(P.partial0)
+    free(P.partial1)
+    free(P.slot0)
+    free(P.slot1)
+    free(P.constants)
+    free(P.original)
+    free(P.position)
+    free(P.run_start)
+    free(P.run_op)
+    free(P.run_need)
+    free(P.run_affine)
+    free(P.run_base0)
+    free(P.run_base1)
+    free(P.inputs)
+    free(P.outputs)
+    memset(P, 0, sizeof(_Program))
 
 
 cdef inline bint _computes(int op) noexcept nogil:
     return op != OP_VARIABLE and op != OP_CONSTANT
 
 
+cdef inline int _key(const uint8_t* ops, const int32_t* arg0, const int32_t* arg1,
+                     Py_ssize_t e) noexcept nogil:
+    # entries of one key share a run: a rule with the same operands recorded, or structural
+    if ops[e] < OP_FIRST_RULE:
+        return _RUN_ONE_BY_ONE
+    return ops[e] * 4 + (arg0[e] >= 0) + 2 * (arg1[e] >= 0)
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int _build_schedule(const uint8_t* ops, const int32_t* arg0, const int32_t* arg1,
-                         const double* partial0, const double* partial1, Py_ssize_t L,
-                         _Schedule* S) noexcept nogil:
-    # List scheduling by opcode: take the opcode (with its need bits) that has the most
-    # entries ready, run every ready entry of it, including those that become ready during
-    # the run (a chain of adds is one run), then pick again. O(L + runs * keys in use).
-    # Returns -1 when out of memory (S then holds nothing).
-    cdef Py_ssize_t i, k, r, n = 0, c = 0, edges = 0, pos
-    cdef int op, key, best, count_best, n_active, j
-    cdef int32_t u
-    cdef int deps[3]
+cdef Py_ssize_t _schedule(const uint8_t* ops, const int32_t* arg0, const int32_t* arg1,
+                          Py_ssize_t L, int32_t* order, int32_t* run_start,
+                          uint8_t* run_key) noexcept nogil:
+    # List scheduling by key: take the key with the most entries ready, emit every ready
+    # entry of it, including those that become ready during the run (a chain of adds is one
+    # run), then pick again; O(L + runs * keys in use). A select reads the entry just
+    # before it (its condition), so that entry is emitted with it, right before it.
+    # order: entries that compute nothing (recorded order), then the rest. Returns the
+    # number of runs, or -1 when out of memory.
+    cdef Py_ssize_t e, d, k, pos = 0, r = 0, edges = 0
+    cdef int key, best, n_active = 0, j
+    cdef int32_t u, w
+    cdef int32_t deps[4]
+    cdef uint8_t* attached = <uint8_t*>calloc(L + 1, 1)    # emitted with the select after it
     cdef int32_t* indeg = <int32_t*>calloc(L + 1, sizeof(int32_t))
     cdef int32_t* first_use = <int32_t*>calloc(L + 2, sizeof(int32_t))
-    cdef int32_t* users = NULL
-    cdef int32_t* fill = NULL
     cdef int32_t* next_ready = <int32_t*>malloc((L + 1) * sizeof(int32_t))
     cdef int32_t* head = <int32_t*>malloc(1024 * sizeof(int32_t))
     cdef int32_t* tail = <int32_t*>malloc(1024 * sizeof(int32_t))
     cdef int32_t* count = <int32_t*>calloc(1024, sizeof(int32_t))
     cdef int32_t* active = <int32_t*>malloc(1024 * sizeof(int32_t))
-    cdef int32_t* key_of = <int32_t*>malloc((L + 1) * sizeof(int32_t))
-    memset(S, 0, sizeof(_Schedule))
-    for i in range(L):
-        if _computes(ops[i]):
-            n += 1
-            c += (arg0[i] < 0) + (arg1[i] < 0)
-    S.dst = <int32_t*>malloc((n + 1) * sizeof(int32_t))
-    S.a = <int32_t*>malloc((n + 1) * sizeof(int32_t))
-    S.b = <int32_t*>malloc((n + 1) * sizeof(int32_t))
-    S.run_start = <int32_t*>malloc((n + 2) * sizeof(int32_t))
-    S.run_op = <uint8_t*>malloc(n + 1)
-    S.run_need = <uint8_t*>malloc(n + 1)
-    S.constants = <double*>malloc((c + 1) * sizeof(double))
-    if (indeg == NULL or first_use == NULL or next_ready == NULL or head == NULL
-            or tail == NULL or count == NULL or active == NULL or key_of == NULL
-            or S.dst == NULL or S.a == NULL or S.b == NULL or S.run_start == NULL
-            or S.run_op == NULL or S.run_need == NULL or S.constants == NULL):
-        _free_schedule(S)
-        n = -1
-    if n >= 0:
-        # users of each entry (CSR), an edge per operand use; a select also waits for the
-        # comparison just before it
-        for i in range(L):
-            if not _computes(ops[i]):
-                continue
-            deps[0] = arg0[i]
-            deps[1] = arg1[i]
-            deps[2] = <int>i - 1 if ops[i] == OP_SELECT else -1
-            for j in range(3):
-                if deps[j] >= 0 and _computes(ops[deps[j]]):
-                    first_use[deps[j] + 1] += 1
-                    indeg[i] += 1
-                    edges += 1
-        for i in range(L):
-            first_use[i + 1] += first_use[i]
-        users = <int32_t*>malloc((edges + 1) * sizeof(int32_t))
-        fill = <int32_t*>malloc((L + 1) * sizeof(int32_t))
-        if users == NULL or fill == NULL:
-            _free_schedule(S)
-            n = -1
-    if n >= 0:
-        memcpy(fill, first_use, L * sizeof(int32_t))
-        for i in range(L):
-            if not _computes(ops[i]):
-                continue
-            deps[0] = arg0[i]
-            deps[1] = arg1[i]
-            deps[2] = <int>i - 1 if ops[i] == OP_SELECT else -1
-            for j in range(3):
-                if deps[j] >= 0 and _computes(ops[deps[j]]):
-                    users[fill[deps[j]]] = <int32_t>i
-                    fill[deps[j]] += 1
-        # ready queues (FIFO linked lists) per key = opcode * 4 + need bits
-        n_active = 0
-        for i in range(L):
-            op = ops[i]
-            if not _computes(op):
-                continue
-            key_of[i] = op * 4 + (arg0[i] >= 0) + 2 * (arg1[i] >= 0)
-            if indeg[i] == 0:
-                key = key_of[i]
+    cdef int32_t* users = NULL
+    cdef int32_t* fill = NULL
+    if (attached == NULL or indeg == NULL or first_use == NULL or next_ready == NULL
+            or head == NULL or tail == NULL or count == NULL or active == NULL):
+        r = -1
+    if r == 0:
+        for e in range(1, L):
+            if ops[e] == OP_SELECT and _computes(ops[e - 1]) and ops[e - 1] != OP_SELECT:
+                attached[e - 1] = 1
+        # edges d -> e per operand use, between units (an attached entry is its select)
+        for j in range(2):
+            for e in range(L):
+                if not _computes(ops[e]) or attached[e]:
+                    continue
+                deps[0] = arg0[e]
+                deps[1] = arg1[e]
+                deps[2] = -1
+                deps[3] = -1
+                if ops[e] == OP_SELECT and e > 0:
+                    if attached[e - 1]:
+                        deps[2] = arg0[e - 1]
+                        deps[3] = arg1[e - 1]
+                    else:
+                        deps[2] = <int32_t>(e - 1)
+                for k in range(4):
+                    d = deps[k]
+                    if d < 0 or not _computes(ops[d]):
+                        continue
+                    if attached[d]:
+                        d += 1
+                    if d == e:
+                        continue
+                    if j == 0:
+                        first_use[d + 1] += 1
+                        indeg[e] += 1
+                        edges += 1
+                    else:
+                        users[fill[d]] = <int32_t>e
+                        fill[d] += 1
+            if j == 0:
+                for e in range(L):
+                    first_use[e + 1] += first_use[e]
+                users = <int32_t*>malloc((edges + 1) * sizeof(int32_t))
+                fill = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+                if users == NULL or fill == NULL:
+                    r = -1
+                    break
+                memcpy(fill, first_use, L * sizeof(int32_t))
+    if r == 0:
+        for e in range(L):
+            if not _computes(ops[e]):
+                order[pos] = <int32_t>e
+                pos += 1
+        # ready queues: FIFO lists per key; keys with entries ready are listed in active
+        for e in range(L):
+            if _computes(ops[e]) and not attached[e] and indeg[e] == 0:
+                key = _key(ops, arg0, arg1, e)
                 if count[key] == 0:
-                    head[key] = <int32_t>i
+                    head[key] = <int32_t>e
                     active[n_active] = key
                     n_active += 1
                 else:
-                    next_ready[tail[key]] = <int32_t>i
-                tail[key] = <int32_t>i
+                    next_ready[tail[key]] = <int32_t>e
+                tail[key] = <int32_t>e
                 count[key] += 1
-        pos = 0
-        r = 0
         while n_active > 0:
             best = 0
             for j in range(1, n_active):
@@ -180,66 +196,243 @@ cdef int _build_schedule(const uint8_t* ops, const int32_t* arg0, const int32_t*
             key = active[best]
             n_active -= 1
             active[best] = active[n_active]
-            S.run_start[r] = <int32_t>pos
-            S.run_op[r] = <uint8_t>(key >> 2)
-            S.run_need[r] = <uint8_t>(key & 3)
+            run_start[r] = <int32_t>pos
+            run_key[r] = <uint8_t>(key >> 2)
             r += 1
             while count[key] > 0:
                 u = head[key]
                 count[key] -= 1
                 if count[key] > 0:
                     head[key] = next_ready[u]
-                S.dst[pos] = u
+                if u > 0 and attached[u - 1]:
+                    order[pos] = u - 1
+                    pos += 1
+                order[pos] = u
                 pos += 1
                 for k in range(first_use[u], first_use[u + 1]):
-                    i = users[k]
-                    indeg[i] -= 1
-                    if indeg[i] == 0:
-                        j = key_of[i]
+                    w = users[k]
+                    indeg[w] -= 1
+                    if indeg[w] == 0:
+                        j = _key(ops, arg0, arg1, w)
                         if count[j] == 0:
-                            head[j] = <int32_t>i
+                            head[j] = w
                             if j != key:
                                 active[n_active] = j
                                 n_active += 1
                         else:
-                            next_ready[tail[j]] = <int32_t>i
-                        tail[j] = <int32_t>i
+                            next_ready[tail[j]] = w
+                        tail[j] = w
                         count[j] += 1
-        S.run_start[r] = <int32_t>pos
-        S.n_runs = r
-        S.n_instr = n
-        # operand slots: constants after the L entries; the absent operand of a unary rule
-        # shares slot L (0.0)
-        S.constants[0] = 0.0
-        c = 1
-        for k in range(n):
-            i = S.dst[k]
-            op = ops[i]
-            S.a[k] = arg0[i]
-            if arg0[i] < 0:
-                S.a[k] = <int32_t>(L + c)
-                S.constants[c] = partial0[i]
-                c += 1
-            S.b[k] = arg1[i]
-            if arg1[i] < 0:
-                if op >= OP_FIRST_RULE and easyad_rule_arity(op) == 1:
-                    S.b[k] = <int32_t>L
-                else:
-                    S.b[k] = <int32_t>(L + c)
-                    S.constants[c] = partial1[i]
-                    c += 1
-        S.n_constants = c
+        run_start[r] = <int32_t>pos
+    free(attached)
     free(indeg)
     free(first_use)
-    free(users)
-    free(fill)
     free(next_ready)
     free(head)
     free(tail)
     free(count)
     free(active)
-    free(key_of)
-    return 0 if n >= 0 else -1
+    free(users)
+    free(fill)
+    return r
+
+
+cdef enum:
+    _AFFINE_MIN = 8     # shorter stretches stay with the slot-by-slot loop
+
+
+cdef inline int _stride(const int32_t* slot, Py_ssize_t i, Py_ssize_t start, bint needed) noexcept nogil:
+    # stride of operand slots from entry i - 1 to i: 1, or 0 for one slot that is not
+    # recorded (a constant); -1 if neither, or a recorded operand at or after start
+    cdef int32_t d = slot[i] - slot[i - 1]
+    if needed:
+        return 1 if d == 1 and slot[i] < start else -1
+    return d if d == 0 or d == 1 else -1
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int _split_affine(_Program* P) noexcept nogil:
+    # Split each rule run into affine segments (operands at base + j * stride, stride 1 or
+    # 0, none inside the segment: vectorisable loops without slot arrays) and the rest.
+    # Returns -1 when out of memory.
+    cdef Py_ssize_t r, n = 0, i, j, lo, hi, pending
+    cdef int s0, s1, need0, need1
+    cdef int32_t* start = <int32_t*>malloc((P.length + 2) * sizeof(int32_t))
+    cdef uint8_t* op = <uint8_t*>malloc(P.length + 1)
+    cdef uint8_t* need = <uint8_t*>malloc(P.length + 1)
+    if start == NULL or op == NULL or need == NULL:
+        free(start)
+        free(op)
+        free(need)
+        return -1
+    for r in range(P.n_runs):
+        lo = P.run_start[r]
+        hi = P.run_start[r + 1]
+        need0 = P.run_need[r] & 1
+        need1 = P.run_need[r] >> 1
+        pending = lo          # entries lo.. not yet in a segment
+        i = lo
+        while P.run_op[r] != _RUN_ONE_BY_ONE and i + 1 < hi:
+            s0 = _stride(P.slot0, i + 1, i, need0)
+            s1 = _stride(P.slot1, i + 1, i, need1)
+            j = i + 1
+            if s0 >= 0 and s1 >= 0 and (not need0 or P.slot0[i] < i) and (not need1 or P.slot1[i] < i):
+                while (j < hi and _stride(P.slot0, j, i, need0) == s0
+                       and _stride(P.slot1, j, i, need1) == s1):
+                    j += 1
+            if j - i < _AFFINE_MIN:
+                i += 1
+                continue
+            if i > pending:     # the stretch before, slot by slot
+                start[n] = <int32_t>pending
+                op[n] = P.run_op[r]
+                need[n] = P.run_need[r]
+                P.run_affine[n] = 0
+                n += 1
+            start[n] = <int32_t>i
+            op[n] = P.run_op[r]
+            need[n] = P.run_need[r]
+            P.run_affine[n] = <uint8_t>(1 | (s0 << 1) | (s1 << 2))
+            P.run_base0[n] = P.slot0[i]
+            P.run_base1[n] = P.slot1[i]
+            n += 1
+            pending = j
+            i = j
+        if pending < hi:
+            start[n] = <int32_t>pending
+            op[n] = P.run_op[r]
+            need[n] = P.run_need[r]
+            P.run_affine[n] = 0
+            n += 1
+    start[n] = P.run_start[P.n_runs]
+    memcpy(P.run_start, start, (n + 1) * sizeof(int32_t))
+    memcpy(P.run_op, op, n)
+    memcpy(P.run_need, need, n)
+    P.n_runs = n
+    free(start)
+    free(op)
+    free(need)
+    return 0
+
+
+cdef Py_ssize_t _constant_slot(double value, _Program* P, int32_t* table,
+                               Py_ssize_t mask) noexcept nogil:
+    # the index in P.constants of value, added if new (table: open addressing, -1 empty)
+    cdef uint64_t bits
+    memcpy(&bits, &value, sizeof(double))
+    cdef Py_ssize_t h = <Py_ssize_t>((bits * <uint64_t>0x9E3779B97F4A7C15) >> 20) & mask
+    cdef double known
+    while table[h] >= 0:
+        known = P.constants[table[h]]
+        if memcmp(&known, &value, sizeof(double)) == 0:
+            return table[h]
+        h = (h + 1) & mask
+    table[h] = <int32_t>P.n_constants
+    P.constants[P.n_constants] = value
+    P.n_constants += 1
+    return table[h]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int _build_program(const uint8_t* ops, const int32_t* arg0, const int32_t* arg1,
+                        const double* values, const double* partial0, const double* partial1,
+                        Py_ssize_t L, const int32_t* inputs, Py_ssize_t n_inputs,
+                        const int32_t* outputs, Py_ssize_t n_outputs,
+                        _Program* P) noexcept nogil:
+    # P: the list laid out in run order (see _schedule); returns -1 when out of memory
+    cdef Py_ssize_t e, i, r, mask
+    cdef int op
+    cdef int32_t* table
+    memset(P, 0, sizeof(_Program))
+    P.length = L
+    P.ops = <uint8_t*>malloc(L + 1)
+    P.arg0 = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.arg1 = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.values = <double*>malloc((L + 1) * sizeof(double))
+    P.partial0 = <double*>malloc((L + 1) * sizeof(double))
+    P.partial1 = <double*>malloc((L + 1) * sizeof(double))
+    P.slot0 = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.slot1 = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.constants = <double*>malloc((2 * L + 1) * sizeof(double))
+    P.original = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.position = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.run_start = <int32_t*>malloc((L + 2) * sizeof(int32_t))
+    P.run_op = <uint8_t*>malloc(L + 1)
+    P.run_need = <uint8_t*>malloc(L + 1)
+    P.run_affine = <uint8_t*>malloc(L + 1)
+    P.run_base0 = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.run_base1 = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.inputs = <int32_t*>malloc((n_inputs + 1) * sizeof(int32_t))
+    P.outputs = <int32_t*>malloc((n_outputs + 1) * sizeof(int32_t))
+    if (P.ops == NULL or P.arg0 == NULL or P.arg1 == NULL or P.values == NULL
+            or P.partial0 == NULL or P.partial1 == NULL or P.slot0 == NULL or P.slot1 == NULL
+            or P.constants == NULL or P.original == NULL or P.position == NULL
+            or P.run_start == NULL or P.run_op == NULL or P.run_need == NULL
+            or P.run_affine == NULL or P.run_base0 == NULL or P.run_base1 == NULL
+            or P.inputs == NULL or P.outputs == NULL):
+        _free_program(P)
+        return -1
+    P.n_runs = _schedule(ops, arg0, arg1, L, P.original, P.run_start, P.run_op)
+    if P.n_runs < 0:
+        _free_program(P)
+        return -1
+    for i in range(L):
+        P.position[P.original[i]] = <int32_t>i
+    P.first = P.run_start[0] if P.n_runs > 0 else L
+    # constant operands: one slot per distinct value (by bits), slot 0 is 0.0
+    mask = 1
+    while mask < 4 * L + 4:
+        mask *= 2
+    table = <int32_t*>malloc(mask * sizeof(int32_t))
+    if table == NULL:
+        _free_program(P)
+        return -1
+    memset(table, 0xff, mask * sizeof(int32_t))
+    mask -= 1
+    P.constants[0] = 0.0
+    P.n_constants = 1
+    for i in range(L):
+        e = P.original[i]
+        op = ops[e]
+        P.ops[i] = <uint8_t>op
+        P.arg0[i] = P.position[arg0[e]] if arg0[e] >= 0 else -1
+        P.arg1[i] = P.position[arg1[e]] if arg1[e] >= 0 else -1
+        P.values[i] = values[e]
+        P.partial0[i] = partial0[e]
+        P.partial1[i] = partial1[e]
+        P.slot0[i] = P.arg0[i]
+        P.slot1[i] = P.arg1[i]
+        if not _computes(op):
+            P.slot0[i] = <int32_t>L
+            P.slot1[i] = <int32_t>L
+            continue
+        if P.arg0[i] < 0:
+            P.slot0[i] = <int32_t>(L + _constant_slot(partial0[e], P, table, mask))
+        if P.arg1[i] < 0:
+            if op >= OP_FIRST_RULE and easyad_rule_arity(op) == 1:
+                P.slot1[i] = <int32_t>L
+            else:
+                P.slot1[i] = <int32_t>(L + _constant_slot(partial1[e], P, table, mask))
+    free(table)
+    for r in range(P.n_runs):
+        i = P.run_start[r]
+        P.run_need[r] = <uint8_t>((P.arg0[i] >= 0) + 2 * (P.arg1[i] >= 0))
+    if _split_affine(P):
+        _free_program(P)
+        return -1
+    for i in range(P.first, L):
+        if P.ops[i] == OP_SELECT and P.original[i - 1] != P.original[i] - 1:
+            _free_program(P)
+            return -2  # a select whose condition is not the entry before it (never recorded)
+    for i in range(n_inputs):
+        P.inputs[i] = P.position[inputs[i]]
+    P.n_inputs = n_inputs
+    for i in range(n_outputs):
+        P.outputs[i] = P.position[outputs[i]]
+    P.n_outputs = n_outputs
+    return 0
 
 
 _custom_errors = []  # the exception a user primitive raised during replay, for the caller
@@ -270,31 +463,37 @@ cdef int _custom_second(void* customs, Py_ssize_t i, double x, double y, double*
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int _forward_row(const _Program* P, const _Schedule* S, const double* x_row, double* v,
-                      double* p0, double* p1, int32_t* guard, int32_t* status_entry) noexcept nogil:
+cdef int _forward_row(const _Program* P, const double* x_row, double* v, double* p0,
+                      double* p1, int32_t* guard, int32_t* status_entry) noexcept nogil:
     # values and partials of every entry at one point, run by run; returns an error status
-    # (0: none). v holds the recorded values of entries no instruction writes (variables
-    # that are not inputs) and the constant slots; p0/p1 are 0 for entries that compute
-    # nothing (both set up by _replay_rows).
-    cdef Py_ssize_t r, k, i, L = P.length
+    # (0: none). v holds the recorded values of the variables that are not inputs and the
+    # constant slots; p0/p1 are 0 where nothing writes them (both set up by _take_work).
+    cdef Py_ssize_t r, i, lo
     cdef int op, code, finite = 1
+    cdef int32_t e
     cdef double x, y, z = 0.0, c
-    for k in range(P.n_inputs):
-        v[P.inputs[k]] = x_row[k]
+    for i in range(P.n_inputs):
+        v[P.inputs[i]] = x_row[i]
     guard[0] = -1
-    for r in range(S.n_runs):
-        op = S.run_op[r]
-        if op >= OP_FIRST_RULE:
+    for r in range(P.n_runs):
+        op = P.run_op[r]
+        lo = P.run_start[r]
+        if P.run_affine[r]:
             # every error of the table's policies shows as a non-finite value, so statuses
-            # are only looked at then (below)
-            finite &= easyad_rule_eval_run(op, S.run_start[r], S.run_start[r + 1], S.dst,
-                                           S.a, S.b, v, p0, p1, S.run_need[r] & 1,
-                                           S.run_need[r] >> 1)
+            # are only looked at then (_live_error)
+            finite &= easyad_rule_eval_affine(op, P.run_start[r + 1] - lo, &v[P.run_base0[r]],
+                                              (P.run_affine[r] >> 1) & 1, &v[P.run_base1[r]],
+                                              P.run_affine[r] >> 2, &v[lo], &p0[lo], &p1[lo],
+                                              P.run_need[r] & 1, P.run_need[r] >> 1)
             continue
-        for k in range(S.run_start[r], S.run_start[r + 1]):
-            i = S.dst[k]
-            x = v[S.a[k]]
-            y = v[S.b[k]]
+        if op != _RUN_ONE_BY_ONE:
+            finite &= easyad_rule_eval_run(op, lo, P.run_start[r + 1], P.slot0, P.slot1, v,
+                                           p0, p1, P.run_need[r] & 1, P.run_need[r] >> 1)
+            continue
+        for i in range(P.run_start[r], P.run_start[r + 1]):
+            op = P.ops[i]
+            x = v[P.slot0[i]]
+            y = v[P.slot1[i]]
             if op == OP_SELECT:
                 c = v[i - 1]
                 z = x if c != 0.0 else y
@@ -302,85 +501,75 @@ cdef int _forward_row(const _Program* P, const _Schedule* S, const double* x_row
                 p1[i] = 0.0 if c != 0.0 else 1.0
             elif _is_comparison(op):
                 z = 1.0 if _compare_values(op, x, y) else 0.0
-                # the first guard in tape order that changed
-                if op >= OP_GUARD_LT and z != P.values[i] and (guard[0] < 0 or i < guard[0]):
-                    guard[0] = <int32_t>i
+                e = P.original[i]
+                # the first changed guard in recorded order
+                if op >= OP_GUARD_LT and z != P.values[i] and (guard[0] < 0 or e < guard[0]):
+                    guard[0] = e
             elif op == OP_CUSTOM:
-                code = _custom_eval(P.customs, i, x, y, &z, &p0[i], &p1[i])
+                code = _custom_eval(P.customs, P.original[i], x, y, &z, &p0[i], &p1[i])
                 if code:
-                    status_entry[0] = <int32_t>i
+                    status_entry[0] = P.original[i]
                     return code
             else:
-                z = NAN  # no other opcode is scheduled (tensor nodes are refused)
+                z = NAN  # no other opcode is laid out (tensor nodes are refused)
             v[i] = z
     if not finite:
-        # the first failing entry in tape order; raised only if it reaches an output
-        for i in range(L):
-            op = P.ops[i]
-            if op >= OP_FIRST_RULE and not isfinite(v[i]):
-                x = v[P.arg0[i]] if P.arg0[i] >= 0 else P.partial0[i]
-                y = v[P.arg1[i]] if P.arg1[i] >= 0 else P.partial1[i]
-                if easyad_rule_status(op, x, y, v[i]):
-                    return _live_error(P, v, i, status_entry)
+        return _live_error(P, v, status_entry)
     return 0
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef void _reverse_row(const _Schedule* S, const double* p0, const double* p1,
-                       double* adj) noexcept nogil:
-    # the reverse sweep in reverse run order: independent entries back to back, so their
-    # updates overlap instead of waiting on each other. adj has a slot per operand slot
-    # (constant slots take contributions and are never read).
-    cdef Py_ssize_t k, i, ia, ib, last_a = -1, last_b = -1
-    cdef double g, p, t, sum_a = 0.0, sum_b = 0.0
-    for k in range(S.n_instr - 1, -1, -1):
-        i = S.dst[k]
-        # an adjoint the previous entry just updated (a chain s = s + t) comes from a
-        # register, not through memory (b first: if a == b, its sum is the later one)
-        if i == last_b:
-            g = sum_b
-        elif i == last_a:
-            g = sum_a
-        else:
-            g = adj[i]
-        if g == 0.0:
-            continue  # nothing flows from here: entries after the output, unselected sides
-        ia = S.a[k]
-        ib = S.b[k]
-        p = p0[i]
-        t = p * g
-        if t != t and p == 0.0:
-            t = 0.0  # the strong zero of mul0: 0 * inf contributes nothing
-        sum_a = adj[ia] + t
-        adj[ia] = sum_a
-        p = p1[i]
-        t = p * g
-        if t != t and p == 0.0:
-            t = 0.0
-        sum_b = adj[ib] + t
-        adj[ib] = sum_b
-        last_a = ia
-        last_b = ib
+cdef void _reverse_row(const _Program* P, const double* p0, const double* p1, double* adj,
+                       Py_ssize_t output, double* gradient, bint keep) noexcept nogil:
+    # The reverse sweep from one output, run by run from the last (easyad_rule_reverse_run,
+    # rendered from the table; structural runs take its generic loop). Run order puts
+    # entries that do not depend on each other side by side, so their updates overlap.
+    # adj has a slot per operand slot; constants' slots get nothing. adj is all 0 before
+    # and, unless keep (the second-order sweep reads it, then clears it), after: the
+    # sweep zeroes what it reads, and the inputs' slots are zeroed once copied to gradient.
+    cdef Py_ssize_t r, k, lo
+    adj[output] = 1.0
+    for r in range(P.n_runs - 1, -1, -1):
+        lo = P.run_start[r]
+        if P.run_affine[r]:
+            easyad_rule_reverse_affine(P.run_op[r], P.run_start[r + 1] - lo, &p0[lo], &p1[lo],
+                                       &adj[lo], &adj[P.run_base0[r]], &adj[P.run_base1[r]],
+                                       P.run_need[r] & 1, P.run_need[r] >> 1)
+            if not keep:
+                memset(&adj[lo], 0, (P.run_start[r + 1] - lo) * sizeof(double))
+            continue
+        easyad_rule_reverse_run(P.run_op[r], lo, P.run_start[r + 1], P.slot0,
+                                P.slot1, p0, p1, adj, P.run_need[r] & 1, P.run_need[r] >> 1,
+                                P.length, not keep)
+    for k in range(P.n_inputs):
+        if gradient != NULL:
+            gradient[k] = adj[P.inputs[k]]
+        if not keep:
+            adj[P.inputs[k]] = 0.0
+    if not keep:
+        adj[output] = 0.0  # an output that computes nothing (an input, a constant)
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int _live_error(const _Program* P, const double* v, Py_ssize_t first,
-                     int32_t* status_entry) noexcept nogil:
+cdef int _live_error(const _Program* P, const double* v, int32_t* status_entry) noexcept nogil:
     # An operation failed (log of a negative...). Like Python, raise if its value is used:
-    # if it reaches an output through the branches the selects take at this point. A select
-    # evaluates both sides, so a failure on the side not taken is no error.
-    cdef Py_ssize_t i, L = P.length
-    cdef int op, a, b, code
+    # if it reaches an output through the branches the selects take at this point (a
+    # select evaluates both sides, so a failure on the side not taken is no error). The
+    # first such entry in recorded order is the one reported.
+    cdef Py_ssize_t i, e, L = P.length
+    cdef int op, a, b, code = 0
     cdef double x, y
-    cdef uint8_t* live = <uint8_t*>calloc(L, 1)
+    cdef uint8_t* live = <uint8_t*>calloc(L + 1, 1)
     if live == NULL:
-        status_entry[0] = <int32_t>first
-        return 1  # EASYAD_DOMAIN
+        for e in range(L):
+            i = P.position[e]
+            if P.ops[i] >= OP_FIRST_RULE and not isfinite(v[i]):
+                status_entry[0] = <int32_t>e
+                return 1  # EASYAD_DOMAIN
+        return 0
     for i in range(P.n_outputs):
         live[P.outputs[i]] = 1
-    for i in range(L - 1, first - 1, -1):
+    for i in range(L - 1, -1, -1):
         if not live[i]:
             continue
         op = P.ops[i]
@@ -396,17 +585,15 @@ cdef int _live_error(const _Program* P, const double* v, Py_ssize_t first,
             live[a] = 1
         if b >= 0:
             live[b] = 1
-    code = 0
-    for i in range(first, L):
+    for e in range(L):
+        i = P.position[e]
         op = P.ops[i]
-        if live[i] and op >= OP_FIRST_RULE:
-            a = P.arg0[i]
-            b = P.arg1[i]
-            x = v[a] if a >= 0 else P.partial0[i]
-            y = v[b] if b >= 0 else P.partial1[i]
+        if live[i] and op >= OP_FIRST_RULE and not isfinite(v[i]):
+            x = v[P.arg0[i]] if P.arg0[i] >= 0 else P.partial0[i]
+            y = v[P.arg1[i]] if P.arg1[i] >= 0 else P.partial1[i]
             code = easyad_rule_status(op, x, y, v[i])
             if code:
-                status_entry[0] = <int32_t>i
+                status_entry[0] = <int32_t>e
                 break
     free(live)
     return code
@@ -443,9 +630,9 @@ cdef int _second_order_row(const _Program* P, const double* v, const double* p0,
         y = v[b] if b >= 0 else P.partial1[i]
         z = v[i]
         if op == OP_CUSTOM:
-            code = _custom_second(P.customs, i, x, y, &h00, &h01, &h11)
+            code = _custom_second(P.customs, P.original[i], x, y, &h00, &h01, &h11)
             if code:
-                status_entry[0] = <int32_t>i
+                status_entry[0] = P.original[i]
                 return code
         if op >= OP_FIRST_RULE:
             # one switch, the K directions inside; a constant operand has no tangent (NULL)
@@ -487,16 +674,16 @@ cdef int _second_order_row(const _Program* P, const double* v, const double* p0,
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int _replay_rows(const _Program* P, const _Schedule* S, _Rows* R, int what, Py_ssize_t r0,
-                      Py_ssize_t r1, double* base) noexcept nogil:
-    # base: a work buffer from _Replayer._take_work (values, adjoints, partials, set up)
+cdef int _replay_rows(const _Program* P, _Rows* R, int what, Py_ssize_t r0, Py_ssize_t r1,
+                      double* work) noexcept nogil:
+    # work: a buffer from _Replayer._take_work (values, adjoints, partials, set up)
     cdef Py_ssize_t L = P.length, n = P.n_inputs, m = P.n_outputs, K = R.K
     cdef Py_ssize_t row, j, k, o
     cdef int code
     cdef size_t width = L if L > 0 else 1
-    cdef size_t slots = L + S.n_constants   # values and adjoints of entries and constants
+    cdef size_t slots = L + P.n_constants   # values and adjoints of entries and constants
     cdef size_t wide = width * (K if what == _WHAT_SECOND else 0)
-    cdef double* v = base
+    cdef double* v = work
     cdef double* adj = v + slots
     cdef double* p0 = adj + slots
     cdef double* p1 = p0 + width
@@ -510,8 +697,7 @@ cdef int _replay_rows(const _Program* P, const _Schedule* S, _Rows* R, int what,
     cdef double* dadj = dp1 + wide
     for row in range(r0, r1):
         R.status[row] = 0
-        code = _forward_row(P, S, &R.X[row * n], v, p0, p1, &R.guard[row],
-                            &R.status_entry[row])
+        code = _forward_row(P, &R.X[row * n], v, p0, p1, &R.guard[row], &R.status_entry[row])
         R.changed[row] = R.guard[row] >= 0
         if code:
             R.status[row] = code
@@ -522,32 +708,45 @@ cdef int _replay_rows(const _Program* P, const _Schedule* S, _Rows* R, int what,
         if what == _WHAT_VALUE:
             continue
         for j in range(m if what == _WHAT_GRADIENT else 1):
-            o = P.outputs[j]
-            memset(adj, 0, slots * sizeof(double))
-            adj[o] = 1.0
-            _reverse_row(S, p0, p1, adj)
-            if R.jac != NULL:
-                for k in range(n):
-                    R.jac[(row * m + j) * n + k] = adj[P.inputs[k]] if P.inputs[k] <= o else 0.0
+            _reverse_row(P, p0, p1, adj, P.outputs[j],
+                         &R.jac[(row * m + j) * n] if R.jac != NULL else NULL,
+                         what == _WHAT_SECOND)
         if what == _WHAT_SECOND:
             code = _second_order_row(P, v, p0, p1, adj, &R.seeds[row * R.seeds_stride], K,
                                      dv, dp0, dp1, dadj, P.outputs[0],
                                      &R.second[row * n * K], &R.status_entry[row])
+            memset(adj, 0, slots * sizeof(double))
             if code:
                 R.status[row] = code
     free(dv)
     return 0
 
 
+cdef void _fixed_partials(const _Program* P, double* p0, double* p1) noexcept nogil:
+    # Partials no sweep writes: 0 where nothing is computed or an operand is not recorded,
+    # and the table's constant partials (add's 1.0...), which the run loops use as written
+    cdef Py_ssize_t r, i
+    cdef int fixed
+    cdef double c0, c1
+    memset(p0, 0, (P.length if P.length > 0 else 1) * sizeof(double))
+    memset(p1, 0, (P.length if P.length > 0 else 1) * sizeof(double))
+    for r in range(P.n_runs):
+        if P.run_op[r] == _RUN_ONE_BY_ONE:
+            continue
+        fixed = easyad_rule_fixed_partials(P.run_op[r], &c0, &c1)
+        for i in range(P.run_start[r], P.run_start[r + 1]):
+            if fixed & 1 and P.run_need[r] & 1:
+                p0[i] = c0
+            if fixed & 2 and P.run_need[r] & 2:
+                p1[i] = c1
+
+
 @cython.final
 cdef class _Replayer:
     """A WengertList frozen as a program: inputs and outputs marked (used by replay.py)."""
     cdef WengertList tape
-    cdef _Program program
-    cdef _Schedule schedule
+    cdef _Program program      # the list laid out in run order (owns its arrays)
     cdef double* _spare        # a work buffer kept set up between calls (see _take_work)
-    cdef object _inputs        # int32 arrays kept alive for the program's pointers
-    cdef object _outputs
     cdef readonly Py_ssize_t n_inputs
     cdef readonly Py_ssize_t n_outputs
 
@@ -556,10 +755,8 @@ cdef class _Replayer:
             raise TypeError("a tape with tensor operations cannot be replayed yet; record "
                             "a function of scalar Records")
         self.tape = tape
-        self._inputs = np.ascontiguousarray(inputs, dtype=np.int32)
-        self._outputs = np.ascontiguousarray(outputs, dtype=np.int32)
-        cdef int32_t[::1] ins = self._inputs
-        cdef int32_t[::1] outs = self._outputs
+        cdef int32_t[::1] ins = np.ascontiguousarray(inputs, dtype=np.int32)
+        cdef int32_t[::1] outs = np.ascontiguousarray(outputs, dtype=np.int32)
         if outs.shape[0] == 0:
             raise ValueError("a Function needs at least one output")
         for i in range(ins.shape[0]):
@@ -570,45 +767,41 @@ cdef class _Replayer:
                 raise ValueError(f"output {i} is not an entry of {tape!r}")
         self.n_inputs = ins.shape[0]
         self.n_outputs = outs.shape[0]
-        self.program.ops = tape._ops
-        self.program.arg0 = tape._arg0
-        self.program.arg1 = tape._arg1
-        self.program.values = tape._values
-        self.program.partial0 = tape._partial0
-        self.program.partial1 = tape._partial1
-        # the whole tape: a guard recorded after the last output (f returned an input, or
+        # the whole list: a guard recorded after the last output (f returned an input, or
         # a value computed before its branch) must still be checked
-        self.program.length = tape._length
-        self.program.inputs = &ins[0] if ins.shape[0] else NULL
-        self.program.n_inputs = ins.shape[0]
-        self.program.outputs = &outs[0]
-        self.program.n_outputs = outs.shape[0]
+        cdef int rc = _build_program(tape._ops, tape._arg0, tape._arg1, tape._values,
+                                     tape._partial0, tape._partial1, tape._length,
+                                     &ins[0] if ins.shape[0] else NULL, ins.shape[0],
+                                     &outs[0], outs.shape[0], &self.program)
+        if rc == -1:
+            raise MemoryError("cannot allocate the replay program")
+        if rc:
+            raise ValueError(f"{tape!r} has a select whose condition is not the entry "
+                             "before it; it cannot be replayed")
         self.program.customs = <void*>tape._customs if tape._customs else NULL
-        if _build_schedule(tape._ops, tape._arg0, tape._arg1, tape._partial0, tape._partial1,
-                           tape._length, &self.schedule):
-            raise MemoryError("cannot allocate the replay schedule")
 
     def __dealloc__(self):
-        _free_schedule(&self.schedule)
+        _free_program(&self.program)
         free(self._spare)
 
     cdef double* _take_work(self) except NULL:
-        # (GIL held) the spare buffer, or a new one: values of the entries no row changes
-        # and the constant slots in v, zero partials of entries that compute nothing. A
+        # (GIL held) the spare buffer, or a new one: values of the variables that are not
+        # inputs and the constant slots in v, zero partials where nothing writes them. A
         # call keeps its buffer to itself (threads each take one) and gives it back after.
         cdef double* work = self._spare
         cdef Py_ssize_t L = self.program.length
         cdef size_t width = L if L > 0 else 1
-        cdef size_t slots = L + self.schedule.n_constants
+        cdef size_t slots = L + self.program.n_constants
         if work != NULL:
             self._spare = NULL
             return work
         work = <double*>malloc((2 * slots + 2 * width) * sizeof(double))
         if work == NULL:
             raise MemoryError("cannot allocate the replay's work space")
-        memcpy(work, self.tape._values, L * sizeof(double))
-        memcpy(&work[L], self.schedule.constants, self.schedule.n_constants * sizeof(double))
-        memset(&work[2 * slots], 0, 2 * width * sizeof(double))
+        memcpy(work, self.program.values, L * sizeof(double))
+        memcpy(&work[L], self.program.constants, self.program.n_constants * sizeof(double))
+        memset(&work[slots], 0, slots * sizeof(double))   # adjoints: kept 0 between sweeps
+        _fixed_partials(&self.program, &work[2 * slots], &work[2 * slots + width])
         return work
 
     cdef void _give_work(self, double* work) noexcept:
@@ -621,6 +814,15 @@ cdef class _Replayer:
     def length(self):
         return self.program.length
 
+    @property
+    def runs(self):
+        """How the list was laid out: (opcode name, or "structural"; entries; whether the
+        run is affine, its operands in arithmetic progression: a vectorisable loop) per run."""
+        return [(OPCODE_NAMES[self.program.run_op[r]] if self.program.run_op[r] else "structural",
+                 self.program.run_start[r + 1] - self.program.run_start[r],
+                 bool(self.program.run_affine[r]))
+                for r in range(self.program.n_runs)]
+
     def __reduce__(self):
         raise TypeError("pickle the Function, not its replayer")
 
@@ -630,15 +832,15 @@ cdef class _Replayer:
         float64 vector of n, a non-scalar gradient, user primitives, anomaly mode, an
         error or a changed branch at x (run then raises or re-records as asked)."""
         cdef WengertList tape = self.tape
+        cdef const _Program* P = &self.program
         cdef Py_ssize_t n = self.n_inputs, m = self.n_outputs, k
         cdef int32_t guard = -1, status_entry = -1
         cdef int code = 0
         if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
                 or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
                 or (gradient and m != 1) or tape._customs or _anomaly_mode
-                or tape._length < self.program.length):
+                or tape._length < P.length):
             return None
-        self.program.values = tape._values  # the block may have moved if the list grew
         cdef cnp.npy_intp size = m
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0)
         cdef cnp.ndarray g = None
@@ -649,25 +851,18 @@ cdef class _Replayer:
         cdef double* o = <double*>cnp.PyArray_DATA(out)
         cdef double* G = <double*>cnp.PyArray_DATA(g) if gradient else NULL
         cdef double* work = self._take_work()
-        cdef Py_ssize_t L = self.program.length
+        cdef size_t slots = P.length + P.n_constants
         cdef double* v = work
-        cdef double* adj = v + L + self.schedule.n_constants
-        cdef double* p0 = adj + L + self.schedule.n_constants
-        cdef double* p1 = p0 + (L if L > 0 else 1)
+        cdef double* adj = v + slots
+        cdef double* p0 = adj + slots
+        cdef double* p1 = p0 + (P.length if P.length > 0 else 1)
         with nogil:
-            code = _forward_row(&self.program, &self.schedule, X, v, p0, p1, &guard,
-                                &status_entry)
+            code = _forward_row(P, X, v, p0, p1, &guard, &status_entry)
             if code == 0 and guard < 0:
                 for k in range(m):
-                    o[k] = v[self.program.outputs[k]]
+                    o[k] = v[P.outputs[k]]
                 if gradient:
-                    k = self.program.outputs[0]
-                    memset(adj, 0, (L + self.schedule.n_constants) * sizeof(double))
-                    adj[k] = 1.0
-                    _reverse_row(&self.schedule, p0, p1, adj)
-                    for k in range(n):
-                        G[k] = adj[self.program.inputs[k]] \
-                            if self.program.inputs[k] <= self.program.outputs[0] else 0.0
+                    _reverse_row(P, p0, p1, adj, P.outputs[0], G, False)
         self._give_work(work)
         if code or guard >= 0:
             return None
@@ -688,10 +883,6 @@ cdef class _Replayer:
         for array in (X, out, jac, second, seeds, changed, guard, status, status_entry):
             if array is not None and not cnp.PyArray_IS_C_CONTIGUOUS(array):
                 raise ValueError("replay arrays must be C-contiguous")
-        # the block may have moved if the list grew since: point at it again
-        self.program.ops, self.program.arg0, self.program.arg1 = tape._ops, tape._arg0, tape._arg1
-        self.program.values = tape._values
-        self.program.partial0, self.program.partial1 = tape._partial0, tape._partial1
         self.program.customs = <void*>tape._customs if tape._customs else NULL
         R.X = <const double*>cnp.PyArray_DATA(X)
         R.out = <double*>cnp.PyArray_DATA(out) if out is not None else NULL
@@ -709,7 +900,7 @@ cdef class _Replayer:
         cdef Py_ssize_t row, first_error = -1, first_changed = -1
         cdef double* work = self._take_work()
         with nogil:
-            rc = _replay_rows(&self.program, &self.schedule, &R, what, r0, r1, work)
+            rc = _replay_rows(&self.program, &R, what, r0, r1, work)
             for row in range(r0, r1):
                 if first_error < 0 and R.status[row]:
                     first_error = row

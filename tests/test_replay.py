@@ -3,6 +3,7 @@
 References: reverse mode recorded afresh at each point (an independent recording), sympy
 Hessians of classic test functions, central finite differences of the replayed gradient.
 """
+import operator
 import pickle
 
 import numpy as np
@@ -250,3 +251,83 @@ def test_guard_after_the_output_is_checked():
     with pytest.raises(ad.BranchChangedError):
         F.gradient([-1.0])
     np.testing.assert_array_equal(F.gradient([-1.0], on_branch_change="retape"), [-1.0])
+
+
+# ---- the replay layout: random programs, replayed like fresh recordings ----
+
+def _bounded(t, domain):
+    """t in (-1, 1) mapped inside an open interval of a rule's domain."""
+    lo, hi = domain
+    if lo == -np.inf and hi == np.inf:
+        return 2.0 * t
+    if hi == np.inf:
+        return (lo + 1.5) + t
+    return 0.5 * (lo + hi) + 0.45 * (hi - lo) * t
+
+
+def random_program(seed, n):
+    """A generic f of n inputs: every rule of the table on bounded arguments, constants in
+    both operand places, selects and their comparisons, and a loop (long runs of one
+    opcode, a chain of sums) so the replay layout has real reordering to do."""
+    from easyad import _rules as rules
+    plan = np.random.default_rng(seed)
+    steps = []
+    for _ in range(60):
+        rule = rules.RULES[plan.integers(len(rules.RULES))]
+        operands = plan.integers(0, 10**6, size=2)
+        constant = [plan.random() < 0.2, plan.random() < 0.2]
+        steps.append((rule, operands, constant, float(plan.uniform(-0.9, 0.9)),
+                      plan.random() < 0.15))
+
+    def f(x):
+        nodes = list(x)
+        total = 0.0
+        for rule, operands, constant, c, select in steps:
+            args = []
+            for k in range(rule.arity):
+                t = c if constant[k] else ad.tanh(nodes[operands[k] % len(nodes)])
+                domain = (0.5, np.inf) if (rule.name, k) == ("div", 1) else rule.domain[k]
+                args.append(_bounded(t, domain))
+            function = getattr(operator, rule.operator) if rule.operator else getattr(ad, rule.name)
+            z = function(*args)
+            if select:
+                other = nodes[operands[0] % len(nodes)]
+                z = ad.where(other > c, z, other * c)
+            nodes.append(z)
+            total = total + z
+        for i in range(len(x) - 1):       # a loop: the same operations per term
+            total = total + 0.5 * (x[i + 1] - ad.sin(x[i]) ** 2) ** 2 + ad.exp(-x[i] * x[i])
+        return total
+
+    return f
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_replay_like_fresh_recordings(seed):
+    n = 7
+    f = random_program(seed, n)
+    rng = np.random.default_rng(seed)
+    F = ad.record(f, rng.uniform(-1, 1, n))
+    runs = F._replayer.runs
+    assert sum(length for _, length, _ in runs) + n == len(F)
+    for x in rng.uniform(-1, 1, (3, n)):
+        lst = ad.WengertList()
+        xs = np.array([lst.variable(v) for v in x], dtype=object)
+        z = f(xs)
+        d = z.derivatives()
+        fresh = np.array([d[v] for v in xs])
+        assert F(x) == z.number  # the same operations on the same numbers: bit for bit
+        np.testing.assert_allclose(F.gradient(x), fresh, rtol=1e-12, atol=1e-12)
+        G = F.gradient(np.vstack([x, x]))           # the batch path agrees with the point path
+        np.testing.assert_array_equal(G[1], F.gradient(x))
+        eps = 1e-6
+        fd = np.array([(F.gradient(x + eps * e) - F.gradient(x - eps * e)) / (2 * eps)
+                       for e in np.eye(n)])
+        np.testing.assert_allclose(F.hessian(x), fd, rtol=1e-5, atol=1e-5)
+
+
+def test_a_loop_is_laid_out_in_a_few_long_runs():
+    F = ad.record(rosenbrock, np.ones(200))
+    runs = F._replayer.runs
+    assert len(runs) <= 10, runs              # per term: pow, sub, pow, mul, sub, pow, add, add
+    assert max(length for _, length, _ in runs) >= 199
