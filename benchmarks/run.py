@@ -98,32 +98,42 @@ class Context:
             calls *= 10 if elapsed < self.seconds / 50 else 2
         return max(1, round(calls * self.seconds / max(elapsed, 1e-9)))
 
-    def measure(self, variants: dict[str, Callable[[], object]]) -> Timings:
+    def measure(self, variants: dict[str, Callable[[], object]], rounds: int | None = None,
+                seconds: float | None = None) -> Timings:
         """Time zero-argument callables interleaved: ctx.rounds rounds, shuffled each round.
 
         Each round times every variant with timeit (the garbage collector off while it
         runs, as timeit does) for the same fixed number of calls; the result keeps the
-        per-call time of every variant in every round.
+        per-call time of every variant in every round. rounds and seconds override the
+        run's settings (shorter windows, more rounds: a ratio whose two sides must see the
+        same machine speed, on a machine whose speed drifts).
         """
         names = list(variants)
         for function in variants.values():   # warm up: imports, caches, freelists
             for _ in range(3):
                 function()
-        calls = {name: self._calls_for(variants[name]) for name in names}
+        saved = self.seconds
+        if seconds is not None and not self.quick:
+            self.seconds = seconds
+        try:
+            calls = {name: self._calls_for(variants[name]) for name in names}
+        finally:
+            self.seconds = saved
+        rounds = self.rounds if rounds is None or self.quick else rounds
         per_call: dict[str, list[float]] = {name: [] for name in names}
         shuffler = random.Random(self.seed)
         started = time.perf_counter()
-        for r in range(self.rounds):
+        for r in range(rounds):
             order = names[:]
             shuffler.shuffle(order)
             for name in order:
                 gc.collect()
                 elapsed = timeit.Timer(variants[name]).timeit(calls[name])
                 per_call[name].append(elapsed / calls[name])
-            if not self.quick and (r + 1) % 10 == 0:
-                self.log(f"  round {r + 1}/{self.rounds} "
+            if not self.quick and (r + 1) % (10 if rounds <= 50 else 50) == 0:
+                self.log(f"  round {r + 1}/{rounds} "
                          f"({time.perf_counter() - started:.0f} s)")
-        return Timings(per_call, calls, self.rounds)
+        return Timings(per_call, calls, rounds)
 
 
 # ---- the environment a report states ----

@@ -670,7 +670,8 @@ class _Replayer:
             jac: NDArray[np.float64] | None, second: NDArray[np.float64] | None,
             seeds: NDArray[np.float64] | None, changed: NDArray[np.uint8],
             guard: NDArray[np.int32], status: NDArray[np.int32],
-            status_entry: NDArray[np.int32], r0: int, r1: int) -> tuple[int, int]: ...
+            status_entry: NDArray[np.int32], r0: int, r1: int,
+            claim: NDArray[np.int64] | None = None, chunk: int = 0) -> tuple[int, int]: ...
 
 def _rebuild_wengert_list(n: int, parts: tuple[bytes, ...], names: dict[int, str],
                           max_entries: int | None, customs: dict[int, Any] | None = None

@@ -9,7 +9,7 @@ cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite, NAN
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset, memcmp
-from libc.stdint cimport uint8_t, int32_t, uint64_t
+from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t
 
 import numbers
 

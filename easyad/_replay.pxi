@@ -741,6 +741,15 @@ cdef void _fixed_partials(const _Program* P, double* p0, double* p1) noexcept no
                 p1[i] = c1
 
 
+cdef extern from *:
+    """
+    static inline int64_t easyad_claim(int64_t* counter, int64_t n) {
+        return __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+    }
+    """
+    int64_t easyad_claim(int64_t* counter, int64_t n) nogil
+
+
 @cython.final
 cdef class _Replayer:
     """A WengertList frozen as a program: inputs and outputs marked (used by replay.py)."""
@@ -870,12 +879,15 @@ cdef class _Replayer:
 
     def run(self, int what, cnp.ndarray X, cnp.ndarray out, cnp.ndarray jac,
             cnp.ndarray second, cnp.ndarray seeds, cnp.ndarray changed, cnp.ndarray guard,
-            cnp.ndarray status, cnp.ndarray status_entry, Py_ssize_t r0, Py_ssize_t r1):
+            cnp.ndarray status, cnp.ndarray status_entry, Py_ssize_t r0, Py_ssize_t r1,
+            cnp.ndarray claim=None, Py_ssize_t chunk=0):
         """Rows r0..r1 of X into the given arrays (None where not wanted), without the GIL.
 
         Private to easyad.replay, which passes C-contiguous arrays of the right dtypes and
         shapes: X (B, n), out (B, m), jac (B, m or 1, n), second (B, n, K), seeds (1 or B,
-        n, K) float64; changed uint8, guard/status/status_entry int32, all (B,)."""
+        n, K) float64; changed uint8, guard/status/status_entry int32, all (B,). With
+        claim (int64 (1,), shared by the threads of one batch) the rows are taken chunk by
+        chunk from r0 + claim[0] on, so a thread that runs slower takes fewer."""
         cdef _Rows R
         cdef WengertList tape = self.tape
         if tape._length < self.program.length:
@@ -896,16 +908,30 @@ cdef class _Replayer:
         R.guard = <int32_t*>cnp.PyArray_DATA(guard)
         R.status = <int32_t*>cnp.PyArray_DATA(status)
         R.status_entry = <int32_t*>cnp.PyArray_DATA(status_entry)
-        cdef int rc
+        cdef int rc = 0
         cdef Py_ssize_t row, first_error = -1, first_changed = -1
+        cdef int64_t* counter = NULL
+        cdef Py_ssize_t lo = r0, hi = r1
+        if claim is not None:
+            if cnp.PyArray_TYPE(claim) != cnp.NPY_INT64 or chunk < 1:
+                raise ValueError("claim must be an int64 array and chunk positive")
+            counter = <int64_t*>cnp.PyArray_DATA(claim)
         cdef double* work = self._take_work()
         with nogil:
-            rc = _replay_rows(&self.program, &R, what, r0, r1, work)
-            for row in range(r0, r1):
-                if first_error < 0 and R.status[row]:
-                    first_error = row
-                if first_changed < 0 and R.changed[row]:
-                    first_changed = row
+            while True:
+                if counter != NULL:
+                    lo = r0 + easyad_claim(counter, chunk)
+                    hi = min(lo + chunk, r1)
+                    if lo >= r1:
+                        break
+                rc = _replay_rows(&self.program, &R, what, lo, hi, work)
+                for row in range(lo, hi):
+                    if R.status[row] and (first_error < 0 or row < first_error):
+                        first_error = row
+                    if R.changed[row] and (first_changed < 0 or row < first_changed):
+                        first_changed = row
+                if rc or counter == NULL:
+                    break
         self._give_work(work)
         if rc:
             raise MemoryError("cannot allocate the replay's work space")

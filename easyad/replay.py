@@ -390,13 +390,15 @@ class Function:
         work = B * max(1, len(self)) * (1 + (seeds.shape[2] if seeds is not None else 0))
         workers = min(_CORES, B)
         if workers > 1 and work >= _PARALLEL_WORK:
-            bounds = np.linspace(0, B, workers + 1).astype(int)
+            # rows claimed in chunks from a shared counter: a thread slowed by the machine
+            # takes fewer, rather than the batch waiting for its fixed half
+            claim = np.zeros(1, dtype=np.int64)
+            chunk = max(1, B // (workers * 16))
             run: Callable[..., tuple[int, int]] = self._replayer.run
-            futures = [_threads().submit(run, *args, int(a), int(b))
-                       for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            futures = [_threads().submit(run, *args, 0, B, claim, chunk) for _ in range(workers)]
             firsts = [future.result() for future in futures]
-            bad = next((e for e, _ in firsts if e >= 0), -1)
-            first_changed = next((c for _, c in firsts if c >= 0), -1)
+            bad = min((e for e, _ in firsts if e >= 0), default=-1)
+            first_changed = min((c for _, c in firsts if c >= 0), default=-1)
         else:
             bad, first_changed = self._replayer.run(*args, 0, B)
         if bad >= 0:
