@@ -390,13 +390,16 @@ class Function:
         work = B * max(1, len(self)) * (1 + (seeds.shape[2] if seeds is not None else 0))
         workers = min(_CORES, B)
         if workers > 1 and work >= _PARALLEL_WORK:
-            # rows claimed in chunks from a shared counter: a thread slowed by the machine
-            # takes fewer, rather than the batch waiting for its fixed half
+            # rows claimed in chunks from a shared counter, and this thread works too: a
+            # helper that is slow to wake (an idle vCPU) or slowed by the machine takes
+            # fewer rows, rather than the batch waiting for its fixed share
             claim = np.zeros(1, dtype=np.int64)
             chunk = max(1, B // (workers * 16))
             run: Callable[..., tuple[int, int]] = self._replayer.run
-            futures = [_threads().submit(run, *args, 0, B, claim, chunk) for _ in range(workers)]
-            firsts = [future.result() for future in futures]
+            futures = [_threads().submit(run, *args, 0, B, claim, chunk)
+                       for _ in range(workers - 1)]
+            firsts = [run(*args, 0, B, claim, chunk)]
+            firsts += [future.result() for future in futures]
             bad = min((e for e, _ in firsts if e >= 0), default=-1)
             first_changed = min((c for _, c in firsts if c >= 0), default=-1)
         else:
