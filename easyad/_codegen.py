@@ -170,8 +170,6 @@ def render_ops_h() -> str:
                "/* inlined into the sweep loops: a call per entry would cost as much as the math */\n"
                "#if defined(__GNUC__)\n#define EASYAD_DISPATCH static inline __attribute__((always_inline))\n"
                "#else\n#define EASYAD_DISPATCH static inline\n#endif")
-    dispatch("EASYAD_DISPATCH double easyad_rule_value(int op, double x, double y)",
-             lambda r: f"return easyad_{r.name}_value(x, y);", "return NAN;")
     # Runs: replay lays the list out in runs of entries lo..hi with one opcode; one switch
     # per run, then a tight loop per rule. Operands are slots a[i], b[i] of v (constants
     # have slots too); values go to v[i], partials to p0[i], p1[i], except partials that
@@ -302,26 +300,31 @@ def render_ops_h() -> str:
     generic = (adjoint(0, None) + adjoint(1, None)).replace(
         "if (need0)", "if (ia < n_entries)").replace("if (need1)", "if (ib < n_entries)")
     out.append(f"    default: {reverse_loop(generic)}\n    }}\n}}\n")
-    dispatch(f"EASYAD_DISPATCH void easyad_rule_tangents(int op, {tangent_params}, "
-             "double* dp0, double* dp1, int need0, int need1)",
-             lambda r: (f"*dp0 = need0 ? {tangent(r, 0)} : 0.0; "
-                        f"*dp1 = need1 ? {tangent(r, 1)} : 0.0; return;"),
-             "*dp0 = NAN; *dp1 = NAN; return;")
-    # K directions at once: one switch per entry, the directions in the inner loop.
-    # dxv/dyv: the operands' tangents (NULL for a constant operand), p0/p1 the partials.
+    # Tangents of an entry's value and partials in K directions at once (forward-over-
+    # reverse). dxv/dyv: the operands' tangents (NULL for a constant operand), p0/p1 the
+    # partials.
     def tangents_block(r: rules.Rule) -> str:
         return ("{ for (k = 0; k < K; k++) { double dx = dxv ? dxv[k] : 0.0; "
                 "double dy = dyv ? dyv[k] : 0.0; double dz = mul0(p0, dx) + mul0(p1, dy); "
                 f"dzv[k] = dz; dp0v[k] = dxv ? {tangent(r, 0)} : 0.0; "
                 f"dp1v[k] = dyv ? {tangent(r, 1)} : 0.0; }} return; }}")
-    out.append("\nEASYAD_DISPATCH void easyad_rule_tangents_block(int op, double x, double y, "
-               "double z, double p0, double p1, const double* dxv, const double* dyv, "
-               "long K, double* dzv, double* dp0v, double* dp1v) {\n    long k;\n"
-               "    switch (op) {\n")
+    # Over a run lo..hi of the replay layout: one switch per run, the entries and their K
+    # directions inside. Operands are slots a[i], b[i]; an operand not recorded (need0/need1 0) has
+    # no tangent. dv, dp0, dp1: K per entry (dp0/dp1: tangents of the partials pp0, pp1).
+    out.append("\nstatic void easyad_rule_tangents_run(int op, long lo, long hi, const int32_t* a, "
+               "const int32_t* b, const double* v, const double* pp0, const double* pp1, "
+               "double* dv, double* dp0, double* dp1, long K, int need0, int need1) {\n"
+               "    long i, k;\n    switch (op) {\n")
     for r in rules.RULES:
-        out.append(f"    case EASYAD_OP_{r.name.upper()}: {tangents_block(r)}\n")
-    out.append("    default: for (k = 0; k < K; k++) { dzv[k] = NAN; dp0v[k] = NAN; "
-               "dp1v[k] = NAN; } return;\n    }\n}\n")
+        out.append(f"    case EASYAD_OP_{r.name.upper()}: for (i = lo; i < hi; i++) {{ "
+                   "const double x = v[a[i]], y = v[b[i]], z = v[i], p0 = pp0[i], p1 = pp1[i]; "
+                   "(void)x; (void)y; (void)z; "
+                   "const double* dxv = need0 ? dv + (long)a[i] * K : NULL; "
+                   "const double* dyv = need1 ? dv + (long)b[i] * K : NULL; "
+                   "double* dzv = dv + i * K; double* dp0v = dp0 + i * K; "
+                   "double* dp1v = dp1 + i * K; "
+                   + tangents_block(r).replace("return; }", "} ").rstrip() + " } break;\n")
+    out.append("    default: break;\n    }\n}\n")
     dispatch("static inline int easyad_rule_arity(int op)",
              lambda r: f"return {r.arity};", "return 0;")
     dispatch("EASYAD_DISPATCH int easyad_rule_status(int op, double x, double y, double z)",
@@ -341,16 +344,17 @@ def render_ops() -> str:
     out.append(f"    OP_FIRST_RULE = {rules.FIRST_RULE_OPCODE}\n")
     out.append(f"    OP_COUNT = {rules.FIRST_RULE_OPCODE + len(rules.RULES)}\n\n")
     out.append('cdef extern from "_ops.h" nogil:\n')
-    out.append("    double easyad_rule_value(int op, double x, double y)\n"
-               "    int easyad_rule_eval_run(int op, long lo, long hi, const int32_t* a,\n"
+    out.append("    int easyad_rule_eval_run(int op, long lo, long hi, const int32_t* a,\n"
                "                             const int32_t* b, double* v,\n"
                "                             double* p0, double* p1, int need0, int need1)\n"
-               "    void easyad_rule_tangents(int op, double x, double y, double z, double dx,\n"
-               "                              double dy, double dz, double* dp0, double* dp1,\n"
-               "                              int need0, int need1)\n"
                "    int easyad_rule_status(int op, double x, double y, double z)\n"
                "    int easyad_rule_arity(int op)\n"
                "    int easyad_rule_fixed_partials(int op, double* c0, double* c1)\n"
+               "    void easyad_rule_tangents_run(int op, long lo, long hi, const int32_t* a,\n"
+               "                                  const int32_t* b, const double* v,\n"
+               "                                  const double* pp0, const double* pp1, double* dv,\n"
+               "                                  double* dp0, double* dp1, long K, int need0,\n"
+               "                                  int need1)\n"
                "    int easyad_rule_eval_affine(int op, long len, const double* xs, long sx,\n"
                "                                const double* ys, long sy, double* out,\n"
                "                                double* p0, double* p1, int need0, int need1)\n"
@@ -360,10 +364,7 @@ def render_ops() -> str:
                "    void easyad_rule_reverse_run(int op, long lo, long hi, const int32_t* a,\n"
                "                                 const int32_t* b, const double* p0,\n"
                "                                 const double* p1, double* adj, int need0,\n"
-               "                                 int need1, long n_entries, int consume)\n"
-               "    void easyad_rule_tangents_block(int op, double x, double y, double z, double p0,\n"
-               "                                    double p1, const double* dxv, const double* dyv,\n"
-               "                                    long K, double* dzv, double* dp0v, double* dp1v)\n")
+               "                                 int need1, long n_entries, int consume)\n")
     out.append("    double sign(double t)\n    double heaviside(double t)\n"
                "    double mul0(double a, double b)\n    double div0(double a, double b)\n")
     for r in rules.RULES:

@@ -666,6 +666,9 @@ class _Replayer:
     def runs(self) -> list[tuple[str, int, bool]]: ...
     def point(self, x: NDArray[np.float64], gradient: bool
               ) -> tuple[NDArray[np.float64], NDArray[np.float64] | None] | None: ...
+    def hessian_point(self, x: NDArray[np.float64], seeds: NDArray[np.float64],
+                      target: NDArray[np.int64], source: NDArray[np.int64]
+                      ) -> NDArray[np.float64] | None: ...
     def run(self, what: int, X: NDArray[np.float64], out: NDArray[np.float64] | None,
             jac: NDArray[np.float64] | None, second: NDArray[np.float64] | None,
             seeds: NDArray[np.float64] | None, changed: NDArray[np.uint8],

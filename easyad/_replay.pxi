@@ -601,57 +601,73 @@ cdef int _live_error(const _Program* P, const double* v, int32_t* status_entry) 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+cdef int _second_order_entry(const _Program* P, Py_ssize_t i, const double* v, const double* p0,
+                             const double* p1, Py_ssize_t K, double* dv, double* dp0,
+                             double* dp1, int32_t* status_entry) noexcept nogil:
+    # tangents of a structural entry's value and partials (comparison, select, custom)
+    cdef Py_ssize_t k
+    cdef int op = P.ops[i], code
+    cdef int a = P.arg0[i], b = P.arg1[i]
+    cdef double x, y, dx, dy, dz, h00 = 0.0, h01 = 0.0, h11 = 0.0
+    cdef double* dvi = &dv[i * K]
+    if _is_comparison(op):
+        for k in range(K):
+            dvi[k] = 0.0
+            dp0[i * K + k] = 0.0
+            dp1[i * K + k] = 0.0
+        return 0
+    if op == OP_CUSTOM:
+        x = v[a] if a >= 0 else P.partial0[i]
+        y = v[b] if b >= 0 else P.partial1[i]
+        code = _custom_second(P.customs, P.original[i], x, y, &h00, &h01, &h11)
+        if code:
+            status_entry[0] = P.original[i]
+            return code
+    for k in range(K):
+        dx = dv[a * K + k] if a >= 0 else 0.0
+        dy = dv[b * K + k] if b >= 0 else 0.0
+        dz = mul0(p0[i], dx) + mul0(p1[i], dy)
+        dvi[k] = dz
+        if op == OP_CUSTOM:
+            dp0[i * K + k] = mul0(h00, dx) + mul0(h01, dy)
+            dp1[i * K + k] = mul0(h01, dx) + mul0(h11, dy)
+        else:  # select: constant partials
+            dp0[i * K + k] = 0.0
+            dp1[i * K + k] = 0.0
+    return 0
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef int _second_order_row(const _Program* P, const double* v, const double* p0,
                            const double* p1, const double* adj, const double* seeds,
                            Py_ssize_t K, double* dv, double* dp0, double* dp1, double* dadj,
                            Py_ssize_t output, double* result, int32_t* status_entry) noexcept nogil:
     # Forward-over-reverse for K directions at once: tangents of values and partials
-    # (forward), then tangents of the adjoints (reverse); result (n, K) = H @ seeds.
-    cdef Py_ssize_t i, k, L = output + 1, j
-    cdef int op, a, b, code
-    cdef double x, y, z, dx, dy, dz, g, q, h00 = 0.0, h01 = 0.0, h11 = 0.0
-    cdef double* dvi
+    # (forward, run by run), then tangents of the adjoints (reverse); result (n, K) =
+    # H @ seeds. Entries that compute nothing keep tangent 0 (inputs: their seeds).
+    cdef Py_ssize_t i, k, L = output + 1, j, r, lo, hi
+    cdef int a, b, code
+    cdef double g, q
     memset(dv, 0, L * K * sizeof(double))
     memset(dadj, 0, L * K * sizeof(double))
     for j in range(P.n_inputs):
         if P.inputs[j] < L:
             memcpy(&dv[P.inputs[j] * K], &seeds[j * K], K * sizeof(double))
-    for i in range(L):
-        op = P.ops[i]
-        a = P.arg0[i]
-        b = P.arg1[i]
-        dvi = &dv[i * K]
-        if op == OP_VARIABLE or _is_comparison(op):
-            for k in range(K):
-                dp0[i * K + k] = 0.0
-                dp1[i * K + k] = 0.0
+    for r in range(P.n_runs):
+        lo = P.run_start[r]
+        hi = min(P.run_start[r + 1], L)
+        if lo >= L:
+            break   # positions after the output: nothing there reaches it
+        if P.run_op[r] != _RUN_ONE_BY_ONE:
+            # one switch per run, the K directions inside (rendered from the table)
+            easyad_rule_tangents_run(P.run_op[r], lo, hi, P.slot0, P.slot1, v, p0, p1, dv,
+                                     dp0, dp1, K, P.run_need[r] & 1, P.run_need[r] >> 1)
             continue
-        x = v[a] if a >= 0 else P.partial0[i]
-        y = v[b] if b >= 0 else P.partial1[i]
-        z = v[i]
-        if op == OP_CUSTOM:
-            code = _custom_second(P.customs, P.original[i], x, y, &h00, &h01, &h11)
+        for i in range(lo, hi):
+            code = _second_order_entry(P, i, v, p0, p1, K, dv, dp0, dp1, status_entry)
             if code:
-                status_entry[0] = P.original[i]
                 return code
-        if op >= OP_FIRST_RULE:
-            # one switch, the K directions inside; a constant operand has no tangent (NULL)
-            easyad_rule_tangents_block(op, x, y, z, p0[i], p1[i],
-                                       &dv[a * K] if a >= 0 else NULL,
-                                       &dv[b * K] if b >= 0 else NULL,
-                                       K, dvi, &dp0[i * K], &dp1[i * K])
-            continue
-        for k in range(K):
-            dx = dv[a * K + k] if a >= 0 else 0.0
-            dy = dv[b * K + k] if b >= 0 else 0.0
-            dz = mul0(p0[i], dx) + mul0(p1[i], dy)
-            dvi[k] = dz
-            if op == OP_CUSTOM:
-                dp0[i * K + k] = mul0(h00, dx) + mul0(h01, dy)
-                dp1[i * K + k] = mul0(h01, dx) + mul0(h11, dy)
-            else:  # select: constant partials
-                dp0[i * K + k] = 0.0
-                dp1[i * K + k] = 0.0
     for i in range(output, -1, -1):
         g = adj[i]
         for k in range(K):
@@ -876,6 +892,67 @@ cdef class _Replayer:
         if code or guard >= 0:
             return None
         return out, g
+
+    def hessian_point(self, cnp.ndarray x, cnp.ndarray seeds, cnp.ndarray target,
+                      cnp.ndarray source):
+        """The Hessian (n, n) at one point in one call, from the sweep in the seed
+        directions (n, K) of a column colouring: H.flat[target] = (H @ seeds).flat[source]
+        (int64 indices), other entries 0. None when the general path must handle it (as
+        point)."""
+        cdef WengertList tape = self.tape
+        cdef const _Program* P = &self.program
+        cdef Py_ssize_t n = self.n_inputs, K, k, count
+        cdef int32_t guard = -1, status_entry = -1
+        cdef int code = 0
+        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
+                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+                or self.n_outputs != 1 or tape._customs or _anomaly_mode
+                or tape._length < P.length):
+            return None
+        if (cnp.PyArray_TYPE(seeds) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(seeds) != 2
+                or cnp.PyArray_DIM(seeds, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(seeds)
+                or cnp.PyArray_TYPE(target) != cnp.NPY_INT64
+                or cnp.PyArray_TYPE(source) != cnp.NPY_INT64
+                or cnp.PyArray_SIZE(target) != cnp.PyArray_SIZE(source)):
+            raise ValueError("hessian_point: seeds (n, K) float64, target/source int64")
+        K = cnp.PyArray_DIM(seeds, 1)
+        count = cnp.PyArray_SIZE(target)
+        cdef cnp.npy_intp dims[2]
+        dims[0] = n
+        dims[1] = n
+        cdef cnp.ndarray H = cnp.PyArray_ZEROS(2, dims, cnp.NPY_DOUBLE, 0)
+        cdef double* h = <double*>cnp.PyArray_DATA(H)
+        cdef const double* X = <const double*>cnp.PyArray_DATA(x)
+        cdef const double* S = <const double*>cnp.PyArray_DATA(seeds)
+        cdef const int64_t* to = <const int64_t*>cnp.PyArray_DATA(target)
+        cdef const int64_t* frm = <const int64_t*>cnp.PyArray_DATA(source)
+        cdef size_t width = P.length if P.length > 0 else 1
+        cdef size_t slots = P.length + P.n_constants
+        cdef double* wide = <double*>malloc((4 * width * K + n * K + 1) * sizeof(double))
+        if wide == NULL:
+            raise MemoryError("cannot allocate the Hessian's work space")
+        cdef double* work = self._take_work()
+        cdef double* v = work
+        cdef double* adj = v + slots
+        cdef double* p0 = adj + slots
+        cdef double* p1 = p0 + width
+        cdef double* compressed = wide + 4 * width * K
+        with nogil:
+            code = _forward_row(P, X, v, p0, p1, &guard, &status_entry)
+            if code == 0 and guard < 0:
+                _reverse_row(P, p0, p1, adj, P.outputs[0], NULL, True)
+                code = _second_order_row(P, v, p0, p1, adj, S, K, wide, wide + width * K,
+                                         wide + 2 * width * K, wide + 3 * width * K,
+                                         P.outputs[0], compressed, &status_entry)
+                memset(adj, 0, slots * sizeof(double))
+                if code == 0:
+                    for k in range(count):
+                        h[to[k]] = compressed[frm[k]]
+        self._give_work(work)
+        free(wide)
+        if code or guard >= 0:
+            return None
+        return H
 
     def run(self, int what, cnp.ndarray X, cnp.ndarray out, cnp.ndarray jac,
             cnp.ndarray second, cnp.ndarray seeds, cnp.ndarray changed, cnp.ndarray guard,

@@ -223,9 +223,14 @@ class Function:
         """The Hessian (n, n) of a scalar function at x, by forward-over-reverse sweeps
         (blocks of directions per sweep); (B, n, n) for a batch."""
         self._need_scalar("hessian")
+        plan = self._hessian_plan()
+        if plan is not None and on_branch_change is None and self.on_branch_change != "mask" \
+                and type(x) is np.ndarray:  # one point: one C call
+            H1 = self._replayer.hessian_point(x, plan[3], plan[4], plan[5])
+            if H1 is not None:
+                return H1
         X, batch = self._rows(x)
         n = self.n_inputs
-        plan = self._hessian_plan()
         if plan is None:  # dense: every direction, in blocks
             H = np.empty((X.shape[0], n, n))
             mask = None
@@ -237,7 +242,7 @@ class Function:
                                                              "hessian", (seeds,))
             return self._masked(H if batch else H[0], mask, batch)
         # sparse: one sweep direction per colour of columns, then direct recovery
-        seeds, target, source = plan
+        seeds, target, source = plan[:3]
         _, _, compressed, mask = self._run(_SECOND, X, on_branch_change, "hessian", (seeds,))
         B = X.shape[0]
         H = np.zeros((B, n, n))
@@ -261,8 +266,11 @@ class Function:
                 if colours < n:
                     seeds = np.zeros((1, n, colours))
                     seeds[0, np.arange(n), colour] = 1.0
-                    # H[r, c] is entry (r, colour[c]) of the compressed H @ seeds
-                    plan = (seeds, rows * n + cols, rows * colours + colour[cols])
+                    # H[r, c] is entry (r, colour[c]) of the compressed H @ seeds; the
+                    # last three: the same, as the one-point C path takes them
+                    target, source = rows * n + cols, rows * colours + colour[cols]
+                    plan = (seeds, target, source, np.ascontiguousarray(seeds[0]),
+                            target.astype(np.int64), source.astype(np.int64))
             self._plan = plan
         return self._plan
 

@@ -331,3 +331,30 @@ def test_a_loop_is_laid_out_in_a_few_long_runs():
     runs = F._replayer.runs
     assert len(runs) <= 10, runs              # per term: pow, sub, pow, mul, sub, pow, add, add
     assert max(length for _, length, _ in runs) >= 199
+
+
+def guarded_squares(x):
+    s = sum(x[i] ** 2 for i in range(len(x)))
+    return s if x[0] > 0 else -s
+
+
+def test_one_point_calls_fall_back_to_the_general_path():
+    # one point in one C call (values, gradients, sparse Hessians); a changed branch, an
+    # error or the mask mode there must behave exactly as the batch path does
+    F = ad.record(guarded_squares, np.ones(4))
+    x, flipped = np.array([1.0, 2.0, 3.0, 4.0]), np.array([-1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(F.hessian(x), 2 * np.eye(4))     # a diagonal: one colour
+    np.testing.assert_array_equal(F.gradient(x), 2 * x)
+    assert F(x) == 30.0
+    for method in (F, F.gradient, F.hessian, F.value_and_gradient):
+        with pytest.raises(ad.BranchChangedError):
+            method(flipped)
+    for method in (F, F.gradient, F.hessian):
+        result, changed = method(flipped, on_branch_change="mask")
+        assert changed is True and np.isnan(result).all()
+    np.testing.assert_array_equal(F.hessian(flipped, on_branch_change="retape"), -2 * np.eye(4))
+    G = ad.record(lambda v: ad.log(v[0]) * v[1], [1.0, 1.0])
+    with pytest.raises(ValueError, match="math domain error"):
+        G.gradient(np.array([-1.0, 1.0]))
+    with pytest.raises(ValueError, match="math domain error"):
+        G(np.array([-1.0, 1.0]))
