@@ -402,7 +402,7 @@ class Function:
             # helper that is slow to wake (an idle vCPU) or slowed by the machine takes
             # fewer rows, rather than the batch waiting for its fixed share
             claim = np.zeros(1, dtype=np.int64)
-            chunk = max(1, B // (workers * 16))
+            chunk = max(1, min(64, B // (workers * 16)))   # small: the last chunk is the tail
             run: Callable[..., tuple[int, int]] = self._replayer.run
             futures = [_threads().submit(run, *args, 0, B, claim, chunk)
                        for _ in range(workers - 1)]
