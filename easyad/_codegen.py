@@ -4,7 +4,12 @@ Called by setup.py before cythonize (and by ``python -m easyad._codegen``). Outp
 git-ignored and rebuilt from the table:
 
 - ``_ops.h``: plain C, per rule a static inline function for the value and each partial
-  (``easyad_<rule>_value``, ``easyad_<rule>_d0``/``_d1``); the expressions are C99 as written;
+  (``easyad_<rule>_value``, ``easyad_<rule>_d0``/``_d1``) and the tangents of the partials
+  (``_t0``/``_t1``, from ``_symbolic.py``); the expressions are C99 as written. Then the
+  replay sweeps over runs of one opcode, one ``case`` per rule: values and partials
+  (``easyad_rule_eval_run``, ``easyad_rule_eval_affine``), adjoints
+  (``easyad_rule_reverse_run``, ``easyad_rule_reverse_affine``), tangents for Hessians
+  (``easyad_rule_tangents_run``), and the error status of Python's policies;
 - ``_ops.pxi``: the opcode enum, Cython declarations of _ops.h (``_<rule>_value``...) and
   per rule the error check ``_<rule>_check``;
 - ``_trace.pxi``, ``_record.pxi``, ``_generic.pxi``: the Tempita templates ``*.pxi.in``
