@@ -150,12 +150,13 @@ __kernel void easyad_put(__global {ctype}* out, __global const {ctype}* restrict
 
 
 # Matmul for CPU devices: C = L R^T with L (M, K) and R (N, K) both read along K, so every
-# load is a contiguous vector (double4: one AVX2 register, which every x86-64 PoCL target has). Each work-item keeps an
-# RM x RN block of C in vector accumulators; no local memory, no barriers (PoCL runs the
-# work-items of a group in a loop, and barriers would spill the accumulators). The block
-# is written out statement by statement: PoCL keeps such accumulators in registers, where
-# the same code with loops over arrays ran 3-5x slower.
-MATMUL_NT_BLOCK = {"RM": 8, "RN": 2}
+# load is a contiguous vector (double4: one AVX2 register, which every x86-64 PoCL target
+# has). Each work-item keeps an RM x RN block of C in vector accumulators: 4 x 2 takes 8
+# registers and 6 more for the loads, within AVX2's 16. No local memory, no barriers (PoCL
+# runs the work-items of a group in a loop, and barriers would spill the accumulators).
+# The block is written out statement by statement: PoCL keeps such accumulators in
+# registers, where the same code with loops over arrays ran 3-5x slower.
+MATMUL_NT_BLOCK = {"RM": 4, "RN": 2}
 MATMUL_NT_GROUP = (16, 4)
 
 
@@ -180,15 +181,23 @@ def render_matmul_nt(real: str, vector_bytes: int = 32) -> str:
     rm, rn = MATMUL_NT_BLOCK["RM"], MATMUL_NT_BLOCK["RN"]
     block = [(r, c) for r in range(rm) for c in range(rn)]
     zero = "\n".join(f"        vec_t a{r}_{c} = (vec_t)(0);" for r, c in block)
+    # Vectors built from elements and multiply-adds written out, not vload/fma: some PoCL
+    # builds call those builtins out of line (a call per load and per multiply-add, 10x
+    # slower), while LLVM turns these into vector loads and FMAs (FP_CONTRACT is on).
+    def load(base: str) -> str:
+        elements = ", ".join(f"{base}[{e}]" for e in range(width))
+        return f"(vec_t)({elements})"
     loads = "\n".join(
-        [f"            const vec_t l{r} = vload{width}(0, L + (long)(i0 + {r}) * K + k);"
+        [f"            __global const real_t* pl{r} = L + (long)(i0 + {r}) * K + k;"
          for r in range(rm)]
-        + [f"            const vec_t r{c} = vload{width}(0, R + (long)(j0 + {c}) * K + k);"
-           for c in range(rn)])
-    fmas = "\n".join(f"            a{r}_{c} = fma(l{r}, r{c}, a{r}_{c});" for r, c in block)
+        + [f"            __global const real_t* pr{c} = R + (long)(j0 + {c}) * K + k;"
+           for c in range(rn)]
+        + [f"            const vec_t l{r} = {load(f'pl{r}')};" for r in range(rm)]
+        + [f"            const vec_t r{c} = {load(f'pr{c}')};" for c in range(rn)])
+    fmas = "\n".join(f"            a{r}_{c} += l{r} * r{c};" for r, c in block)
     stores = "\n".join(
         f"        {{ real_t s = hsum(a{r}_{c}); for (int kk = k; kk < K; ++kk) "
-        f"s = fma(L[(long)(i0 + {r}) * K + kk], R[(long)(j0 + {c}) * K + kk], s); "
+        f"s += L[(long)(i0 + {r}) * K + kk] * R[(long)(j0 + {c}) * K + kk]; "
         f"C[(long)(i0 + {r}) * N + j0 + {c}] = s; }}" for r, c in block)
     return preamble(real) + f"""typedef {real}{width} vec_t;
 {_hsum(real, width)}
