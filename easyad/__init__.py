@@ -59,6 +59,7 @@ from easyad.checks import check_gradients
 from easyad.errors import (
     AnomalyError,
     BranchChangedError,
+    DeviceError,
     GradientCheckError,
     ShapeError,
     StaleRecordError,
@@ -76,6 +77,7 @@ from easyad.tensor import (
     amax,
     amin,
     concatenate,
+    device_report,
     devices,
     eval_shape,
     get_device,
@@ -95,7 +97,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BranchChangedError", "Comparison", "Derivatives", "Function", "GradientCheckError",
-    "Numeric", "Real", "Record", "ShapeError", "StaleRecordError", "TapeMismatchError",
+    "Numeric", "Real", "Record", "ShapeError", "DeviceError", "StaleRecordError", "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
     "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly",
     "abs", "absolute", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
@@ -106,7 +108,7 @@ __all__ = [
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",
     # tensors
-    "Device", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices",
+    "Device", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices", "device_report",
     "eval_shape", "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax",
     "stack", "sum",
     # neural networks

@@ -3,10 +3,17 @@
 1. One generic function, ``cartesian(r, angle)``, run on floats, Traces and Records.
 2. Forward vs reverse mode: the cost of a full gradient as the number of inputs grows.
 3. Record once, replay many: a recorded tape evaluated at a batch of new points in C.
+4. Taylor mode: many derivatives of a scalar function in one pass.
+5. Tensors and devices: the devices found (and why any is unusable), one tensor gradient on
+   the default device.
+
+``python -m easyad devices`` prints only the device report (``--require-opencl``: exit
+status 1 when no OpenCL device works, for set-up scripts).
 """
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import easyad as ad
@@ -125,11 +132,56 @@ def tour_replay(n: int = 100, rows: int = 10_000) -> None:
           f"{per_point * rows / replayed:.0f}x slower; F.hessian, F.hvp, F.jacobian likewise\n")
 
 
+def tour_taylor(x0: float = 0.5, order: int = 6) -> None:
+    print(f"4. Taylor mode: d^k/dx^k of exp(sin x) at x = {x0}, k = 0..{order}, in one pass")
+    derivatives = ad.taylor(lambda x: ad.exp(ad.sin(x)), x0, order)
+    # by hand for k = 1, 2: (e^sin)' = cos e^sin, (e^sin)'' = (cos^2 - sin) e^sin
+    e = math.exp(math.sin(x0))
+    hand = [e, math.cos(x0) * e, (math.cos(x0) ** 2 - math.sin(x0)) * e]
+    print("   " + "  ".join(f"{d:.6f}" for d in derivatives))
+    print(f"   by hand (k <= 2): " + "  ".join(f"{h:.6f}" for h in hand) + "\n")
+
+
+def tour_tensors() -> None:
+    import numpy as np
+
+    print("5. Tensors: arrays on a device, on the same tape as scalars")
+    print("   devices found (python -m easyad devices):")
+    for line in ad.device_report().splitlines():
+        print(f"     {line}")
+    working = [d for d in ad.devices() if d.kind == "opencl"]
+    device = ad.set_device("opencl") if working else ad.get_device()
+    W = np.random.default_rng(1).normal(size=(3, 4))
+    lst = ad.WengertList()
+    x = ad.Tensor.variable(np.linspace(-1.0, 1.0, 4), lst, name="x", device=device)
+    loss = ad.sum(ad.tanh(ad.Tensor.constant(W, device=device) @ x) ** 2)
+    grad = loss.derivatives()[x]
+    h = np.tanh(W @ x.value)
+    by_hand = W.T @ (2.0 * h * (1.0 - h * h))
+    print(f"   on {device.name}: d/dx sum(tanh(W x)^2) = {np.array2string(grad, precision=6)}")
+    pad = " " * (len(device.name) + 13)
+    print(f"   by hand (numpy):{pad}{np.array2string(by_hand, precision=6)}"
+          f"  (max difference {np.max(np.abs(grad - by_hand)):.1e})\n")
+    ad.set_device("numpy")
+
+
+def devices_command(args: list[str]) -> int:
+    print(ad.device_report())
+    if "--require-opencl" in args and not any(d.kind == "opencl" for d in ad.devices()):
+        print("no OpenCL device works here (see the fix above)", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["devices"]:
+        sys.exit(devices_command(sys.argv[2:]))
     print(f"easyad {ad.__version__}: exact derivatives of ordinary numeric Python\n")
     tour_cartesian()
     tour_forward_vs_reverse()
     tour_replay()
+    tour_taylor()
+    tour_tensors()
     print("Neural networks: ad.nn modules and losses, ad.optim optimizers; examples/"
           "regression.py and examples/classifier.py train MLPs and plot them (make examples).")
     print("More: README.md (usage), make docs (the documentation site), "

@@ -82,3 +82,22 @@ class ShapeError(ValueError):
 
 __all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",
            "ShapeError", "AnomalyError"]
+
+
+class DeviceError(RuntimeError):
+    """A device cannot do what was asked: it failed the probe (its driver cannot build
+    kernels), ran out of memory, or was lost. The message names the device, the operation
+    and the fix; the failed operation added nothing to the tape.
+
+    >>> import easyad as ad
+    >>> try:
+    ...     ad.set_device("opencl:99")
+    ... except (ad.DeviceError, ValueError):
+    ...     print("list the devices with ad.device_report()")
+    list the devices with ad.device_report()
+    """
+
+    def __init__(self, message: str, device: object = None, operation: str | None = None):
+        super().__init__(message)
+        self.device = device
+        self.operation = operation

@@ -1,5 +1,10 @@
 """Shared fixtures: a seeded generator, the three Numeric kinds generic tests run on, and
-the tensor devices (numpy always; the first OpenCL device, or a skip saying how to get one)."""
+the tensor devices: numpy always, and every OpenCL device that passes the probe (both PoCLs
+where both work, a GPU where there is one). With no working OpenCL device the OpenCL tests
+are skipped with the reason, except where EASYAD_REQUIRE_OPENCL=1 (CI, set by .ci/run):
+there the run stops with the device report instead."""
+import os
+
 import numpy as np
 import pytest
 
@@ -59,12 +64,27 @@ def mode(request):
     return KINDS[request.param]
 
 
-_OPENCL = [d.name for d in ad.devices() if d.kind == "opencl"][:1]
-DEVICES = ["numpy"] + (_OPENCL or [pytest.param("opencl", marks=pytest.mark.skip(
-    reason="no OpenCL device (install the 'opencl' extra: pyopencl + pocl)"))])
+OPENCL = [d.name for d in ad.devices() if d.kind == "opencl"]
+_NO_OPENCL = pytest.mark.skip(reason="no working OpenCL device: " + " | ".join(
+    ad.device_report().splitlines()[1:]))
+
+
+def pytest_sessionstart(session):
+    if os.environ.get("EASYAD_REQUIRE_OPENCL") == "1" and not OPENCL:
+        raise pytest.UsageError("EASYAD_REQUIRE_OPENCL=1 but no OpenCL device works here; "
+                                "the OpenCL tests would be skipped:\n" + ad.device_report())
+
+
+DEVICES = ["numpy"] + (OPENCL or [pytest.param("opencl", marks=_NO_OPENCL)])
 
 
 @pytest.fixture(params=DEVICES)
 def device(request):
     """A tensor device: every tensor test body runs on each backend."""
+    return request.param
+
+
+@pytest.fixture(params=OPENCL or [pytest.param("opencl", marks=_NO_OPENCL)])
+def opencl_device(request):
+    """Each working OpenCL device (for tests of OpenCL-only features)."""
     return request.param

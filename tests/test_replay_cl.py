@@ -8,8 +8,7 @@ import pytest
 import easyad as ad
 from easyad.tensor._replay_cl import render_replay_kernel, replay_gradient_opencl
 
-pytestmark = pytest.mark.skipif(not any(d.kind == "opencl" for d in ad.devices()),
-                                reason="no OpenCL device")
+# every test runs on each working OpenCL device (the opencl_device fixture, conftest.py)
 
 
 def rosenbrock(x):
@@ -35,11 +34,11 @@ def branchy(x):
     return y - a * a
 
 
-def record_and_replay(f, x0, X):
+def record_and_replay(f, x0, X, device):
     lst = ad.WengertList()
     xs = [lst.variable(v) for v in x0]
     out = f(xs)
-    return replay_gradient_opencl(lst._arrays(), [r.index for r in xs], out.index, X)
+    return replay_gradient_opencl(lst._arrays(), [r.index for r in xs], out.index, X, device)
 
 
 def scalar_reference(f, X):
@@ -57,19 +56,19 @@ def scalar_reference(f, X):
 @pytest.mark.parametrize("f,n,scale", [(rosenbrock, 100, 1.0), (rosenbrock, 3, 2.0),
                                        (mixed, 3, 1.0)], ids=["rosenbrock100", "rosenbrock3",
                                                               "mixed"])
-def test_replay_matches_scalar_reverse_mode(f, n, scale):
+def test_replay_matches_scalar_reverse_mode(f, n, scale, opencl_device):
     rng = np.random.default_rng(7)
     X = rng.uniform(0.1, 1.0, (64, n)) * scale
-    values, grads, changed = record_and_replay(f, X[0], X)
+    values, grads, changed = record_and_replay(f, X[0], X, opencl_device)
     ref_values, ref_grads = scalar_reference(f, X)
     assert not changed.any()
     np.testing.assert_allclose(values, ref_values, rtol=1e-12)
     np.testing.assert_allclose(grads, ref_grads, rtol=1e-11, atol=1e-12)
 
 
-def test_guards_report_changed_branches_and_selects_follow():
+def test_guards_report_changed_branches_and_selects_follow(opencl_device):
     X = np.array([[1.0, 0.5], [2.0, 3.0], [-1.0, -2.0], [-0.5, 0.5], [0.7, 0.7]])
-    values, grads, changed = record_and_replay(branchy, X[0], X)
+    values, grads, changed = record_and_replay(branchy, X[0], X, opencl_device)
     assert changed.tolist() == [False, False, True, True, False]
     ref_values, ref_grads = scalar_reference(branchy, X)
     ok = ~changed
@@ -94,8 +93,7 @@ def test_tensor_entries_are_refused():
         render_replay_kernel(lst._arrays(), [], s.index)
 
 
-@pytest.mark.skipif(not any(d.kind == "opencl" for d in ad.devices()), reason="no OpenCL device")
-def test_function_gradient_on_opencl_with_branches():
+def test_function_gradient_on_opencl_with_branches(opencl_device):
     def branchy(x):
         if x[0] > 0:
             return x[0] * x[1] ** 2
@@ -103,14 +101,14 @@ def test_function_gradient_on_opencl_with_branches():
 
     F = ad.record(branchy, [1.0, 2.0])
     X = np.array([[2.0, 3.0], [0.5, -1.0], [-2.0, 3.0]])
-    np.testing.assert_allclose(F.gradient(X[:2], device="opencl"), F.gradient(X[:2]), rtol=1e-14)
+    np.testing.assert_allclose(F.gradient(X[:2], device=opencl_device), F.gradient(X[:2]), rtol=1e-14)
     with pytest.raises(ad.BranchChangedError, match=r"x\[0\] > 0.0"):
-        F.gradient(X, device="opencl")
-    np.testing.assert_allclose(F.gradient(X, device="opencl", on_branch_change="retape"),
+        F.gradient(X, device=opencl_device)
+    np.testing.assert_allclose(F.gradient(X, device=opencl_device, on_branch_change="retape"),
                                [[9.0, 12.0], [1.0, -1.0], [-3.0, 2.0]])
-    G, mask = F.gradient(X, device="opencl", on_branch_change="mask")
+    G, mask = F.gradient(X, device=opencl_device, on_branch_change="mask")
     assert mask.tolist() == [False, False, True] and np.isnan(G[2]).all()
     # a guard after the output (f returns its input on one branch) is checked on OpenCL too
     H = ad.record(lambda v: v[0] if v[0] > 0 else -v[0], [1.0])
     with pytest.raises(ad.BranchChangedError):
-        H.gradient(np.array([[-1.0]]), device="opencl")
+        H.gradient(np.array([[-1.0]]), device=opencl_device)

@@ -8,12 +8,12 @@ backends ``_numpy`` / ``_opencl`` (kernels rendered by ``_kernels`` from the rul
 softmax family, eval_shape) and ``_trace`` (TraceTensor). ``_replay_cl`` renders a scalar
 tape into one OpenCL kernel for batched gradients.
 """
-from easyad.tensor._devices import Device, devices, get_device, set_device
+from easyad.tensor._devices import Device, device_report, devices, get_device, set_device
 from easyad.tensor._functions import (amax, amin, concatenate, eval_shape, log_softmax,
                                       logsumexp, mean, softmax, stack, sum)
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor
 
-__all__ = ["Device", "Tensor", "amax", "amin", "concatenate", "devices", "eval_shape",
+__all__ = ["Device", "Tensor", "amax", "amin", "concatenate", "device_report", "devices", "eval_shape",
            "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack",
            "sum", "TraceTensor"]

@@ -5,10 +5,17 @@ Kernels are compiled once per (device, source) and cached here; pyopencl and PoC
 keep compiled binaries on disk, so a new process pays little. One in-order queue per
 device. Allocations are counted (``live_buffers``) so tests can see that clearing a
 WengertList releases what its nodes held.
+
+No pyopencl exception leaves this module: every public method turns one into a DeviceError
+naming the device, the operation and the fix (``_device_errors``). The tensor layer calls
+the backend before it appends a tape entry, so a failed operation records nothing.
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
+import tempfile
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -17,7 +24,9 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cl_array
 
+from easyad.errors import DeviceError
 from easyad.tensor import _kernels as kernels
+from easyad.tensor import _probe
 from easyad.tensor._buffers import LiveBuffers
 from easyad.tensor._shapes import contiguous_strides
 
@@ -44,6 +53,87 @@ def _collapse(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]
     return tuple(out_shape), [tuple(s) for s in out_strides]
 
 
+_CODE = cl.status_code
+_MEMORY = {_CODE.MEM_OBJECT_ALLOCATION_FAILURE, _CODE.OUT_OF_HOST_MEMORY,
+           _CODE.INVALID_BUFFER_SIZE, _CODE.OUT_OF_RESOURCES}
+_LOST = {_CODE.DEVICE_NOT_AVAILABLE, _CODE.INVALID_COMMAND_QUEUE, _CODE.INVALID_CONTEXT,
+         _CODE.INVALID_DEVICE, -9999}   # -9999: NVIDIA's "illegal read or write"
+
+
+def _translate(backend: "OpenCLBackend", operation: str, error: Exception) -> DeviceError:
+    """The DeviceError for a pyopencl error raised while ``operation`` ran."""
+    device = backend.device
+    where = f"{operation} on device {device.name} ({device.description})"
+    code = getattr(error, "code", None)
+    if isinstance(error, cl.MemoryError) or code in _MEMORY:
+        limit = device._handle.max_mem_alloc_size
+        return DeviceError(
+            f"{where} ran out of device memory ({_probe.first_log_line(str(error))}; one "
+            f"buffer may hold at most {limit} bytes here). Fix: use smaller arrays or batches "
+            f"or float32, release tensors you no longer need (del them, lst.clear()), or use "
+            f"device='numpy'", device=device, operation=operation)
+    if code in _LOST:
+        return DeviceError(
+            f"{where} failed: the device was lost or reset "
+            f"({_probe.first_log_line(str(error))}). Fix: its tensors are gone; restart the "
+            f"process (or use another device) and check the driver (dmesg, nvidia-smi)",
+            device=device, operation=operation)
+    return DeviceError(
+        f"{where} failed in the OpenCL driver: {_probe.first_log_line(str(error))}. Fix: "
+        f"check `python -m easyad devices`; use device='numpy' meanwhile, and report this "
+        f"with the message if the device passes the probe", device=device, operation=operation)
+
+
+def _device_errors(cls: type) -> type:
+    """Wrap ``__init__`` and every public method of ``cls`` so that pyopencl errors leave as
+    DeviceErrors naming the outermost operation (``map`` calls ``kernel``: the user hears
+    of the map and its label)."""
+    def wrap(method: Any) -> Any:
+        @functools.wraps(method)
+        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.__dict__.get("_busy"):
+                return method(self, *args, **kwargs)
+            self._busy = True
+            try:
+                return method(self, *args, **kwargs)
+            except cl.Error as error:
+                label = (f" ({args[0]})" if args and isinstance(args[0], str)
+                         and "\n" not in args[0] and len(args[0]) < 60 else "")
+                raise _translate(self, f"{method.__name__}{label}", error) from None
+            finally:
+                self._busy = False
+        return guarded
+    for name, member in list(vars(cls).items()):
+        if callable(member) and (name == "__init__" or not name.startswith("_")):
+            setattr(cls, name, wrap(member))
+    return cls
+
+
+def _quiet_build(program: Any) -> Any:
+    """``program.build()`` with the driver's own stderr output (PoCL's clang prints "1
+    warning generated." there) captured: shown only inside the error when the build fails."""
+    sys_fd = 2
+    saved = os.dup(sys_fd)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), sys_fd)
+        try:
+            with warnings.catch_warnings():   # pyopencl's notes on a successful build
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                return program.build()
+        except cl.Error as error:
+            sink.seek(0)
+            printed = sink.read().decode(errors="replace").strip()
+            raise _BuildFailed(str(error) + ("\n" + printed if printed else "")) from None
+        finally:
+            os.dup2(saved, sys_fd)
+            os.close(saved)
+
+
+class _BuildFailed(Exception):
+    pass
+
+
+@_device_errors
 class OpenCLBackend(LiveBuffers):
     """Tensor storage and kernels on one OpenCL device."""
 
@@ -71,9 +161,14 @@ class OpenCLBackend(LiveBuffers):
         if k is None:
             program = self._programs.get(source)
             if program is None:
-                with warnings.catch_warnings():   # PoCL's notes on a successful build
-                    warnings.simplefilter("ignore", cl.CompilerWarning)
-                    program = cl.Program(self.context, source).build()
+                try:
+                    program = _quiet_build(cl.Program(self.context, source))
+                except _BuildFailed as failure:
+                    raise DeviceError(
+                        f"building the OpenCL kernel {name} for device {self.device.name} "
+                        f"({self.device.description}) failed: "
+                        f"{_probe.first_log_line(str(failure))}. Fix: {_probe.FIX_BUILD}",
+                        device=self.device, operation=name) from None
                 self._programs[source] = program
                 self.compiles += 1
             k = getattr(program, name)
@@ -90,7 +185,15 @@ class OpenCLBackend(LiveBuffers):
     # -- buffers --
     def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         dtype = _STORAGE.get(np.dtype(dtype), np.dtype(dtype))
+        if dtype == np.float64 and not self.device.fp64:
+            raise DeviceError(f"device {self.device.name} ({self.device.description}) cannot "
+                              f"run float64 kernels ({self.device.problem}). Fix: "
+                              f"{self.device.fix}", device=self.device, operation="allocate")
         return self._track(cl_array.empty(self.queue, shape, dtype, allocator=self.pool))
+
+    def allocate(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised buffer (for callers that fill it with their own kernels)."""
+        return self._empty(shape, dtype)
 
     def asarray(self, array: Any, dtype: Any) -> Any:
         host = np.ascontiguousarray(np.asarray(array).astype(

@@ -168,9 +168,9 @@ class ReplayKernel:
             raise ValueError(f"X must have shape (B, {n}), got {X.shape}")
         be, B = self.backend, X.shape[0]
         x_buf = be.asarray(X, np.float64)
-        values = be._empty((B,), np.float64)
-        grads = be._empty((B, n), np.float64)
-        changed = be._empty((B,), np.uint8)
+        values = be.allocate((B,), np.float64)
+        grads = be.allocate((B, n), np.float64)
+        changed = be.allocate((B,), np.uint8)
         be.launch(self.kernel, B, x_buf.data, values.data, grads.data, changed.data, B)
         return (be.to_numpy(values), be.to_numpy(grads), be.to_numpy(changed).astype(bool))
 

@@ -44,6 +44,7 @@ static inline real_t easyad_fn_pow(real_t x, real_t y) {
     if (y == rint(y) && fabs(y) <= (real_t)64) return pown(x, (int)y);
     return pow(x, y);
 }
+#undef pow   /* PoCL's headers define pow as a macro (clang warns on redefinition) */
 #define pow easyad_fn_pow
 
 /* choose(c, a, b): a where c holds, else b (the tensor layer's where) */
