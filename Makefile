@@ -1,44 +1,55 @@
 # easyad: every target does its own set-up in .venv (created on first use).
-#   make tour    the tour of the library (python -m easyad)
-#   make test    the test suite (what CI runs)
+#   make tour    the tour of the library (python -m easyad): build tools, numpy, pyopencl only
+#   make test    the test suite (what CI runs): adds the test references, a working OpenCL device
 #   make docs    the documentation site, strict (warnings are errors) -> docs/_build/html
-#   make bench   the benchmarks against plain floats and peer libraries (.venv-bench)
+#   make bench   the benchmarks against plain floats and peer libraries (.venv-bench); prints
+#                only: `make bench-write` also rewrites the committed benchmarks/results/*.md
 #   make examples  the nn examples (regression, classifier), plots in examples/out/
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip install -q
 
-.PHONY: tour test docs bench build examples clean
+.PHONY: tour test lint docs bench bench-write build examples clean opencl
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.deps: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q "setuptools>=77" "Cython>=3.0" wheel "numpy>=1.24"
-	$(BIN)/python -m pip install -q pytest hypothesis sympy mypy "scipy>=1.10" "torch==2.13.0"
-	$(BIN)/python -m pip install -q "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7"
-	$(BIN)/python -m pip install -q pyopencl pocl-binary-distribution
-	$(BIN)/python -m pip install -q --no-build-isolation --no-deps -e .
+# what running easyad needs: the build tools, numpy, and the 'opencl' extra (pyopencl, PoCL)
+$(VENV)/.deps-run: pyproject.toml | $(BIN)/python
+	$(PIP) "setuptools>=77" "Cython>=3.0" wheel "numpy>=1.24"
+	$(PIP) pyopencl pocl-binary-distribution
+	$(PIP) --no-build-isolation --no-deps -e .
+	touch $@
+
+# the test references and tools on top: sympy, scipy, PyTorch 2.13.0 (CPU), mypy, ruff, sphinx
+$(VENV)/.deps-test: pyproject.toml $(VENV)/.deps-run
+	$(PIP) pytest hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
+	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7"
 	touch $@
 
 # codegen + cythonize + compile, each step only when its inputs changed
-build: $(VENV)/.deps
+build: $(VENV)/.deps-run
 	$(BIN)/python setup.py -q build_ext --inplace
 
 tour: build
 	$(BIN)/python -m easyad
 
-test: build
+# a working OpenCL device for the tests: probes, and installs the system's PoCL where it can
+opencl: build
+	bash .ci/ensure-opencl $(BIN)/python
+
+test: build $(VENV)/.deps-test opencl
 	$(BIN)/python -m pytest
 
 # the same strict build tests/test_docs_site.py runs; figures: docs/scripts/*.py
-docs: build
+docs: build $(VENV)/.deps-test
 	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 	@echo "open docs/_build/html/index.html"
 
 # the 'examples' extra (tqdm, matplotlib), on top of the test environment
-$(VENV)/.examples: pyproject.toml $(VENV)/.deps
-	$(BIN)/python -m pip install -q tqdm matplotlib
+$(VENV)/.examples: pyproject.toml $(VENV)/.deps-test
+	$(PIP) tqdm matplotlib
 	touch $@
 
 examples: build $(VENV)/.examples
@@ -55,6 +66,9 @@ $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml
 
 bench: $(BENCH)/.deps build
 	$(BENCH)/bin/python benchmarks/run.py
+
+bench-write: $(BENCH)/.deps build
+	$(BENCH)/bin/python benchmarks/run.py --write
 
 clean:
 	rm -rf build $(VENV) $(BENCH) easyad/*.so easyad/_core.c docs/_build docs/_generated

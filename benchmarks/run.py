@@ -14,8 +14,9 @@ variant for a fixed number of calls in a freshly shuffled order, and medians rep
 The machines these run on are shared and noisy; a median over interleaved rounds is
 what survives that, a single best-of-N does not.
 
-A full run writes results/NAME.md for each module it ran (with the date, the machine and
-the library versions); --quick runs fewer, shorter rounds and only prints.
+A run prints its reports; with --write it also writes results/NAME.md for each module it
+ran (with the date, the machine and the library versions), the committed results. --quick
+runs fewer, shorter rounds and never writes.
 """
 from __future__ import annotations
 
@@ -202,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float,
                         help="seconds one variant is timed for in one round")
     parser.add_argument("--seed", type=int, default=0, help="seed of the round order")
-    parser.add_argument("--no-write", action="store_true",
-                        help="print only, even on a full run")
+    parser.add_argument("--write", action="store_true",
+                        help="write NAME.md into --output (the committed results): only "
+                             "when asked, so a run leaves the clone clean")
     parser.add_argument("--output", type=Path, default=HERE / "results",
                         help="folder for NAME.md (default: benchmarks/results)")
     parser.add_argument("--strict", action="store_true",
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.log(f"   ({time.perf_counter() - started:.0f} s)")
         text = header(module, ctx, command) + "\n\n" + body.rstrip() + "\n"
         print(text)
-        if not (args.quick or args.no_write):
+        if args.write and not args.quick:
             args.output.mkdir(parents=True, exist_ok=True)
             path = args.output / f"{module.NAME}.md"
             path.write_text(text, encoding="utf-8")

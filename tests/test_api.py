@@ -40,7 +40,7 @@ CONTRACT = {
     # record once, replay many; second order; errors of the toolbox and tensors
     "Comparison", "Function", "record", "load", "hessian", "hvp",
     "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly",
-    "BranchChangedError", "GradientCheckError", "ShapeError",
+    "BranchChangedError", "GradientCheckError", "ShapeError", "DeviceError",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
     "atanh", "exp", "expm1", "log", "ln", "log2", "log10", "log1p", "sqrt", "cbrt", "abs",
     "erf", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
@@ -49,7 +49,7 @@ CONTRACT = {
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "GradientCheckError", "Taylor", "taylor",
     # tensors (issue 4)
-    "Tensor", "TraceTensor", "Device", "ShapeError", "devices", "set_device", "get_device", "sum", "mean",
+    "Tensor", "TraceTensor", "Device", "ShapeError", "devices", "device_report", "set_device", "get_device", "sum", "mean",
     "amax", "amin", "concatenate", "stack", "logsumexp", "softmax", "log_softmax",
     "eval_shape",
     # neural networks (issue 5): subpackages

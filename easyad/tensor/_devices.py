@@ -89,7 +89,7 @@ def _opencl_devices() -> tuple[Device, ...]:
     except Exception as error:   # no platform at all (pyopencl raises LogicError)
         _missing.append(f"no OpenCL platform ({_probe.first_log_line(str(error))})")
         return ()
-    found = []
+    found: list[dict[str, Any]] = []
     for p, platform in enumerate(platforms):
         try:
             handles = platform.get_devices()
@@ -109,7 +109,7 @@ def _opencl_devices() -> tuple[Device, ...]:
         cached.update(verdicts)
     out = []
     for i, f in enumerate(found):
-        handle, v = f["handle"], cached[f["key"]]
+        handle, v = f["handle"], cached[str(f["key"])]
         out.append(Device(f"opencl:{i}", "opencl",
                           f"{handle.name.strip()} ({f['platform_name']}, "
                           f"driver {handle.driver_version.strip()})",

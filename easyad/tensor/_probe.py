@@ -134,7 +134,8 @@ def probe(requests: list[dict[str, Any]], sources: dict[str, str] | None = None,
             child = subprocess.run([sys.executable, os.path.abspath(__file__)],
                                    input=json.dumps(request), capture_output=True, text=True,
                                    timeout=PROBE_TIMEOUT_S)
-            out, died = child.stdout, (None if child.returncode == 0 else child.returncode)
+            out = child.stdout
+            died: int | str | None = None if child.returncode == 0 else child.returncode
         except subprocess.TimeoutExpired as timeout:
             out = timeout.stdout.decode() if isinstance(timeout.stdout, bytes) else (
                 timeout.stdout or "")
