@@ -16,7 +16,6 @@ Only + - * / (and integer powers, which are products) have direct O(k^2) formula
 """
 from __future__ import annotations
 
-import ast
 import functools
 import math
 import numbers
@@ -26,7 +25,7 @@ from typing import Any, TypeAlias
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from easyad import _core, _expressions, _rules
+from easyad import _core, _expr, _expressions, _rules
 from easyad._core import Record, Trace
 
 __all__ = ["Taylor", "taylor"]
@@ -337,28 +336,17 @@ def _is_zero_series(t: Any) -> bool:
     return _expressions.number_of(t) == 0.0
 
 
-def _mul0(a: Any, b: Any) -> Any:
-    # strong zero for series: a factor that is 0 as a whole series contributes nothing
-    return 0.0 if _is_zero_series(a) or _is_zero_series(b) else a * b
-
-
-def _div0(a: Any, b: Any) -> Any:
-    return 0.0 if _is_zero_series(a) else a / b
-
-
 @functools.lru_cache(maxsize=1)
 def _namespace() -> Mapping[str, Any]:
     """The generic namespace, with the strong-zero helpers judging whole series."""
-    return {**_expressions.generic_namespace(), "mul0": _mul0, "div0": _div0}
+    return _expressions.series_namespace(_is_zero_series)
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled(rule: _rules.Rule) -> tuple[tuple[Callable[..., Any], ...], tuple[bool, ...]]:
     """The rule's partials as callables over Taylors, and which of them read z."""
     compiled = _expressions.compile_rule(rule, _namespace())
-    uses_z = tuple(any(isinstance(node, ast.Name) and node.id == "z"
-                       for node in ast.walk(ast.parse(p, mode="eval")))
-                   for p in rule.partials)
+    uses_z = tuple("z" in _expr.variables(p) for p in rule.partials)
     return compiled.partials, uses_z
 
 
