@@ -100,7 +100,7 @@ def _vectorized(function: Any) -> Any:
 
     def apply(x: Any) -> Any:
         x = np.asarray(x)
-        return ufunc(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+        return np.asarray(ufunc(x)).astype(x.dtype if x.dtype.kind == "f" else np.float64)
     return apply
 
 
