@@ -61,7 +61,8 @@ def _pairs():
 def test_helpers_agree_on_floats_and_arrays(name):
     arity = 1 if name in ("sign", "heaviside") else 2
     args = _pairs()[:arity]
-    expected = _expressions.numpy_namespace()[name](*args)
+    with np.errstate(all="ignore"):
+        expected = _expressions.numpy_namespace()[name](*args)
     python = _expressions.generic_namespace()[name]
     got, want = [], []
     for i in range(len(args[0])):
@@ -79,7 +80,8 @@ def test_helpers_agree_on_opencl(name, opencl_device):
     args = _pairs()[:arity]
     operands = dict(zip("xy", args))
     text = f"{name}({', '.join('xy'[:arity])})"
-    expected = _expressions.numpy_namespace()[name](*args)
+    with np.errstate(all="ignore"):
+        expected = _expressions.numpy_namespace()[name](*args)
     be = ad.Tensor.constant(args[0], device=opencl_device)._backend
     data = {k: ad.Tensor.constant(v, device=opencl_device)._data for k, v in operands.items()}
     (out,) = be.map("helper_" + name, (text,), data, args[0].shape, (np.dtype(np.float64),))
