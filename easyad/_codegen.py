@@ -385,10 +385,9 @@ def _namespace() -> dict:
         unary=[v for v in vs if v.rule.arity == 1],
         binary=[v for v in vs if v.rule.arity == 2],
         # what ad.<name> and the methods of Trace/Record expose
-        unary_functions=[v for v in vs if v.rule.arity == 1 and v.name != "neg"],
+        unary_functions=[v for v in vs if v.rule.arity == 1 and v.rule.generic],
         binary_operators=[v for v in vs if v.rule.arity == 2 and v.operator],
-        binary_functions=[v for v in vs if v.rule.arity == 2
-                          and (not v.operator or v.name == "pow")],
+        binary_functions=[v for v in vs if v.rule.arity == 2 and v.rule.generic],
         comparisons=rules.COMPARISONS,
         comparison_symbols=list(rules.COMPARISON_SYMBOLS.items()),
     )

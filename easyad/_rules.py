@@ -63,6 +63,7 @@ class Rule:
     aliases: tuple[str, ...] = ()  # other spellings (numpy's), same function
     operator: str = ""             # the Python operator dunder base it serves, if any
     doc: str = ""                  # one line for docstrings
+    generic: bool = True           # ad.<name> exists (False: served by an operator only)
     numpy: str | None = SAME       # numpy's ufunc (see above)
     torch: str | None = SAME       # torch's function or expression
     sympy: str | None = SAME       # sympy's function or expression
@@ -87,7 +88,7 @@ _LN10 = "2.302585092994046"
 _TWO_OVER_SQRT_PI = "1.1283791670955126"
 
 UNARY_RULES: tuple[Rule, ...] = (
-    Rule("neg", "-x", ("-1.0",), NO_CHECK, operator="neg", doc="negation -x",
+    Rule("neg", "-x", ("-1.0",), NO_CHECK, generic=False, operator="neg", doc="negation -x",
          numpy="negative", sympy="-x"),
     Rule("sin", "sin(x)", ("cos(x)",), doc="sine"),
     Rule("cos", "cos(x)", ("-sin(x)",), doc="cosine"),
@@ -137,21 +138,22 @@ UNARY_RULES: tuple[Rule, ...] = (
 )
 
 BINARY_RULES: tuple[Rule, ...] = (
-    Rule("add", "x + y", ("1.0", "1.0"), NO_CHECK, (REAL, REAL), operator="add", doc="x + y",
-         sympy="x + y"),
-    Rule("sub", "x - y", ("1.0", "-1.0"), NO_CHECK, (REAL, REAL), operator="sub", doc="x - y",
-         numpy="subtract", sympy="x - y"),
-    Rule("mul", "x * y", ("y", "x"), NO_CHECK, (REAL, REAL), operator="mul", doc="x * y",
-         numpy="multiply", sympy="x * y"),
-    Rule("div", "x / y", ("1.0 / y", "-z / y"), DIVISION, (REAL, REAL), operator="truediv",
-         doc="x / y", numpy="divide", sympy="x / y"),
+    Rule("add", "x + y", ("1.0", "1.0"), NO_CHECK, (REAL, REAL), generic=False,
+         operator="add", doc="x + y", sympy="x + y"),
+    Rule("sub", "x - y", ("1.0", "-1.0"), NO_CHECK, (REAL, REAL), generic=False,
+         operator="sub", doc="x - y", numpy="subtract", sympy="x - y"),
+    Rule("mul", "x * y", ("y", "x"), NO_CHECK, (REAL, REAL), generic=False,
+         operator="mul", doc="x * y", numpy="multiply", sympy="x * y"),
+    Rule("div", "x / y", ("1.0 / y", "-z / y"), DIVISION, (REAL, REAL), generic=False,
+         operator="truediv", doc="x / y", numpy="divide", sympy="x / y"),
     # Zero base: d/dx is 0 when y = 0 (0**0 = 1 is flat in x); d/dy is 0 at x = 0, y > 0.
     # Negative base: d/dy is NaN (x**y is not real-differentiable in y there).
     Rule("pow", "pow(x, y)", ("mul0(y, pow(x, y - 1.0))", "mul0(z, log(x))"), POWER,
-         (POSITIVE, REAL), aliases=("power",), operator="pow", doc="x ** y", numpy="power", sympy="Pow"),
+         (POSITIVE, REAL), aliases=("power",), operator="pow", doc="x ** y", numpy="power",
+         sympy="Pow"),
     Rule("atan2", "atan2(x, y)", ("y / (x * x + y * y)", "-x / (x * x + y * y)"), NO_CHECK,
-         (REAL, REAL), aliases=("arctan2",), doc="angle of the point (y, x): atan2(x, y) = atan(x/y)",
-         numpy="arctan2"),
+         (REAL, REAL), aliases=("arctan2",),
+         doc="angle of the point (y, x): atan2(x, y) = atan(x/y)", numpy="arctan2"),
     # hypot'(0, 0) = (0, 0), the subgradient, as for abs
     Rule("hypot", "hypot(x, y)", ("div0(x, z)", "div0(y, z)"), MATH_OVERFLOW, (REAL, REAL),
          doc="sqrt(x*x + y*y) without overflow", sympy="sqrt(x * x + y * y)"),

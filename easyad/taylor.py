@@ -31,7 +31,6 @@ from easyad._core import Record, Trace
 __all__ = ["Taylor", "taylor"]
 
 Coefficients: TypeAlias = NDArray[np.float64]
-_OPERATOR_ONLY = frozenset({"neg", "add", "sub", "mul", "div"})  # served by operators
 _PLAIN_REAL = (int, float, np.integer, np.floating, np.bool_)
 _MAX_INTEGER_POWER = 2 ** 20  # larger constant exponents go through the table's pow rule
 
@@ -427,7 +426,7 @@ def _binary_method(rule: _rules.Rule, name: str) -> Callable[[Taylor, object], T
 
 
 for _rule in _rules.RULES:
-    if _rule.name not in _OPERATOR_ONLY:
+    if _rule.generic:  # not an operator-only row
         for _name in (_rule.name, *_rule.aliases):
             setattr(Taylor, _name, (_unary_method if _rule.arity == 1 else _binary_method)(
                 _rule, _name))
