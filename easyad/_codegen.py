@@ -165,8 +165,9 @@ def render_ops_h() -> str:
         return f"easyad_{r.name}_t{k}(x, y, z, dx, dy, dz)" if k < r.arity else "0.0"
 
     out.append("\n/* ---- opcode dispatch for replay (rule opcodes only) ---- */\n"
-               "/* inlined into the sweep loops: a call per entry would cost as much as the math */\n"
-               "#if defined(__GNUC__)\n#define EASYAD_DISPATCH static inline __attribute__((always_inline))\n"
+               "/* inlined into the sweep loops: a call per entry would cost as much as the "
+               "math */\n#if defined(__GNUC__)\n"
+               "#define EASYAD_DISPATCH static inline __attribute__((always_inline))\n"
                "#else\n#define EASYAD_DISPATCH static inline\n#endif")
     # Runs: replay lays the list out in runs of entries lo..hi with one opcode; one switch
     # per run, then a tight loop per rule. Operands are slots a[i], b[i] of v (constants
@@ -187,7 +188,8 @@ def render_ops_h() -> str:
                 "if (ib == last) y = zlast; else y = v[ib]; (void)y; "
                 f"const double z = easyad_{r.name}_value(x, y); v[i] = z; last = i; zlast = z; "
                 f"{stores}finite &= isfinite(z) != 0; }} }} break;")
-    out.append("\n/* values and partials of a run; 1 if every value is finite (errors of the table's "
+    out.append("\n/* values and partials of a run; 1 if every value is finite (errors of the "
+               "table's "
                "policies\n   all show as non-finite values), 0 if not */\n"
                "static int easyad_rule_eval_run(int op, long lo, long hi, "
                "const int32_t* a, const int32_t* b, double* v, double* p0, double* p1, "
@@ -350,14 +352,16 @@ def render_ops() -> str:
                "    int easyad_rule_fixed_partials(int op, double* c0, double* c1)\n"
                "    void easyad_rule_tangents_run(int op, long lo, long hi, const int32_t* a,\n"
                "                                  const int32_t* b, const double* v,\n"
-               "                                  const double* pp0, const double* pp1, double* dv,\n"
+               "                                  const double* pp0, const double* pp1,\n"
+               "                                  double* dv,\n"
                "                                  double* dp0, double* dp1, long K, int need0,\n"
                "                                  int need1)\n"
                "    int easyad_rule_eval_affine(int op, long len, const double* xs, long sx,\n"
                "                                const double* ys, long sy, double* out,\n"
                "                                double* p0, double* p1, int need0, int need1)\n"
                "    void easyad_rule_reverse_affine(int op, long len, const double* p0,\n"
-               "                                    const double* p1, const double* ao, double* ax,\n"
+               "                                    const double* p1, const double* ao,\n"
+               "                                    double* ax,\n"
                "                                    double* ay, int need0, int need1)\n"
                "    void easyad_rule_reverse_run(int op, long lo, long hi, const int32_t* a,\n"
                "                                 const int32_t* b, const double* p0,\n"

@@ -17,7 +17,7 @@ This module is pure data: it imports nothing from easyad.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import inf
 
 # Error policies: how a value is checked so every mode raises what Python's floats raise.

@@ -17,7 +17,6 @@ Only + - * / (and integer powers, which are products) have direct O(k^2) formula
 from __future__ import annotations
 
 import functools
-import math
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias

@@ -4,7 +4,8 @@ Elementwise kernels are not written per function: ``render_map`` turns any list 
 expressions of the shared language (the rule table's values and partials, wrapped as
 ``mul0(g, partial)`` for vjps and ``mul0(partial, dx)`` for jvps) into one kernel, with the
 helpers of ``easyad/_helpers.h`` (the header the C core includes too). Expressions are
-rendered by ``easyad._expr`` (float kernels get float literals). Reductions, strided copies, gathers and the tiled matmul are
+rendered by ``easyad._expr`` (float kernels get float literals). Reductions, strided
+copies, gathers and the tiled matmul are
 fixed templates here. Pure strings: the OpenCL backend (``_opencl.py``) compiles them, once
 per device and source.
 """
@@ -166,7 +167,8 @@ def _hsum(real: str, width: int) -> str:
         half = w // 2
         lo = "".join("0123456789abcdef"[i] for i in range(half))
         hi = "".join("0123456789abcdef"[i] for i in range(half, w))
-        lines.append(f"    const {real}{half if half > 1 else ''} h{half} = {name}.s{lo} + {name}.s{hi};")
+        vector = f"{real}{half if half > 1 else ''}"
+        lines.append(f"    const {vector} h{half} = {name}.s{lo} + {name}.s{hi};")
         name, w = f"h{half}", half
     return ("static inline real_t hsum(vec_t v) {\n" + "\n".join(lines)
             + f"\n    return {name};\n}}")

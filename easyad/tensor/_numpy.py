@@ -3,7 +3,8 @@
 Elementwise operations compile the rule table's expression strings (and the tensor layer's
 own expressions in the same language) against ``NAMESPACE``, what each function name of the
 language means for numpy arrays, helpers (``sign``, ``heaviside``, ``mul0``, ``div0``,
-``choose``) included (``_expressions.numpy_namespace``). The OpenCL backend (``_opencl.py``) renders the
+``choose``) included (``_expressions.numpy_namespace``). The OpenCL backend
+(``_opencl.py``) renders the
 very same strings into kernels; the two must agree, and the tests check that they do.
 Buffers are C-contiguous ndarrays; IEEE semantics throughout (NaN/inf, no exceptions).
 """
