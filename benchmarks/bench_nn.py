@@ -8,7 +8,8 @@ data), cross-entropy on class indices and plain SGD (lr 0.01). One step is
     PyTorch: opt.zero_grad(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step()
 
 The batch is made a tensor once, outside the step, on both sides (``ad.Tensor.constant``,
-``torch.tensor``). Both start from the same weights; before any timing one step of each variant must give
+``torch.tensor``). Both start from the same weights; before any timing one step of each variant
+must give
 the same loss and the same updated parameters as PyTorch in float64 (to 1e-9). Threads:
 PyTorch's intra-op threads and numpy's BLAS threads are pinned to the same number
 (``THREADS``, with ``torch.set_num_threads`` and threadpoolctl); the OpenCL variant runs on

@@ -249,7 +249,8 @@ def run(ctx):
     if torch is not None:
         torch.set_num_threads(max(1, torch.get_num_threads()))
     device = _opencl_device()
-    lines = [f"OpenCL device: {device.description if device else 'none (install the opencl extra)'}",
+    described = device.description if device else "none (install the opencl extra)"
+    lines = [f"OpenCL device: {described}",
              ""]
     missed = []
     for part in (bench_chain(ctx, device, torch), bench_matmul(ctx, device, torch)):

@@ -35,7 +35,7 @@ import timeit
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

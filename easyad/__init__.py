@@ -97,7 +97,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BranchChangedError", "Comparison", "Derivatives", "Function", "GradientCheckError",
-    "Numeric", "Real", "Record", "ShapeError", "DeviceError", "StaleRecordError", "TapeMismatchError",
+    "Numeric", "Real", "Record", "ShapeError", "DeviceError", "StaleRecordError",
+    "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
     "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly",
     "abs", "absolute", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",

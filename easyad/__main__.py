@@ -93,7 +93,8 @@ def best_time(fn, arg, budget: float = 0.05) -> float:
 
 def tour_forward_vs_reverse() -> None:
     print("2. Forward vs reverse mode: time for the whole gradient of chain(x_1..x_n)")
-    print(f"   {'n':>5} {'forward (n passes)':>20} {'reverse (1 sweep)':>19} {'forward/reverse':>16}")
+    print(f"   {'n':>5} {'forward (n passes)':>20} {'reverse (1 sweep)':>19} "
+          f"{'forward/reverse':>16}")
     for n in (1, 4, 16, 64, 256):
         xs = [0.1 * (i + 1) for i in range(n)]
         fwd, rev = forward_gradient(xs), reverse_gradient(xs)
@@ -139,7 +140,7 @@ def tour_taylor(x0: float = 0.5, order: int = 6) -> None:
     e = math.exp(math.sin(x0))
     hand = [e, math.cos(x0) * e, (math.cos(x0) ** 2 - math.sin(x0)) * e]
     print("   " + "  ".join(f"{d:.6f}" for d in derivatives))
-    print(f"   by hand (k <= 2): " + "  ".join(f"{h:.6f}" for h in hand) + "\n")
+    print("   by hand (k <= 2): " + "  ".join(f"{h:.6f}" for h in hand) + "\n")
 
 
 def tour_tensors() -> None:

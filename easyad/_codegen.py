@@ -5,7 +5,7 @@ git-ignored and rebuilt from the table:
 
 - ``_ops.h``: plain C, per rule a static inline function for the value and each partial
   (``easyad_<rule>_value``, ``easyad_<rule>_d0``/``_d1``) and the tangents of the partials
-  (``_t0``/``_t1``, from ``_symbolic.py``); the expressions are C99 as written. Then the
+  (``_t0``/``_t1``, derived by ``_expr.py``); expressions are rendered to C99 by ``_expr``. Then the
   replay sweeps over runs of one opcode, one ``case`` per rule: values and partials
   (``easyad_rule_eval_run``, ``easyad_rule_eval_affine``), adjoints
   (``easyad_rule_reverse_run``, ``easyad_rule_reverse_affine``), tangents for Hessians
@@ -27,22 +27,16 @@ from dataclasses import dataclass
 if __package__ in (None, ""):  # run as a script from setup.py: load the table by path
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     try:
+        import _expr as expr  # type: ignore[no-redef, import-not-found, unused-ignore]
         import _rules as rules  # type: ignore[no-redef]
-        import _symbolic as symbolic  # type: ignore[no-redef, import-not-found, unused-ignore]
     finally:   # leave the path as it was: easyad/random.py must not shadow the stdlib's
         del sys.path[0]
 else:
+    from . import _expr as expr
     from . import _rules as rules
-    from . import _symbolic as symbolic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BANNER = "# GENERATED from easyad/_rules.py by easyad/_codegen.py, do not edit\n"
-
-# numpy's spelling of each rule, for arrays passed to the generic functions (None: no ufunc)
-NUMPY_NAMES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
-               "acosh": "arccosh", "atanh": "arctanh", "abs": "absolute", "pow": "power",
-               "atan2": "arctan2", "erf": None, "neg": "negative", "div": "true_divide",
-               "sub": "subtract", "mul": "multiply"}
 
 _CHECKS = {
     rules.NO_CHECK: "return 0",
@@ -74,7 +68,8 @@ class View:
 
     @property
     def numpy_name(self) -> str:
-        return NUMPY_NAMES.get(self.rule.name, self.rule.name) or ""
+        """numpy's ufunc for arrays passed to the generic function ("": none, elementwise)"""
+        return self.rule.spelling("numpy") or ""
 
     @property
     def doc(self) -> str:
@@ -104,8 +99,8 @@ def views() -> list[View]:
 
 def _c_functions(r: rules.Rule) -> list[tuple[str, str, str]]:
     """(C name, parameters, expression) of a rule's value and partials."""
-    out = [(f"easyad_{r.name}_value", "double x, double y", r.value)]
-    out += [(f"easyad_{r.name}_d{k}", "double x, double y, double z", p)
+    out = [(f"easyad_{r.name}_value", "double x, double y", expr.render(r.value, "c"))]
+    out += [(f"easyad_{r.name}_d{k}", "double x, double y, double z", expr.render(p, "c"))
             for k, p in enumerate(r.partials)]
     return out
 
@@ -121,15 +116,13 @@ _C_STATUS = {
 
 def _tangent_functions(r: rules.Rule) -> list[tuple[str, str]]:
     """(C name, expression) of the tangents of a rule's partials (second-order sweeps)."""
-    return [(f"easyad_{r.name}_t{k}", symbolic.partial_tangent(r, k)) for k in range(r.arity)]
+    return [(f"easyad_{r.name}_t{k}", expr.render(expr.partial_tangent(r, k), "c"))
+            for k in range(r.arity)]
 
 
 def _literal(expression: str) -> float | None:
     """The number a partial's expression is, if it is one ("1.0", "-1.0"), else None."""
-    try:
-        return float(expression)
-    except ValueError:
-        return None
+    return expr.constant(expression)
 
 
 def _partial_text(r: rules.Rule, k: int) -> str:
@@ -172,8 +165,9 @@ def render_ops_h() -> str:
         return f"easyad_{r.name}_t{k}(x, y, z, dx, dy, dz)" if k < r.arity else "0.0"
 
     out.append("\n/* ---- opcode dispatch for replay (rule opcodes only) ---- */\n"
-               "/* inlined into the sweep loops: a call per entry would cost as much as the math */\n"
-               "#if defined(__GNUC__)\n#define EASYAD_DISPATCH static inline __attribute__((always_inline))\n"
+               "/* inlined into the sweep loops: a call per entry would cost as much as the "
+               "math */\n#if defined(__GNUC__)\n"
+               "#define EASYAD_DISPATCH static inline __attribute__((always_inline))\n"
                "#else\n#define EASYAD_DISPATCH static inline\n#endif")
     # Runs: replay lays the list out in runs of entries lo..hi with one opcode; one switch
     # per run, then a tight loop per rule. Operands are slots a[i], b[i] of v (constants
@@ -194,7 +188,8 @@ def render_ops_h() -> str:
                 "if (ib == last) y = zlast; else y = v[ib]; (void)y; "
                 f"const double z = easyad_{r.name}_value(x, y); v[i] = z; last = i; zlast = z; "
                 f"{stores}finite &= isfinite(z) != 0; }} }} break;")
-    out.append("\n/* values and partials of a run; 1 if every value is finite (errors of the table's "
+    out.append("\n/* values and partials of a run; 1 if every value is finite (errors of the "
+               "table's "
                "policies\n   all show as non-finite values), 0 if not */\n"
                "static int easyad_rule_eval_run(int op, long lo, long hi, "
                "const int32_t* a, const int32_t* b, double* v, double* p0, double* p1, "
@@ -357,14 +352,16 @@ def render_ops() -> str:
                "    int easyad_rule_fixed_partials(int op, double* c0, double* c1)\n"
                "    void easyad_rule_tangents_run(int op, long lo, long hi, const int32_t* a,\n"
                "                                  const int32_t* b, const double* v,\n"
-               "                                  const double* pp0, const double* pp1, double* dv,\n"
+               "                                  const double* pp0, const double* pp1,\n"
+               "                                  double* dv,\n"
                "                                  double* dp0, double* dp1, long K, int need0,\n"
                "                                  int need1)\n"
                "    int easyad_rule_eval_affine(int op, long len, const double* xs, long sx,\n"
                "                                const double* ys, long sy, double* out,\n"
                "                                double* p0, double* p1, int need0, int need1)\n"
                "    void easyad_rule_reverse_affine(int op, long len, const double* p0,\n"
-               "                                    const double* p1, const double* ao, double* ax,\n"
+               "                                    const double* p1, const double* ao,\n"
+               "                                    double* ax,\n"
                "                                    double* ay, int need0, int need1)\n"
                "    void easyad_rule_reverse_run(int op, long lo, long hi, const int32_t* a,\n"
                "                                 const int32_t* b, const double* p0,\n"
@@ -392,10 +389,9 @@ def _namespace() -> dict:
         unary=[v for v in vs if v.rule.arity == 1],
         binary=[v for v in vs if v.rule.arity == 2],
         # what ad.<name> and the methods of Trace/Record expose
-        unary_functions=[v for v in vs if v.rule.arity == 1 and v.name != "neg"],
+        unary_functions=[v for v in vs if v.rule.arity == 1 and v.rule.generic],
         binary_operators=[v for v in vs if v.rule.arity == 2 and v.operator],
-        binary_functions=[v for v in vs if v.rule.arity == 2
-                          and (not v.operator or v.name == "pow")],
+        binary_functions=[v for v in vs if v.rule.arity == 2 and v.rule.generic],
         comparisons=rules.COMPARISONS,
         comparison_symbols=list(rules.COMPARISON_SYMBOLS.items()),
     )

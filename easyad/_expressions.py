@@ -1,11 +1,21 @@
-"""The rule table's expressions as Python callables, over any Numeric kind.
+"""The rule table's expressions as Python callables, and what their names mean in Python.
 
-The compiled core renders ``_rules.py`` into C; everything that runs the same formulas in
-Python (higher-order reverse mode on Records, Taylor arithmetic, tensors on numpy) compiles
-them here instead, against a namespace that says what ``sin``, ``mul0``... mean for its kind.
-``generic_namespace()`` maps every name an expression may call to easyad's generic
-functions, so a compiled partial works on floats, Traces, Records and anything else that
-implements the Numeric protocol (the piecewise helpers read values through ``.number``).
+The compiled core renders ``_rules.py`` into C, with the helpers of ``_helpers.h``.
+Everything that runs the same formulas in Python compiles them here instead, against a
+namespace that says what ``sin``, ``mul0``... mean for its kind of number. This module is
+the one owner of those Python meanings (``_helpers.h`` owns the C/OpenCL ones; the tests
+check that they agree):
+
+- ``generic_namespace()``: floats, Traces, Records and any Numeric (higher-order reverse
+  mode, Taylor arithmetic): table calls go to easyad's generic functions ``ad.<rule>``;
+  the piecewise helpers read values through ``.number``;
+- ``series_namespace(is_zero)``: the generic one with strong zeros judged by ``is_zero``
+  (Taylor mode: a whole series that is 0 contributes nothing);
+- ``numpy_namespace()``: arrays (the numpy tensor backend): table calls go to numpy's
+  ufunc named by each row (``Rule.numpy``), helpers elementwise with ``np.where``.
+
+Names a table call may have come from ``_expr.call_rules`` (a row whose value is a bare
+call, like ``fabs(x)`` for abs); the expressions are rendered by ``_expr``.
 """
 from __future__ import annotations
 
@@ -15,15 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from easyad import _expr
 from easyad import _rules as rules
 
 Expression = Callable[[Any, Any, Any], Any]  # (x, y, z) -> value
-
-
-def c_function_name(rule: rules.Rule) -> str | None:
-    """The function a rule's value expression calls (``fabs`` for abs), or None (operators)."""
-    head = rule.value.split("(")[0]
-    return head if head.isidentifier() and "(" in rule.value else None
 
 
 def number_of(t: Any) -> float:
@@ -36,8 +43,10 @@ def number_of(t: Any) -> float:
     return float(number)
 
 
+# ---- helpers on Numeric kinds (floats, Traces, Records...) ----
 # Piecewise-constant helpers return plain floats: their derivative is 0 wherever defined,
 # so the result carries no derivative in any mode.
+
 def _sign(t: Any) -> float:
     v = number_of(t)
     return 1.0 if v > 0 else (-1.0 if v < 0 else v)
@@ -59,34 +68,98 @@ def _mul0(a: Any, b: Any) -> Any:
 
 
 def _div0(a: Any, b: Any) -> Any:
-    # 0/0 counts as 0 (the subgradient of hypot at the origin)
-    if number_of(a) == 0.0 and number_of(b) == 0.0:
+    # 0/0 counts as 0 (the subgradient of hypot at the origin), 0/NaN too (as in C).
+    # Otherwise the quotient, so a numerator whose value is 0 passes on its derivative.
+    va, vb = number_of(a), number_of(b)
+    if va == 0.0 and (vb == 0.0 or vb != vb):
         return 0.0
     return a / b
 
 
+# ---- helpers on numpy arrays ----
+
+def _np_mul0(a: Any, b: Any) -> Any:
+    # strong zero: a zero factor gives exactly 0, even against inf or NaN
+    return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, a * b)
+
+
+def _np_div0(a: Any, b: Any) -> Any:
+    return np.where(np.asarray(a) == 0, 0.0, a / np.where(np.asarray(a) == 0, 1.0, b))
+
+
+def _np_heaviside(t: Any) -> Any:
+    return np.heaviside(t, 0.5)
+
+
+def _np_choose(c: Any, a: Any, b: Any) -> Any:
+    return np.where(c, a, b)
+
+
+def _vectorized(function: Any) -> Any:
+    ufunc = np.frompyfunc(function, 1, 1)
+
+    def apply(x: Any) -> Any:
+        x = np.asarray(x)
+        return np.asarray(ufunc(x)).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+    return apply
+
+
+# ---- namespaces ----
+
 @functools.lru_cache(maxsize=1)
 def generic_namespace() -> Mapping[str, Any]:
     """Every name a rule expression may call, bound to easyad's generic functions."""
-    import easyad as ad
+    import easyad._core as core
 
-    ns: dict[str, Any] = {"sign": _sign, "heaviside": _heaviside, "mul0": _mul0, "div0": _div0}
-    for rule in rules.RULES:
-        name = c_function_name(rule)
-        if name is not None:
-            ns[name] = getattr(ad, rule.name)
+    ns: dict[str, Any] = {"sign": _sign, "heaviside": _heaviside, "mul0": _mul0,
+                          "div0": _div0}
+    for name, rule in _expr.call_rules().items():
+        ns[name] = getattr(core, rule.name)
     return ns
 
 
+def series_namespace(is_zero: Callable[[Any], bool]) -> Mapping[str, Any]:
+    """The generic namespace with the strong-zero helpers judging whole values by
+    ``is_zero`` (Taylor series: a factor that is 0 as a whole series contributes nothing)."""
+    def mul0(a: Any, b: Any) -> Any:
+        return 0.0 if is_zero(a) or is_zero(b) else a * b
+
+    def div0(a: Any, b: Any) -> Any:
+        return 0.0 if is_zero(a) else a / b
+    return {**generic_namespace(), "mul0": mul0, "div0": div0}
+
+
+@functools.lru_cache(maxsize=1)
+def numpy_namespace() -> Mapping[str, Any]:
+    """Every name a rule expression calls, as numpy functions on arrays: the ufunc each row
+    names (``Rule.numpy``); math's scalar function elementwise where numpy has none."""
+    ns: dict[str, Any] = {"sign": np.sign, "heaviside": _np_heaviside, "mul0": _np_mul0,
+                          "div0": _np_div0, "maximum": np.maximum, "minimum": np.minimum,
+                          "choose": _np_choose}
+    for name, rule in _expr.call_rules().items():
+        if name in ns:
+            continue
+        spelling = rule.spelling("numpy")
+        if spelling is not None:
+            ns[name] = getattr(np, spelling)
+        else:
+            ns[name] = _vectorized(getattr(math, name))   # erf: numpy has no ufunc for it
+    return ns
+
+
+# ---- compiling ----
+
 @functools.lru_cache(maxsize=None)
-def _code(text: str) -> Any:
-    return compile(f"lambda x, y, z: ({text})", f"<rule expression {text!r}>", "eval")
+def _code(text: str, params: tuple[str, ...]) -> Any:
+    source = _expr.render(text, "python")
+    return compile(f"lambda {', '.join(params)}: ({source})", f"<expression {text!r}>", "eval")
 
 
-def compile_expression(text: str, namespace: Mapping[str, Any]) -> Expression:
-    """A rule expression as a Python function ``(x, y, z) -> value`` over ``namespace``."""
-    function: Expression = eval(_code(text), dict(namespace))  # noqa: S307 (table text)
-    return function
+def compile_expression(text: str, namespace: Mapping[str, Any],
+                       params: tuple[str, ...] = ("x", "y", "z")) -> Any:
+    """An expression as a Python function of ``params`` (default ``(x, y, z) -> value``)
+    over ``namespace``."""
+    return eval(_code(text, params), dict(namespace))  # noqa: S307 (table text)
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,8 @@ class GraphDerivatives:
         self._check()
         names = {} if self.tape is None else {v: k for k, v in self.tape._names_dict().items()}
         if name not in names:
-            raise KeyError(f"no variable named {name!r} (named: {', '.join(map(repr, names)) or 'none'})")
+            named = ", ".join(map(repr, names)) or "none"
+            raise KeyError(f"no variable named {name!r} (named: {named})")
         return self._as_record(self._adjoints.get(names[name]))
 
     def as_dict(self) -> dict[str, Record]:

@@ -1,8 +1,12 @@
 """THE table of derivative rules: every elementary operation of easyad, once, as data.
 
-Nothing else in easyad restates a formula. ``_codegen.py`` renders this table into the
-Cython core (Trace arithmetic, Record recording, the tape's opcodes) and ``numeric.py``
-compiles the same strings against Python namespaces; the tests derive their cases from it.
+Nothing else in easyad restates a formula, or any other per-function fact: a row also
+carries the function's spellings in numpy, torch and sympy. ``_expr.py`` parses the strings
+(once); ``_codegen.py`` renders the table into the Cython core (Trace arithmetic, Record
+recording, the tape's opcodes), ``_expressions.py`` compiles the same strings against
+Python and numpy namespaces, the tensor kernels render them to OpenCL C; the stubs, docs
+lists and tests are rendered from or checked against it. Adding a function is one row here
+(plus one helper in ``_helpers.h`` if C lacks the function): see docs/internals.md.
 
 Expression language (shared by C99, OpenCL C, Cython and Python/numpy): ``+ - * /``,
 parentheses, float literals and calls of functions every target defines under one name.
@@ -13,7 +17,7 @@ This module is pure data: it imports nothing from easyad.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import inf
 
 # Error policies: how a value is checked so every mode raises what Python's floats raise.
@@ -35,9 +39,21 @@ HELPERS = {
 }
 
 
+# A spelling field left at SAME means: the library calls the function by the rule's name.
+SAME = ""
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One elementary operation: its value and its partial derivatives, as expressions."""
+    """One elementary operation: its value and its partial derivatives, as expressions.
+
+    Spellings: ``numpy`` is the name of numpy's ufunc computing exactly this value (None:
+    numpy has none, arrays go elementwise through easyad); ``torch`` and ``sympy`` are the
+    library's function name, or the value as an expression in ``x``, ``y`` over that
+    library's namespace (None: the library has no such function). The tests check every
+    spelling against the value on sample points, so a wrong or forgotten one fails loudly
+    (numpy's ``sinc`` is the normalised sin(pi x)/(pi x): a ``sinc`` row needs numpy=None).
+    """
 
     name: str                      # Python math name; the generic function ad.<name>
     value: str                     # value expression in x (and y)
@@ -47,10 +63,20 @@ class Rule:
     aliases: tuple[str, ...] = ()  # other spellings (numpy's), same function
     operator: str = ""             # the Python operator dunder base it serves, if any
     doc: str = ""                  # one line for docstrings
+    generic: bool = True           # ad.<name> exists (False: served by an operator only)
+    numpy: str | None = SAME       # numpy's ufunc (see above)
+    torch: str | None = SAME       # torch's function or expression
+    sympy: str | None = SAME       # sympy's function or expression
 
     @property
     def arity(self) -> int:
         return len(self.partials)
+
+    def spelling(self, library: str) -> str | None:
+        """The rule's spelling in "numpy", "torch" or "sympy" (its name where the row
+        leaves it at SAME), or None where the library lacks the function."""
+        given = getattr(self, library)
+        return self.name if given == SAME else given
 
 
 REAL = (-inf, inf)
@@ -62,62 +88,79 @@ _LN10 = "2.302585092994046"
 _TWO_OVER_SQRT_PI = "1.1283791670955126"
 
 UNARY_RULES: tuple[Rule, ...] = (
-    Rule("neg", "-x", ("-1.0",), NO_CHECK, operator="neg", doc="negation -x"),
+    Rule("neg", "-x", ("-1.0",), NO_CHECK, generic=False, operator="neg", doc="negation -x",
+         numpy="negative", sympy="-x"),
     Rule("sin", "sin(x)", ("cos(x)",), doc="sine"),
     Rule("cos", "cos(x)", ("-sin(x)",), doc="cosine"),
     Rule("tan", "tan(x)", ("1.0 + z * z",), doc="tangent"),
     Rule("asin", "asin(x)", ("1.0 / sqrt(1.0 - x * x)",), domain=(OPEN_UNIT,),
-         aliases=("arcsin",), doc="inverse sine"),
+         aliases=("arcsin",), doc="inverse sine", numpy="arcsin"),
     Rule("acos", "acos(x)", ("-1.0 / sqrt(1.0 - x * x)",), domain=(OPEN_UNIT,),
-         aliases=("arccos",), doc="inverse cosine"),
-    Rule("atan", "atan(x)", ("1.0 / (1.0 + x * x)",), aliases=("arctan",), doc="inverse tangent"),
+         aliases=("arccos",), doc="inverse cosine", numpy="arccos"),
+    Rule("atan", "atan(x)", ("1.0 / (1.0 + x * x)",), aliases=("arctan",), doc="inverse tangent",
+         numpy="arctan"),
     Rule("sinh", "sinh(x)", ("cosh(x)",), MATH_OVERFLOW, doc="hyperbolic sine"),
     Rule("cosh", "cosh(x)", ("sinh(x)",), MATH_OVERFLOW, doc="hyperbolic cosine"),
     # 1/cosh^2 rather than 1 - z*z, which cancels to nothing as |x| grows (tanh'(20) ~ 2e-17)
     Rule("tanh", "tanh(x)", ("1.0 / (cosh(x) * cosh(x))",), doc="hyperbolic tangent"),
     # hypot(x, 1) = sqrt(x*x + 1) without overflow for large x
     Rule("asinh", "asinh(x)", ("1.0 / hypot(x, 1.0)",), aliases=("arcsinh",),
-         doc="inverse hyperbolic sine"),
+         doc="inverse hyperbolic sine", numpy="arcsinh"),
     # sqrt(x-1)*sqrt(x+1) keeps accuracy near x = 1, where x*x - 1 cancels
     Rule("acosh", "acosh(x)", ("1.0 / (sqrt(x - 1.0) * sqrt(x + 1.0))",), domain=((1.0, inf),),
-         aliases=("arccosh",), doc="inverse hyperbolic cosine"),
+         aliases=("arccosh",), doc="inverse hyperbolic cosine", numpy="arccosh"),
     Rule("atanh", "atanh(x)", ("1.0 / ((1.0 - x) * (1.0 + x))",), domain=(OPEN_UNIT,),
-         aliases=("arctanh",), doc="inverse hyperbolic tangent"),
+         aliases=("arctanh",), doc="inverse hyperbolic tangent", numpy="arctanh"),
     Rule("exp", "exp(x)", ("z",), MATH_OVERFLOW, doc="exponential (the partial reuses z)"),
-    Rule("expm1", "expm1(x)", ("exp(x)",), MATH_OVERFLOW, doc="exp(x) - 1, accurate near 0"),
+    Rule("expm1", "expm1(x)", ("exp(x)",), MATH_OVERFLOW, doc="exp(x) - 1, accurate near 0",
+         sympy="exp(x) - 1"),
     Rule("log", "log(x)", ("1.0 / x",), domain=(POSITIVE,), aliases=("ln",),
          doc="natural logarithm"),
-    Rule("log2", "log2(x)", (f"1.0 / (x * {_LN2})",), domain=(POSITIVE,), doc="base-2 logarithm"),
+    Rule("log2", "log2(x)", (f"1.0 / (x * {_LN2})",), domain=(POSITIVE,), doc="base-2 logarithm",
+         sympy="log(x) / log(2)"),
     Rule("log10", "log10(x)", (f"1.0 / (x * {_LN10})",), domain=(POSITIVE,),
-         doc="base-10 logarithm"),
+         doc="base-10 logarithm", sympy="log(x) / log(10)"),
     Rule("log1p", "log1p(x)", ("1.0 / (1.0 + x)",), domain=((-1.0, inf),),
-         doc="log(1 + x), accurate near 0"),
+         doc="log(1 + x), accurate near 0", sympy="log(1 + x)"),
     # sqrt'(0) = +inf, the one-sided limit; mul0 keeps it out of unselected where() branches
     Rule("sqrt", "sqrt(x)", ("0.5 / z",), domain=(POSITIVE,), doc="square root"),
-    Rule("cbrt", "cbrt(x)", ("1.0 / (3.0 * z * z)",), doc="cube root"),
+    # torch has no cube root: the sign-aware power (differentiable away from 0); sympy's
+    # cbrt is the principal (complex) root for x < 0, so the real root piecewise
+    Rule("cbrt", "cbrt(x)", ("1.0 / (3.0 * z * z)",), doc="cube root",
+         torch="sign(x) * pow(abs(x), 1.0 / 3.0)",
+         sympy="Piecewise((x ** Rational(1, 3), x >= 0), (-((-x) ** Rational(1, 3)), True))"),
     Rule("abs", "fabs(x)", ("sign(x)",), NO_CHECK, aliases=("absolute",),
-         operator="abs", doc="absolute value; abs'(0) = 0"),
-    Rule("erf", "erf(x)", (f"{_TWO_OVER_SQRT_PI} * exp(-x * x)",), doc="error function"),
+         operator="abs", doc="absolute value; abs'(0) = 0", numpy="absolute",
+         sympy="Abs"),
+    # numpy has no erf ufunc: arrays go elementwise through easyad
+    Rule("erf", "erf(x)", (f"{_TWO_OVER_SQRT_PI} * exp(-x * x)",), doc="error function",
+         numpy=None),
 )
 
 BINARY_RULES: tuple[Rule, ...] = (
-    Rule("add", "x + y", ("1.0", "1.0"), NO_CHECK, (REAL, REAL), operator="add", doc="x + y"),
-    Rule("sub", "x - y", ("1.0", "-1.0"), NO_CHECK, (REAL, REAL), operator="sub", doc="x - y"),
-    Rule("mul", "x * y", ("y", "x"), NO_CHECK, (REAL, REAL), operator="mul", doc="x * y"),
-    Rule("div", "x / y", ("1.0 / y", "-z / y"), DIVISION, (REAL, REAL), operator="truediv", doc="x / y"),
+    Rule("add", "x + y", ("1.0", "1.0"), NO_CHECK, (REAL, REAL), generic=False,
+         operator="add", doc="x + y", sympy="x + y"),
+    Rule("sub", "x - y", ("1.0", "-1.0"), NO_CHECK, (REAL, REAL), generic=False,
+         operator="sub", doc="x - y", numpy="subtract", sympy="x - y"),
+    Rule("mul", "x * y", ("y", "x"), NO_CHECK, (REAL, REAL), generic=False,
+         operator="mul", doc="x * y", numpy="multiply", sympy="x * y"),
+    Rule("div", "x / y", ("1.0 / y", "-z / y"), DIVISION, (REAL, REAL), generic=False,
+         operator="truediv", doc="x / y", numpy="divide", sympy="x / y"),
     # Zero base: d/dx is 0 when y = 0 (0**0 = 1 is flat in x); d/dy is 0 at x = 0, y > 0.
     # Negative base: d/dy is NaN (x**y is not real-differentiable in y there).
     Rule("pow", "pow(x, y)", ("mul0(y, pow(x, y - 1.0))", "mul0(z, log(x))"), POWER,
-         (POSITIVE, REAL), aliases=("power",), operator="pow", doc="x ** y"),
+         (POSITIVE, REAL), aliases=("power",), operator="pow", doc="x ** y", numpy="power",
+         sympy="Pow"),
     Rule("atan2", "atan2(x, y)", ("y / (x * x + y * y)", "-x / (x * x + y * y)"), NO_CHECK,
-         (REAL, REAL), aliases=("arctan2",), doc="angle of the point (y, x): atan2(x, y) = atan(x/y)"),
+         (REAL, REAL), aliases=("arctan2",),
+         doc="angle of the point (y, x): atan2(x, y) = atan(x/y)", numpy="arctan2"),
     # hypot'(0, 0) = (0, 0), the subgradient, as for abs
     Rule("hypot", "hypot(x, y)", ("div0(x, z)", "div0(y, z)"), MATH_OVERFLOW, (REAL, REAL),
-         doc="sqrt(x*x + y*y) without overflow"),
+         doc="sqrt(x*x + y*y) without overflow", sympy="sqrt(x * x + y * y)"),
     Rule("maximum", "maximum(x, y)", ("heaviside(x - y)", "heaviside(y - x)"), NO_CHECK,
-         (REAL, REAL), doc="larger of x and y; ties split the derivative"),
+         (REAL, REAL), doc="larger of x and y; ties split the derivative", sympy="Max"),
     Rule("minimum", "minimum(x, y)", ("heaviside(y - x)", "heaviside(x - y)"), NO_CHECK,
-         (REAL, REAL), doc="smaller of x and y; ties split the derivative"),
+         (REAL, REAL), doc="smaller of x and y; ties split the derivative", sympy="Min"),
 )
 
 RULES: tuple[Rule, ...] = UNARY_RULES + BINARY_RULES

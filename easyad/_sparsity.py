@@ -2,7 +2,7 @@
 
 A Hessian entry H[p, q] can be non-zero only if some operation has a non-zero second
 derivative in two operands that depend on inputs p and q. Which second derivatives of a
-rule are non-zero is read off the tangents of its partials (``_symbolic``, the same
+rule are non-zero is read off the tangents of its partials (``_expr``, the same
 expressions the second-order sweeps run): a tangent of partial k that contains ``dx``
 couples operand k with operand 0, ``dy`` with operand 1, ``dz`` with both. Dependencies
 are propagated forward once per Function. Columns that share no row may share one
@@ -11,14 +11,13 @@ whatever n is.
 """
 from __future__ import annotations
 
-import ast
 import functools
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from easyad import _rules, _symbolic
+from easyad import _expr, _rules
 
 # a pattern denser than this share of n*n is computed densely (colouring would not pay)
 _DENSE_SHARE = 0.5
@@ -29,12 +28,9 @@ def _couplings() -> dict[int, tuple[frozenset[str], ...]]:
     """opcode -> per partial k, the tangent names (dx, dy, dz) its tangent contains."""
     out = {}
     for rule in _rules.RULES:
-        names = []
-        for k in range(rule.arity):
-            tree = ast.parse(_symbolic.partial_tangent(rule, k), mode="eval")
-            names.append(frozenset(n.id for n in ast.walk(tree)
-                                   if isinstance(n, ast.Name) and n.id in ("dx", "dy", "dz")))
-        out[_rules.OPCODES[rule.name]] = tuple(names)
+        out[_rules.OPCODES[rule.name]] = tuple(
+            _expr.variables(_expr.partial_tangent(rule, k)) & {"dx", "dy", "dz"}
+            for k in range(rule.arity))
     return out
 
 

@@ -12,7 +12,6 @@ and ``on_branch_change`` says what happens (raise, re-record f there, or mask th
 from __future__ import annotations
 
 import os
-import pickle
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -438,7 +437,8 @@ class Function:
                 "record again (it was loaded or unpickled); use on_branch_change='mask'")
         for r in rows:
             G = record(self.f, X[r], on_branch_change="raise")
-            o, j, s, _ = G._run(_SECOND if second is not None else (_GRADIENT if jac is not None else _VALUE),
+            o, j, s, _ = G._run(_SECOND if second is not None
+                                else (_GRADIENT if jac is not None else _VALUE),
                              X[r:r + 1], "raise", method,
                              (extra[0][r:r + 1] if extra and extra[0].shape[0] > 1 else extra[0],)
                              if extra else ())

@@ -16,9 +16,7 @@ Only + - * / (and integer powers, which are products) have direct O(k^2) formula
 """
 from __future__ import annotations
 
-import ast
 import functools
-import math
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
@@ -26,13 +24,12 @@ from typing import Any, TypeAlias
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from easyad import _core, _expressions, _rules
+from easyad import _core, _expr, _expressions, _rules
 from easyad._core import Record, Trace
 
 __all__ = ["Taylor", "taylor"]
 
 Coefficients: TypeAlias = NDArray[np.float64]
-_OPERATOR_ONLY = frozenset({"neg", "add", "sub", "mul", "div"})  # served by operators
 _PLAIN_REAL = (int, float, np.integer, np.floating, np.bool_)
 _MAX_INTEGER_POWER = 2 ** 20  # larger constant exponents go through the table's pow rule
 
@@ -337,28 +334,17 @@ def _is_zero_series(t: Any) -> bool:
     return _expressions.number_of(t) == 0.0
 
 
-def _mul0(a: Any, b: Any) -> Any:
-    # strong zero for series: a factor that is 0 as a whole series contributes nothing
-    return 0.0 if _is_zero_series(a) or _is_zero_series(b) else a * b
-
-
-def _div0(a: Any, b: Any) -> Any:
-    return 0.0 if _is_zero_series(a) else a / b
-
-
 @functools.lru_cache(maxsize=1)
 def _namespace() -> Mapping[str, Any]:
     """The generic namespace, with the strong-zero helpers judging whole series."""
-    return {**_expressions.generic_namespace(), "mul0": _mul0, "div0": _div0}
+    return _expressions.series_namespace(_is_zero_series)
 
 
 @functools.lru_cache(maxsize=None)
 def _compiled(rule: _rules.Rule) -> tuple[tuple[Callable[..., Any], ...], tuple[bool, ...]]:
     """The rule's partials as callables over Taylors, and which of them read z."""
     compiled = _expressions.compile_rule(rule, _namespace())
-    uses_z = tuple(any(isinstance(node, ast.Name) and node.id == "z"
-                       for node in ast.walk(ast.parse(p, mode="eval")))
-                   for p in rule.partials)
+    uses_z = tuple("z" in _expr.variables(p) for p in rule.partials)
     return compiled.partials, uses_z
 
 
@@ -439,7 +425,7 @@ def _binary_method(rule: _rules.Rule, name: str) -> Callable[[Taylor, object], T
 
 
 for _rule in _rules.RULES:
-    if _rule.name not in _OPERATOR_ONLY:
+    if _rule.generic:  # not an operator-only row
         for _name in (_rule.name, *_rule.aliases):
             setattr(Taylor, _name, (_unary_method if _rule.arity == 1 else _binary_method)(
                 _rule, _name))

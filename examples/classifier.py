@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> float:
     losses = []
     batches = -(-len(x_train) // args.batch)
     bar = tqdm(total=args.epochs * batches, desc="classifier", unit="step")
-    for epoch in range(args.epochs):
+    for _epoch in range(args.epochs):
         order = rng.permutation(len(x_train))
         for k in range(batches):
             batch = order[k * args.batch:(k + 1) * args.batch]

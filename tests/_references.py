@@ -17,6 +17,7 @@ import zlib
 import numpy as np
 import sympy as sp
 
+from easyad._expr import call_rules
 from easyad._rules import RULES, Rule
 
 UNARY = tuple(r for r in RULES if r.arity == 1)
@@ -141,31 +142,28 @@ def has_math_reference(rule: Rule) -> bool:
 X, Y, Z = sp.symbols("x y z", real=True)
 
 
-def _sympy_cbrt(t):
-    """The real cube root (sympy's cbrt is the principal, complex, root for t < 0)."""
-    return sp.Piecewise((t ** sp.Rational(1, 3), t >= 0), (-((-t) ** sp.Rational(1, 3)), True))
+def library_function(rule: Rule, library: str, namespace: dict):
+    """The rule's function in a library, from its spelling in the row: a name in
+    ``namespace``, or an expression in x, y over it; None where the library lacks it."""
+    spelling = rule.spelling(library)
+    if spelling is None:
+        return None
+    if spelling.isidentifier():
+        return namespace[spelling]
+    code = compile(spelling, f"<{library} spelling of {rule.name}>", "eval")
+    return lambda *args: eval(code, namespace, dict(zip("xy", args)))  # noqa: S307
 
 
+# the table's calls (sin, fabs, pow...) as the rows spell them in sympy, and the helpers:
+# away from ties and zeros (where the tests use them) these are the plain maths; sympy's
+# Heaviside(0) is 1/2 and sign(0) is 0, the table's conventions
 SYMPY_NAMESPACE = {
-    **{name: getattr(sp, name) for name in (
-        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-        "atanh", "exp", "log", "sqrt", "erf", "atan2")},
-    "expm1": lambda t: sp.exp(t) - 1,
-    "log1p": lambda t: sp.log(1 + t),
-    "log2": lambda t: sp.log(t) / sp.log(2),
-    "log10": lambda t: sp.log(t) / sp.log(10),
-    "cbrt": _sympy_cbrt,
-    "fabs": sp.Abs,
-    "hypot": lambda a, b: sp.sqrt(a * a + b * b),
-    "pow": lambda a, b: a ** b,
-    # helpers: away from ties and zeros (where the tests use them) these are the plain maths;
-    # sympy's Heaviside(0) is 1/2 and sign(0) is 0, the table's conventions
+    **{name: library_function(rule, "sympy", vars(sp))
+       for name, rule in call_rules(RULES).items()},
     "sign": sp.sign,
     "heaviside": sp.Heaviside,
     "mul0": lambda a, b: a * b,
     "div0": lambda a, b: a / b,
-    "maximum": sp.Max,
-    "minimum": sp.Min,
 }
 
 
@@ -242,16 +240,12 @@ def partial_values(rule: Rule, args: tuple[float, ...], value: float) -> list[fl
 # ---- PyTorch: the value string evaluated on float64 tensors ---------------------------
 
 def torch_namespace():
+    """The table's calls as the rows spell them in torch (a row's None: left out)."""
     import torch
 
-    ns = {name: getattr(torch, name) for name in (
-        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-        "atanh", "exp", "expm1", "log", "log2", "log10", "log1p", "sqrt", "erf", "hypot",
-        "atan2", "maximum", "minimum", "pow")}
-    ns["fabs"] = torch.abs
-    # torch has no cube root: the sign-aware power (differentiable away from 0)
-    ns["cbrt"] = lambda t: torch.sign(t) * torch.pow(torch.abs(t), 1.0 / 3.0)
-    return ns
+    functions = {name: library_function(rule, "torch", vars(torch))
+                 for name, rule in call_rules(RULES).items()}
+    return {name: f for name, f in functions.items() if f is not None}
 
 
 def torch_gradient(rule: Rule, point: tuple[float, ...]) -> tuple[float, ...]:

@@ -18,8 +18,10 @@ import easyad as ad
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order", "tensors", "nn",
-         "record-replay", "user-operations", "errors", "conventions", "performance", "api"]
+PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order", "tensors",
+         "nn",
+         "record-replay", "user-operations", "errors", "conventions", "performance", "api",
+         "internals"]
 FIGURES = ["forward_vs_reverse.png", "tape.svg", "benchmark_ratios.png"]
 
 

@@ -87,7 +87,8 @@ def helical_jac(x):
     x1, x2, _ = x
     rho2 = x1 ** 2 + x2 ** 2
     dtheta = np.array([-x2, x1]) / (2 * math.pi * rho2)
-    return np.array([[*(-100 * dtheta), 10], [10 * x1 / math.sqrt(rho2), 10 * x2 / math.sqrt(rho2), 0],
+    return np.array([[*(-100 * dtheta), 10],
+                     [10 * x1 / math.sqrt(rho2), 10 * x2 / math.sqrt(rho2), 0],
                      [0, 0, 1]])
 
 
@@ -135,7 +136,8 @@ VECTOR_CASES = [(name, i) for name in VECTOR_PROBLEMS for i in range(3)]
 
 
 def close(actual, expected, rtol=1e-12, atol=1e-12):
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol * max(1.0, np.max(np.abs(expected), initial=0.0)))
+    scale = max(1.0, np.max(np.abs(expected), initial=0.0))
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol * scale)
 
 
 # ---- the hand derivations themselves agree with finite differences -------------------

@@ -85,7 +85,8 @@ def test_primitive_in_every_mode(x0):
 
 
 def test_two_argument_primitive_and_missing_second_derivative():
-    weird = ad.define("weird", lambda a, b: a * math.sin(b), lambda a, b: (math.sin(b), a * math.cos(b)))
+    weird = ad.define("weird", lambda a, b: a * math.sin(b),
+                      lambda a, b: (math.sin(b), a * math.cos(b)))
     F = ad.record(lambda v: weird(v[0], v[1]) + v[0], [1.0, 2.0])
     np.testing.assert_allclose(F.gradient([2.0, 0.5]), [math.sin(0.5) + 1, 2 * math.cos(0.5)])
     with pytest.raises(ValueError, match=r"'weird' has no second derivative \(d2f\)"):

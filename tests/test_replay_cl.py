@@ -101,7 +101,8 @@ def test_function_gradient_on_opencl_with_branches(opencl_device):
 
     F = ad.record(branchy, [1.0, 2.0])
     X = np.array([[2.0, 3.0], [0.5, -1.0], [-2.0, 3.0]])
-    np.testing.assert_allclose(F.gradient(X[:2], device=opencl_device), F.gradient(X[:2]), rtol=1e-14)
+    np.testing.assert_allclose(F.gradient(X[:2], device=opencl_device), F.gradient(X[:2]),
+                               rtol=1e-14)
     with pytest.raises(ad.BranchChangedError, match=r"x\[0\] > 0.0"):
         F.gradient(X, device=opencl_device)
     np.testing.assert_allclose(F.gradient(X, device=opencl_device, on_branch_change="retape"),

@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 import easyad as ad
 from _references import (
-    BINARY,
     RULES,
     UNARY,
     appliers,
@@ -168,7 +167,7 @@ def test_derivatives_match_finite_differences(rule):
     for label, apply in appliers(rule, ad).items():
         reference = float_reference(rule, label)
         for point in smooth_points(rule):
-            for wrt, variant, value, derivative in ad_derivatives(apply, point):
+            for wrt, variant, _value, derivative in ad_derivatives(apply, point):
                 lo, hi = rule.domain[wrt]
                 h = fd_step(point[wrt], lo, hi)
 
@@ -257,10 +256,10 @@ def test_derivatives_match_torch(rule):
 
 @pytest.mark.parametrize("rule", RULES, ids=rule_id)
 def test_values_and_errors_match_python(rule):
-    """At 300 interior, the special and probe points (domain bounds, huge, +-inf, NaN), every spelling
-    in every mode (floats, Trace and Record with constants of either kind on either side)
-    returns the float reference's value bit for bit (math module for ad.<name>, Python's
-    float operators for operators) or raises the same exception type.
+    """At 300 interior, the special and probe points (domain bounds, huge, +-inf, NaN),
+    every spelling in every mode (floats, Trace and Record with constants of either kind on
+    either side) returns the float reference's value bit for bit (math module for
+    ad.<name>, Python's float operators for operators) or raises the same exception type.
 
     Intended differences: float ** with a negative base and a fractional exponent gives a
     complex in Python, easyad raises ValueError; the sign of maximum(0.0, -0.0) is open.

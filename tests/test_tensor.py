@@ -545,7 +545,8 @@ def test_works_without_pyopencl():
         "lst = ad.WengertList()\n"
         "t = ad.Tensor.variable(np.arange(3.0), lst)\n"
         "assert ad.sum(t * t).derivatives()[t].tolist() == [0.0, 2.0, 4.0]\n"
-        "try:\n    ad.set_device('opencl')\nexcept ad.DeviceError as e:\n    assert 'pyopencl' in str(e)\n"
+        "try:\n    ad.set_device('opencl')\nexcept ad.DeviceError as e:\n"
+        "    assert 'pyopencl' in str(e)\n"
         "else:\n    raise AssertionError('no error')\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)

@@ -167,7 +167,8 @@ def main():
     print(f"wrote {args.output} in {time.perf_counter() - started:.0f} s; model constants: "
           f"a = {1e9 * a:.1f} ns (an operation of a Trace pass), b = {1e9 * b:.1f} ns "
           f"(an operation recorded), c = {1e9 * c:.1f} ns (an entry of a sweep), "
-          f"s = {1e9 * s:.0f} ns (a sweep's fixed cost), r = {1e9 * r:.1f} ns (a read); L = {l0:.1f} + {l1:.2f} n + "
+          f"s = {1e9 * s:.0f} ns (a sweep's fixed cost), r = {1e9 * r:.1f} ns (a read); "
+          f"L = {l0:.1f} + {l1:.2f} n + "
           f"{l2:.2f} m")
     for n, m, L, tf, tr in rows:
         print(f"n={n:4d} m={m:4d} L={L:5d} forward {1e3 * tf:9.3f} ms "

@@ -14,6 +14,7 @@ from easyad.tensor._functions import (amax, amin, concatenate, eval_shape, log_s
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor
 
-__all__ = ["Device", "Tensor", "amax", "amin", "concatenate", "device_report", "devices", "eval_shape",
+__all__ = ["Device", "Tensor", "amax", "amin", "concatenate", "device_report", "devices",
+           "eval_shape",
            "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack",
            "sum", "TraceTensor"]

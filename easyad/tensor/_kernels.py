@@ -3,25 +3,26 @@
 Elementwise kernels are not written per function: ``render_map`` turns any list of
 expressions of the shared language (the rule table's values and partials, wrapped as
 ``mul0(g, partial)`` for vjps and ``mul0(partial, dx)`` for jvps) into one kernel, with the
-helpers of ``cl/easyad.h``. Reductions, strided copies, gathers and the tiled matmul are
+helpers of ``easyad/_helpers.h`` (the header the C core includes too). Expressions are
+rendered by ``easyad._expr`` (float kernels get float literals). Reductions, strided
+copies, gathers and the tiled matmul are
 fixed templates here. Pure strings: the OpenCL backend (``_opencl.py``) compiles them, once
 per device and source.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
-HELPERS = (Path(__file__).with_name("cl") / "easyad.h").read_text(encoding="utf-8")
+from easyad import _expr
+
+# the one helpers header, shared with the C core (package data of easyad)
+HELPERS = (Path(__file__).resolve().parent.parent / "_helpers.h").read_text(encoding="utf-8")
 
 C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
            np.dtype(np.bool_): "uchar", np.dtype(np.uint8): "uchar",
            np.dtype(np.int64): "long"}
-
-# a float literal that is not part of a name (log2, expm1 keep their digits)
-_FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?![\w.])")
 
 
 def c_type(dtype: np.dtype) -> str:
@@ -29,11 +30,9 @@ def c_type(dtype: np.dtype) -> str:
 
 
 def for_real(expression: str, real: str) -> str:
-    """``expression`` with its literals in ``real`` precision (float literals get an f, so a
+    """``expression`` as OpenCL C in ``real`` precision (float literals get an f, so a
     float32 kernel never computes in double)."""
-    if real == "double":
-        return expression
-    return _FLOAT_LITERAL.sub(lambda m: m.group(1) + "f", expression)
+    return _expr.render(expression, "c" if real == "double" else "opencl-float")
 
 
 def preamble(real: str) -> str:
@@ -168,7 +167,8 @@ def _hsum(real: str, width: int) -> str:
         half = w // 2
         lo = "".join("0123456789abcdef"[i] for i in range(half))
         hi = "".join("0123456789abcdef"[i] for i in range(half, w))
-        lines.append(f"    const {real}{half if half > 1 else ''} h{half} = {name}.s{lo} + {name}.s{hi};")
+        vector = f"{real}{half if half > 1 else ''}"
+        lines.append(f"    const {vector} h{half} = {name}.s{lo} + {name}.s{hi};")
         name, w = f"h{half}", half
     return ("static inline real_t hsum(vec_t v) {\n" + "\n".join(lines)
             + f"\n    return {name};\n}}")

@@ -1,9 +1,10 @@
 """The numpy backend: tensors as numpy arrays on the host, always available.
 
 Elementwise operations compile the rule table's expression strings (and the tensor layer's
-own expressions in the same language) against ``NAMESPACE``, a dict that says what each
-function name of the language means for numpy arrays, helpers (``sign``, ``heaviside``,
-``mul0``, ``div0``, ``choose``) included. The OpenCL backend (``_opencl.py``) renders the
+own expressions in the same language) against ``NAMESPACE``, what each function name of the
+language means for numpy arrays, helpers (``sign``, ``heaviside``, ``mul0``, ``div0``,
+``choose``) included (``_expressions.numpy_namespace``). The OpenCL backend
+(``_opencl.py``) renders the
 very same strings into kernels; the two must agree, and the tests check that they do.
 Buffers are C-contiguous ndarrays; IEEE semantics throughout (NaN/inf, no exceptions).
 """
@@ -16,67 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _rules
-from easyad._expressions import c_function_name
+from easyad._expressions import compile_expression as _compile
+from easyad._expressions import numpy_namespace
 from easyad.tensor._buffers import LiveBuffers
 
 
-# ---- the expression namespace ----
+# ---- the expression namespace (easyad/_expressions.py owns it) ----
 
-def _mul0(a: Any, b: Any) -> Any:
-    # strong zero: a zero factor gives exactly 0, even against inf or NaN
-    return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, a * b)
-
-
-def _div0(a: Any, b: Any) -> Any:
-    return np.where(np.asarray(a) == 0, 0.0, a / np.where(np.asarray(a) == 0, 1.0, b))
-
-
-def _heaviside(t: Any) -> Any:
-    return np.heaviside(t, 0.5)
-
-
-def _choose(c: Any, a: Any, b: Any) -> Any:
-    return np.where(c, a, b)
-
-
-def _vectorized(function: Any) -> Any:
-    ufunc = np.frompyfunc(function, 1, 1)
-
-    def apply(x: Any) -> Any:
-        x = np.asarray(x)
-        return ufunc(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
-    return apply
-
-
-def _namespace() -> dict[str, Any]:
-    """Every name a rule expression calls, as numpy functions (found from the table: the
-    rule's name or one of its numpy aliases; math's scalar function where numpy has none)."""
-    ns: dict[str, Any] = {"sign": np.sign, "heaviside": _heaviside, "mul0": _mul0,
-                          "div0": _div0, "maximum": np.maximum, "minimum": np.minimum,
-                          "choose": _choose}
-    for rule in _rules.RULES:
-        name = c_function_name(rule)
-        if name is None or name in ns:
-            continue
-        for candidate in (name, rule.name, *rule.aliases):
-            function = getattr(np, candidate, None)
-            if isinstance(function, np.ufunc):
-                ns[name] = function
-                break
-        else:
-            ns[name] = _vectorized(getattr(math, name))   # erf: numpy has no ufunc for it
-    return ns
-
-
-NAMESPACE: Mapping[str, Any] = _namespace()
+NAMESPACE: Mapping[str, Any] = numpy_namespace()
 
 
 @functools.lru_cache(maxsize=None)
 def compile_expression(text: str, names: tuple[str, ...]) -> Any:
     """An expression of the shared language as a Python function of ``names``, over numpy."""
-    code = compile(f"lambda {', '.join(names)}: ({text})", f"<expression {text!r}>", "eval")
-    return eval(code, dict(NAMESPACE))  # noqa: S307 (text: the rule table or this package)
+    return _compile(text, NAMESPACE, names)
 
 
 # ---- the backend ----

@@ -15,12 +15,11 @@ Reductions, matmul, reshaping, indexing and joins live in ``_structural.py``.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import numpy as np
 
-from easyad import _rules
+from easyad import _expr, _rules
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
 from easyad.tensor import _devices
@@ -32,7 +31,7 @@ BOOL = np.dtype(np.bool_)
 
 def uses(expression: str, name: str) -> bool:
     """Whether a rule expression reads the variable ``name`` (x, y or z)."""
-    return re.search(rf"\b{name}\b", expression) is not None
+    return name in _expr.variables(expression)
 
 
 # ---- tape nodes ----
@@ -229,7 +228,7 @@ def _binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
     partials = [rule.partials[k] for k, _ in wanted]
     values = {"x": A.data, "y": B.data, "z": z}
     saved = {n: v for n, v in values.items() if any(uses(p, n) for p in partials)}
-    exprs = tuple("g" if p == "1.0" else f"mul0(g, {p})" for p in partials)
+    exprs = tuple("g" if _expr.constant(p) == 1.0 else f"mul0(g, {p})" for p in partials)
     label, target = rule.name + "_vjp", [A.shape, B.shape]
 
     def vjp(g: Any) -> tuple[Any, Any]:

@@ -10,12 +10,12 @@ operations; matmul uses the product rule. A result that is one number is a scala
 """
 from __future__ import annotations
 
-import re
+import functools
 from typing import Any
 
 import numpy as np
 
-from easyad import _rules
+from easyad import _expr, _rules
 from easyad._core import Record, Trace
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _structural
@@ -208,8 +208,6 @@ class TraceTensor:
 
 # ---- operands ----
 
-_OUTPUT = re.compile(r"\bz\b")
-
 def _backend_of(values: Any) -> Any:
     for v in values:
         if isinstance(v, TraceTensor):
@@ -254,6 +252,12 @@ def _parts(v: Any, be: Any) -> tuple[Any, Any, tuple[int, ...], Any] | None:
     return o.data, None, o.shape, o.dtype
 
 
+@functools.lru_cache(maxsize=None)
+def _inlined(partial: str, value: str) -> str:
+    """A partial with z (the output) replaced by the value expression itself."""
+    return _expr.render(_expr.substitute(partial, {"z": value}))
+
+
 def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
     be = _backend_of(args)
     parts = [_parts(a, be) for a in args]
@@ -270,8 +274,7 @@ def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
         if p[1] is not None:  # type: ignore[index]
             operands["d" + name] = p[1]  # type: ignore[index]
             # z (the output) in a partial is the value expression itself, inlined
-            inlined = _OUTPUT.sub(f"({rule.value})", partial)
-            terms.append(f"mul0({inlined}, d{name})")
+            terms.append(f"mul0({_inlined(partial, rule.value)}, d{name})")
     tangent = " + ".join(terms) if terms else "0.0"
     z, dz = be.map(rule.name + "_jvp", (rule.value, tangent), operands, shape, (dtype, dtype))
     return TraceTensor._of(wrap(be, z, shape, dtype), wrap(be, dz, shape, dtype))
