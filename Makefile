@@ -1,6 +1,7 @@
 # easyad: every target does its own set-up in .venv (created on first use).
 #   make tour    the tour of the library (python -m easyad): build tools, numpy, pyopencl only
-#   make test    the test suite (what CI runs): adds the test references, a working OpenCL device
+#   make test    the test suite (what CI runs): adds the test references, a working OpenCL
+#                device and ruff (make lint), then runs pytest
 #   make docs    the documentation site, strict (warnings are errors) -> docs/_build/html
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench); prints
 #                only: `make bench-write` also rewrites the committed benchmarks/results/*.md
@@ -39,8 +40,12 @@ tour: build
 opencl: build
 	bash .ci/ensure-opencl $(BIN)/python
 
-test: build $(VENV)/.deps-test opencl
+test: build $(VENV)/.deps-test opencl lint
 	$(BIN)/python -m pytest
+
+# the linter (rules in pyproject.toml [tool.ruff])
+lint: $(VENV)/.deps-test
+	$(BIN)/python -m ruff check .
 
 # the same strict build tests/test_docs_site.py runs; figures: docs/scripts/*.py
 docs: build $(VENV)/.deps-test
