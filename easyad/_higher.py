@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from easyad import _rules
 from easyad._core import Record, WengertList
 from easyad._expressions import _mul0, generic_rules
+from easyad._tapeview import CUSTOM, NODE, SELECT, TapeView
 from easyad.errors import StaleRecordError, TapeMismatchError
 
-_COMPARISONS = tuple(name for name in _rules.STRUCTURAL if name.startswith(("compare_", "guard_")))
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -25,33 +24,31 @@ def backward_graph(z: Record) -> GraphDerivatives:
     tape = z.tape
     if tape is None:
         return GraphDerivatives(None, {}, 0)
-    arrays = tape._arrays()  # a snapshot: the sweep appends to the list as it goes
-    ops, arg0, arg1 = arrays["ops"], arrays["arg0"], arrays["arg1"]
-    values, partial0, partial1 = arrays["values"], arrays["partial0"], arrays["partial1"]
+    view = TapeView(tape)  # a snapshot: the sweep appends to the list as it goes
     compiled = generic_rules()
     adjoints: dict[int, Any] = {z.index: 1.0}
     for i in range(z.index, -1, -1):
         g = adjoints.get(i)
         if g is None or (isinstance(g, float) and g == 0.0):
             continue
-        op = _rules.OPCODE_NAMES[ops[i]]
-        if op in ("variable", "constant") or op in _COMPARISONS:
+        kind = view.kind(i)
+        if not view.passes_derivative(i):
             continue
-        a, b = int(arg0[i]), int(arg1[i])
-        if op == "select":
-            j = a if values[i - 1] != 0.0 else b
+        a, b = view.operand(i, 0), view.operand(i, 1)
+        if kind == SELECT:
+            j = view.operand(i, view.taken(i))
             if j >= 0:
                 adjoints[j] = _add(adjoints.get(j), g)
             continue
-        if op == "node":
+        if kind == NODE:
             raise NotImplementedError("create_graph=True does not reach through tensor "
                                       "operations yet; differentiate scalar Records twice")
-        x = tape._record_at(a) if a >= 0 else float(partial0[i])
-        y = tape._record_at(b) if b >= 0 else float(partial1[i])
-        if op == "custom":
+        x = tape._record_at(a) if a >= 0 else view.constant(i, 0)
+        y = tape._record_at(b) if b >= 0 else view.constant(i, 1)
+        if kind == CUSTOM:
             partials = tape._custom(i)._partial_records(x, y)
         else:
-            rule = compiled[op]
+            rule = compiled[view.name(i)]
             y_arg = y if rule.rule.arity == 2 else 0.0
             out = tape._record_at(i)
             # only the partials of recorded operands: the one of a constant exponent would

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from easyad import _expr, _rules
+from easyad._tapeview import COMPARE, CONSTANT, CUSTOM, GUARD, NODE, SELECT, VARIABLE, TapeView
 
 # a pattern denser than this share of n*n is computed densely (colouring would not pay)
 _DENSE_SHARE = 0.5
@@ -38,11 +39,9 @@ def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], ou
                     ) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
     """(rows, cols) of the structurally non-zero Hessian entries, or None when dense."""
     n = len(inputs)
-    ops, arg0, arg1 = arrays["ops"], arrays["arg0"], arrays["arg1"]
+    view = TapeView.of_arrays(arrays)
     position = {entry: k for k, entry in enumerate(inputs)}
     couplings = _couplings()
-    codes = _rules.STRUCTURAL_OPCODES
-    comparisons = {c for name, c in codes.items() if name.startswith(("compare_", "guard_"))}
     empty: frozenset[int] = frozenset()
     deps: list[frozenset[int]] = []
     pairs: set[tuple[int, int]] = set()
@@ -56,25 +55,25 @@ def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], ou
         return len(pairs) > limit
 
     for i in range(output + 1):
-        op = int(ops[i])
-        a, b = int(arg0[i]), int(arg1[i])
+        kind = view.kind(i)
+        a, b = view.operand(i, 0), view.operand(i, 1)
         da = deps[a] if a >= 0 else empty
         db = deps[b] if b >= 0 else empty
-        if op == codes["variable"]:
+        if kind == VARIABLE:
             deps.append(frozenset((position[i],)) if i in position else empty)
             continue
-        if op in comparisons or op == codes["constant"]:
-            deps.append(empty)
+        if kind in (COMPARE, GUARD, CONSTANT):
+            deps.append(empty)   # piecewise constant: no derivative, no coupling
             continue
         both = da | db
         deps.append(both)
-        if op == codes["select"]:
+        if kind == SELECT:
             continue
-        if op == codes["custom"] or op == codes["node"]:
+        if kind in (CUSTOM, NODE):
             if couple(both, both):
                 return None
             continue
-        for k, names in enumerate(couplings[op]):
+        for k, names in enumerate(couplings[int(view.ops[i])]):
             own = (da, db)[k]
             if not own:
                 continue

@@ -1,35 +1,23 @@
 """Graphviz DOT pictures of a WengertList: one node per entry, edges from operands.
 
 ``lst.to_dot()`` and ``Function.to_dot()`` call ``to_dot`` here; render the text with
-``dot -Tsvg``. Reads the tape through ``WengertList._arrays()``; no easyad logic.
+``dot -Tsvg``. Reads the tape through ``_tapeview.TapeView``; no easyad logic.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from easyad._rules import COMPARISON_SYMBOLS, OPCODE_NAMES, RULES_BY_NAME
+from easyad._tapeview import COMPARE, GUARD, SELECT, VARIABLE, TapeView
 
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "neg": "-"}
 
 
-def _label(op: str) -> str:
-    if op.startswith(("compare_", "guard_")):
-        kind, cmp = op.split("_", 1)
-        return f"{COMPARISON_SYMBOLS[cmp]}{' (guard)' if kind == 'guard' else ''}"
-    if op in _SYMBOLS:
-        return _SYMBOLS[op]
-    return op
-
-
-def _arity(tape: Any, op: str, index: int) -> int:
-    if op in RULES_BY_NAME:
-        return RULES_BY_NAME[op].arity
-    if op == "custom":
-        return int(tape._custom(index).arity)
-    if op == "select" or op.startswith(("compare_", "guard_")):
-        return 2
-    return 0
+def _label(view: TapeView, e: int) -> str:
+    kind = view.kind(e)
+    if kind in (COMPARE, GUARD):
+        return f"{view.symbol(e)}{' (guard)' if kind == GUARD else ''}"
+    return _SYMBOLS.get(view.name(e), view.name(e))
 
 
 def to_dot(tape: Any, derivatives: Any = None, inputs: Sequence[int] = (),
@@ -45,9 +33,9 @@ def to_dot(tape: Any, derivatives: Any = None, inputs: Sequence[int] = (),
     >>> print(lst.to_dot(y.derivatives()).splitlines()[0])
     digraph WengertList {
     """
-    arrays = tape._arrays()
+    view = TapeView(tape)
     names = tape._names_dict()
-    n = len(arrays["ops"])
+    n = len(view)
     if n > max_entries:
         raise ValueError(f"the tape has {n} entries; a picture of more than {max_entries} "
                          f"is unreadable (pass max_entries= to draw it anyway)")
@@ -57,30 +45,30 @@ def to_dot(tape: Any, derivatives: Any = None, inputs: Sequence[int] = (),
              '  node [shape=box, fontname="Helvetica", fontsize=10];']
     constants = 0
     for i in range(n):
-        op = OPCODE_NAMES[arrays["ops"][i]]
-        title = names.get(i, f"x{i}") if op == "variable" else _label(op)
-        text = f"{i}: {title}\\nvalue {arrays['values'][i]:.6g}"
+        kind = view.kind(i)
+        title = names.get(i, f"x{i}") if kind == VARIABLE else _label(view, i)
+        text = f"{i}: {title}\\nvalue {view.values[i]:.6g}"
         if adjoints is not None and i < len(adjoints):
             text += f"\\nadjoint {adjoints[i]:.6g}"
         style = ""
-        if op == "variable" or i in marked_in:
+        if kind == VARIABLE or i in marked_in:
             style = ', style=filled, fillcolor="#dbe9f6"'
         if i in marked_out:
             style = ', style=filled, fillcolor="#f6e3c8"'
         lines.append(f'  e{i} [label="{text}"{style}];')
-        if op == "variable":
+        if kind == VARIABLE:
             continue
-        for k in range(_arity(tape, op, i)):
-            j = int(arrays[f"arg{k}"][i])
+        for k in range(view.arity(i)):
+            j = view.operand(i, k)
             if j >= 0:
                 lines.append(f"  e{j} -> e{i};")
-            else:  # a constant operand: its value sits in the partial slot
+            else:
                 constants += 1
-                lines.append(f'  c{constants} [label="{arrays[f"partial{k}"][i]:.6g}", '
+                lines.append(f'  c{constants} [label="{view.constant(i, k):.6g}", '
                              f'shape=plaintext];')
                 lines.append(f"  c{constants} -> e{i};")
-        if op == "select":
-            lines.append(f'  e{i - 1} -> e{i} [style=dashed, label="condition"];')
+        if kind == SELECT:
+            lines.append(f'  e{view.condition(i)} -> e{i} [style=dashed, label="condition"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
 

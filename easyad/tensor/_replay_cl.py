@@ -17,13 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _rules
+from easyad._tapeview import COMPARE, CONSTANT, GUARD, RULE, SELECT, VARIABLE, TapeView
 from easyad.tensor import _kernels as kernels
-
-_NAMES = _rules.OPCODE_NAMES
-_RULES = _rules.RULES_BY_NAME
-_COMPARE = {f"{kind}_{c}": sym for c, sym in _rules.COMPARISON_SYMBOLS.items()
-            for kind in ("compare", "guard")}
 
 
 def _literal(v: float) -> str:
@@ -35,76 +30,56 @@ def _literal(v: float) -> str:
     return f"({text})" if text.startswith("-") else text
 
 
-def _cone(arrays: dict[str, np.ndarray], output: int) -> tuple[set[int], set[int]]:
-    """Entries whose values the kernel needs (ancestors of the output and of every guard)
-    and entries the output's gradient flows through (ancestors of the output)."""
-    ops, arg0, arg1 = arrays["ops"], arrays["arg0"], arrays["arg1"]
-    # every guard of the tape, also those recorded after the output
-    guards = [i for i in range(len(ops)) if _NAMES[ops[i]].startswith("guard_")]
-
-    def ancestors(roots: list[int]) -> set[int]:
-        seen: set[int] = set()
-        stack = list(roots)
-        while stack:
-            i = stack.pop()
-            if i < 0 or i in seen:
-                continue
-            seen.add(i)
-            stack += [int(arg0[i]), int(arg1[i])]
-            if _NAMES[ops[i]] == "select":
-                stack.append(i - 1)
-        return seen
-    return ancestors([output] + guards), ancestors([output])
-
-
 def render_replay_kernel(arrays: dict[str, np.ndarray], inputs: list[int], output: int,
                          name: str = "easyad_replay") -> str:
     """OpenCL C source of the replay kernel ``name(X, values, grads, changed, B)``."""
-    ops, arg0, arg1 = arrays["ops"], arrays["arg0"], arrays["arg1"]
-    recorded, partial0, partial1 = arrays["values"], arrays["partial0"], arrays["partial1"]
+    view = TapeView.of_arrays(arrays)
     n = len(inputs)
     position = {int(e): k for k, e in enumerate(inputs)}
-    valued, flowing = _cone(arrays, output)
-    # the gradient flows from the output back to the inputs through these entries
+    # values needed: ancestors of the output and of every guard (also those after it);
+    # the gradient flows through the output's ancestors that depend on an input
+    valued = view.ancestors([output, *view.guards()])
+    flowing = view.ancestors([output])
     active: set[int] = set()
     for i in range(output + 1):
-        if _NAMES[ops[i]] in _COMPARE:
+        if view.kind(i) in (COMPARE, GUARD):
             continue   # a comparison's outcome is piecewise constant: no gradient through it
         if i in position or (i in flowing and any(
-                int(a) in active for a in (arg0[i], arg1[i]))):
+                view.operand(i, k) in active for k in (0, 1))):
             active.add(i)
     active &= flowing
     forward, reverse = [], []
 
-    def operand(index: int, slot: np.ndarray, i: int) -> str:
-        return f"v{index}" if index >= 0 else _literal(float(slot[i]))
+    def operand(i: int, k: int) -> str:
+        j = view.operand(i, k)
+        return f"v{j}" if j >= 0 else _literal(view.constant(i, k))
 
-    for i in range(len(ops)):  # guards after the output are evaluated too
+    for i in range(len(view)):  # guards after the output are evaluated too
         if i not in valued:
             continue
-        op = _NAMES[ops[i]]
-        a, b = int(arg0[i]), int(arg1[i])
-        if op == "variable":
-            value = f"X[row * {n} + {position[i]}]" if i in position else \
-                _literal(float(recorded[i]))
+        kind = view.kind(i)
+        a, b = view.operand(i, 0), view.operand(i, 1)
+        recorded = _literal(float(view.values[i]))
+        if kind == VARIABLE:
+            value = f"X[row * {n} + {position[i]}]" if i in position else recorded
             forward.append(f"    const double v{i} = {value};")
-        elif op == "constant":
-            forward.append(f"    const double v{i} = {_literal(float(recorded[i]))};")
-        elif op in _COMPARE:
-            x, y = operand(a, partial0, i), operand(b, partial1, i)
-            forward.append(f"    const double v{i} = ({x} {_COMPARE[op]} {y}) ? 1.0 : 0.0;")
-            if op.startswith("guard_"):
-                forward.append(f"    if (v{i} != {_literal(float(recorded[i]))}) changed = 1;")
-        elif op == "select":
-            x, y = operand(a, partial0, i), operand(b, partial1, i)
-            forward.append(f"    const double v{i} = (v{i - 1} != 0.0) ? {x} : {y};")
+        elif kind == CONSTANT:
+            forward.append(f"    const double v{i} = {recorded};")
+        elif kind in (COMPARE, GUARD):
+            x, y = operand(i, 0), operand(i, 1)
+            forward.append(f"    const double v{i} = ({x} {view.symbol(i)} {y}) ? 1.0 : 0.0;")
+            if kind == GUARD:
+                forward.append(f"    if (v{i} != {recorded}) changed = 1;")
+        elif kind == SELECT:
+            x, y, c = operand(i, 0), operand(i, 1), view.condition(i)
+            forward.append(f"    const double v{i} = (v{c} != 0.0) ? {x} : {y};")
             if i in active:
-                forward.append(f"    const double p0_{i} = (v{i - 1} != 0.0) ? 1.0 : 0.0;")
+                forward.append(f"    const double p0_{i} = (v{c} != 0.0) ? 1.0 : 0.0;")
                 forward.append(f"    const double p1_{i} = 1.0 - p0_{i};")
-        elif op in _RULES:
-            rule = _RULES[op]
-            x = operand(a, partial0, i)
-            y = operand(b, partial1, i) if rule.arity == 2 else "0.0"
+        elif kind == RULE:
+            rule = view.rule(i)
+            x = operand(i, 0)
+            y = operand(i, 1) if rule.arity == 2 else "0.0"
             lines = [f"const double x = {x};", f"const double y = {y};",
                      f"const double z = {rule.value};", f"v{i} = z;"]
             for k, (arg, partial) in enumerate(zip((a, b), rule.partials)):
@@ -116,17 +91,16 @@ def render_replay_kernel(arrays: dict[str, np.ndarray], inputs: list[int], outpu
             forward.append("    { " + " ".join(lines) + " (void)y; }")
         else:
             raise NotImplementedError(
-                f"entry {i} is a {op!r} operation, which OpenCL replay does not run (only "
-                f"scalar rule operations, comparisons and selects)")
+                f"entry {i} is a {view.name(i)!r} operation, which OpenCL replay does not "
+                f"run (only scalar rule operations, comparisons and selects)")
     order = sorted(active)
     if output in active:
         reverse.append("    double " + ", ".join(f"a{i} = 0.0" for i in order) + ";")
         reverse.append(f"    a{output} = 1.0;")
         for i in reversed(order):
-            op = _NAMES[ops[i]]
-            if op == "variable":
+            if view.kind(i) == VARIABLE:
                 continue
-            for k, arg in enumerate((int(arg0[i]), int(arg1[i]))):
+            for k, arg in enumerate((view.operand(i, 0), view.operand(i, 1))):
                 if arg in active:
                     reverse.append(f"    a{arg} += mul0(p{k}_{i}, a{i});")
     grads = [f"    G[row * {n} + {k}] = {f'a{e}' if e in active and output in active else '0.0'};"
@@ -154,7 +128,7 @@ class ReplayKernel:
             raise ValueError(f"OpenCL replay runs on an OpenCL device, not {device!r}")
         self.inputs = [int(i) for i in inputs]
         for i in self.inputs:
-            if _NAMES[arrays["ops"][i]] != "variable":
+            if TapeView.of_arrays(arrays).kind(i) != VARIABLE:
                 raise ValueError(f"entry {i} is not a variable")
         self.backend = backend
         self.source = render_replay_kernel(arrays, self.inputs, int(output))
