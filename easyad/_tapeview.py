@@ -82,11 +82,11 @@ class TapeView:
     # ---- what an entry is ----
     def name(self, e: int) -> str:
         """The opcode's name (``"sin"``, ``"select"``, ``"guard_gt"``...)."""
-        return _rules.OPCODE_NAMES[self.ops[e]]
+        return _rules.OPCODE_NAMES[int(self.ops[e])]
 
     def kind(self, e: int) -> str:
         """One of VARIABLE, CONSTANT, COMPARE, GUARD, SELECT, CUSTOM, NODE, RULE."""
-        return KINDS[self.ops[e]]
+        return KINDS[int(self.ops[e])]
 
     def rule(self, e: int) -> _rules.Rule:
         return _rules.RULES_BY_NAME[self.name(e)]
