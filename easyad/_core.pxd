@@ -33,6 +33,7 @@ cdef class WengertList:
     cdef readonly dict _lines  # entry index -> "file:line" that recorded it (anomaly mode)
     cdef dict _indices       # name -> entry index
     cdef readonly Py_ssize_t serial
+    cdef bint _frozen        # owned by a Function: clear() is refused
 
     cdef int _grow(self) except -1
     cdef Py_ssize_t _append(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,

@@ -9,16 +9,17 @@ cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite, NAN
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset, memcmp
-from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
 
 import numbers
+import zlib
 
 import numpy as np
 cimport numpy as cnp
 
 cnp.import_array()
 
-from easyad.errors import StaleRecordError, TapeMismatchError
+from easyad.errors import StaleRecordError, TapeFormatError, TapeMismatchError
 
 
 # ---- operand coercion: one place decides what counts as a plain real number ----
@@ -170,6 +171,7 @@ include "_tape.pxi"
 include "_trace.pxi"
 include "_record.pxi"
 include "_branches.pxi"
+include "_validate.pxi"
 include "_generic.pxi"
 include "_replay.pxi"
 

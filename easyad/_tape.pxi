@@ -178,7 +178,14 @@ cdef class WengertList:
         return r
 
     def clear(self):
-        """Empty the list for reuse, keeping its memory. Records made before become stale."""
+        """Empty the list for reuse, keeping its memory. Records made before become stale.
+
+        The tape of a Function (``F.tape``, or a list given to ``ad.Function``) cannot be
+        cleared: the Function replays, saves and draws it (RuntimeError)."""
+        if self._frozen:
+            raise RuntimeError(
+                f"{self!r} is the tape of a Function (ad.record), which replays, saves and "
+                f"draws it, so it cannot be cleared; record on a new WengertList instead")
         if self._active_sweeps:
             raise RuntimeError(f"cannot clear {self!r} while a backward sweep reads it")
         self._length = 0
@@ -192,6 +199,10 @@ cdef class WengertList:
 
     def __len__(self):
         return self._length
+
+    def _freeze(self):
+        """Refuse clear() from now on (a Function owns this list)."""
+        self._frozen = True
 
     @property
     def capacity(self):
@@ -382,7 +393,7 @@ cdef class WengertList:
             _raise_tape_mismatch(self, handle.tape, "backward sweep")
         return self._backward(handle.index, seed)
 
-    # ---- pickling: the entries as bytes, in the block's layout ----
+    # ---- pickling: the entries as bytes, in the block's layout, with a checksum ----
     def __reduce__(self):
         cdef Py_ssize_t n = self._length
         if self._nodes:
@@ -397,43 +408,80 @@ cdef class WengertList:
             (<char*>self._ops)[:n],
         ) if n else ()
         max_entries = None if self._max_entries == _INDEX_LIMIT else self._max_entries
+        names = dict(self._names)
         # user primitives pickle by reference (importable module-level functions)
-        return (_rebuild_wengert_list, (n, parts, dict(self._names), max_entries,
-                                        dict(self._customs)))
+        customs = dict(self._customs)
+        checksum = _tape_digest(parts, (n, sorted(names.items()), max_entries, sorted(customs)))
+        return (_rebuild_wengert_list, (n, parts, names, max_entries, customs, checksum))
 
 
-def _rebuild_wengert_list(Py_ssize_t n, tuple parts, dict names, max_entries,
-                          dict customs=None):
-    cdef WengertList lst = WengertList(max_entries)
-    cdef bytes part
-    cdef Py_ssize_t k
+def _rebuild_wengert_list(n, parts, names, max_entries, customs=None, checksum=None,
+                          source="pickled WengertList"):
+    """A WengertList from the data of __reduce__ (or ad.load), every field validated
+    first (TapeFormatError). A checksum of None (pickles of easyad before it had one)
+    skips only the checksum."""
+    cdef WengertList lst
+    cdef Py_ssize_t k, size
     cdef char* destinations[6]
-    cdef Py_ssize_t sizes[6]
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _INDEX_LIMIT:
+        _raise_tape_format(source, f"the length {n!r} is not an int from 0 to {_INDEX_LIMIT}")
+    if not isinstance(parts, tuple):
+        _raise_tape_format(source, f"the entries are a {type(parts).__name__}, not a tuple")
+    if n == 0 and parts == ():
+        parts = (b"",) * 6
+    if customs is None:
+        customs = {}
+    if not isinstance(names, dict) or not isinstance(customs, dict):
+        _raise_tape_format(source, "names and user primitives must be dicts")
+    if max_entries is not None and (isinstance(max_entries, bool)
+                                    or not isinstance(max_entries, int)
+                                    or not max(n, 1) <= max_entries <= _INDEX_LIMIT):
+        _raise_tape_format(source, f"max_entries {max_entries!r} is not an int from "
+                                   f"{max(n, 1)} to {_INDEX_LIMIT}")
+    for index in customs:
+        _index_field(index, "a user primitive's entry", source)
+    from easyad.primitives import Primitive
+    for index, primitive in customs.items():
+        if not isinstance(primitive, Primitive):
+            _raise_tape_format(source, f"the user primitive of entry {index} is a "
+                                       f"{type(primitive).__name__}, not an ad.Primitive")
+    _validate_entries(n, parts, customs, source)
+    for index, name in names.items():
+        _index_field(index, f"the index of variable {name!r}", source)
+        if not 0 <= index < n or (<const uint8_t*><const char*>parts[5])[index] != OP_VARIABLE:
+            _raise_tape_format(source, f"the name {name!r} is given to entry {index}, "
+                                       f"which is not a variable")
+        if type(name) is not str:
+            _raise_tape_format(source, f"the name of entry {index} is a "
+                                       f"{type(name).__name__}, not a str")
+    if len(set(names.values())) != len(names):
+        _raise_tape_format(source, "two variables have the same name")
+    if checksum is not None:
+        expected = _tape_digest(parts if n else (),
+                                (n, sorted(names.items()), max_entries, sorted(customs)))
+        if checksum != expected:
+            _raise_tape_format(source, f"the checksum {checksum!r} does not match the "
+                                       f"data (expected {expected})")
+    lst = WengertList(max_entries)
     if n:
         while lst._capacity < n:
             lst._grow()
         destinations[:] = [<char*>lst._values, <char*>lst._partial0, <char*>lst._partial1,
                            <char*>lst._arg0, <char*>lst._arg1, <char*>lst._ops]
-        sizes[:] = [n * sizeof(double), n * sizeof(double), n * sizeof(double),
-                    n * sizeof(int32_t), n * sizeof(int32_t), n]
         for k in range(6):
-            part = parts[k]
-            if len(part) != sizes[k]:
-                raise ValueError("corrupt pickled WengertList")
-            memcpy(destinations[k], <char*>part, sizes[k])
+            size = len(parts[k])
+            memcpy(destinations[k], <const char*>parts[k], size)
         lst._length = n
     for index, name in names.items():
         lst._names[index] = name
         lst._indices[name] = index
-    if customs:
-        for index in customs:
-            if not 0 <= index < n or lst._ops[index] != OP_CUSTOM:
-                raise ValueError("corrupt pickled WengertList")
-        lst._customs.update(customs)
+    lst._customs.update(customs)
     return lst
 
 
-def _rebuild_record(WengertList tape, Py_ssize_t index):
+def _rebuild_record(WengertList tape not None, Py_ssize_t index):
+    if not 0 <= index < tape._length:
+        _raise_tape_format("pickled Record", f"index {index} is not an entry of {tape!r}")
     cdef Record r = Record.__new__(Record)
     r.number = tape._values[index]
     r.tape = tape
@@ -552,6 +600,9 @@ cdef Derivatives _empty_derivatives():
 def _rebuild_derivatives(WengertList tape, bytes data):
     cdef Derivatives d = Derivatives.__new__(Derivatives)
     cdef Py_ssize_t n = len(data) // sizeof(double)
+    if len(data) % sizeof(double) or (tape is not None and n > tape._length):
+        _raise_tape_format("pickled Derivatives", f"{len(data)} bytes of adjoints do not "
+                                                  f"fit {tape!r}")
     if n:
         d._adjoints = <double*>malloc(n * sizeof(double))
         if d._adjoints == NULL:

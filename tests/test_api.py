@@ -40,7 +40,7 @@ CONTRACT = {
     # record once, replay many; second order; errors of the toolbox and tensors
     "Comparison", "Function", "record", "load", "hessian", "hvp",
     "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly",
-    "BranchChangedError", "GradientCheckError", "ShapeError",
+    "BranchChangedError", "GradientCheckError", "ShapeError", "TapeFormatError",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
     "atanh", "exp", "expm1", "log", "ln", "log2", "log10", "log1p", "sqrt", "cbrt", "abs",
     "erf", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
