@@ -415,14 +415,18 @@ cdef class WengertList:
         return (_rebuild_wengert_list, (n, parts, names, max_entries, customs, checksum))
 
 
-def _rebuild_wengert_list(n, parts, names, max_entries, customs=None, checksum=None,
-                          source="pickled WengertList"):
-    """A WengertList from the data of __reduce__ (or ad.load), every field validated
-    first (TapeFormatError). A checksum of None (pickles of easyad before it had one)
-    skips only the checksum."""
+def _rebuild_wengert_list(*state, source="pickled WengertList"):
+    """A WengertList from the data of __reduce__ (or ad.load): (n, parts, names,
+    max_entries[, customs[, checksum]]), every field validated first (TapeFormatError).
+    Pickles of easyad before the checksum have 4 or 5 fields: only the checksum is skipped."""
     cdef WengertList lst
     cdef Py_ssize_t k, size
     cdef char* destinations[6]
+    if not 4 <= len(state) <= 6:
+        _raise_tape_format(source, f"4 to 6 fields expected, got {len(state)}")
+    n, parts, names, max_entries = state[:4]
+    customs = state[4] if len(state) > 4 else None
+    checksum = state[5] if len(state) > 5 else None
     if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _INDEX_LIMIT:
         _raise_tape_format(source, f"the length {n!r} is not an int from 0 to {_INDEX_LIMIT}")
     if not isinstance(parts, tuple):
@@ -459,7 +463,7 @@ def _rebuild_wengert_list(n, parts, names, max_entries, customs=None, checksum=N
     if checksum is not None:
         expected = _tape_digest(parts if n else (),
                                 (n, sorted(names.items()), max_entries, sorted(customs)))
-        if checksum != expected:
+        if type(checksum) is not int or checksum != expected:
             _raise_tape_format(source, f"the checksum {checksum!r} does not match the "
                                        f"data (expected {expected})")
     lst = WengertList(max_entries)

@@ -509,18 +509,25 @@ _DAMAGED = ("The data is damaged, or is not a saved easyad Function or a tape pi
             "easyad")
 
 
-def _rebuild_function(tape: Any, inputs: Any, outputs: Any, scalar: Any,
-                      on_branch_change: Any, checksum: Any = None) -> Function:
-    """A Function from the data of __reduce__, every field checked (TapeFormatError)."""
+def _rebuild_function(*state: Any) -> Function:
+    """A Function from the data of __reduce__: (tape, inputs, outputs, scalar,
+    on_branch_change[, checksum]), every field checked (TapeFormatError). Pickles of
+    easyad before the checksum have 5 fields: only the checksum is skipped."""
     source = "pickled Function"
+    if not 5 <= len(state) <= 6:
+        raise TapeFormatError(f"{source}: 5 or 6 fields expected, got {len(state)}. "
+                              f"{_DAMAGED}")
+    tape, inputs, outputs, scalar, on_branch_change = state[:5]
+    checksum = state[5] if len(state) > 5 else None
     if type(tape) is not WengertList:
         raise TapeFormatError(f"{source}: the tape is a {type(tape).__name__}, not a "
                               f"WengertList. {_DAMAGED}")
-    if checksum is not None and checksum != _core._tape_digest(
-            (), (inputs, outputs, scalar, on_branch_change)):
+    function = _trusted_function(tape, inputs, outputs, scalar, on_branch_change, source)
+    if checksum is not None and (type(checksum) is not int or checksum != _core._tape_digest(
+            (), (inputs, outputs, scalar, on_branch_change))):
         raise TapeFormatError(f"{source}: the checksum {checksum!r} does not match the "
                               f"data. {_DAMAGED}")
-    return _trusted_function(tape, inputs, outputs, scalar, on_branch_change, source)
+    return function
 
 
 def _trusted_function(tape: WengertList, inputs: Any, outputs: Any, scalar: Any,
@@ -651,7 +658,7 @@ def load(path: str | os.PathLike[str]) -> Function:
         raise problem("one entry is named twice")
     tape = _core._rebuild_wengert_list(
         n, tuple(data[key].tobytes() for key, _ in _ENTRY_FIELDS), names, None, None, None,
-        source)
+        source=source)
     function = _trusted_function(tape, data["inputs"].tolist(), data["outputs"].tolist(),
                                  data["scalar"].item(), str(data["on_branch_change"]), source)
     if version_number >= 2:
