@@ -21,7 +21,7 @@ def _add(a: Any, b: Any) -> Any:
     return b if a is None else a + b
 
 
-def backward_graph(z: Record) -> GraphDerivatives:
+def backward_graph(z: Record, seed: float = 1.0) -> GraphDerivatives:
     tape = z.tape
     if tape is None:
         return GraphDerivatives(None, {}, 0)
@@ -29,7 +29,7 @@ def backward_graph(z: Record) -> GraphDerivatives:
     ops, arg0, arg1 = arrays["ops"], arrays["arg0"], arrays["arg1"]
     values, partial0, partial1 = arrays["values"], arrays["partial0"], arrays["partial1"]
     compiled = generic_rules()
-    adjoints: dict[int, Any] = {z.index: 1.0}
+    adjoints: dict[int, Any] = {z.index: seed}
     for i in range(z.index, -1, -1):
         g = adjoints.get(i)
         if g is None or (isinstance(g, float) and g == 0.0):

@@ -92,8 +92,9 @@ UNARY_RULES: tuple[Rule, ...] = (
          doc="base-10 logarithm"),
     Rule("log1p", "log1p(x)", ("1.0 / (1.0 + x)",), domain=((-1.0, inf),),
          doc="log(1 + x), accurate near 0"),
-    # sqrt'(0) = +inf, the one-sided limit; mul0 keeps it out of unselected where() branches
-    Rule("sqrt", "sqrt(x)", ("0.5 / z",), domain=(POSITIVE,), doc="square root"),
+    # sqrt'(0) = +inf, the one-sided limit, at -0.0 too (sqrt(-0.0) is -0.0, and z + 0.0
+    # is +0.0); mul0 keeps it out of unselected where() branches
+    Rule("sqrt", "sqrt(x)", ("0.5 / (z + 0.0)",), domain=(POSITIVE,), doc="square root"),
     Rule("cbrt", "cbrt(x)", ("1.0 / (3.0 * z * z)",), doc="cube root"),
     Rule("abs", "fabs(x)", ("sign(x)",), NO_CHECK, aliases=("absolute",),
          operator="abs", doc="absolute value; abs'(0) = 0"),

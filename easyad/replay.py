@@ -53,8 +53,16 @@ def _threads() -> ThreadPoolExecutor:
         return _pool
 
 
+def _refuse_complex(x: NDArray[Any], what: str) -> None:
+    # numpy would drop the imaginary part with only a ComplexWarning; Records refuse it
+    if x.dtype.kind == "c":
+        raise TypeError(f"{what} must be real numbers, got complex (dtype {x.dtype}): "
+                        f"easyad differentiates real functions; pass x.real if that is meant")
+
+
 def _as_input(x0: ArrayLike, what: str = "x0") -> NDArray[np.float64]:
     x = np.asarray(x0)
+    _refuse_complex(x, what)
     if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise TypeError(f"{what} must be an array of floats, got dtype {x.dtype}")
     x = x.astype(np.float64)
@@ -89,12 +97,15 @@ def _output_records(lst: WengertList, y: Any) -> tuple[list[Record], bool]:
 
 
 def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
-           on_branch_change: str = "raise") -> Function:
+           on_branch_change: str = "raise", strict: bool = False) -> Function:
     """Record ``f`` once at ``x0``; return a ``Function`` that replays it at new points.
 
     ``f`` takes a 1-D array (of Records while recording) and returns a number or a sequence
     of numbers. ``on_branch_change`` ("raise", "retape" or "mask") says what replay does at
-    a point where a comparison ``f`` branched on would come out differently.
+    a point where a comparison ``f`` branched on would come out differently. A branch on
+    a plain float (``x[0].number > 0``) records no guard, and replay silently follows the
+    recorded branch: with ``strict=True``, reading ``.number`` of a recorded variable in
+    ``f`` raises RuntimeError naming the line, so such branches are found.
 
     Examples
     --------
@@ -116,7 +127,12 @@ def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
     xs = np.empty(x.shape[0], dtype=object)
     for i, v in enumerate(x):
         xs[i] = lst.variable(float(v))
-    y = f(xs)
+    previous = _core._set_strict_tape(lst) if strict else None
+    try:
+        y = f(xs)
+    finally:
+        if strict:
+            _core._set_strict_tape(previous)
     outputs, scalar = _output_records(lst, y)
     return Function(lst, [r.index for r in xs], [r.index for r in outputs], scalar=scalar,
                     f=f, on_branch_change=on_branch_change)
@@ -287,7 +303,9 @@ class Function:
         one direction per row (B, n)."""
         self._need_scalar("hvp")
         X, batch = self._rows(x)
-        V = np.asarray(v, dtype=np.float64)
+        V = np.asarray(v)
+        _refuse_complex(V, "v")
+        V = V.astype(np.float64)
         if V.shape not in ((self.n_inputs,), (X.shape[0], self.n_inputs)):
             raise ValueError(f"v must have shape ({self.n_inputs},) or "
                              f"({X.shape[0]}, {self.n_inputs}), got {V.shape}")
@@ -367,6 +385,7 @@ class Function:
         X = np.asarray(x)
         if X.dtype == object:
             raise TypeError("x must be an array of floats (replay takes numbers, not Records)")
+        _refuse_complex(X, "x")
         X = np.ascontiguousarray(X, dtype=np.float64)
         n = self.n_inputs
         if X.ndim == 1 and X.shape[0] == n:
