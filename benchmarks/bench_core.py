@@ -199,8 +199,16 @@ def run(ctx):
     f(x)
     entries = len(lst)
     operations = entries - 1
-    bytes_per_entry = lst.bytes_per_entry
-    nbytes_per_capacity = lst.nbytes / lst.capacity
+    # memory per used entry, at the worst length from 64 to 300,000 entries (the list
+    # grows in steps, so just after a step is the worst) and at 300,000
+    grown = ad.WengertList()
+    y = grown.variable(X0)
+    worst_bytes = 0.0
+    while len(grown) < 300_000:
+        y = y * 1.0
+        if len(grown) >= 64:
+            worst_bytes = max(worst_bytes, grown.bytes_per_entry)
+    bytes_per_entry = grown.bytes_per_entry
 
     ours = easyad_variants()
     peers = peer_variants()
@@ -275,8 +283,8 @@ def run(ctx):
         rows.append((name, f"{ns:,.0f}", f"{ratio:.2f}x", f"{q1:.2f}-{q3:.2f}",
                      target, result))
 
-    bytes_ok = max(bytes_per_entry, nbytes_per_capacity) <= BYTES_TARGET
-    memory_result = verdict(bytes_ok, f"tape {max(bytes_per_entry, nbytes_per_capacity):g} "
+    bytes_ok = max(bytes_per_entry, worst_bytes) <= BYTES_TARGET
+    memory_result = verdict(bytes_ok, f"tape {max(bytes_per_entry, worst_bytes):.1f} "
                                       f"bytes per entry (target {BYTES_TARGET})")
 
     lines = [
@@ -294,10 +302,10 @@ def run(ctx):
         "",
         "| tape memory | bytes per entry | target | pass/fail |",
         "| --- | ---: | --- | --- |",
-        f"| `lst.bytes_per_entry` | {bytes_per_entry} | <= {BYTES_TARGET} | "
-        f"{memory_result} |",
-        f"| `lst.nbytes / lst.capacity` | {nbytes_per_capacity:g} | <= {BYTES_TARGET} | "
-        f"{memory_result} |",
+        f"| `lst.bytes_per_entry` (= `nbytes / len`), 300,000 entries | "
+        f"{bytes_per_entry:.1f} | <= {BYTES_TARGET} | {memory_result} |",
+        f"| the same, worst length from 64 to 300,000 entries | {worst_bytes:.1f} | "
+        f"<= {BYTES_TARGET} | {memory_result} |",
         "",
         f"Notes: \"floats\" is `f` itself on Python floats (the generic functions `ad.sin` "
         f"... on floats); every ratio is against it, taken per round then median'd. "

@@ -63,6 +63,7 @@ from easyad.errors import (
     GradientCheckError,
     ShapeError,
     StaleRecordError,
+    TapeFormatError,
     TapeMismatchError,
 )
 from easyad.functional import derivative, grad, jacobian, jvp, value_and_grad, vjp
@@ -100,7 +101,7 @@ __all__ = [
     "Numeric", "Real", "Record", "ShapeError", "DeviceError", "StaleRecordError",
     "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
-    "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly",
+    "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly", "TapeFormatError",
     "abs", "absolute", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
     "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
     "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",

@@ -40,13 +40,13 @@ cdef object _record_compare(Record a, object other, int op):
     cdef WengertList tape
     if type(other) is Record:
         tape = _common_tape(a, <Record>other)
-        y = (<Record>other).number
+        y = (<Record>other)._number
         ib = (<Record>other).index
     elif _coerce_real(other, &y, Record):
         tape = _live_tape(a)
     else:
         return NotImplemented
-    cdef double x = a.number
+    cdef double x = a._number
     cdef bint outcome = _compare_values(op, x, y)
     if tape is None:  # constants only: nothing to record
         return outcome
@@ -163,7 +163,7 @@ cdef inline int _select_operand(object v, WengertList tape, Py_ssize_t* index,
         if _live_tape(<Record>v) is not None and (<Record>v).tape is not tape:
             _raise_tape_mismatch(tape, (<Record>v).tape, "where()")
         index[0] = (<Record>v).index
-        number[0] = (<Record>v).number
+        number[0] = (<Record>v)._number
         return 0
     if _coerce_real(v, number, Record):
         index[0] = -1

@@ -12,8 +12,7 @@ cdef class Record
 
 
 cdef class WengertList:
-    # One C block per list, struct of arrays: values | partial0 | partial1 | arg0 | arg1 | ops
-    cdef char* _block
+    # Struct of arrays, one allocation each (see _tape.pxi: malloc, then mappings)
     cdef double* _values
     cdef double* _partial0   # d entry / d arg0, or the constant when arg0 < 0
     cdef double* _partial1   # d entry / d arg1, or the constant when arg1 < 0
@@ -22,10 +21,11 @@ cdef class WengertList:
     cdef uint8_t* _ops       # opcodes (_rules.OPCODES)
     cdef Py_ssize_t _length
     cdef Py_ssize_t _capacity
+    cdef Py_ssize_t _written     # the most entries held before a clear() (pages written)
     cdef Py_ssize_t _max_entries
     cdef readonly unsigned long long generation
     cdef int _active_sweeps  # sweeps running without the GIL read the block
-    cdef list _retired       # blocks replaced while sweeps ran, freed when they end
+    cdef list _retired       # (address, bytes, mapped) of arrays replaced while sweeps ran
     cdef dict _nodes         # entry index -> Python node (OP_NODE: tensor operations)
     cdef list _node_order    # indices of OP_NODE entries, ascending
     cdef dict _customs       # entry index -> user primitive (OP_CUSTOM)
@@ -33,8 +33,13 @@ cdef class WengertList:
     cdef readonly dict _lines  # entry index -> "file:line" that recorded it (anomaly mode)
     cdef dict _indices       # name -> entry index
     cdef readonly Py_ssize_t serial
+    cdef bint _frozen        # owned by a Function: clear() is refused
 
     cdef int _grow(self) except -1
+    cdef int _resize(self, Py_ssize_t capacity) except -1
+    cdef void _point(self, char** arrays) noexcept
+    cdef int _take_spare(self, char** arrays, bint keep) except -1
+    cdef void _free_retired(self) noexcept
     cdef Py_ssize_t _append(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
                             double pa, double pb) except -1
     cdef Record _push(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
@@ -45,7 +50,7 @@ cdef class WengertList:
 
 
 cdef class Record:
-    cdef readonly double number
+    cdef double _number      # the value; Python reads it through the number property
     cdef readonly WengertList tape
     cdef readonly Py_ssize_t index
     cdef unsigned long long generation

@@ -9,16 +9,17 @@ cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite, NAN
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset, memcmp
-from libc.stdint cimport uint8_t, int32_t, int64_t, uint64_t
+from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
 
 import numbers
+import zlib
 
 import numpy as np
 cimport numpy as cnp
 
 cnp.import_array()
 
-from easyad.errors import StaleRecordError, TapeMismatchError
+from easyad.errors import StaleRecordError, TapeFormatError, TapeMismatchError
 
 
 # ---- operand coercion: one place decides what counts as a plain real number ----
@@ -47,7 +48,8 @@ cdef int _coerce_real(object other, double* out, object cls) except -1:
 
 cdef inline int _compare_operand(object other, double* out, object cls) except -1:
     if type(other) is cls:
-        out[0] = other.number
+        # the C field: the number property of a Record checks strict recording
+        out[0] = (<Record>other)._number if cls is Record else (<Trace>other).number
         return 1
     return _coerce_real(other, out, cls)
 
@@ -156,12 +158,44 @@ cdef int _report_anomaly(str name, str mode, double z, double dz) except -1:
 
 cdef int _anomaly_on_tape(WengertList tape, str name, double z, double p0,
                           double p1) except -1:
-    # remembers where each entry was recorded, to name the line a backward sweep blames
+    # Remembers where each entry was recorded, to name the line a backward sweep blames.
+    # Only a non-finite value raises here: a non-finite partial (sqrt at 0) is no anomaly
+    # unless an adjoint flows through it, which the sweep checks (sqrt(x - x) * 0 + x has
+    # the finite gradient 1).
     from easyad.anomaly import user_line, report
-    if not (isfinite(z) and isfinite(p0) and isfinite(p1)):
-        report(name, "reverse mode (Record)", z, p0 if not isfinite(p0) else p1)
+    if not isfinite(z):
+        report(name, "reverse mode (Record)", z, z)
     tape._lines[tape._length] = user_line()
     return 0
+
+
+# ---- strict recording (ad.record(..., strict=True)): Record.number refuses to be read ----
+
+cdef object _strict_tape = None
+
+
+def _set_strict_tape(tape):
+    """Make reading .number of Records on ``tape`` from user code raise (None: off);
+    returns the previous tape (ad.record restores it)."""
+    global _strict_tape
+    previous = _strict_tape
+    _strict_tape = tape
+    return previous
+
+
+cdef int _strict_number_read(Record r) except -1:
+    import os, sys
+    # Cython code makes no frame: frame 0 is the Python code that read .number. easyad's
+    # own Python layers (primitives, outputs of f) may read it.
+    frame = sys._getframe(0)
+    filename = os.path.abspath(frame.f_code.co_filename)
+    if filename.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep):
+        return 0
+    raise RuntimeError(
+        f"{frame.f_code.co_filename}:{frame.f_lineno} reads .number of a recorded variable inside "
+        f"ad.record(..., strict=True): a branch on the value records no guard, so replay "
+        f"at another point would follow this branch silently. Compare Records instead "
+        f"(x > 0 records a guard that replay checks) or use ad.where(cond, a, b)")
 
 
 include "_checks.pxi"
@@ -170,6 +204,7 @@ include "_tape.pxi"
 include "_trace.pxi"
 include "_record.pxi"
 include "_branches.pxi"
+include "_validate.pxi"
 include "_generic.pxi"
 include "_replay.pxi"
 

@@ -20,13 +20,13 @@ def _add(a: Any, b: Any) -> Any:
     return b if a is None else a + b
 
 
-def backward_graph(z: Record) -> GraphDerivatives:
+def backward_graph(z: Record, seed: float = 1.0) -> GraphDerivatives:
     tape = z.tape
     if tape is None:
         return GraphDerivatives(None, {}, 0)
     view = TapeView(tape)  # a snapshot: the sweep appends to the list as it goes
     compiled = generic_rules()
-    adjoints: dict[int, Any] = {z.index: 1.0}
+    adjoints: dict[int, Any] = {z.index: seed}
     for i in range(z.index, -1, -1):
         g = adjoints.get(i)
         if g is None or (isinstance(g, float) and g == 0.0):

@@ -122,8 +122,9 @@ UNARY_RULES: tuple[Rule, ...] = (
          doc="base-10 logarithm", sympy="log(x) / log(10)"),
     Rule("log1p", "log1p(x)", ("1.0 / (1.0 + x)",), domain=((-1.0, inf),),
          doc="log(1 + x), accurate near 0", sympy="log(1 + x)"),
-    # sqrt'(0) = +inf, the one-sided limit; mul0 keeps it out of unselected where() branches
-    Rule("sqrt", "sqrt(x)", ("0.5 / z",), domain=(POSITIVE,), doc="square root"),
+    # sqrt'(0) = +inf, the one-sided limit, at -0.0 too (sqrt(-0.0) is -0.0, and z + 0.0
+    # is +0.0); mul0 keeps it out of unselected where() branches
+    Rule("sqrt", "sqrt(x)", ("0.5 / (z + 0.0)",), domain=(POSITIVE,), doc="square root"),
     # torch has no cube root: the sign-aware power (differentiable away from 0); sympy's
     # cbrt is the principal (complex) root for x < 0, so the real root piecewise
     Rule("cbrt", "cbrt(x)", ("1.0 / (3.0 * z * z)",), doc="cube root",

@@ -1,27 +1,134 @@
 # The tape: WengertList, the backward sweep and Derivatives.
-# Entries live in one C block as a struct of arrays (33 bytes an entry), growing
-# geometrically. The sweep reads only partials and operand indices, so it is one reversed
-# multiply-add loop, run without the GIL.
+# Entries live in C as a struct of arrays (33 bytes an entry: value, two partials, two
+# int32 operands, a byte opcode), one allocation per array. Small lists grow by 1.2x
+# (realloc). From _MAP_ENTRIES on (Linux) each array is an anonymous mapping that reserves
+# address space for many more entries: the kernel gives it memory page by page as entries
+# are written, and a larger reservation is made by mremap, which moves pages without
+# copying them. So memory is at most 40 bytes per used entry from 64 entries on (nbytes
+# counts the pages written), and growing never copies a large tape. The sweep reads only
+# partials and operand indices, so it is one reversed multiply-add loop, run without the
+# GIL.
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <string.h>
+    #if defined(__linux__)
+    #include <unistd.h>
+    #include <sys/mman.h>
+    #define EASYAD_MAPPED_ARRAYS 1
+    #else
+    #define EASYAD_MAPPED_ARRAYS 0
+    #endif
+
+    /* bytes an array of `bytes` takes: whole pages when it is a mapping */
+    static size_t easyad_array_bytes(size_t bytes, int mapped) {
+    #if EASYAD_MAPPED_ARRAYS
+        if (mapped) {
+            size_t page = (size_t)sysconf(_SC_PAGESIZE);
+            return (bytes + page - 1) / page * page;
+        }
+    #endif
+        return bytes;
+    }
+
+    /* give back the pages of a mapping from byte `keep` on (it stays reserved) */
+    static void easyad_array_trim(void* p, size_t keep, size_t bytes) {
+    #if EASYAD_MAPPED_ARRAYS
+        size_t from = easyad_array_bytes(keep, 1), to = easyad_array_bytes(bytes, 1);
+        if (to > from) madvise((char*)p + from, to - from, MADV_DONTNEED);
+    #endif
+    }
+
+    static void easyad_array_free(void* p, size_t bytes, int mapped) {
+        if (p == NULL) return;
+    #if EASYAD_MAPPED_ARRAYS
+        if (mapped) { munmap(p, easyad_array_bytes(bytes, 1)); return; }
+    #endif
+        free(p);
+    }
+
+    /* The array `old` (old_bytes, of which `used` hold entries) resized to new_bytes;
+       NULL when out of memory (old is then untouched). With keep_old (a sweep without the
+       GIL still reads it) the old array is copied and left for the caller to free. A
+       mapping reserves address space only (MAP_NORESERVE): pages come when written. */
+    static void* easyad_array_resize(void* old, size_t used, size_t old_bytes,
+                                     int old_mapped, size_t new_bytes, int new_mapped,
+                                     int keep_old) {
+        void* p;
+    #if EASYAD_MAPPED_ARRAYS
+        if (old != NULL && old_mapped && new_mapped && !keep_old) {
+            /* the kernel moves the pages: nothing is copied */
+            p = mremap(old, easyad_array_bytes(old_bytes, 1),
+                       easyad_array_bytes(new_bytes, 1), MREMAP_MAYMOVE);
+            return p == MAP_FAILED ? NULL : p;
+        }
+        if (new_mapped) {
+            p = mmap(NULL, easyad_array_bytes(new_bytes, 1), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) return NULL;
+            if (used) memcpy(p, old, used);
+            if (!keep_old) easyad_array_free(old, old_bytes, old_mapped);
+            return p;
+        }
+    #endif
+        if (!keep_old && !old_mapped)
+            return realloc(old, new_bytes ? new_bytes : 1);   /* in place when it can */
+        p = malloc(new_bytes ? new_bytes : 1);
+        if (p == NULL) return NULL;
+        if (used) memcpy(p, old, used);
+        if (!keep_old) easyad_array_free(old, old_bytes, old_mapped);
+        return p;
+    }
+    """
+    bint EASYAD_MAPPED_ARRAYS
+    size_t easyad_array_bytes(size_t bytes, int mapped) nogil
+    void easyad_array_free(void* p, size_t bytes, int mapped) nogil
+    void easyad_array_trim(void* p, size_t keep, size_t bytes) nogil
+    void* easyad_array_resize(void* old, size_t used, size_t old_bytes, int old_mapped,
+                              size_t new_bytes, int new_mapped, int keep_old) nogil
+
 
 cdef enum:
     _ENTRY_BYTES = 3 * 8 + 2 * 4 + 1
     _MIN_CAPACITY = 64
+    # From this capacity on the arrays are mappings; a mapping reserves _RESERVE times the
+    # entries it replaces (address space only). Memory is the pages written: at most six
+    # partly written pages, 6 bytes an entry here, are not entries.
+    _MAP_ENTRIES = 4096
+    _RESERVE = 64
     # Below this many entries a sweep takes less time than releasing the GIL costs.
     _NOGIL_MIN_ENTRIES = 2048
     _INDEX_LIMIT = 2147483647   # operand indices are int32
 
 cdef Py_ssize_t _next_serial = 0
+# One freed list's mappings, kept for the next list that grows into mappings: its pages
+# are already there (a fresh mapping takes a page fault per page written, which made
+# recording a new 100,000-entry list in a loop 1.6x slower). At most _SPARE_PAGES_ENTRIES
+# entries' pages are kept.
+cdef char* _spare[6]
+cdef Py_ssize_t _spare_capacity = 0
+cdef enum:
+    _SPARE_PAGES_ENTRIES = 1 << 20
+cdef size_t _ITEM_BYTES[6]
+_ITEM_BYTES[:] = [8, 8, 8, 4, 4, 1]   # values, partial0, partial1, arg0, arg1, ops
 
 
-cdef inline void _point_into(char* block, Py_ssize_t capacity, double** values,
-                             double** partial0, double** partial1, int32_t** arg0,
-                             int32_t** arg1, uint8_t** ops) noexcept:
-    values[0] = <double*>block
-    partial0[0] = values[0] + capacity
-    partial1[0] = partial0[0] + capacity
-    arg0[0] = <int32_t*>(partial1[0] + capacity)
-    arg1[0] = arg0[0] + capacity
-    ops[0] = <uint8_t*>(arg1[0] + capacity)
+cdef inline bint _mapped(Py_ssize_t capacity) noexcept nogil:
+    return EASYAD_MAPPED_ARRAYS and capacity >= _MAP_ENTRIES
+
+
+cdef Py_ssize_t _next_capacity(Py_ssize_t capacity, bint modest) noexcept nogil:
+    # modest: when a large reservation failed (strict overcommit), grow by 1/8 instead
+    cdef Py_ssize_t larger
+    if capacity < _MIN_CAPACITY:
+        return _MIN_CAPACITY
+    larger = capacity + capacity // 5
+    if larger < _MAP_ENTRIES or not EASYAD_MAPPED_ARRAYS:
+        return larger
+    if modest:
+        return capacity + capacity // 8
+    return max(capacity, _MAP_ENTRIES) * _RESERVE
 
 
 @cython.boundscheck(False)
@@ -95,48 +202,110 @@ cdef class WengertList:
         self._indices = {}
 
     def __dealloc__(self):
-        free(self._block)
+        global _spare_capacity
+        cdef int k
+        cdef Py_ssize_t written
+        cdef char* arrays[6]
+        arrays[:] = [<char*>self._values, <char*>self._partial0, <char*>self._partial1,
+                     <char*>self._arg0, <char*>self._arg1, <char*>self._ops]
+        if _mapped(self._capacity) and _spare_capacity == 0:
+            written = max(self._written, self._length)
+            for k in range(6):
+                if written > _SPARE_PAGES_ENTRIES:
+                    easyad_array_trim(arrays[k], _SPARE_PAGES_ENTRIES * _ITEM_BYTES[k],
+                                      written * _ITEM_BYTES[k])
+                _spare[k] = arrays[k]
+            _spare_capacity = self._capacity
+        else:
+            for k in range(6):
+                easyad_array_free(arrays[k], self._capacity * _ITEM_BYTES[k],
+                                  _mapped(self._capacity))
         if self._retired is not None:  # None when __cinit__ raised
-            for address in self._retired:
-                free(<void*><size_t>address)
+            self._free_retired()
+
+    cdef void _free_retired(self) noexcept:
+        for address, size, mapped in self._retired:
+            easyad_array_free(<void*><size_t>address, size, mapped)
+        self._retired.clear()
 
     cdef int _grow(self) except -1:
-        cdef Py_ssize_t capacity, n = self._length
-        cdef char* block
-        cdef double* values
-        cdef double* partial0
-        cdef double* partial1
-        cdef int32_t* arg0
-        cdef int32_t* arg1
-        cdef uint8_t* ops
-        if n >= self._max_entries:
+        if self._length >= self._max_entries:
             raise MemoryError(
                 f"{self!r} is full ({self._max_entries} entries): clear() it, record less, "
                 f"or raise max_entries")
-        capacity = self._capacity * 2 if self._capacity >= _MIN_CAPACITY else _MIN_CAPACITY
-        if capacity > self._max_entries:
-            capacity = self._max_entries
-        block = <char*>malloc(capacity * _ENTRY_BYTES)
-        if block == NULL:
+        try:
+            return self._resize(min(_next_capacity(self._capacity, False), self._max_entries))
+        except MemoryError:
+            if not _mapped(_next_capacity(self._capacity, False)):
+                raise
+        return self._resize(min(_next_capacity(self._capacity, True), self._max_entries))
+
+    cdef int _resize(self, Py_ssize_t capacity) except -1:
+        # Every array to capacity entries, keeping the entries; on failure the list is as
+        # it was. While a sweep without the GIL reads the arrays (keep), they are copied
+        # and freed when the last sweep ends.
+        cdef Py_ssize_t n = self._length, old = self._capacity
+        cdef int k, j, failed = -1
+        cdef bint keep = self._active_sweeps > 0
+        cdef bint old_mapped = _mapped(old), new_mapped = _mapped(capacity)
+        cdef void* back
+        cdef char* arrays[6]
+        cdef char* fresh[6]
+        arrays[:] = [<char*>self._values, <char*>self._partial0, <char*>self._partial1,
+                     <char*>self._arg0, <char*>self._arg1, <char*>self._ops]
+        if new_mapped and not old_mapped and _spare_capacity >= capacity:
+            return self._take_spare(arrays, keep)
+        for k in range(6):
+            fresh[k] = <char*>easyad_array_resize(
+                arrays[k], n * _ITEM_BYTES[k], old * _ITEM_BYTES[k], old_mapped,
+                capacity * _ITEM_BYTES[k], new_mapped, keep or arrays[k] == NULL)
+            if fresh[k] == NULL:
+                failed = k
+                break
+        if failed >= 0:
+            for j in range(failed):
+                if keep or arrays[j] == NULL:     # the old array is untouched
+                    easyad_array_free(fresh[j], capacity * _ITEM_BYTES[j], new_mapped)
+                    continue
+                back = easyad_array_resize(fresh[j], n * _ITEM_BYTES[j],
+                                           capacity * _ITEM_BYTES[j], new_mapped,
+                                           old * _ITEM_BYTES[j], old_mapped, 0)
+                # a shrink does not fail in practice; if it did, keep the larger array
+                arrays[j] = <char*>back if back != NULL else fresh[j]
+            self._point(arrays)
             raise MemoryError(f"cannot grow {self!r} to {capacity} entries "
                               f"({capacity * _ENTRY_BYTES} bytes)")
-        _point_into(block, capacity, &values, &partial0, &partial1, &arg0, &arg1, &ops)
-        if n:
-            memcpy(values, self._values, n * sizeof(double))
-            memcpy(partial0, self._partial0, n * sizeof(double))
-            memcpy(partial1, self._partial1, n * sizeof(double))
-            memcpy(arg0, self._arg0, n * sizeof(int32_t))
-            memcpy(arg1, self._arg1, n * sizeof(int32_t))
-            memcpy(ops, self._ops, n * sizeof(uint8_t))
-        if self._active_sweeps:
-            self._retired.append(<size_t>self._block)  # a sweep still reads it
-        else:
-            free(self._block)
-        self._block = block
+        if keep:
+            for k in range(6):
+                if arrays[k] != NULL:
+                    self._retired.append((<size_t>arrays[k], old * _ITEM_BYTES[k], old_mapped))
+        self._point(fresh)
         self._capacity = capacity
-        self._values, self._partial0, self._partial1 = values, partial0, partial1
-        self._arg0, self._arg1, self._ops = arg0, arg1, ops
         return 0
+
+    cdef int _take_spare(self, char** arrays, bint keep) except -1:
+        # the kept mappings of a freed list (larger than asked: they stay reserved)
+        global _spare_capacity
+        cdef int k
+        for k in range(6):
+            if self._length:
+                memcpy(_spare[k], arrays[k], self._length * _ITEM_BYTES[k])
+            if keep:
+                self._retired.append((<size_t>arrays[k], self._capacity * _ITEM_BYTES[k], 0))
+            else:
+                easyad_array_free(arrays[k], self._capacity * _ITEM_BYTES[k], 0)
+        self._point(_spare)
+        self._capacity = _spare_capacity
+        _spare_capacity = 0
+        return 0
+
+    cdef void _point(self, char** arrays) noexcept:
+        self._values = <double*>arrays[0]
+        self._partial0 = <double*>arrays[1]
+        self._partial1 = <double*>arrays[2]
+        self._arg0 = <int32_t*>arrays[3]
+        self._arg1 = <int32_t*>arrays[4]
+        self._ops = <uint8_t*>arrays[5]
 
     cdef Py_ssize_t _append(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
                             double pa, double pb) except -1:
@@ -156,7 +325,7 @@ cdef class WengertList:
                       double pa, double pb):
         cdef Py_ssize_t n = self._append(op, a, b, z, pa, pb)
         cdef Record r = Record.__new__(Record)
-        r.number = z
+        r._number = z
         r.tape = self
         r.index = n
         r.generation = self.generation
@@ -178,9 +347,17 @@ cdef class WengertList:
         return r
 
     def clear(self):
-        """Empty the list for reuse, keeping its memory. Records made before become stale."""
+        """Empty the list for reuse, keeping its memory. Records made before become stale.
+
+        The tape of a Function (``F.tape``, or a list given to ``ad.Function``) cannot be
+        cleared: the Function replays, saves and draws it (RuntimeError)."""
+        if self._frozen:
+            raise RuntimeError(
+                f"{self!r} is the tape of a Function (ad.record), which replays, saves and "
+                f"draws it, so it cannot be cleared; record on a new WengertList instead")
         if self._active_sweeps:
             raise RuntimeError(f"cannot clear {self!r} while a backward sweep reads it")
+        self._written = max(self._written, self._length)   # those pages stay
         self._length = 0
         self.generation += 1
         self._nodes.clear()  # releases the tensors (and device buffers) nodes hold
@@ -193,9 +370,14 @@ cdef class WengertList:
     def __len__(self):
         return self._length
 
+    def _freeze(self):
+        """Refuse clear() from now on (a Function owns this list)."""
+        self._frozen = True
+
     @property
     def capacity(self):
-        """Entries the list holds before it next grows."""
+        """Entries the list holds before it next grows (reserved address space, once the
+        arrays are mappings: see nbytes for the memory)."""
         return self._capacity
 
     @property
@@ -204,13 +386,26 @@ cdef class WengertList:
 
     @property
     def nbytes(self):
-        """Bytes of C memory the tape holds (its capacity times ``bytes_per_entry``)."""
-        return self._capacity * _ENTRY_BYTES
+        """Bytes of C memory the tape holds: its capacity while small; once its arrays are
+        mappings, the pages written (the most entries it has held; a mapping reserves
+        address space beyond them, which takes no memory)."""
+        cdef int k
+        cdef size_t total = 0
+        cdef Py_ssize_t held = self._capacity
+        if self._values == NULL:
+            return 0
+        if _mapped(self._capacity):
+            held = max(self._written, self._length)
+        for k in range(6):
+            total += easyad_array_bytes(held * _ITEM_BYTES[k], _mapped(self._capacity))
+        return total
 
     @property
     def bytes_per_entry(self):
-        """Bytes one entry takes (value, two partials, two int32 operands, a byte opcode)."""
-        return _ENTRY_BYTES
+        """Bytes of C memory per used entry: ``nbytes / len(lst)`` (at most 40 from 64
+        entries on; an entry itself is 33 bytes, the rest is room to grow). ``nbytes`` when
+        the list is empty."""
+        return self.nbytes / self._length if self._length else float(self.nbytes)
 
     def __repr__(self):
         return f"WengertList(#{self.serial}, {self._length} entries)"
@@ -228,7 +423,7 @@ cdef class WengertList:
         if self._node_order and self._node_order[0] <= output:
             self._mixed_sweep(d, output, seed)
             return d
-        adjoints[output] = 1.0
+        adjoints[output] = 1.0 if seed is None else <double>seed
         self._sweep_range(adjoints, 0, output)
         return d
 
@@ -248,9 +443,7 @@ cdef class WengertList:
         finally:
             self._active_sweeps -= 1
             if self._active_sweeps == 0 and self._retired:
-                for address in self._retired:
-                    free(<void*><size_t>address)
-                self._retired.clear()
+                self._free_retired()
         return 0
 
     cdef int _mixed_sweep(self, Derivatives d, Py_ssize_t output, object seed) except -1:
@@ -287,6 +480,9 @@ cdef class WengertList:
                 if g is None:
                     continue
             contributions = node.vjp(g)
+            if _anomaly_mode:
+                from easyad.anomaly import check_node
+                check_node(self, k, node, contributions)
             for inp, c in zip(node.inputs, contributions):
                 if c is None or inp < 0:
                     continue
@@ -331,6 +527,9 @@ cdef class WengertList:
         for i in node.inputs:
             if i >= self._length:
                 raise ValueError(f"node input {i} is not an entry of {self!r}")
+        if _anomaly_mode:
+            from easyad.anomaly import user_line
+            self._lines[self._length] = user_line()
         cdef Record r = self._push(OP_NODE, -1, -1, number, 0.0, 0.0)
         self._nodes[r.index] = node
         self._node_order.append(r.index)
@@ -380,9 +579,13 @@ cdef class WengertList:
         _live_tape(handle)
         if handle.tape is not self:
             _raise_tape_mismatch(self, handle.tape, "backward sweep")
-        return self._backward(handle.index, seed)
+        d = self._backward(handle.index, seed)
+        if _anomaly_mode:
+            from easyad.anomaly import check_backward
+            check_backward(self, d, handle.index)
+        return d
 
-    # ---- pickling: the entries as bytes, in the block's layout ----
+    # ---- pickling: the entries as bytes, in the block's layout, with a checksum ----
     def __reduce__(self):
         cdef Py_ssize_t n = self._length
         if self._nodes:
@@ -397,45 +600,85 @@ cdef class WengertList:
             (<char*>self._ops)[:n],
         ) if n else ()
         max_entries = None if self._max_entries == _INDEX_LIMIT else self._max_entries
+        names = dict(self._names)
         # user primitives pickle by reference (importable module-level functions)
-        return (_rebuild_wengert_list, (n, parts, dict(self._names), max_entries,
-                                        dict(self._customs)))
+        customs = dict(self._customs)
+        checksum = _tape_digest(parts, (n, sorted(names.items()), max_entries, sorted(customs)))
+        return (_rebuild_wengert_list, (n, parts, names, max_entries, customs, checksum))
 
 
-def _rebuild_wengert_list(Py_ssize_t n, tuple parts, dict names, max_entries,
-                          dict customs=None):
-    cdef WengertList lst = WengertList(max_entries)
-    cdef bytes part
-    cdef Py_ssize_t k
+def _rebuild_wengert_list(*state, source="pickled WengertList"):
+    """A WengertList from the data of __reduce__ (or ad.load): (n, parts, names,
+    max_entries[, customs[, checksum]]), every field validated first (TapeFormatError).
+    Pickles of easyad before the checksum have 4 or 5 fields: only the checksum is skipped."""
+    cdef WengertList lst
+    cdef Py_ssize_t k, size
     cdef char* destinations[6]
-    cdef Py_ssize_t sizes[6]
+    if not 4 <= len(state) <= 6:
+        _raise_tape_format(source, f"4 to 6 fields expected, got {len(state)}")
+    n, parts, names, max_entries = state[:4]
+    customs = state[4] if len(state) > 4 else None
+    checksum = state[5] if len(state) > 5 else None
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _INDEX_LIMIT:
+        _raise_tape_format(source, f"the length {n!r} is not an int from 0 to {_INDEX_LIMIT}")
+    if not isinstance(parts, tuple):
+        _raise_tape_format(source, f"the entries are a {type(parts).__name__}, not a tuple")
+    if n == 0 and parts == ():
+        parts = (b"",) * 6
+    if customs is None:
+        customs = {}
+    if not isinstance(names, dict) or not isinstance(customs, dict):
+        _raise_tape_format(source, "names and user primitives must be dicts")
+    if max_entries is not None and (isinstance(max_entries, bool)
+                                    or not isinstance(max_entries, int)
+                                    or not max(n, 1) <= max_entries <= _INDEX_LIMIT):
+        _raise_tape_format(source, f"max_entries {max_entries!r} is not an int from "
+                                   f"{max(n, 1)} to {_INDEX_LIMIT}")
+    for index in customs:
+        _index_field(index, "a user primitive's entry", source)
+    from easyad.primitives import Primitive
+    for index, primitive in customs.items():
+        if not isinstance(primitive, Primitive):
+            _raise_tape_format(source, f"the user primitive of entry {index} is a "
+                                       f"{type(primitive).__name__}, not an ad.Primitive")
+    _validate_entries(n, parts, customs, source)
+    for index, name in names.items():
+        _index_field(index, f"the index of variable {name!r}", source)
+        if not 0 <= index < n or (<const uint8_t*><const char*>parts[5])[index] != OP_VARIABLE:
+            _raise_tape_format(source, f"the name {name!r} is given to entry {index}, "
+                                       f"which is not a variable")
+        if type(name) is not str:
+            _raise_tape_format(source, f"the name of entry {index} is a "
+                                       f"{type(name).__name__}, not a str")
+    if len(set(names.values())) != len(names):
+        _raise_tape_format(source, "two variables have the same name")
+    if checksum is not None:
+        expected = _tape_digest(parts if n else (),
+                                (n, sorted(names.items()), max_entries, sorted(customs)))
+        if type(checksum) is not int or checksum != expected:
+            _raise_tape_format(source, f"the checksum {checksum!r} does not match the "
+                                       f"data (expected {expected})")
+    lst = WengertList(max_entries)
     if n:
-        while lst._capacity < n:
-            lst._grow()
+        lst._resize(max(n, _MIN_CAPACITY))
         destinations[:] = [<char*>lst._values, <char*>lst._partial0, <char*>lst._partial1,
                            <char*>lst._arg0, <char*>lst._arg1, <char*>lst._ops]
-        sizes[:] = [n * sizeof(double), n * sizeof(double), n * sizeof(double),
-                    n * sizeof(int32_t), n * sizeof(int32_t), n]
         for k in range(6):
-            part = parts[k]
-            if len(part) != sizes[k]:
-                raise ValueError("corrupt pickled WengertList")
-            memcpy(destinations[k], <char*>part, sizes[k])
+            size = len(parts[k])
+            memcpy(destinations[k], <const char*>parts[k], size)
         lst._length = n
     for index, name in names.items():
         lst._names[index] = name
         lst._indices[name] = index
-    if customs:
-        for index in customs:
-            if not 0 <= index < n or lst._ops[index] != OP_CUSTOM:
-                raise ValueError("corrupt pickled WengertList")
-        lst._customs.update(customs)
+    lst._customs.update(customs)
     return lst
 
 
-def _rebuild_record(WengertList tape, Py_ssize_t index):
+def _rebuild_record(WengertList tape not None, Py_ssize_t index):
+    if not 0 <= index < tape._length:
+        _raise_tape_format("pickled Record", f"index {index} is not an entry of {tape!r}")
     cdef Record r = Record.__new__(Record)
-    r.number = tape._values[index]
+    r._number = tape._values[index]
     r.tape = tape
     r.index = index
     r.generation = tape.generation
@@ -552,6 +795,9 @@ cdef Derivatives _empty_derivatives():
 def _rebuild_derivatives(WengertList tape, bytes data):
     cdef Derivatives d = Derivatives.__new__(Derivatives)
     cdef Py_ssize_t n = len(data) // sizeof(double)
+    if len(data) % sizeof(double) or (tape is not None and n > tape._length):
+        _raise_tape_format("pickled Derivatives", f"{len(data)} bytes of adjoints do not "
+                                                  f"fit {tape!r}")
     if n:
         d._adjoints = <double*>malloc(n * sizeof(double))
         if d._adjoints == NULL:

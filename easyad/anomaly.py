@@ -1,11 +1,13 @@
 """``ad.detect_anomaly()``: stop at the first operation whose value or derivative is NaN/inf.
 
 Off by default and free when off: every generated operation of the compiled core reads one
-C flag. When on, a Trace or Record operation that produces a non-finite value or derivative
-raises ``ad.AnomalyError`` naming the operation and the line of user code that ran it;
-Records remember where they were recorded, so a backward sweep that produces a non-finite
-adjoint names the operation (and line) it flowed through; a replayed Function whose results
-are not finite is re-recorded at that point to find the operation.
+C flag. When on, a Trace operation that produces a non-finite value or derivative, or a
+Record operation that produces a non-finite value, raises ``ad.AnomalyError`` naming the
+operation and the line of user code that ran it. A Record's non-finite partial derivative
+(sqrt at 0) is no anomaly by itself: only a backward sweep that produces a non-finite
+adjoint (scalar or tensor) raises, naming the operation (and line) it flowed through, so
+``sqrt(x - x) * 0 + x``, whose gradient is 1, passes. A replayed Function whose results are
+not finite is re-recorded at that point to find the operation.
 """
 from __future__ import annotations
 
@@ -59,6 +61,22 @@ def check_backward(tape: Any, derivatives: Any, output: int) -> None:
                        f"derivative is not finite there (ad.detect_anomaly is on)")
 
 
+def check_node(tape: Any, index: int, node: Any, contributions: Any) -> None:
+    """Raise if a tensor operation's vjp passed on a non-finite adjoint (backward sweep)."""
+    for k, c in enumerate(contributions):
+        if c is None:
+            continue
+        array = np.asarray(c.get() if hasattr(c, "get") and not isinstance(c, np.ndarray)
+                           else c, dtype=float)
+        if np.isfinite(array).all():
+            continue
+        bad = array.reshape(-1)[~np.isfinite(array.reshape(-1))][0]
+        line = tape._lines.get(index, "an unknown line (recorded before detect_anomaly)")
+        raise AnomalyError(f"the backward sweep produced an adjoint of {bad} for input {k} "
+                           f"of {node.label} (entry {index}) recorded at {line}: its "
+                           f"derivative is not finite there (ad.detect_anomaly is on)")
+
+
 def check_replay(function: Any, X: Any, results: list[Any]) -> None:
     """Raise if replayed results are not finite; re-record f there to name the operation."""
     for array in results:
@@ -89,10 +107,14 @@ def detect_anomaly() -> Iterator[None]:
     >>> lst = ad.WengertList()
     >>> x = lst.variable(0.0)
     >>> with ad.detect_anomaly():
-    ...     y = ad.sqrt(x)       # sqrt'(0) is inf
+    ...     y = ad.sqrt(x) * 0.0 + x     # sqrt'(0) is inf, but nothing flows through it
+    ...     y.derivatives()[x]
+    1.0
+    >>> with ad.detect_anomaly():
+    ...     ad.sqrt(x).derivatives()
     Traceback (most recent call last):
     ...
-    easyad.errors.AnomalyError: sqrt produced a derivative of inf in reverse mode (Record), ...
+    easyad.errors.AnomalyError: the backward sweep produced an adjoint of inf for entry 0, ...
     """
     previous = _core._set_anomaly_mode(True)
     try:

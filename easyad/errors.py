@@ -80,8 +80,22 @@ class ShapeError(ValueError):
     """
 
 
+class TapeFormatError(ValueError):
+    """A saved file or a pickle does not hold a valid easyad tape: it is damaged (truncated,
+    changed), or was never written by easyad. Raised by ``ad.load`` and by unpickling a
+    WengertList or Function; the message names the field, the entry and the bad value.
+
+    >>> import easyad as ad
+    >>> try:
+    ...     ad.load(__file__)        # any file that is not a saved Function
+    ... except ad.TapeFormatError:
+    ...     print("damaged, or not a saved easyad Function")
+    damaged, or not a saved easyad Function
+    """
+
+
 __all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",
-           "ShapeError", "AnomalyError"]
+           "ShapeError", "AnomalyError", "TapeFormatError", "DeviceError"]
 
 
 class DeviceError(RuntimeError):

@@ -11,8 +11,11 @@ and ``on_branch_change`` says what happens (raise, re-record f there, or mask th
 """
 from __future__ import annotations
 
+import io
+import math
 import os
 import threading
+import zipfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,12 +26,15 @@ from numpy.typing import ArrayLike, NDArray
 from easyad import _core
 from easyad._core import Record, Trace, WengertList
 from easyad._rules import COMPARISON_SYMBOLS, OPCODE_NAMES
-from easyad.errors import BranchChangedError
+from easyad.errors import BranchChangedError, TapeFormatError
 
 _VALUE, _GRADIENT, _SECOND = 0, 1, 2
 _BRANCH_MODES = ("raise", "retape", "mask")
 _FORMAT = "easyad.Function"
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2          # 2: with a checksum; 1 (no checksum) is still read
+_READ_VERSIONS = (1, 2)
+_ENTRY_FIELDS = (("values", "<f8"), ("partial0", "<f8"), ("partial1", "<f8"),
+                 ("arg0", "<i4"), ("arg1", "<i4"), ("ops", "|u1"))
 # rows x entries below which one thread does the whole batch (threads cost ~50 us to start)
 _PARALLEL_WORK = 200_000
 _HESSIAN_BLOCK = 16  # directions per forward-over-reverse sweep
@@ -47,8 +53,16 @@ def _threads() -> ThreadPoolExecutor:
         return _pool
 
 
+def _refuse_complex(x: NDArray[Any], what: str) -> None:
+    # numpy would drop the imaginary part with only a ComplexWarning; Records refuse it
+    if x.dtype.kind == "c":
+        raise TypeError(f"{what} must be real numbers, got complex (dtype {x.dtype}): "
+                        f"easyad differentiates real functions; pass x.real if that is meant")
+
+
 def _as_input(x0: ArrayLike, what: str = "x0") -> NDArray[np.float64]:
     x = np.asarray(x0)
+    _refuse_complex(x, what)
     if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise TypeError(f"{what} must be an array of floats, got dtype {x.dtype}")
     x = x.astype(np.float64)
@@ -83,12 +97,15 @@ def _output_records(lst: WengertList, y: Any) -> tuple[list[Record], bool]:
 
 
 def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
-           on_branch_change: str = "raise") -> Function:
+           on_branch_change: str = "raise", strict: bool = False) -> Function:
     """Record ``f`` once at ``x0``; return a ``Function`` that replays it at new points.
 
     ``f`` takes a 1-D array (of Records while recording) and returns a number or a sequence
     of numbers. ``on_branch_change`` ("raise", "retape" or "mask") says what replay does at
-    a point where a comparison ``f`` branched on would come out differently.
+    a point where a comparison ``f`` branched on would come out differently. A branch on
+    a plain float (``x[0].number > 0``) records no guard, and replay silently follows the
+    recorded branch: with ``strict=True``, reading ``.number`` of a recorded variable in
+    ``f`` raises RuntimeError naming the line, so such branches are found.
 
     Examples
     --------
@@ -110,7 +127,12 @@ def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
     xs = np.empty(x.shape[0], dtype=object)
     for i, v in enumerate(x):
         xs[i] = lst.variable(float(v))
-    y = f(xs)
+    previous = _core._set_strict_tape(lst) if strict else None
+    try:
+        y = f(xs)
+    finally:
+        if strict:
+            _core._set_strict_tape(previous)
     outputs, scalar = _output_records(lst, y)
     return Function(lst, [r.index for r in xs], [r.index for r in outputs], scalar=scalar,
                     f=f, on_branch_change=on_branch_change)
@@ -139,8 +161,11 @@ class Function:
         if on_branch_change not in _BRANCH_MODES:
             raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, "
                              f"got {on_branch_change!r}")
-        self.tape = tape
         self._replayer = _core._Replayer(tape, list(inputs), list(outputs))
+        # The Function owns its tape: hessian(), save() and to_dot() read it, so it is
+        # frozen (clear() raises) rather than left to go stale under the Function.
+        tape._freeze()
+        self.tape = tape
         self.inputs = tuple(int(i) for i in inputs)
         self.outputs = tuple(int(i) for i in outputs)
         self.scalar = bool(scalar) and len(self.outputs) == 1
@@ -278,7 +303,9 @@ class Function:
         one direction per row (B, n)."""
         self._need_scalar("hvp")
         X, batch = self._rows(x)
-        V = np.asarray(v, dtype=np.float64)
+        V = np.asarray(v)
+        _refuse_complex(V, "v")
+        V = V.astype(np.float64)
         if V.shape not in ((self.n_inputs,), (X.shape[0], self.n_inputs)):
             raise ValueError(f"v must have shape ({self.n_inputs},) or "
                              f"({X.shape[0]}, {self.n_inputs}), got {V.shape}")
@@ -289,19 +316,21 @@ class Function:
 
     # ---- persistence and pictures ----
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the Function to ``path`` (a versioned .npz; ``ad.load`` reads it back)."""
+        """Write the Function to ``path``: a versioned .npz of plain arrays (no pickle
+        inside) with a checksum; ``ad.load`` reads it back, validating every field."""
         if self.tape._customs_count():
             raise TypeError("a Function with user-defined primitives cannot be saved to "
                             ".npz; pickle it instead (primitives pickle by reference)")
         arrays = self.tape._arrays()
         names = self.tape._names_dict()
         content: dict[str, Any] = dict(
-            format=np.array(_FORMAT), version=np.array(_FORMAT_VERSION),
+            format=np.array(_FORMAT), version=np.array(_FORMAT_VERSION, dtype=np.int64),
             inputs=np.array(self.inputs, dtype=np.int64),
             outputs=np.array(self.outputs, dtype=np.int64),
             scalar=np.array(self.scalar), on_branch_change=np.array(self.on_branch_change),
             name_indices=np.array(list(names), dtype=np.int64),
             name_values=np.array(list(names.values()), dtype=str), **arrays)
+        content["checksum"] = np.array(_file_digest(content), dtype=np.int64)
         np.savez(path, **content)
 
     def to_dot(self) -> str:
@@ -312,9 +341,10 @@ class Function:
         return to_dot(self.tape, derivatives=d, inputs=self.inputs, outputs=self.outputs)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # f (for "retape") stays behind: functions often do not pickle
-        return (_rebuild_function, (self.tape, self.inputs, self.outputs, self.scalar,
-                                    self.on_branch_change))
+        # f (for "retape") stays behind: functions often do not pickle. The tape carries
+        # its own checksum; this one covers the rest.
+        rest = (self.inputs, self.outputs, self.scalar, self.on_branch_change)
+        return (_rebuild_function, (self.tape, *rest, _core._tape_digest((), rest)))
 
     # ---- internals ----
     def _opencl(self, X: NDArray[np.float64], device: Any, mode: str | None
@@ -355,6 +385,7 @@ class Function:
         X = np.asarray(x)
         if X.dtype == object:
             raise TypeError("x must be an array of floats (replay takes numbers, not Records)")
+        _refuse_complex(X, "x")
         X = np.ascontiguousarray(X, dtype=np.float64)
         n = self.n_inputs
         if X.ndim == 1 and X.shape[0] == n:
@@ -494,13 +525,101 @@ class Function:
         raise RuntimeError(f"a user primitive raised {where}") from error
 
 
-def _rebuild_function(tape: WengertList, inputs: Sequence[int], outputs: Sequence[int],
-                      scalar: bool, on_branch_change: str) -> Function:
-    return Function(tape, inputs, outputs, scalar=scalar, on_branch_change=on_branch_change)
+_DAMAGED = ("The data is damaged, or is not a saved easyad Function or a tape pickled by "
+            "easyad")
+
+
+def _rebuild_function(*state: Any) -> Function:
+    """A Function from the data of __reduce__: (tape, inputs, outputs, scalar,
+    on_branch_change[, checksum]), every field checked (TapeFormatError). Pickles of
+    easyad before the checksum have 5 fields: only the checksum is skipped."""
+    source = "pickled Function"
+    if not 5 <= len(state) <= 6:
+        raise TapeFormatError(f"{source}: 5 or 6 fields expected, got {len(state)}. "
+                              f"{_DAMAGED}")
+    tape, inputs, outputs, scalar, on_branch_change = state[:5]
+    checksum = state[5] if len(state) > 5 else None
+    if type(tape) is not WengertList:
+        raise TapeFormatError(f"{source}: the tape is a {type(tape).__name__}, not a "
+                              f"WengertList. {_DAMAGED}")
+    function = _trusted_function(tape, inputs, outputs, scalar, on_branch_change, source)
+    if checksum is not None and (type(checksum) is not int or checksum != _core._tape_digest(
+            (), (inputs, outputs, scalar, on_branch_change))):
+        raise TapeFormatError(f"{source}: the checksum {checksum!r} does not match the "
+                              f"data. {_DAMAGED}")
+    return function
+
+
+def _trusted_function(tape: WengertList, inputs: Any, outputs: Any, scalar: Any,
+                      on_branch_change: Any, source: str) -> Function:
+    ins, outs = _core._validate_ends(tape, inputs, outputs, source)
+    if type(scalar) not in (bool, np.bool_):
+        raise TapeFormatError(f"{source}: scalar is {scalar!r}, not a bool. {_DAMAGED}")
+    if type(on_branch_change) is not str or on_branch_change not in _BRANCH_MODES:
+        raise TapeFormatError(f"{source}: on_branch_change is {on_branch_change!r}, not one "
+                              f"of {_BRANCH_MODES}. {_DAMAGED}")
+    return Function(tape, ins, outs, scalar=bool(scalar), on_branch_change=on_branch_change)
+
+
+def _file_digest(content: dict[str, Any]) -> int:
+    """The checksum of a saved Function: its entry arrays and the rest of its fields."""
+    parts = [content[key].tobytes() for key, _ in _ENTRY_FIELDS]
+    rest = (content["inputs"].tolist(), content["outputs"].tolist(),
+            bool(content["scalar"]), str(content["on_branch_change"]),
+            content["name_indices"].tolist(), content["name_values"].tolist())
+    result: int = _core._tape_digest(parts, rest)
+    return result
+
+
+# what a saved Function holds: name -> (numpy dtype kind(s), number of dimensions)
+_FIELDS = {
+    "format": ("U", 0), "version": ("iu", 0), "inputs": ("i", 1), "outputs": ("i", 1),
+    "scalar": ("b", 0), "on_branch_change": ("U", 0), "name_indices": ("i", 1),
+    "name_values": ("U", 1), **{key: ("", 1) for key, _ in _ENTRY_FIELDS},
+}
+_MAX_HEADER = 10_000
+
+
+def _read_npy(archive: zipfile.ZipFile, key: str, problem: Callable[[str], Exception],
+              size: int) -> NDArray[Any]:
+    """One array of the archive, parsed without pickle and without trusting its header:
+    the member is read whole (zipfile checks its CRC-32) before numpy sees it, and the
+    shape the header states must match the bytes there are."""
+    try:
+        info = archive.getinfo(key + ".npy")
+    except KeyError:
+        raise problem(f"the field {key!r} is missing") from None
+    # a deflated member expands at most ~1032 times: a larger claim is damage (or a bomb)
+    if info.compress_size > size or info.file_size > 1100 * info.compress_size + 4096:
+        raise problem(f"the field {key!r} claims {info.file_size} bytes in "
+                      f"{info.compress_size}")
+    with archive.open(info) as member:
+        data = member.read()
+    stream = io.BytesIO(data)
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(
+            stream, max_header_size=_MAX_HEADER)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(
+            stream, max_header_size=_MAX_HEADER)
+    else:
+        raise problem(f"the field {key!r} is in .npy format {version}")
+    if dtype.hasobject:
+        raise problem(f"the field {key!r} holds Python objects (dtype {dtype})")
+    count = math.prod(shape)
+    if count * dtype.itemsize != len(data) - stream.tell():
+        raise problem(f"the field {key!r} states shape {shape} of {dtype}, "
+                      f"{count * dtype.itemsize} bytes, but holds {len(data) - stream.tell()}")
+    array = np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell())
+    return array.reshape(shape, order="F" if fortran else "C")
 
 
 def load(path: str | os.PathLike[str]) -> Function:
-    """Read a Function written by ``Function.save`` (checks the format and its version).
+    """Read a Function written by ``Function.save``: the safe way to read one from
+    elsewhere. No pickle is involved (no code in the file runs); every field is checked,
+    each entry in C (opcodes, operand indices, inputs, outputs), and the checksum must
+    match. A file that fails raises ``ad.TapeFormatError`` saying what is wrong.
 
     Examples
     --------
@@ -510,22 +629,67 @@ def load(path: str | os.PathLike[str]) -> Function:
     >>> ad.load(path).gradient([3.0])
     array([6.])
     """
-    with np.load(path, allow_pickle=False) as data:
-        if "format" not in data or str(data["format"]) != _FORMAT:
-            raise ValueError(f"{os.fspath(path)!r} is not a saved easyad Function")
-        version = int(data["version"])
-        if version > _FORMAT_VERSION:
-            raise ValueError(f"{os.fspath(path)!r} was saved by a newer easyad (format "
-                             f"{version}; this one reads up to {_FORMAT_VERSION}): upgrade")
-        arrays = {k: data[k] for k in ("values", "partial0", "partial1", "arg0", "arg1", "ops")}
-        names = dict(zip(data["name_indices"].tolist(), data["name_values"].tolist()))
-        tape = _core._rebuild_wengert_list(
-            len(arrays["ops"]), tuple(arrays[k].tobytes() for k in
-                                      ("values", "partial0", "partial1", "arg0", "arg1", "ops"))
-            if len(arrays["ops"]) else (), names, None)
-        return Function(tape, data["inputs"].tolist(), data["outputs"].tolist(),
-                        scalar=bool(data["scalar"]),
-                        on_branch_change=str(data["on_branch_change"]))
+    source = f"{os.fspath(path)!r}"
+
+    def problem(text: str) -> TapeFormatError:
+        return TapeFormatError(f"{source}: {text}. The file is damaged, or is not a saved "
+                               f"easyad Function (Function.save writes one)")
+
+    with open(path, "rb") as handle:    # a missing file is FileNotFoundError, as usual
+        blob = handle.read()
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+            if "format.npy" not in archive.namelist():
+                raise problem("it has no 'format' field")
+            data = {key: _read_npy(archive, key, problem, len(blob)) for key in _FIELDS}
+            if "checksum.npy" in archive.namelist():
+                data["checksum"] = _read_npy(archive, "checksum", problem, len(blob))
+    except TapeFormatError:
+        raise
+    except Exception as error:  # zipfile, zlib and numpy's header parser: all are damage
+        raise problem(f"it cannot be read as .npz ({type(error).__name__}: {error})") from error
+    version = data["version"]
+    if version.ndim or version.dtype.kind not in "iu":
+        raise problem(f"its version is {version.tolist()!r} ({version.dtype}), not an "
+                      f"integer: this easyad reads versions "
+                      f"{' and '.join(map(str, _READ_VERSIONS))}")
+    for key, (kinds, ndim) in _FIELDS.items():
+        array = data[key]
+        if array.ndim != ndim or (kinds and array.dtype.kind not in kinds):
+            raise problem(f"the field {key!r} is {array.dtype} of shape {array.shape}")
+    if str(data["format"]) != _FORMAT:
+        raise problem(f"its format is {str(data['format'])!r}, not {_FORMAT!r}")
+    version_number = int(data["version"])
+    if version_number not in _READ_VERSIONS:
+        newer = " (saved by a newer easyad: upgrade)" if version_number > _FORMAT_VERSION else ""
+        raise problem(f"its version is {version_number}; this easyad reads "
+                      f"{' and '.join(map(str, _READ_VERSIONS))}{newer}")
+    for key, dtype in _ENTRY_FIELDS:
+        if data[key].dtype != np.dtype(dtype):
+            raise problem(f"the field {key!r} is {data[key].dtype}, not {np.dtype(dtype)}")
+        if len(data[key]) != len(data["ops"]):
+            raise problem(f"the field {key!r} has {len(data[key])} entries, 'ops' "
+                          f"{len(data['ops'])}")
+    if len(data["name_indices"]) != len(data["name_values"]):
+        raise problem("the names and their indices differ in number")
+    n = len(data["ops"])
+    names = dict(zip(data["name_indices"].tolist(), data["name_values"].tolist()))
+    if len(names) != len(data["name_indices"]):
+        raise problem("one entry is named twice")
+    tape = _core._rebuild_wengert_list(
+        n, tuple(data[key].tobytes() for key, _ in _ENTRY_FIELDS), names, None, None, None,
+        source=source)
+    function = _trusted_function(tape, data["inputs"].tolist(), data["outputs"].tolist(),
+                                 data["scalar"].item(), str(data["on_branch_change"]), source)
+    if version_number >= 2:
+        checksum = data.get("checksum")
+        if checksum is None or checksum.shape != () or checksum.dtype.kind not in "iu":
+            raise problem("the checksum is missing or not an integer")
+        expected = _file_digest(data)
+        if int(checksum) != expected:
+            raise problem(f"the checksum {int(checksum)} does not match the data "
+                          f"(expected {expected})")
+    return function
 
 
 __all__ = ["Function", "record", "load"]

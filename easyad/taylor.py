@@ -194,7 +194,7 @@ class Taylor:
         if pair is None:
             return NotImplemented
         a, b = pair
-        return self._of(np.convolve(a, b)[:a.size])  # the Cauchy product
+        return self._of(_cauchy(a, b))
 
     __rmul__ = __mul__
 
@@ -334,6 +334,17 @@ def _is_zero_series(t: Any) -> bool:
     return _expressions.number_of(t) == 0.0
 
 
+def _cauchy(a: Coefficients, b: Coefficients) -> Coefficients:
+    """The Cauchy product of two series, each term with the strong zero of the other modes
+    (docs/conventions.md): a coefficient that is 0 times inf or NaN contributes 0, so
+    0 * sqrt(x) at 0 has the derivatives 0, as in forward and reverse mode."""
+    with np.errstate(invalid="ignore"):   # 0 * inf: set to 0 just below
+        terms = np.multiply.outer(a, b)
+    terms[(a == 0.0)[:, None] | (b == 0.0)[None, :]] = 0.0
+    n = a.size
+    return np.array([np.trace(terms[:, ::-1], offset=n - 1 - m) for m in range(n)])
+
+
 @functools.lru_cache(maxsize=1)
 def _namespace() -> Mapping[str, Any]:
     """The generic namespace, with the strong-zero helpers judging whole series."""
@@ -359,9 +370,10 @@ def _series_of(result: Any, order: int) -> Coefficients:
 def _apply_rule(rule: _rules.Rule, operands: tuple[Taylor, ...]) -> Taylor:
     """z = rule(*operands) as a series: the value from the core, the rest from the partials.
 
-    Where a partial cannot be evaluated (a derivative that is infinite or undefined at the
-    point, like sqrt's at 0) the coefficients from that order on are NaN, as the core gives
-    sqrt'(0) = inf instead of raising; the value itself raises as on floats.
+    Where a partial cannot be evaluated as a series (a derivative that is infinite or
+    undefined at the point, like sqrt's at 0) the first derivative is the core's (forward
+    mode: sqrt'(0) = +inf, docs/conventions.md) and the coefficients after it are NaN;
+    the value itself raises as on floats.
     """
     k = min(t.order for t in operands)
     z = np.zeros(k + 1)
@@ -396,9 +408,13 @@ def _apply_rule(rule: _rules.Rule, operands: tuple[Taylor, ...]) -> Taylor:
                     p = cache[i] = evaluate(i, m - 1)
                 x = operands[i]._c
                 j = np.arange(1, m + 1)
-                total += float(np.dot(j * x[1:m + 1], p[m - 1::-1][:m]))
+                with np.errstate(invalid="ignore"):   # inf * 0: NaN, then below
+                    total += float(np.dot(j * x[1:m + 1], p[m - 1::-1][:m]))
         except (ArithmeticError, ValueError):
             z[m:] = np.nan
+            if m == 1:   # the first derivative as forward mode gives it (tangents x1)
+                traces = [_core.Trace(float(t._c[0]), float(t._c[1])) for t in operands]
+                z[1] = getattr(_core, rule.name)(*traces).derivative
             break
         z[m] = total / m
     return Taylor._of(z)
@@ -450,8 +466,9 @@ def taylor(f: Callable[..., Any], x0: float, order: int, *args: Any) -> Coeffici
     ndarray, shape (k + 1,)
         Index i holds the i-th derivative f^(i)(x0); index 0 is f(x0). (The normalised
         coefficients f^(i)(x0) / i! are ``f(Taylor.variable(x0, k)).coefficients``.)
-        Derivatives that are infinite or undefined at x0 (sqrt at 0) come out NaN from that
-        order on.
+        The first derivative follows docs/conventions.md as in every mode (sqrt'(0) =
+        +inf; 0 * sqrt(x) has derivative 0); higher derivatives that are infinite or
+        undefined at x0 (sqrt at 0) come out NaN.
 
     Examples
     --------

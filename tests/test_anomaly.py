@@ -24,15 +24,42 @@ def test_forward_mode_names_operation_and_line():
     assert ad.sqrt(ad.Trace.variable(0.0)).derivative == float("inf")  # off again
 
 
-def test_recording_raises_and_leaves_the_tape_intact():
+def test_recording_raises_on_values_and_leaves_the_tape_intact():
     lst = ad.WengertList()
-    x = lst.variable(0.0)
+    x = lst.variable(1.0)
     y = x * 2.0
     with ad.detect_anomaly():
-        with pytest.raises(ad.AnomalyError, match="sqrt produced a derivative of inf"):
-            ad.sqrt(x)
-        assert len(lst) == 2
+        with pytest.raises(ad.AnomalyError, match="mul produced a value of inf in reverse"):
+            x * float("inf")
+        assert len(lst) == 2        # the failed product took no entry
         assert y.derivatives()[x] == 2.0
+
+
+def test_an_infinite_partial_nothing_flows_through_is_no_anomaly():
+    # issue 12, item 9: sqrt'(0) is inf, but the gradient of sqrt(x - x) * 0 + x is 1
+    lst = ad.WengertList()
+    x = lst.variable(2.0)
+    with ad.detect_anomaly():
+        y = ad.sqrt(x - x) * 0 + x
+        assert y.derivatives()[x] == 1.0
+        F = ad.record(lambda v: ad.sqrt(v[0] - v[0]) * 0 + v[0], [2.0])
+        np.testing.assert_array_equal(F.gradient(np.array([[3.0], [-1.0]])), [[1.0], [1.0]])
+        with pytest.raises(ad.AnomalyError, match=r"adjoint of inf for entry 5, through "
+                                                  r"sqrt \(entry 6\) recorded at .*test_anomaly"):
+            ad.sqrt(x - 2.0).derivatives()
+
+
+def test_tensor_gradients_are_checked():
+    # issue 12, item 9: the tensor gradient [inf, 0.5] of sum(sqrt(t)) at t = [0, 1]
+    lst = ad.WengertList()
+    t = ad.Tensor.variable(np.array([0.0, 1.0]), lst, device="numpy")
+    np.testing.assert_array_equal(ad.sum(ad.sqrt(t)).derivatives()[t], [np.inf, 0.5])
+    with ad.detect_anomaly():
+        y = ad.sum(ad.sqrt(t))
+        with pytest.raises(ad.AnomalyError, match=r"adjoint of inf for input 0 of sqrt "
+                                                  r"\(entry \d+\) recorded at .*test_anomaly"):
+            y.derivatives()
+        np.testing.assert_array_equal(ad.sum(t * 2.0).derivatives()[t], [2.0, 2.0])
 
 
 def test_backward_sweep_names_the_operation_it_flowed_through():
@@ -53,5 +80,5 @@ def test_replay_reports_the_row_and_re_records_to_name_the_operation():
     X = np.array([[4.0, 1.0], [0.0, 1.0]])
     assert np.isinf(F.gradient(X)[1, 0])
     with ad.detect_anomaly():
-        with pytest.raises(ad.AnomalyError, match="sqrt produced a derivative of inf"):
+        with pytest.raises(ad.AnomalyError, match="adjoint of inf.*through sqrt"):
             F.gradient(X)

@@ -358,3 +358,36 @@ def test_one_point_calls_fall_back_to_the_general_path():
         G.gradient(np.array([-1.0, 1.0]))
     with pytest.raises(ValueError, match="math domain error"):
         G(np.array([-1.0, 1.0]))
+
+
+def test_complex_input_is_refused_like_records_refuse_it():
+    # issue 12, item 6: numpy dropped the imaginary part with only a ComplexWarning
+    F = ad.record(lambda v: v[0] * v[1], [1.0, 2.0])
+    for call in (lambda: F([1 + 5j, 2.0]), lambda: F(np.array([1 + 5j, 2.0])),
+                 lambda: F.gradient([1 + 5j, 2.0]), lambda: F.jacobian([[1j, 2.0]]),
+                 lambda: F.hvp([1.0, 2.0], [1j, 0.0]), lambda: ad.record(lambda v: v[0], [1j])):
+        with pytest.raises(TypeError, match="complex"):
+            call()
+    with pytest.raises(TypeError, match="real number"):
+        ad.WengertList().variable(1 + 5j)
+    assert F(np.array([3.0, 2.0])) == 6.0
+
+
+def test_branching_on_number_is_silent_unless_strict():
+    # issue 12, item 12: a branch on .number records no guard
+    def f(v):
+        return v[0] if v[0].number > 0 else -v[0]
+    F = ad.record(f, [1.0])
+    assert F(np.array([-2.0])) == -2.0                      # the recorded branch, silently
+    np.testing.assert_array_equal(F.gradient(np.array([-2.0])), [1.0])
+    with pytest.raises(RuntimeError, match=r"test_replay.py:\d+ reads .number of a "
+                                           r"recorded variable.*strict=True"):
+        ad.record(f, [1.0], strict=True)
+    G = ad.record(lambda v: v[0] if v[0] > 0 else -v[0], [1.0], strict=True)   # a guard
+    with pytest.raises(ad.BranchChangedError):
+        G(np.array([-2.0]))
+    wrong_sin = ad.define("strict_sin", np.sin, np.cos)     # easyad's own reads are allowed
+    H = ad.record(lambda v: wrong_sin(v[0]) * v[0], [1.0], strict=True)
+    np.testing.assert_allclose(H.gradient(np.array([0.5])), [np.cos(0.5) * 0.5 + np.sin(0.5)])
+    lst = ad.WengertList()
+    assert lst.variable(2.0).number == 2.0                   # outside ad.record: a float

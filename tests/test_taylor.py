@@ -274,10 +274,10 @@ def test_kinks_follow_the_conventions():
 
 
 def test_singular_points_give_nan_and_where_masks_them():
-    result = ad.taylor(ad.sqrt, 0.0, order=3)
-    assert result[0] == 0.0 and np.isnan(result[1:]).all()
+    result = ad.taylor(ad.sqrt, 0.0, order=3)   # sqrt'(0) = inf by convention, then NaN
+    assert result[0] == 0.0 and result[1] == np.inf and np.isnan(result[2:]).all()
     result = ad.taylor(lambda x: x ** 2.5, 0.0, order=4)  # 0, 0, 0, then infinite
-    assert result[:3].tolist() == [0.0, 0.0, 0.0] and np.isnan(result[3:]).all()
+    assert result[:4].tolist() == [0.0, 0.0, 0.0, np.inf] and np.isnan(result[4:]).all()
     masked = ad.taylor(lambda x: ad.where(x > 0, ad.sqrt(x), x * 0.0), 0.0, order=3)
     assert masked.tolist() == [0.0, 0.0, 0.0, 0.0]
     # integer powers are products: exact at 0
@@ -319,3 +319,21 @@ def test_misuse():
         t.truncate(3)
     with pytest.raises(TypeError, match="not hashable|unhashable"):
         hash(t)
+
+
+@pytest.mark.parametrize("x0", [0.0, -0.0])
+def test_sqrt_at_zero_follows_the_conventions_in_every_mode(x0):
+    # issue 12, item 10: sqrt'(-0.0) was -inf in every mode, and Taylor mode gave NaN for
+    # sqrt'(0) and for d/dx [0 * sqrt(x)]; docs/conventions.md says +inf and 0
+    assert ad.sqrt(ad.Trace.variable(x0)).derivative == np.inf
+    lst = ad.WengertList()
+    x = lst.variable(x0)
+    assert ad.sqrt(x).derivatives()[x] == np.inf
+    assert (0.0 * ad.sqrt(x)).derivatives()[x] == 0.0
+    F = ad.record(lambda v: ad.sqrt(v[0]), [1.0])
+    assert F.gradient(np.array([x0]))[0] == np.inf
+    d = ad.taylor(ad.sqrt, x0, 3)
+    assert d[0] == 0.0 and d[1] == np.inf and np.isnan(d[2:]).all()
+    np.testing.assert_array_equal(ad.taylor(lambda t: 0 * ad.sqrt(t), x0, 3), [0.0] * 4)
+    np.testing.assert_array_equal(ad.taylor(lambda t: 0 * ad.sqrt(t) + t * t, x0, 3),
+                                  [0.0, 0.0, 2.0, 0.0])
