@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from easyad import _rules
+from easyad.errors import TapeMismatchError
 from easyad.tensor import _elementwise, _generic, _structural
-from easyad.tensor._base import TensorBase
+from easyad.tensor._base import TensorBase, live_tape
 from easyad.tensor._rule_methods import RuleMethods
 
 
@@ -46,6 +49,45 @@ class Tensor(TensorBase, RuleMethods):
         if reflected:
             return _elementwise.binary(rule, other, self)
         return _elementwise.binary(rule, self, other)
+
+    # -- reverse mode --
+    def retain(self) -> "Tensor":
+        """Keep this intermediate tensor's adjoint in the next sweeps, so ``d[t]`` works."""
+        if self._tape is not None:
+            self._tape._node(self._index).retain = True
+        return self
+
+    def derivatives(self, seed: Any = None) -> Any:
+        """One backward sweep from this tensor with adjoint ``seed`` (an array of its shape;
+        may be left out for a tensor of one element). Returns the ``Derivatives``."""
+        tape = live_tape(self)
+        if tape is None:
+            raise ValueError("a constant tensor has no derivatives")
+        if seed is None:
+            if self.size != 1:
+                raise ValueError(f"the backward sweep from a tensor of shape {self._shape} "
+                                 f"needs a seed of that shape; or sweep from ad.sum(t)")
+            seed = np.ones(self._shape)
+        seed = np.broadcast_to(np.asarray(seed, dtype=self._dtype), self._shape)
+        return tape._backward_from(self._handle, self._backend.asarray(seed, self._dtype))
+
+    def _derivative_from(self, d: Any) -> np.ndarray:
+        """``d[t]``: the adjoint of this tensor in the sweep ``d``, as a numpy array."""
+        if self._tape is None or d.tape is None:
+            return np.zeros(self._shape, dtype=self._dtype)
+        if d.tape is not self._tape:
+            raise TapeMismatchError(f"Derivatives mixes records of two different lists, "
+                                    f"{d.tape!r} and {self._tape!r}; record a whole "
+                                    f"computation on one WengertList")
+        live_tape(self)
+        adjoint = d._node_adjoint(self._index)
+        if adjoint is None:
+            node = self._tape._node(self._index)
+            if node.inputs and not node.retain:
+                raise ValueError("the adjoint of an intermediate tensor is not kept; call "
+                                 "t.retain() before the backward sweep to read d[t]")
+            return np.zeros(self._shape, dtype=self._dtype)
+        return np.asarray(self._backend.to_numpy(adjoint)).reshape(self._shape)
 
     # -- numpy interoperability: ufuncs and functions on tensors dispatch here --
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
