@@ -259,6 +259,14 @@ def test_the_fused_kernels_agree_on_every_backend(rng):
             continue
         assert float(be.to_numpy(loss)) == pytest.approx(expected, rel=1e-12), kind
         np.testing.assert_allclose(be.to_numpy(g), 0.5 * p, rtol=1e-12, atol=1e-15)
+        x, w, bias, g2 = (rng.standard_normal(s) for s in ((3, 2), (4, 2), (4,), (3, 4)))
+        out = be.linear(be.asarray(x, np.float64), be.asarray(w, np.float64),
+                        be.asarray(bias, np.float64))
+        np.testing.assert_allclose(be.to_numpy(out), x @ w.T + bias, rtol=1e-12)
+        gx, gw, gb = be.linear_vjp(be.asarray(g2, np.float64), be.asarray(x, np.float64),
+                                   be.asarray(w, np.float64), (True, True, True))
+        for got, want in ((gx, g2 @ w), (gw, g2.T @ x), (gb, g2.sum(axis=0))):
+            np.testing.assert_allclose(be.to_numpy(got), want, rtol=1e-12)
         a, b = rng.standard_normal((1, 3, 2)), rng.standard_normal((1, 3, 4))
         out = be.to_numpy(be.matmul(be.asarray(a, np.float64), be.asarray(b, np.float64),
                                     transpose_a=True))

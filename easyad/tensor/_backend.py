@@ -101,6 +101,15 @@ class Backend(Protocol):
         there are none)."""
 
     # -- fused kernels (tensor/_fused.py; _composed.ComposedKernels composes them) --
+    def linear(self, x: Any, w: Any, b: Any) -> Any:
+        """``x @ w.T + b`` for x (N, K), w (O, K) of one dtype, and b a buffer of shape
+        (O,) or (), a float, or None: a new (N, O) buffer."""
+
+    def linear_vjp(self, g: Any, x: Any, w: Any, needs: tuple[bool, bool, bool]
+                   ) -> tuple[Any, Any, Any]:
+        """The adjoints of ``linear`` for g (N, O): (g w (N, K), gᵀ x (O, K), Σₙ g (O,)),
+        each None where ``needs`` is False (and x or w may be None where not needed)."""
+
     def cross_entropy(self, z: Any, target: np.ndarray, divisor: float) -> tuple[Any, Any]:
         """For logits ``z`` (N, C) and classes ``target`` (N,): a 0-d buffer with
         ``sum_n (logsumexp(z[n]) - z[n, target[n]]) / divisor`` (stable: shifted by each

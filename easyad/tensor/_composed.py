@@ -13,7 +13,38 @@ import numpy as np
 
 
 class ComposedKernels:
-    """``cross_entropy`` and ``cross_entropy_vjp`` from map, reduce, take and scatter_add."""
+    """``linear``, ``linear_vjp``, ``cross_entropy`` and ``cross_entropy_vjp`` from matmul,
+    map, reduce, take and scatter_add."""
+
+    def linear(self, x: Any, w: Any, b: Any) -> Any:
+        """``x @ w.T + b``: x (N, K), w (O, K), b a buffer of shape (O,) or (), a float, or
+        None; (N, O)."""
+        be: Any = self
+        (n, k), o = x.shape, w.shape[0]
+        out = be.matmul(be.reshape(x, (1, n, k)), be.reshape(w, (1, o, k)), transpose_b=True)
+        out = be.reshape(out, (n, o))
+        if b is not None:
+            (out,) = be.map("linear_bias", ("x + b",), {"x": out, "b": b}, (n, o),
+                            (x.dtype,))
+        return out
+
+    def linear_vjp(self, g: Any, x: Any, w: Any, needs: tuple[bool, bool, bool]
+                   ) -> tuple[Any, Any, Any]:
+        """(g w, gᵀ x, Σₙ g) for g (N, O), each None where ``needs`` says so; x, w may be
+        None where their partner's adjoint is not needed."""
+        be: Any = self
+        n, o = g.shape
+        g3 = be.reshape(g, (1, n, o))
+        gx = gw = gb = None
+        if needs[0]:
+            k = w.shape[1]
+            gx = be.reshape(be.matmul(g3, be.reshape(w, (1, o, k))), (n, k))
+        if needs[1]:
+            k = x.shape[1]
+            gw = be.reshape(be.matmul(g3, be.reshape(x, (1, n, k)), transpose_a=True), (o, k))
+        if needs[2]:
+            gb = be.reduce("sum", g, (0,))
+        return gx, gw, gb
 
     def cross_entropy(self, z: Any, target: np.ndarray, divisor: float) -> tuple[Any, Any]:
         """(the 0-d buffer ``sum_n (logsumexp(z[n]) - z[n, target[n]]) / divisor``, what

@@ -11,9 +11,9 @@ out once:
 - cross_entropy: dlogits = (softmax(logits) - onehot(target)) · g / N  (N only for mean)
 - sigmoid:       dx = g s (1 - s)
 
-They run through the Backend Protocol (``_backend.py``): ``linear`` and ``sigmoid`` use
-its primitives (``matmul`` with transpose flags, ``map``, ``reduce``), ``cross_entropy``
-its ``cross_entropy`` kernel (numpy's own; OpenCL and meta compose it, ``_composed.py``).
+They run through the Backend Protocol (``_backend.py``): ``linear`` and ``cross_entropy``
+through its fused kernels (numpy's own, written with numpy; OpenCL and meta compose them
+of their primitives, ``_composed.py``), ``sigmoid`` as one ``map``.
 """
 from __future__ import annotations
 
@@ -53,35 +53,27 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Any:
     tape = common_tape("linear", ops)
     xd, wd = (v.data if v.dtype == dtype else
               be.map("astype", ("x",), {"x": v.data}, v.shape, (dtype,))[0] for v in (X, W))
-    x3, w3 = be.reshape(xd, (1, n, k)), be.reshape(wd, (1, o, k))
-    out = be.matmul(x3, w3, transpose_b=True)              # (1, n, o): W.T is a flag
-    if B is not None:
-        (out,) = be.map("linear_bias", ("x + b",), {"x": out, "b": B.data}, (1, n, o),
-                        (dtype,))
-    out = be.reshape(out, out_shape)
+    x2 = be.reshape(xd, (n, k))
+    out = be.reshape(be.linear(x2, wd, B.data if B is not None else None), out_shape)
     if tape is None or not any(v.needs_adjoint for v in ops):
         return record(cls, "linear", be, out, out_shape, dtype, None, (), None)
-    needs_x, needs_w = X.needs_adjoint, W.needs_adjoint
-    needs_b = B is not None and B.needs_adjoint
+    needs = (X.needs_adjoint, W.needs_adjoint, B is not None and B.needs_adjoint)
     b_shape = B.shape if B is not None else ()
     b_scalar = B is not None and B.dtype is None
-    keep_x: Any = x3 if needs_w else None
-    keep_w: Any = w3 if needs_x else None
+    keep_x: Any = x2 if needs[1] else None
+    keep_w: Any = wd if needs[0] else None
     x_shape, has_b = X.shape, B is not None
     # the vjp closes over plain values only: an Operand holds the tape, and a tape whose
     # nodes point back at it is a reference cycle, freed only by the garbage collector
 
     def vjp(g: Any) -> tuple[Any, ...]:
-        g3 = be.reshape(g, (1, n, o))
-        gx = be.reshape(be.matmul(g3, keep_w), x_shape) if needs_x else None
-        gw = be.reshape(be.matmul(g3, keep_x, transpose_a=True), (o, k)) if needs_w else None
-        gb: Any = None
-        if needs_b:
-            gb = be.reduce("sum", g3, (0, 1))                 # (o,)
-            if b_shape == ():                                 # one bias for every output
-                gb = be.reduce("sum", gb, (0,))
-                if b_scalar:
-                    gb = float(np.asarray(be.to_numpy(gb)).reshape(()))
+        gx, gw, gb = be.linear_vjp(be.reshape(g, (n, o)), keep_x, keep_w, needs)
+        if gx is not None:
+            gx = be.reshape(gx, x_shape)
+        if gb is not None and b_shape == ():              # one bias for every output
+            gb = be.reduce("sum", gb, (0,))
+            if b_scalar:
+                gb = float(np.asarray(be.to_numpy(gb)).reshape(()))
         return (gx, gw, gb) if has_b else (gx, gw)
     inputs = tuple(v.index for v in ops)
     return record(cls, "linear", be, out, out_shape, dtype, tape, inputs, vjp)

@@ -96,6 +96,20 @@ class NumpyBackend(LiveBuffers):
             a.swapaxes(-1, -2) if transpose_a else a, b.swapaxes(-1, -2) if transpose_b else b)))
 
     # -- fused kernels (tensor/_fused.py) --
+    def linear(self, x: np.ndarray, w: np.ndarray, b: Any) -> np.ndarray:
+        """``x @ w.T + b`` (the transpose is a BLAS flag; the bias added in place)."""
+        out = np.matmul(x, w.T)
+        if b is not None:
+            out += b
+        return self._track(out)
+
+    def linear_vjp(self, g: np.ndarray, x: Any, w: Any, needs: tuple[bool, bool, bool]
+                   ) -> tuple[Any, Any, Any]:
+        gx = self._track(np.matmul(g, w)) if needs[0] else None
+        gw = self._track(np.matmul(g.T, x)) if needs[1] else None
+        gb = self._track(g.sum(axis=0)) if needs[2] else None
+        return gx, gw, gb
+
     def cross_entropy(self, z: np.ndarray, target: np.ndarray, divisor: float
                       ) -> tuple[np.ndarray, Any]:
         """(0-d: ``sum_n (logsumexp(z[n]) - z[n, target[n]]) / divisor``, saved state)."""
