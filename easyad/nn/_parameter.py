@@ -90,7 +90,7 @@ class Parameter:
         if tape is None or not self.requires_grad:
             return Tensor.constant(self.data, device=self.device)
         t = self._tensor
-        if t is not None and t.tape is tape and t._generation == tape.generation:
+        if t is not None and t.recorded_on(tape):
             return t
         t = Tensor.variable(self.data, tape, device=self.device)
         self._tensor = t
@@ -100,7 +100,7 @@ class Parameter:
         """The variable recorded for this parameter on ``tape`` since it was last cleared,
         or None when this step did not use it."""
         t = self._tensor
-        if t is None or tape is None or t.tape is not tape or t._generation != tape.generation:
+        if t is None or not t.recorded_on(tape):
             return None
         return t
 
@@ -109,22 +109,14 @@ class Parameter:
         when the step did not record this parameter or no derivative reached it (where
         PyTorch leaves ``grad`` None, and its optimizers skip the parameter)."""
         t = self.bound(d.tape)
-        if t is None or d._node_adjoint(t._index) is None:
-            return None
-        result: np.ndarray = d[t]
-        return result
+        adjoint = None if t is None else t.adjoint(d)
+        return None if adjoint is None else np.array(adjoint)
 
     def _adjoint(self, d: Any) -> np.ndarray | None:
         """``gradient(d)`` without the copy on the numpy device: the sweep's own array, to
         be read only (what the optimizers use)."""
         t = self.bound(d.tape)
-        adjoint = None if t is None else d._node_adjoint(t._index)
-        if adjoint is None:
-            return None
-        if t is not None and t._backend.kind == "numpy":
-            view: np.ndarray = np.asarray(adjoint).reshape(self.data.shape)
-            return view
-        return self.gradient(d)
+        return None if t is None else t.adjoint(d)
 
     def _derivative_from(self, d: Any) -> np.ndarray:
         # d[p]: the Derivatives' hook for objects that are not Records

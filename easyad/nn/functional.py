@@ -8,9 +8,10 @@ values; the tests compare them with PyTorch in float64.
 Numerics: ``sigmoid`` and ``binary_cross_entropy_with_logits`` pick, elementwise, the form
 that cannot overflow (a ``where`` of two branches, so the derivative is right at 0 too);
 ``cross_entropy`` goes through ``log_softmax`` (shifted by the maximum); and
-``binary_cross_entropy`` clamps its logarithms at -100, as PyTorch does. On the numpy
-device ``linear``, ``sigmoid`` and ``cross_entropy`` with class indices run as
-one fused tape entry each (``_fused.py``); elsewhere they are compositions of tensor ops.
+``binary_cross_entropy`` clamps its logarithms at -100, as PyTorch does. On tensors
+``linear``, ``sigmoid`` and ``cross_entropy`` with class indices run as one fused tape
+entry each (the tensor layer's ``easyad.tensor.linear``...); ``linear`` and
+``cross_entropy`` of other operands (TraceTensors, Records) are compositions of tensor ops.
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-import easyad as ad
+from easyad import _core
 from easyad import random as _random
-from easyad.nn import _fused
+from easyad import tensor as _tensor
+from easyad.errors import ShapeError
 from easyad.tensor import Tensor
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
@@ -35,12 +37,12 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 def relu(x: Any) -> Any:
     """``max(x, 0)`` elementwise; its derivative at 0 is 0 (as PyTorch's)."""
-    return ad.where(x > 0, x, 0.0)
+    return _core.where(x > 0, x, 0.0)
 
 
 def tanh(x: Any) -> Any:
     """``tanh(x)`` elementwise (``ad.tanh``: its derivative from the rule table)."""
-    return ad.tanh(x)
+    return _core.tanh(x)
 
 
 def sigmoid(x: Any) -> Any:
@@ -50,40 +52,56 @@ def sigmoid(x: Any) -> Any:
     >>> ad.nn.functional.sigmoid(np.array([-1000.0, 0.0, 1000.0]))
     array([0. , 0.5, 1. ])
     """
-    if not isinstance(x, Tensor):
-        return _fused.sigmoid_values(np.asarray(x, dtype=float))
-    if _fused.applies(x):
-        return _fused.sigmoid(x)
-    # the branch not taken may overflow to inf; where() sends it no derivative
-    t: Any = x         # (Tensor's operators are generated from the rule table)
-    return ad.where(t >= 0, 1.0 / (1.0 + ad.exp(-t)), ad.exp(t) / (1.0 + ad.exp(t)))
+    if isinstance(x, Tensor):
+        return _tensor.sigmoid(x)       # one tape entry, the stable form on each side of 0
+    return _sigmoid_values(np.asarray(x, dtype=float))
+
+
+def _sigmoid_values(x: np.ndarray) -> np.ndarray:
+    """The logistic function of an array, from exp(-|x|), which never overflows."""
+    e = np.exp(-np.abs(x))
+    out: np.ndarray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype,
+                                                                              copy=False)
+    return out
+
+
+def _fusable(*values: Any) -> bool:
+    """Whether the fused tensor operation takes these operands: at least one Tensor, the
+    rest Tensors, numpy arrays, numbers or None."""
+    found = False
+    for v in values:
+        if isinstance(v, Tensor):
+            found = True
+        elif v is not None and not isinstance(v, (np.ndarray, float, int)):
+            return False
+    return found
 
 
 def gelu(x: Any, approximate: str = "none") -> Any:
     """The Gaussian error linear unit ``x Φ(x) = x (1 + erf(x / √2)) / 2`` (exact, PyTorch's
     default); ``approximate="tanh"`` gives PyTorch's tanh approximation."""
     if approximate == "none":
-        return 0.5 * x * (1.0 + ad.erf(x * (1.0 / math.sqrt(2.0))))
+        return 0.5 * x * (1.0 + _core.erf(x * (1.0 / math.sqrt(2.0))))
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
-        return 0.5 * x * (1.0 + ad.tanh(inner))
+        return 0.5 * x * (1.0 + _core.tanh(inner))
     raise ValueError(f"approximate is 'none' or 'tanh', not {approximate!r}")
 
 
 def softmax(x: Any, dim: int = -1) -> Any:
     """``exp(x) / sum(exp(x))`` along ``dim``, computed stably."""
-    return ad.softmax(x, axis=dim)
+    return _tensor.softmax(x, axis=dim)
 
 
 def log_softmax(x: Any, dim: int = -1) -> Any:
     """``x - logsumexp(x)`` along ``dim``, computed stably."""
-    return ad.log_softmax(x, axis=dim)
+    return _tensor.log_softmax(x, axis=dim)
 
 
 def linear(x: Any, weight: Any, bias: Any = None) -> Any:
     """``x @ weight.T + bias``, ``weight`` of shape (out, in) as in PyTorch."""
-    if _fused.applies(x, weight, bias):
-        return _fused.linear(x, weight, bias)
+    if _fusable(x, weight, bias):
+        return _tensor.linear(x, weight, bias)
     if not isinstance(weight, Tensor):
         weight = Tensor.constant(np.asarray(weight), device=_device_of(x))
     y = x @ weight.T
@@ -112,9 +130,9 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 def _reduce(loss: Any, reduction: str) -> Any:
     if reduction == "mean":
-        return ad.mean(loss)
+        return _tensor.mean(loss)
     if reduction == "sum":
-        return ad.sum(loss)
+        return _tensor.sum(loss)
     if reduction == "none":
         return loss
     raise ValueError(f"reduction is one of {_REDUCTIONS}, not {reduction!r}")
@@ -127,7 +145,7 @@ def _check_reduction(reduction: str) -> None:
 
 def _same_shape(name: str, input: Any, target: Any) -> None:
     if _shape(input) != _shape(target):
-        raise ad.ShapeError(f"{name}: input of shape {np.shape(input)} and target of shape "
+        raise ShapeError(f"{name}: input of shape {np.shape(input)} and target of shape "
                             f"{np.shape(target)} differ")
 
 
@@ -152,18 +170,18 @@ def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Any:
     """Mean (or ``"sum"``, or ``"none"``) of ``|input - target|``."""
     _check_reduction(reduction)
     _same_shape("l1_loss", input, target)
-    return _reduce(ad.abs(input - target), reduction)
+    return _reduce(_core.abs(input - target), reduction)
 
 
 def _class_targets(name: str, input: Any, target: Any) -> np.ndarray:
     shape = _shape(input)
     if len(shape) not in (1, 2):
-        raise ad.ShapeError(f"{name}: input is (N, C) or (C,), not of shape {shape}")
+        raise ShapeError(f"{name}: input is (N, C) or (C,), not of shape {shape}")
     t = np.asarray(target.value if isinstance(target, Tensor) else target)
     if t.dtype.kind not in "iub":
         raise TypeError(f"{name}: class targets are integers, not {t.dtype}")
     if t.shape != shape[:-1]:
-        raise ad.ShapeError(f"{name}: input of shape {shape} needs targets of shape "
+        raise ShapeError(f"{name}: input of shape {shape} needs targets of shape "
                             f"{shape[:-1]}, not {t.shape}")
     classes = shape[-1]
     if t.size and (t.min() < 0 or t.max() >= classes):
@@ -183,7 +201,7 @@ def nll_loss(input: Any, target: Any, reduction: str = "mean") -> Any:
     _check_reduction(reduction)
     t = _class_targets("nll_loss", input, target)
     dtype = input.dtype if isinstance(input, (Tensor, np.ndarray)) else np.float64
-    picked = -ad.sum(input * _one_hot(t, np.shape(input)[-1], dtype), axis=-1)
+    picked = -_tensor.sum(input * _one_hot(t, np.shape(input)[-1], dtype), axis=-1)
     return _reduce(picked, reduction)
 
 
@@ -202,10 +220,10 @@ def cross_entropy(input: Any, target: Any, reduction: str = "mean") -> Any:
     t_array = np.asarray(target.value if isinstance(target, Tensor) else target)
     if t_array.dtype.kind == "f" or isinstance(target, Tensor) and target.tape is not None:
         _same_shape("cross_entropy", input, target)      # class probabilities
-        return _reduce(-ad.sum(log_softmax(input, -1) * target, axis=-1), reduction)
+        return _reduce(-_tensor.sum(log_softmax(input, -1) * target, axis=-1), reduction)
     t = _class_targets("cross_entropy", input, t_array)
-    if reduction != "none" and len(_shape(input)) == 2 and _fused.applies(input):
-        return _fused.cross_entropy(input, t, reduction)
+    if reduction != "none" and len(_shape(input)) == 2 and isinstance(input, Tensor):
+        return _tensor.cross_entropy(input, t, reduction)
     return nll_loss(log_softmax(input, -1), t, reduction)
 
 
@@ -215,8 +233,8 @@ def binary_cross_entropy(input: Any, target: Any, reduction: str = "mean") -> An
     _check_reduction(reduction)
     _same_shape("binary_cross_entropy", input, target)
     with np.errstate(divide="ignore"):
-        log_p = ad.maximum(ad.log(input), -100.0)
-        log_q = ad.maximum(ad.log(1.0 - input), -100.0)
+        log_p = _core.maximum(_core.log(input), -100.0)
+        log_q = _core.maximum(_core.log(1.0 - input), -100.0)
     return _reduce(-(target * log_p + (1.0 - target) * log_q), reduction)
 
 
@@ -229,7 +247,8 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, reduction: str = "
     _same_shape("binary_cross_entropy_with_logits", input, target)
     x, t = input, target
     with np.errstate(over="ignore"):
-        softplus_neg = ad.where(x >= 0, ad.log1p(ad.exp(-x)), ad.log1p(ad.exp(x)) - x)
+        softplus_neg = _core.where(x >= 0, _core.log1p(_core.exp(-x)),
+                                   _core.log1p(_core.exp(x)) - x)
     # log(1 + exp(-x)) on both branches; loss = (1 - t) x + w t softplus(-x) + (1 - t)
     # softplus(-x) with w = 1 reduces to x - x t + softplus(-x)
     if pos_weight is None:

@@ -1,20 +1,29 @@
 """Tensors: arrays on a device (numpy or OpenCL), differentiated on the same WengertList as
 scalar Records, or in forward mode as TraceTensors.
 
-Layers: ``_shapes`` (shape arithmetic, ShapeError) -> ``_devices`` (device choice) ->
-backends ``_numpy`` / ``_opencl`` (kernels rendered by ``_kernels`` from the rule table) ->
-``_tensor`` (Tensor, recording, the rule-generated elementwise ops) -> ``_structural``
-(reductions, matmul, reshape, indexing, joins, where) -> ``_functions`` (ad.sum...,
-softmax family, eval_shape) and ``_trace`` (TraceTensor). ``_replay_cl`` renders a scalar
-tape into one OpenCL kernel for batched gradients.
+Layers, each importing only those before it (``tests/test_layers.py`` checks):
+``_shapes`` (shape arithmetic, ShapeError), ``_buffers``, ``_composed`` -> backends
+``_meta`` / ``_numpy`` / ``_opencl`` (kernels rendered by ``_kernels`` from the rule table),
+all conforming to ``_backend.Backend`` -> ``_devices`` (device choice; imports a backend
+when first asked for it) -> ``_base`` (TensorBase: storage, recording) -> the operations
+``_elementwise`` (rule kernels), ``_structural`` (reductions, matmul, reshape, indexing,
+joins, where), ``_fused`` (linear, cross_entropy, sigmoid), ``_generic`` (ad.sum...) ->
+``_tensor`` (Tensor = TensorBase + the generated ``_rule_methods.RuleMethods`` + methods
+calling the operations) -> ``_trace`` (TraceTensor) -> ``_functions`` (softmax family,
+eval_shape). ``_replay_cl`` renders a scalar tape into one OpenCL kernel for batched
+gradients.
+
+``linear``, ``cross_entropy`` and ``sigmoid`` are the fused operations ``easyad.nn`` uses
+(one tape entry each).
 """
 from easyad.tensor._devices import Device, device_report, devices, get_device, set_device
+from easyad.tensor._fused import cross_entropy, linear, sigmoid
 from easyad.tensor._functions import (amax, amin, concatenate, eval_shape, log_softmax,
                                       logsumexp, mean, softmax, stack, sum)
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor
 
-__all__ = ["Device", "Tensor", "amax", "amin", "concatenate", "device_report", "devices",
-           "eval_shape",
+__all__ = ["Device", "Tensor", "amax", "amin", "concatenate", "cross_entropy",
+           "device_report", "devices", "eval_shape", "linear", "sigmoid",
            "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack",
            "sum", "TraceTensor"]

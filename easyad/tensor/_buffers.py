@@ -3,25 +3,34 @@ WengertList (or dropping its tensors) really releases device and host memory."""
 from __future__ import annotations
 
 import weakref
-from typing import TypeVar
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
 
 class LiveBuffers:
-    """Mixin for backends: ``_track(buffer)`` counts it until it is garbage-collected."""
+    """Mixin for backends: ``_track(buffer)`` counts it until it is garbage-collected.
 
-    _live = 0
+    A plain weak reference per buffer, kept in a dict until its callback drops it: a
+    fraction of ``weakref.finalize``'s cost, which a training step pays for every buffer.
+    """
+
+    __refs: dict[int, Any] | None = None
 
     def _track(self, buffer: _T) -> _T:
-        self._live += 1
-        weakref.finalize(buffer, self._release)
+        refs = self.__refs
+        if refs is None:
+            refs = self.__refs = {}
+        ref = weakref.ref(buffer, self._release)
+        refs[id(ref)] = ref
         return buffer
 
-    def _release(self) -> None:
-        self._live -= 1
+    def _release(self, ref: Any) -> None:
+        refs = self.__refs
+        if refs is not None:
+            refs.pop(id(ref), None)
 
     @property
     def live_buffers(self) -> int:
         """Buffers this backend made that are still alive."""
-        return self._live
+        return len(self.__refs) if self.__refs is not None else 0

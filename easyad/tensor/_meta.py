@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from easyad.tensor._composed import ComposedKernels
+
 
 class MetaArray:
     """A placeholder buffer: only a shape and a dtype."""
@@ -28,7 +30,9 @@ class _MetaDevice:
         return "meta"
 
 
-class MetaBackend:
+class MetaBackend(ComposedKernels):
+    """The Backend Protocol on shapes alone (fused kernels composed of the primitives)."""
+
     kind = "meta"
     device = _MetaDevice()
     live_buffers = 0
@@ -36,7 +40,7 @@ class MetaBackend:
     def _no_values(self, *args: Any) -> Any:
         raise TypeError("eval_shape traces shapes only: this tensor has no values")
 
-    to_numpy = _no_values
+    to_numpy = host_array = _no_values
 
     def asarray(self, array: Any, dtype: Any) -> MetaArray:
         return MetaArray(np.shape(array), dtype)
@@ -54,9 +58,11 @@ class MetaBackend:
     def reduce(self, op: str, buf: MetaArray, axes: tuple[int, ...]) -> MetaArray:
         return MetaArray(tuple(n for d, n in enumerate(buf.shape) if d not in axes), buf.dtype)
 
-    def matmul(self, a: MetaArray, b: MetaArray, transpose_b: bool = False) -> MetaArray:
+    def matmul(self, a: MetaArray, b: MetaArray, transpose_a: bool = False,
+               transpose_b: bool = False) -> MetaArray:
+        m = a.shape[2] if transpose_a else a.shape[1]
         n = b.shape[1] if transpose_b else b.shape[2]
-        return MetaArray((max(a.shape[0], b.shape[0]), a.shape[1], n), a.dtype)
+        return MetaArray((max(a.shape[0], b.shape[0]), m, n), a.dtype)
 
     def strided(self, buf: MetaArray, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...]) -> MetaArray:

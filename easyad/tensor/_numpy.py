@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,9 @@ class NumpyBackend(LiveBuffers):
     def to_numpy(self, buf: np.ndarray) -> np.ndarray:
         return np.array(buf, copy=True)
 
+    def host_array(self, buf: np.ndarray) -> np.ndarray:
+        return buf      # already on the host: no copy (the caller only reads it)
+
     def full(self, shape: tuple[int, ...], value: float, dtype: np.dtype) -> np.ndarray:
         return self._track(np.full(shape, value, dtype=dtype))
 
@@ -85,10 +88,49 @@ class NumpyBackend(LiveBuffers):
         with np.errstate(all="ignore"):
             return self._track(np.ascontiguousarray(function(buf, axis=axes)))
 
-    def matmul(self, a: np.ndarray, b: np.ndarray, transpose_b: bool = False) -> np.ndarray:
-        """(B|1, M, K) @ (B|1, K, N) -> (B, M, N); ``transpose_b``: b is (B|1, N, K)."""
-        return self._track(np.ascontiguousarray(np.matmul(a, b.swapaxes(-1, -2)
-                                                          if transpose_b else b)))
+    def matmul(self, a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
+               transpose_b: bool = False) -> np.ndarray:
+        """(B|1, M, K) @ (B|1, K, N) -> (B, M, N); ``transpose_a``: a is (B|1, K, M),
+        ``transpose_b``: b is (B|1, N, K) (views: BLAS takes the transpose as a flag)."""
+        return self._track(np.ascontiguousarray(np.matmul(
+            a.swapaxes(-1, -2) if transpose_a else a, b.swapaxes(-1, -2) if transpose_b else b)))
+
+    # -- fused kernels (tensor/_fused.py) --
+    def linear(self, x: np.ndarray, w: np.ndarray, b: Any) -> np.ndarray:
+        """``x @ w.T + b`` (the transpose is a BLAS flag; the bias added in place)."""
+        out = np.matmul(x, w.T)
+        if b is not None:
+            out += b
+        return self._track(out)
+
+    def linear_vjp(self, g: np.ndarray, x: Any, w: Any, needs: tuple[bool, bool, bool]
+                   ) -> tuple[Any, Any, Any]:
+        gx = self._track(np.matmul(g, w)) if needs[0] else None
+        gw = self._track(np.matmul(g.T, x)) if needs[1] else None
+        gb = self._track(g.sum(axis=0)) if needs[2] else None
+        return gx, gw, gb
+
+    def cross_entropy(self, z: np.ndarray, target: np.ndarray, divisor: float
+                      ) -> tuple[np.ndarray, Any]:
+        """(0-d: ``sum_n (logsumexp(z[n]) - z[n, target[n]]) / divisor``, saved state)."""
+        n = z.shape[0]
+        with np.errstate(all="ignore"):
+            m = z.max(axis=1, keepdims=True)
+            m = np.where(np.isfinite(m), m, 0.0)
+            e = np.exp(z - m)
+            s = e.sum(axis=1, keepdims=True)
+            rows = np.arange(n)
+            losses = (np.log(s) + m)[:, 0] - z[rows, target]
+            total = np.float64(losses.sum()) / divisor
+        return self._track(np.asarray(total)), (e, s, rows)
+
+    def cross_entropy_vjp(self, saved: Any, target: np.ndarray, scale: float) -> np.ndarray:
+        """``(softmax(z) - onehot(target)) * scale``, of z's shape."""
+        e, s, rows = saved
+        p = e / s
+        p[rows, target] -= 1.0
+        p *= scale
+        return self._track(p)
 
     # -- data movement --
     def strided(self, buf: np.ndarray, offset: int, shape: tuple[int, ...],
@@ -102,7 +144,7 @@ class NumpyBackend(LiveBuffers):
         return self._track(np.array(view, order="C"))
 
     def assemble(self, shape: tuple[int, ...], dtype: np.dtype,
-                 parts: list[tuple[int, tuple[int, ...], tuple[int, ...], np.ndarray]]
+                 parts: Sequence[tuple[int, tuple[int, ...], tuple[int, ...], Any]]
                  ) -> np.ndarray:
         """Zeros of ``shape`` with each part written into its view (offset, shape, strides)."""
         out = np.zeros(shape, dtype=dtype)

@@ -28,6 +28,7 @@ from easyad.errors import DeviceError
 from easyad.tensor import _kernels as kernels
 from easyad.tensor import _probe
 from easyad.tensor._buffers import LiveBuffers
+from easyad.tensor._composed import ComposedKernels
 from easyad.tensor._shapes import contiguous_strides
 
 _LONG = np.int64
@@ -134,8 +135,9 @@ class _BuildFailed(Exception):
 
 
 @_device_errors
-class OpenCLBackend(LiveBuffers):
-    """Tensor storage and kernels on one OpenCL device."""
+class OpenCLBackend(LiveBuffers, ComposedKernels):
+    """Tensor storage and kernels on one OpenCL device (the fused cross_entropy composed of
+    its primitives, ``_composed.py``)."""
 
     kind = "opencl"
 
@@ -208,6 +210,9 @@ class OpenCLBackend(LiveBuffers):
             return np.empty(buf.shape, dtype=buf.dtype)
         host: np.ndarray = buf.get()
         return host
+
+    def host_array(self, buf: Any) -> np.ndarray:
+        return self.to_numpy(buf)
 
     def full(self, shape: tuple[int, ...], value: float, dtype: Any) -> Any:
         a = self._empty(shape, dtype)
@@ -322,9 +327,12 @@ class OpenCLBackend(LiveBuffers):
         b, r, c = buf.shape
         return self.strided(buf, 0, (b, c, r), (r * c, 1, c))
 
-    def matmul(self, a: Any, b: Any, transpose_b: bool = False) -> Any:
+    def matmul(self, a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False
+               ) -> Any:
         """(B|1, M, K) @ (B|1, K, N) -> (B, M, N), float64 or float32; with
-        ``transpose_b`` b is given as (B|1, N, K)."""
+        ``transpose_a`` a is given as (B|1, K, M), with ``transpose_b`` b as (B|1, N, K)."""
+        if transpose_a:
+            a = self._transpose3(a)
         ba, M, K = a.shape
         bb = b.shape[0]
         N = b.shape[1] if transpose_b else b.shape[2]

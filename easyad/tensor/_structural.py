@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from easyad.tensor import _shapes as shapes
-from easyad.tensor._tensor import (BOOL, Tensor, common_tape, fold, live_tape, operand,
-                                   record, record_scalar, result_dtype, wrap)
+from easyad.tensor._base import (BOOL, T, TensorBase, common_tape, fold, live_tape, operand,
+                                 record, record_scalar, result_dtype, wrap)
 
 
 def _tensor_operand(t: Any, be: Any) -> Any:
@@ -28,7 +28,7 @@ def _tensor_operand(t: Any, be: Any) -> Any:
 
 # ---- reductions ----
 
-def _reduction(t: Tensor, axis: Any, keepdims: bool, op: str
+def _reduction(t: TensorBase, axis: Any, keepdims: bool, op: str
                ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Any]:
     if t._dtype == BOOL:
         t = t.astype(np.float64)
@@ -38,16 +38,16 @@ def _reduction(t: Tensor, axis: Any, keepdims: bool, op: str
     return axes, kept, out_shape, t
 
 
-def _finish(label: str, t: Tensor, raw: Any, kept: tuple[int, ...], out_shape: tuple[int, ...],
+def _finish(label: str, t: TensorBase, raw: Any, kept: tuple[int, ...], out_shape: tuple[int, ...],
             vjp: Any) -> Any:
     be, tape = t._backend, live_tape(t)
     if out_shape == ():
-        return record_scalar(label, be, raw, tape, (t._index,), vjp)
-    return record(label, be, be.reshape(raw, out_shape), out_shape, t._dtype, tape,
+        return record_scalar(type(t), label, be, raw, tape, (t._index,), vjp)
+    return record(type(t), label, be, be.reshape(raw, out_shape), out_shape, t._dtype, tape,
                   (t._index,), vjp)
 
 
-def reduce_sum(t: Tensor, axis: Any = None, keepdims: bool = False) -> Any:
+def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
     axes, kept, out_shape, t = _reduction(t, axis, keepdims, "sum")
     be, shape, dtype = t._backend, t._shape, t._dtype
     raw = be.reduce("sum", t._data, axes)
@@ -58,13 +58,13 @@ def reduce_sum(t: Tensor, axis: Any = None, keepdims: bool = False) -> Any:
     return _finish("sum", t, raw, kept, out_shape, vjp)
 
 
-def mean(t: Tensor, axis: Any = None, keepdims: bool = False) -> Any:
+def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
     axes = shapes.normalize_axes("mean", axis, t.ndim)
     count = math.prod(t._shape[a] for a in axes)
     return reduce_sum(t, axis, keepdims) * (1.0 / count if count else math.nan)
 
 
-def reduce_extreme(op: str, t: Tensor, axis: Any = None, keepdims: bool = False) -> Any:
+def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
     """max or min; the adjoint goes to the elements equal to the result, split evenly."""
     axes, kept, out_shape, t = _reduction(t, axis, keepdims, op)
     be, shape, dtype, x = t._backend, t._shape, t._dtype, t._data
@@ -85,13 +85,13 @@ def reduce_extreme(op: str, t: Tensor, axis: Any = None, keepdims: bool = False)
 
 # ---- reshape, transpose ----
 
-def reshape(t: Tensor, new: Any) -> Tensor:
+def reshape(t: T, new: Any) -> T:
     new_shape = shapes.reshape(t._shape, new)
     be, old = t._backend, t._shape
 
     def vjp(g: Any) -> tuple[Any]:
         return (be.reshape(g, old),)
-    return record("reshape", be, be.reshape(t._data, new_shape), new_shape, t._dtype,
+    return record(type(t), "reshape", be, be.reshape(t._data, new_shape), new_shape, t._dtype,
                   live_tape(t), (t._index,), vjp)
 
 
@@ -100,7 +100,7 @@ def _permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) 
     return be.strided(data, 0, tuple(shape[p] for p in perm), tuple(strides[p] for p in perm))
 
 
-def transpose(t: Tensor, axes: Any) -> Tensor:
+def transpose(t: T, axes: Any) -> T:
     perm = shapes.transpose(t._shape, axes)
     be, shape = t._backend, t._shape
     out_shape = tuple(shape[p] for p in perm)
@@ -110,7 +110,7 @@ def transpose(t: Tensor, axes: Any) -> Tensor:
 
     def vjp(g: Any) -> tuple[Any]:
         return (_permute(be, g, out_shape, inverse),)
-    return record("transpose", be, _permute(be, t._data, shape, perm), out_shape, t._dtype,
+    return record(type(t), "transpose", be, _permute(be, t._data, shape, perm), out_shape, t._dtype,
                   live_tape(t), (t._index,), vjp)
 
 
@@ -120,7 +120,7 @@ def _index_key(key: Any) -> Any:
     # tensors used as indices are constants: index with their values
     if isinstance(key, tuple):
         return tuple(_index_key(k) for k in key)
-    if isinstance(key, Tensor):
+    if isinstance(key, TensorBase):
         v = key.value
         return v if v.dtype == bool else v.astype(np.int64)
     if isinstance(key, list):
@@ -128,7 +128,7 @@ def _index_key(key: Any) -> Any:
     return key
 
 
-def getitem(t: Tensor, key: Any) -> Any:
+def getitem(t: TensorBase, key: Any) -> Any:
     key = _index_key(key)
     be, shape, dtype, tape = t._backend, t._shape, t._dtype, live_tape(t)
     basic = shapes.basic_index(shape, key)
@@ -151,8 +151,8 @@ def getitem(t: Tensor, key: Any) -> Any:
                 g = be.full((), g, dtype)
             return (be.scatter_add(shape, dtype, index, g, unique),)
     if out_shape == () and dtype != BOOL:
-        return record_scalar("getitem", be, out, tape, (t._index,), vjp)
-    return record("getitem", be, out, out_shape, dtype, tape, (t._index,), vjp)
+        return record_scalar(type(t), "getitem", be, out, tape, (t._index,), vjp)
+    return record(type(t), "getitem", be, out, out_shape, dtype, tape, (t._index,), vjp)
 
 
 # ---- matmul ----
@@ -179,7 +179,8 @@ def _transposed(be: Any, data3: Any, shape3: tuple[int, int, int]) -> Any:
 
 
 def matmul(a: Any, b: Any) -> Any:
-    be = (a if isinstance(a, Tensor) else b)._backend
+    first = a if isinstance(a, TensorBase) else b
+    be, cls = first._backend, type(first)
     A, B = operand(a, be), operand(b, be)
     if A is None or B is None:
         return NotImplemented
@@ -199,7 +200,7 @@ def matmul(a: Any, b: Any) -> Any:
     nb = math.prod(batch)
     result = be.reshape(out, out_shape)
     if (tape is None or not (A.needs_adjoint or B.needs_adjoint)) and out_shape:
-        return wrap(be, result, out_shape, dtype)
+        return wrap(cls, be, result, out_shape, dtype)
     a_shape3 = (nb if math.prod(a2[:-2]) != 1 else 1, m, k)
     keep_a, keep_b = (A3 if B.needs_adjoint else None), (B3 if A.needs_adjoint else None)
     a_needs, b_needs, a_full, b_full = A.needs_adjoint, B.needs_adjoint, A.shape, B.shape
@@ -217,17 +218,18 @@ def matmul(a: Any, b: Any) -> Any:
             gb = be.reshape(gb, b_full)
         return ga, gb
     if out_shape == ():
-        return record_scalar("matmul", be, result, tape, (A.index, B.index), vjp)
-    return record("matmul", be, result, out_shape, dtype, tape, (A.index, B.index), vjp)
+        return record_scalar(cls, "matmul", be, result, tape, (A.index, B.index), vjp)
+    return record(cls, "matmul", be, result, out_shape, dtype, tape, (A.index, B.index), vjp)
 
 
 # ---- joins ----
 
-def concatenate(tensors: Any, axis: int = 0) -> Tensor:
+def concatenate(tensors: Any, axis: int = 0) -> Any:
     tensors = list(tensors)
-    be = next((t._backend for t in tensors if isinstance(t, Tensor)), None)
-    if be is None:
+    first = next((t for t in tensors if isinstance(t, TensorBase)), None)
+    if first is None:
         raise TypeError("concatenate: needs at least one Tensor")
+    be, cls = first._backend, type(first)
     ops = [_tensor_operand(t, be) for t in tensors]
     out_shape, ax = shapes.concatenate("concatenate", [o.shape for o in ops], axis)
     dtype = result_dtype(ops)
@@ -249,16 +251,17 @@ def concatenate(tensors: Any, axis: int = 0) -> Tensor:
     def vjp(g: Any) -> tuple[Any, ...]:
         return tuple(be.strided(g, offset, shape, st) if need else None
                      for (offset, shape, st), need in zip(places, needs))
-    return record("concatenate", be, out, out_shape, dtype, tape, tuple(o.index for o in ops),
+    return record(cls, "concatenate", be, out, out_shape, dtype, tape, tuple(o.index for o in ops),
                   vjp)
 
 
-def stack(tensors: Any, axis: int = 0) -> Tensor:
+def stack(tensors: Any, axis: int = 0) -> Any:
     tensors = list(tensors)
-    be = next((t._backend for t in tensors if isinstance(t, Tensor)), None)
-    if be is None:
+    first = next((t for t in tensors if isinstance(t, TensorBase)), None)
+    if first is None:
         raise TypeError("stack: needs at least one Tensor")
-    items = [t if isinstance(t, Tensor) else Tensor.constant(np.asarray(t), be.device)
+    cls, device = type(first), first._backend.device
+    items = [t if isinstance(t, TensorBase) else cls.constant(np.asarray(t), device)
              for t in tensors]
     ax = shapes.stack([t.shape for t in items], axis)
     return concatenate([reshape(t, t.shape[:ax] + (1,) + t.shape[ax:]) for t in items], ax)
@@ -267,8 +270,9 @@ def stack(tensors: Any, axis: int = 0) -> Tensor:
 # ---- where ----
 
 def where(condition: Any, a: Any, b: Any) -> Any:
-    be = next(v._backend for v in (condition, a, b) if isinstance(v, Tensor))
-    if isinstance(condition, Tensor):
+    first = next(v for v in (condition, a, b) if isinstance(v, TensorBase))
+    be, cls = first._backend, type(first)
+    if isinstance(condition, TensorBase):
         C = _tensor_operand(condition, be)
     else:
         c = np.asarray(condition)
@@ -280,7 +284,7 @@ def where(condition: Any, a: Any, b: Any) -> Any:
     (out,) = be.map("where", ("choose(c, x, y)",), {"c": C.data, "x": A.data, "y": B.data},
                     shape, (dtype,))
     if tape is None or not (A.needs_adjoint or B.needs_adjoint):
-        return wrap(be, out, shape, dtype)
+        return wrap(cls, be, out, shape, dtype)
     cond, needs, targets = C.data, (A.needs_adjoint, B.needs_adjoint), (A.shape, B.shape)
     scalars = (A.dtype is None, B.dtype is None)
     exprs = ("choose(c, g, 0.0)", "choose(c, 0.0, g)")
@@ -291,4 +295,4 @@ def where(condition: Any, a: Any, b: Any) -> Any:
                            (dtype,) * len(chosen)))
         return tuple(fold(be, next(outs), shape, target, scalar) if need else None
                      for need, target, scalar in zip(needs, targets, scalars))
-    return record("where", be, out, shape, dtype, tape, (A.index, B.index), vjp)
+    return record(cls, "where", be, out, shape, dtype, tape, (A.index, B.index), vjp)

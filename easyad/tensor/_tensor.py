@@ -1,261 +1,25 @@
 """Tensor: an array on a device, recorded on a WengertList as ONE entry per operation.
 
-Sits above the compiled core and beside the scalar API: a tensor operation appends one
-node entry (``lst._push_node``) to the same WengertList as scalar Records, so Records and
-Tensors combine freely and ``z.derivatives()`` runs one mixed sweep (scalar runs in C,
-tensor nodes through their ``vjp``). A node keeps only what its vjp reads (the operands or
-output its partial expressions name), so clearing the list releases the buffers.
-
-Elementwise operations and their vjps come from the rule table (``_rules.RULES``): the
-value expression, and ``mul0(g, partial)`` for the adjoint of each operand, are handed to
-the device's backend, which compiles them (numpy namespace, or an OpenCL kernel). The
-methods ``t.sin()``... and operators are generated from the table below, not written out.
-Reductions, matmul, reshaping, indexing and joins live in ``_structural.py``.
+The public class, at the top of the tensor layer: its storage, constructors and recording
+come from ``TensorBase`` (``_base.py``), its elementwise methods and operators from the
+rule table (``RuleMethods``, generated into ``_rule_methods.py``), and the methods written
+here call the operation modules below it (``_elementwise``, ``_structural``, ``_generic``),
+which import nothing above ``_base``: the imports run one way.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from easyad import _expr, _rules
-from easyad._core import Record, Trace, WengertList
-from easyad.errors import StaleRecordError, TapeMismatchError
-from easyad.tensor import _devices
-from easyad.tensor import _shapes as shapes
-
-FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
-BOOL = np.dtype(np.bool_)
+from easyad import _rules
+from easyad.errors import TapeMismatchError
+from easyad.tensor import _elementwise, _generic, _structural
+from easyad.tensor._base import TensorBase, live_tape
+from easyad.tensor._rule_methods import RuleMethods
 
 
-def uses(expression: str, name: str) -> bool:
-    """Whether a rule expression reads the variable ``name`` (x, y or z)."""
-    return name in _expr.variables(expression)
-
-
-# ---- tape nodes ----
-
-class Node:
-    """A tensor operation's tape entry: the entry indices it read (-1: a constant), and
-    ``vjp(g)``, one adjoint contribution per input (array, float or None)."""
-
-    __slots__ = ("label", "inputs", "scalar_output", "retain", "vjp")
-
-    def __init__(self, label: str, inputs: tuple[int, ...], vjp: Any,
-                 scalar_output: bool = False) -> None:
-        self.label = label
-        self.inputs = inputs
-        self.vjp = vjp
-        self.scalar_output = scalar_output
-        self.retain = False
-
-    def __repr__(self) -> str:
-        return f"<node {self.label} inputs={self.inputs}>"
-
-
-def _no_vjp(g: Any) -> tuple[()]:
-    return ()
-
-
-# ---- operands: what a tensor operation accepts next to a Tensor ----
-
-class Operand:
-    """One operand, normalized: its data (a buffer, or a float for scalars), shape, tape
-    (None for constants), entry index (-1 for constants) and dtype (None: a weak scalar)."""
-
-    __slots__ = ("data", "shape", "tape", "index", "dtype")
-
-    def __init__(self, data: Any, shape: tuple[int, ...], tape: Any, index: int,
-                 dtype: Any) -> None:
-        self.data, self.shape, self.tape, self.index, self.dtype = data, shape, tape, index, dtype
-
-    @property
-    def needs_adjoint(self) -> bool:
-        return self.index >= 0
-
-
-def live_tape(t: "Tensor") -> Any:
-    tape = t._tape
-    if tape is not None and tape.generation != t._generation:
-        raise StaleRecordError(f"this tensor was recorded on {tape!r} before it was cleared; "
-                               f"tensors do not survive lst.clear(), so make the inputs again")
-    return tape
-
-
-def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
-    """``v`` as an Operand for ``backend``, or None if tensors cannot take it."""
-    if isinstance(v, Tensor):
-        if v._backend is not backend:
-            raise ValueError(f"tensors on different devices ({v._backend.device} and "
-                             f"{backend.device}); move one with .to(device)")
-        return Operand(v._data, v._shape, live_tape(v), v._index, v._dtype)
-    if type(v) is Record:
-        if v.tape is None:
-            return Operand(float(v.number), (), None, -1, None)
-        v.name  # raises StaleRecordError for a Record made before lst.clear()
-        return Operand(float(v.number), (), v.tape, v.index, None)
-    if type(v).__name__ == "TraceTensor":
-        return None   # NotImplemented: a constant tensor with a TraceTensor is forward mode
-    if type(v) is Trace:
-        raise TypeError(f"cannot combine a Tensor with a {type(v).__name__}: forward mode "
-                        f"and reverse mode do not mix")
-    if isinstance(v, (bool, int, float, np.number, np.bool_)):
-        return Operand(float(v), (), None, -1, None)
-    if isinstance(v, (np.ndarray, list, tuple)):
-        a = np.asarray(v)
-        if a.dtype.kind not in "biuf":
-            return None
-        dt: np.dtype
-        if a.dtype == BOOL:
-            dt = BOOL
-        elif a.dtype in FLOAT_DTYPES:
-            dt = a.dtype
-        else:
-            dt = dtype if dtype is not None else np.dtype(np.float64)
-        return Operand(backend.asarray(a, dt), a.shape, None, -1, dt)
-    return None
-
-
-def common_tape(op: str, operands: list[Operand]) -> Any:
-    tape = None
-    for o in operands:
-        if o.tape is None:
-            continue
-        if tape is None:
-            tape = o.tape
-        elif o.tape is not tape:
-            raise TapeMismatchError(f"{op} mixes records of two different lists, {tape!r} and "
-                                    f"{o.tape!r}; record a whole computation on one "
-                                    f"WengertList")
-    return tape
-
-
-def result_dtype(operands: list[Operand]) -> np.dtype:
-    found = [o.dtype for o in operands if o.dtype is not None and o.dtype != BOOL]
-    if not found:
-        return np.dtype(np.float64)
-    return np.result_type(*found)
-
-
-# ---- making tensors and recording operations ----
-
-def wrap(backend: Any, data: Any, shape: tuple[int, ...], dtype: np.dtype,
-         tape: Any = None, handle: Any = None) -> "Tensor":
-    t = Tensor.__new__(Tensor)
-    t._backend, t._data, t._shape, t._dtype = backend, data, tuple(shape), np.dtype(dtype)
-    t._tape, t._handle = tape, handle
-    t._index = handle.index if handle is not None else -1
-    t._generation = tape.generation if tape is not None else 0
-    t._name = None
-    return t
-
-
-def record(label: str, backend: Any, data: Any, shape: tuple[int, ...], dtype: np.dtype,
-           tape: Any, inputs: tuple[int, ...], vjp: Any) -> "Tensor":
-    """The result tensor of an operation: recorded as one node when ``tape`` is not None."""
-    if tape is None or all(i < 0 for i in inputs):
-        return wrap(backend, data, shape, dtype)
-    handle = tape._push_node(Node(label, inputs, vjp))
-    return wrap(backend, data, shape, dtype, tape, handle)
-
-
-def record_scalar(label: str, backend: Any, value: Any, tape: Any, inputs: tuple[int, ...],
-                  vjp: Any) -> Any:
-    """A single-number result: a scalar Record (its entry a node whose adjoint is a float),
-    a float for constants, or a 0-d tensor when only shapes are traced (eval_shape)."""
-    if backend.kind == "meta":
-        return wrap(backend, value, (), np.dtype(np.float64))
-    number = float(np.asarray(backend.to_numpy(value)).reshape(()))
-    if tape is None or all(i < 0 for i in inputs):
-        return number
-    return tape._push_node(Node(label, inputs, vjp, scalar_output=True), number)
-
-
-def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],
-         scalar: bool = False) -> Any:
-    """Sum a broadcast adjoint of ``shape`` back to an operand's ``target`` shape; a float
-    for a ``scalar`` operand (a Record, whose adjoint is a float)."""
-    if scalar:
-        if shape == ():
-            return float(np.asarray(backend.to_numpy(buf)).reshape(()))
-        return float(np.asarray(backend.to_numpy(
-            backend.reduce("sum", buf, tuple(range(len(shape)))))).reshape(()))
-    if shape == target:
-        return buf
-    axes = shapes.reduced_axes(shape, target)
-    return backend.reshape(backend.reduce("sum", buf, axes), target)
-
-
-def _backend_of(values: tuple[Any, ...]) -> Any:
-    for v in values:
-        if isinstance(v, Tensor):
-            return v._backend
-    raise TypeError("a tensor operation needs at least one Tensor")
-
-
-def _unary(rule: _rules.Rule, t: "Tensor") -> "Tensor":
-    be = t._backend
-    if t._dtype == BOOL:
-        t = t.astype(np.float64)
-    tape = live_tape(t)
-    (z,) = be.map(rule.name, (rule.value,), {"x": t._data}, t._shape, (t._dtype,))
-    if tape is None:
-        return wrap(be, z, t._shape, t._dtype)
-    partial = rule.partials[0]
-    saved = {n: v for n, v in (("x", t._data), ("z", z)) if uses(partial, n)}
-    shape, dtype, label = t._shape, t._dtype, rule.name + "_vjp"
-    expr = (f"mul0(g, {partial})",)
-
-    def vjp(g: Any) -> tuple[Any]:
-        return tuple(be.map(label, expr, {"g": g, **saved}, shape, (dtype,)))
-    return record(rule.name, be, z, shape, dtype, tape, (t._index,), vjp)
-
-
-def _binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
-    be = _backend_of((a, b))
-    A, B = operand(a, be), operand(b, be)
-    if A is None or B is None:
-        return NotImplemented
-    dtype = result_dtype([A, B])
-    shape = shapes.broadcast(rule.name, A.shape, B.shape)
-    tape = common_tape(rule.name, [A, B])
-    (z,) = be.map(rule.name, (rule.value,), {"x": A.data, "y": B.data}, shape, (dtype,))
-    if tape is None or not (A.needs_adjoint or B.needs_adjoint):
-        return wrap(be, z, shape, dtype)
-    # (index, is a scalar): not the Operands, which hold the tape (a cycle through the vjp)
-    wanted = [(k, o.dtype is None) for k, o in enumerate((A, B)) if o.needs_adjoint]
-    partials = [rule.partials[k] for k, _ in wanted]
-    values = {"x": A.data, "y": B.data, "z": z}
-    saved = {n: v for n, v in values.items() if any(uses(p, n) for p in partials)}
-    exprs = tuple("g" if _expr.constant(p) == 1.0 else f"mul0(g, {p})" for p in partials)
-    label, target = rule.name + "_vjp", [A.shape, B.shape]
-
-    def vjp(g: Any) -> tuple[Any, Any]:
-        outs = be.map(label, exprs, {"g": g, **saved}, shape, (dtype,) * len(exprs))
-        result: list[Any] = [None, None]
-        for (k, scalar), c in zip(wanted, outs):
-            result[k] = fold(be, c, shape, target[k], scalar)
-        return result[0], result[1]
-    return record(rule.name, be, z, shape, dtype, tape, (A.index, B.index), vjp)
-
-
-_COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-
-
-def _compare(symbol: str, a: Any, b: Any) -> Any:
-    be = _backend_of((a, b))
-    A, B = operand(a, be), operand(b, be)
-    if A is None or B is None:
-        return NotImplemented
-    shape = shapes.broadcast(f"comparison {symbol}", A.shape, B.shape)
-    (out,) = be.map("compare", (f"x {symbol} y",), {"x": A.data, "y": B.data}, shape, (BOOL,))
-    return wrap(be, out, shape, BOOL)
-
-
-# ---- the Tensor class ----
-
-class Tensor:
+class Tensor(TensorBase, RuleMethods):
     """An array of float64 (or float32) on a device, for reverse mode on a WengertList.
 
     Make inputs with ``Tensor.variable(array, lst)``; every operation on them appends one
@@ -275,169 +39,16 @@ class Tensor:
     array([2., 4., 6.])
     """
 
-    __slots__ = ("_backend", "_data", "_shape", "_dtype", "_tape", "_handle", "_index",
-                 "_generation", "_name", "__weakref__")
-    _backend: Any          # the device's backend (NumpyBackend, OpenCLBackend, meta)
-    _data: Any             # the backend's buffer
-    _shape: tuple[int, ...]
-    _dtype: np.dtype
-    _tape: Any             # the WengertList, or None for a constant
-    _handle: Any           # the Record of its tape entry
-    _index: int            # its entry index (-1 for a constant)
-    _generation: int       # the list's generation when recorded (staleness)
-    _name: str | None
-    __array_priority__ = 1000.0
+    __slots__ = ()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("make tensors with Tensor.variable(array, lst) or "
-                        "Tensor.constant(array)")
+    # -- the rule table's hooks (RuleMethods calls them) --
+    def _unary_rule(self, rule: _rules.Rule) -> Tensor:
+        return _elementwise.unary(rule, self)
 
-    # -- construction --
-    @staticmethod
-    def _from_array(array: Any, device: Any, dtype: Any) -> tuple[Any, Any, np.dtype]:
-        be = _devices.resolve(device)
-        if isinstance(array, Tensor):
-            array = array.value
-        a = np.asarray(array)
-        if dtype is None:
-            dtype = a.dtype if a.dtype in FLOAT_DTYPES else np.float64
-        dtype = np.dtype(dtype)
-        if dtype not in FLOAT_DTYPES:
-            raise TypeError(f"tensors hold float64 or float32, not {dtype}")
-        if a.dtype.kind not in "biuf":
-            raise TypeError(f"a tensor is made from real numbers, got an array of {a.dtype}")
-        return be, be.asarray(a, dtype), dtype
-
-    @staticmethod
-    def variable(array: Any, lst: WengertList, name: str | None = None, device: Any = None,
-                 dtype: Any = None) -> "Tensor":
-        """An input tensor on ``lst``: derivatives are taken with respect to it."""
-        if not isinstance(lst, WengertList):
-            raise TypeError(f"lst must be a WengertList, got {type(lst).__name__}")
-        be, data, dt = Tensor._from_array(array, device, dtype)
-        shape = tuple(np.shape(array))
-        tape: Any = lst   # _push_node is the core's private hook, not in its typing stub
-        handle = tape._push_node(Node("variable", (), _no_vjp))
-        t = wrap(be, data, shape, dt, lst, handle)
-        t._name = name
-        return t
-
-    @staticmethod
-    def constant(array: Any, device: Any = None, dtype: Any = None) -> "Tensor":
-        """A tensor on no tape: nothing is recorded for it and its derivative is 0."""
-        be, data, dt = Tensor._from_array(array, device, dtype)
-        return wrap(be, data, tuple(np.shape(array)), dt)
-
-    # -- what it is --
-    @property
-    def value(self) -> np.ndarray:
-        """The values, as a new numpy array."""
-        out: np.ndarray = self._backend.to_numpy(self._data)
-        return out.astype(bool) if self._dtype == BOOL else out
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self._shape)
-
-    @property
-    def device(self) -> Any:
-        return self._backend.device
-
-    @property
-    def tape(self) -> Any:
-        """The WengertList this tensor is recorded on (None for a constant)."""
-        return self._tape
-
-    @property
-    def handle(self) -> Any:
-        """The Record of this tensor's tape entry (None for a constant)."""
-        return self._handle
-
-    @property
-    def name(self) -> str | None:
-        return self._name
-
-    def __len__(self) -> int:
-        if not self._shape:
-            raise TypeError("len() of a 0-d tensor")
-        return self._shape[0]
-
-    def __iter__(self) -> Any:
-        for i in range(len(self)):
-            yield self[i]
-
-    def __repr__(self) -> str:
-        kind = "constant" if self._tape is None else f"on {self._tape!r}"
-        if self._backend.kind == "meta":
-            return f"Tensor(shape={self._shape}, dtype={self._dtype}, {kind})"
-        body = np.array2string(self.value, separator=", ", threshold=20)
-        return f"Tensor({body}, dtype={self._dtype}, device={self.device}, {kind})"
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        v = self.value
-        return v if dtype is None else v.astype(dtype)
-
-    def __bool__(self) -> bool:
-        if self.size != 1:
-            raise ValueError(f"the truth value of a tensor of shape {self._shape} is "
-                             f"ambiguous; use ad.where(...) for elementwise choices")
-        return bool(self.value.reshape(()))
-
-    def __float__(self) -> float:
-        if self.size != 1:
-            raise TypeError(f"only a tensor of one element converts to float, not "
-                            f"shape {self._shape}")
-        return float(self.value.reshape(()))
-
-    def item(self) -> float:
-        return float(self)
-
-    __hash__ = None  # type: ignore[assignment]  # == is elementwise
-
-    # -- conversions --
-    def astype(self, dtype: Any) -> "Tensor":
-        """A copy in ``dtype`` (float64 or float32); differentiable."""
-        dtype = np.dtype(dtype)
-        if dtype == self._dtype:
-            return self
-        be, tape = self._backend, live_tape(self)
-        (out,) = be.map("astype", ("x",), {"x": self._data}, self._shape, (dtype,))
-        src_dtype, shape = self._dtype, self._shape
-
-        def vjp(g: Any) -> tuple[Any]:
-            if src_dtype == BOOL:
-                return (None,)
-            return tuple(be.map("astype", ("g",), {"g": g}, shape, (src_dtype,)))
-        return record("astype", be, out, shape, dtype, tape, (self._index,), vjp)
-
-    def to(self, device: Any) -> "Tensor":
-        """This tensor on another device (recorded: derivatives flow back)."""
-        target = _devices.resolve(device)
-        if target is self._backend:
-            return self
-        source, tape = self._backend, live_tape(self)
-        data = target.asarray(self.value, self._dtype)
-        shape, dtype = self._shape, self._dtype
-
-        def vjp(g: Any) -> tuple[Any]:
-            return (source.asarray(target.to_numpy(g), dtype),)
-        return record("to", target, data, shape, dtype, tape, (self._index,), vjp)
-
-    def detach(self) -> "Tensor":
-        """The same values as a constant (no derivative flows through)."""
-        return wrap(self._backend, self._data, self._shape, self._dtype)
+    def _binary_rule(self, rule: _rules.Rule, other: Any, reflected: bool) -> Any:
+        if reflected:
+            return _elementwise.binary(rule, other, self)
+        return _elementwise.binary(rule, self, other)
 
     # -- reverse mode --
     def retain(self) -> "Tensor":
@@ -496,32 +107,31 @@ class Tensor:
         return NotImplemented
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        from easyad.tensor import _functions
-        implementation = _functions.NUMPY_FUNCTIONS.get(func)
+        implementation = _generic.NUMPY_FUNCTIONS.get(func)
         if implementation is None:
             return NotImplemented
         return implementation(*args, **kwargs)  # type: ignore[operator]
 
     # -- comparisons: constant boolean tensors (no derivative) --
     def __lt__(self, other: Any) -> Any:
-        return _compare("<", self, other)
+        return _elementwise.compare("<", self, other)
 
     def __le__(self, other: Any) -> Any:
-        return _compare("<=", self, other)
+        return _elementwise.compare("<=", self, other)
 
     def __gt__(self, other: Any) -> Any:
-        return _compare(">", self, other)
+        return _elementwise.compare(">", self, other)
 
     def __ge__(self, other: Any) -> Any:
-        return _compare(">=", self, other)
+        return _elementwise.compare(">=", self, other)
 
     def __eq__(self, other: Any) -> Any:
-        return _compare("==", self, other)
+        return _elementwise.compare("==", self, other)
 
     def __ne__(self, other: Any) -> Any:
-        return _compare("!=", self, other)
+        return _elementwise.compare("!=", self, other)
 
-    def __pos__(self) -> "Tensor":
+    def __pos__(self) -> Tensor:
         return self
 
     # -- structure (implemented in _structural.py) --
@@ -556,6 +166,10 @@ class Tensor:
     def __getitem__(self, key: Any) -> Any:
         return _structural.getitem(self, key)
 
+    def __iter__(self) -> Any:
+        for i in range(len(self)):
+            yield self[i]
+
     def __matmul__(self, other: Any) -> Any:
         return _structural.matmul(self, other)
 
@@ -573,7 +187,7 @@ class Tensor:
         return _structural.where(condition, a, b)
 
 
-# ---- methods generated from the rule table ----
+# ---- numpy's ufunc names for the methods ----
 
 _UFUNC_NAMES = {"negative": "__neg__", "add": "__add__", "subtract": "__sub__",
                 "multiply": "__mul__", "divide": "__truediv__", "true_divide": "__truediv__",
@@ -584,45 +198,3 @@ _REFLECTED = {"__add__": "__radd__", "__sub__": "__rsub__", "__mul__": "__rmul__
               "__truediv__": "__rtruediv__", "__pow__": "__rpow__",
               "__matmul__": "__rmatmul__", "__lt__": "__gt__", "__le__": "__ge__",
               "__gt__": "__lt__", "__ge__": "__le__", "__eq__": "__eq__", "__ne__": "__ne__"}
-
-
-def _unary_method(rule: _rules.Rule, name: str) -> Any:
-    def method(self: Tensor) -> Tensor:
-        return _unary(rule, self)
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"{rule.doc}, elementwise (see ad.{rule.name})."
-    return method
-
-
-def _binary_method(rule: _rules.Rule, name: str, reflected: bool) -> Any:
-    def method(self: Tensor, other: Any, *mod: Any) -> Any:
-        if mod and mod[0] is not None:   # pow(t, y, mod)
-            return NotImplemented
-        return _binary(rule, other, self) if reflected else _binary(rule, self, other)
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"{rule.doc}, elementwise with broadcasting."
-    return method
-
-
-def _install_rule_methods() -> None:
-    for rule in _rules.RULES:
-        if rule.arity == 1:
-            names = [rule.name, *rule.aliases]
-            if rule.operator:
-                names.append(f"__{rule.operator}__")
-            for name in names:
-                setattr(Tensor, name, _unary_method(rule, name))
-        else:
-            for name in (rule.name, *rule.aliases):
-                setattr(Tensor, name, _binary_method(rule, name, False))
-                setattr(Tensor, f"_r{name}", _binary_method(rule, f"_r{name}", True))
-            if rule.operator:
-                setattr(Tensor, f"__{rule.operator}__",
-                        _binary_method(rule, f"__{rule.operator}__", False))
-                setattr(Tensor, f"__r{rule.operator}__",
-                        _binary_method(rule, f"__r{rule.operator}__", True))
-
-
-_install_rule_methods()
-
-from easyad.tensor import _structural  # noqa: E402  (it builds on the definitions above)

@@ -1,6 +1,7 @@
 """TraceTensor: forward mode on arrays, a value and a tangent of the same shape.
 
-The elementwise operations come from the rule table like everything else: one kernel
+The elementwise operations come from the rule table like everything else (the methods
+are ``RuleMethods``, generated from it; they call ``_jvp``): one kernel
 computes the value expression and the tangent ``sum_k mul0(partial_k, d<operand>_k)``
 (with the output ``z`` in a partial replaced by the value expression), the same strings
 the scalar Trace and the tensor vjps use. Linear operations (reshape, transpose, indexing,
@@ -19,10 +20,12 @@ from easyad import _expr, _rules
 from easyad._core import Record, Trace
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _structural
-from easyad.tensor._tensor import BOOL, Tensor, operand, wrap
+from easyad.tensor._base import BOOL, operand, wrap
+from easyad.tensor._rule_methods import RuleMethods
+from easyad.tensor._tensor import Tensor
 
 
-class TraceTensor:
+class TraceTensor(RuleMethods):
     """An array with a tangent (a directional derivative) for forward mode.
 
     Examples
@@ -205,6 +208,13 @@ class TraceTensor:
     def __pos__(self) -> "TraceTensor":
         return self
 
+    # -- the rule table's hooks (the methods sin, __add__... come from RuleMethods) --
+    def _unary_rule(self, rule: _rules.Rule) -> "TraceTensor":
+        return _jvp(rule, (self,))  # type: ignore[no-any-return]
+
+    def _binary_rule(self, rule: _rules.Rule, other: Any, reflected: bool) -> Any:
+        return _jvp(rule, (other, self) if reflected else (self, other))
+
 
 # ---- operands ----
 
@@ -234,7 +244,7 @@ def _pair(v: Any, be: Any) -> tuple[Tensor, Tensor]:
         return value, Tensor.constant(np.asarray(v.derivative), device=be.device)
     value = v if isinstance(v, Tensor) else Tensor.constant(np.asarray(v, dtype=float),
                                                             device=be.device)
-    return value, wrap(be, be.full(value.shape, 0.0, value.dtype), value.shape, value.dtype)
+    return value, wrap(Tensor, be, be.full(value.shape, 0.0, value.dtype), value.shape, value.dtype)
 
 
 def _parts(v: Any, be: Any) -> tuple[Any, Any, tuple[int, ...], Any] | None:
@@ -277,7 +287,7 @@ def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
             terms.append(f"mul0({_inlined(partial, rule.value)}, d{name})")
     tangent = " + ".join(terms) if terms else "0.0"
     z, dz = be.map(rule.name + "_jvp", (rule.value, tangent), operands, shape, (dtype, dtype))
-    return TraceTensor._of(wrap(be, z, shape, dtype), wrap(be, dz, shape, dtype))
+    return TraceTensor._of(wrap(Tensor, be, z, shape, dtype), wrap(Tensor, be, dz, shape, dtype))
 
 
 def _matmul(a: Any, b: Any) -> Any:
@@ -288,41 +298,3 @@ def _matmul(a: Any, b: Any) -> Any:
     if isinstance(value, Tensor):
         return TraceTensor._of(value, tangent)
     return Trace(float(value), float(tangent))
-
-
-# ---- methods generated from the rule table ----
-
-def _install_rule_methods() -> None:
-    def unary(rule: _rules.Rule, name: str) -> Any:
-        def method(self: TraceTensor) -> Any:
-            return _jvp(rule, (self,))
-        method.__name__ = method.__qualname__ = name
-        method.__doc__ = f"{rule.doc}, elementwise, with its tangent."
-        return method
-
-    def binary(rule: _rules.Rule, name: str, reflected: bool) -> Any:
-        def method(self: TraceTensor, other: Any, *mod: Any) -> Any:
-            if mod and mod[0] is not None:
-                return NotImplemented
-            return _jvp(rule, (other, self) if reflected else (self, other))
-        method.__name__ = method.__qualname__ = name
-        method.__doc__ = f"{rule.doc}, elementwise with broadcasting, with its tangent."
-        return method
-
-    for rule in _rules.RULES:
-        names = [rule.name, *rule.aliases]
-        if rule.arity == 1:
-            for name in names + ([f"__{rule.operator}__"] if rule.operator else []):
-                setattr(TraceTensor, name, unary(rule, name))
-            continue
-        for name in names:
-            setattr(TraceTensor, name, binary(rule, name, False))
-            setattr(TraceTensor, f"_r{name}", binary(rule, f"_r{name}", True))
-        if rule.operator:
-            setattr(TraceTensor, f"__{rule.operator}__",
-                    binary(rule, f"__{rule.operator}__", False))
-            setattr(TraceTensor, f"__r{rule.operator}__",
-                    binary(rule, f"__r{rule.operator}__", True))
-
-
-_install_rule_methods()

@@ -1,0 +1,375 @@
+"""The tensor's base: storage and recording, what every tensor operation builds on.
+
+Sits above the compiled core and beside the scalar API: a tensor operation appends one
+node entry (``lst._push_node``) to the same WengertList as scalar Records, so Records and
+Tensors combine freely and ``z.derivatives()`` runs one mixed sweep (scalar runs in C,
+tensor nodes through their ``vjp``). A node keeps only what its vjp reads (the operands or
+output its partial expressions name), so clearing the list releases the buffers.
+
+Layering: this module imports only the core, ``_shapes`` and ``_devices``. The operations
+(``_elementwise``, ``_structural``, ``_fused``) import it and make their results with
+``wrap``/``record`` of the class they were given (``type(t)``), so none of them needs the
+``Tensor`` class, which sits above them all (``_tensor.py``) and calls them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, TypeVar
+
+import numpy as np
+
+from easyad import _expr
+from easyad._core import Record, Trace, WengertList
+from easyad.errors import StaleRecordError, TapeMismatchError
+from easyad.tensor import _devices
+from easyad.tensor import _shapes as shapes
+
+FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+BOOL = np.dtype(np.bool_)
+T = TypeVar("T", bound="TensorBase")
+
+
+def uses(expression: str, name: str) -> bool:
+    """Whether a rule expression reads the variable ``name`` (x, y or z)."""
+    return name in _expr.variables(expression)
+
+
+# ---- tape nodes ----
+
+class Node:
+    """A tensor operation's tape entry: the entry indices it read (-1: a constant), and
+    ``vjp(g)``, one adjoint contribution per input (array, float or None)."""
+
+    __slots__ = ("label", "inputs", "scalar_output", "retain", "vjp")
+
+    def __init__(self, label: str, inputs: tuple[int, ...], vjp: Any,
+                 scalar_output: bool = False) -> None:
+        self.label = label
+        self.inputs = inputs
+        self.vjp = vjp
+        self.scalar_output = scalar_output
+        self.retain = False
+
+    def __repr__(self) -> str:
+        return f"<node {self.label} inputs={self.inputs}>"
+
+
+def _no_vjp(g: Any) -> tuple[()]:
+    return ()
+
+
+# ---- operands: what a tensor operation accepts next to a Tensor ----
+
+class Operand:
+    """One operand, normalized: its data (a buffer, or a float for scalars), shape, tape
+    (None for constants), entry index (-1 for constants) and dtype (None: a weak scalar)."""
+
+    __slots__ = ("data", "shape", "tape", "index", "dtype")
+
+    def __init__(self, data: Any, shape: tuple[int, ...], tape: Any, index: int,
+                 dtype: Any) -> None:
+        self.data, self.shape, self.tape, self.index, self.dtype = data, shape, tape, index, dtype
+
+    @property
+    def needs_adjoint(self) -> bool:
+        return self.index >= 0
+
+
+def live_tape(t: TensorBase) -> Any:
+    tape = t._tape
+    if tape is not None and tape.generation != t._generation:
+        raise StaleRecordError(f"this tensor was recorded on {tape!r} before it was cleared; "
+                               f"tensors do not survive lst.clear(), so make the inputs again")
+    return tape
+
+
+def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
+    """``v`` as an Operand for ``backend``, or None if tensors cannot take it."""
+    if isinstance(v, TensorBase):
+        if v._backend is not backend:
+            raise ValueError(f"tensors on different devices ({v._backend.device} and "
+                             f"{backend.device}); move one with .to(device)")
+        return Operand(v._data, v._shape, live_tape(v), v._index, v._dtype)
+    if type(v) is Record:
+        if v.tape is None:
+            return Operand(float(v.number), (), None, -1, None)
+        v.name  # raises StaleRecordError for a Record made before lst.clear()
+        return Operand(float(v.number), (), v.tape, v.index, None)
+    if type(v).__name__ == "TraceTensor":
+        return None   # NotImplemented: a constant tensor with a TraceTensor is forward mode
+    if type(v) is Trace:
+        raise TypeError(f"cannot combine a Tensor with a {type(v).__name__}: forward mode "
+                        f"and reverse mode do not mix")
+    if isinstance(v, (bool, int, float, np.number, np.bool_)):
+        return Operand(float(v), (), None, -1, None)
+    if isinstance(v, (np.ndarray, list, tuple)):
+        a = np.asarray(v)
+        if a.dtype.kind not in "biuf":
+            return None
+        dt: np.dtype
+        if a.dtype == BOOL:
+            dt = BOOL
+        elif a.dtype in FLOAT_DTYPES:
+            dt = a.dtype
+        else:
+            dt = dtype if dtype is not None else np.dtype(np.float64)
+        return Operand(backend.asarray(a, dt), a.shape, None, -1, dt)
+    return None
+
+
+def common_tape(op: str, operands: list[Operand]) -> Any:
+    tape = None
+    for o in operands:
+        if o.tape is None:
+            continue
+        if tape is None:
+            tape = o.tape
+        elif o.tape is not tape:
+            raise TapeMismatchError(f"{op} mixes records of two different lists, {tape!r} and "
+                                    f"{o.tape!r}; record a whole computation on one "
+                                    f"WengertList")
+    return tape
+
+
+def result_dtype(operands: list[Operand]) -> np.dtype:
+    found = [o.dtype for o in operands if o.dtype is not None and o.dtype != BOOL]
+    if not found:
+        return np.dtype(np.float64)
+    return np.result_type(*found)
+
+
+# ---- making tensors and recording operations ----
+
+def wrap(cls: type[T], backend: Any, data: Any, shape: tuple[int, ...], dtype: np.dtype,
+         tape: Any = None, handle: Any = None) -> T:
+    """A new tensor of class ``cls`` (the caller's: operations make what they were given)."""
+    t = cls.__new__(cls)
+    t._backend, t._data, t._shape, t._dtype = backend, data, tuple(shape), np.dtype(dtype)
+    t._tape, t._handle = tape, handle
+    t._index = handle.index if handle is not None else -1
+    t._generation = tape.generation if tape is not None else 0
+    t._name = None
+    return t
+
+
+def record(cls: type[T], label: str, backend: Any, data: Any, shape: tuple[int, ...],
+           dtype: np.dtype, tape: Any, inputs: tuple[int, ...], vjp: Any) -> T:
+    """The result tensor of an operation: recorded as one node when ``tape`` is not None."""
+    if tape is None or all(i < 0 for i in inputs):
+        return wrap(cls, backend, data, shape, dtype)
+    handle = tape._push_node(Node(label, inputs, vjp))
+    return wrap(cls, backend, data, shape, dtype, tape, handle)
+
+
+def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, tape: Any,
+                  inputs: tuple[int, ...], vjp: Any) -> Any:
+    """A single-number result: a scalar Record (its entry a node whose adjoint is a float),
+    a float for constants, or a 0-d tensor when only shapes are traced (eval_shape)."""
+    if backend.kind == "meta":
+        return wrap(cls, backend, value, (), np.dtype(np.float64))
+    number = float(np.asarray(backend.to_numpy(value)).reshape(()))
+    if tape is None or all(i < 0 for i in inputs):
+        return number
+    return tape._push_node(Node(label, inputs, vjp, scalar_output=True), number)
+
+
+def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],
+         scalar: bool = False) -> Any:
+    """Sum a broadcast adjoint of ``shape`` back to an operand's ``target`` shape; a float
+    for a ``scalar`` operand (a Record, whose adjoint is a float)."""
+    if scalar:
+        if shape == ():
+            return float(np.asarray(backend.to_numpy(buf)).reshape(()))
+        return float(np.asarray(backend.to_numpy(
+            backend.reduce("sum", buf, tuple(range(len(shape)))))).reshape(()))
+    if shape == target:
+        return buf
+    axes = shapes.reduced_axes(shape, target)
+    return backend.reshape(backend.reduce("sum", buf, axes), target)
+
+
+
+# ---- the storage class ----
+
+class TensorBase:
+    """A tensor's storage and recording: its buffer on a backend, shape, dtype and tape
+    entry, the constructors, conversions and the backward sweep. ``Tensor`` adds the
+    operations; everything here is what the operation modules below it need."""
+
+
+    __slots__ = ("_backend", "_data", "_shape", "_dtype", "_tape", "_handle", "_index",
+                 "_generation", "_name", "__weakref__")
+    _backend: Any          # the device's backend (NumpyBackend, OpenCLBackend, meta)
+    _data: Any             # the backend's buffer
+    _shape: tuple[int, ...]
+    _dtype: np.dtype
+    _tape: Any             # the WengertList, or None for a constant
+    _handle: Any           # the Record of its tape entry
+    _index: int            # its entry index (-1 for a constant)
+    _generation: int       # the list's generation when recorded (staleness)
+    _name: str | None
+    __array_priority__ = 1000.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("make tensors with Tensor.variable(array, lst) or "
+                        "Tensor.constant(array)")
+
+    # -- construction --
+    @staticmethod
+    def _from_array(array: Any, device: Any, dtype: Any) -> tuple[Any, Any, np.dtype]:
+        be = _devices.resolve(device)
+        if isinstance(array, TensorBase):
+            array = array.value
+        a = np.asarray(array)
+        if dtype is None:
+            dtype = a.dtype if a.dtype in FLOAT_DTYPES else np.float64
+        dtype = np.dtype(dtype)
+        if dtype not in FLOAT_DTYPES:
+            raise TypeError(f"tensors hold float64 or float32, not {dtype}")
+        if a.dtype.kind not in "biuf":
+            raise TypeError(f"a tensor is made from real numbers, got an array of {a.dtype}")
+        return be, be.asarray(a, dtype), dtype
+
+    @classmethod
+    def variable(cls: type[T], array: Any, lst: WengertList, name: str | None = None,
+                 device: Any = None, dtype: Any = None) -> T:
+        """An input tensor on ``lst``: derivatives are taken with respect to it."""
+        if not isinstance(lst, WengertList):
+            raise TypeError(f"lst must be a WengertList, got {type(lst).__name__}")
+        be, data, dt = TensorBase._from_array(array, device, dtype)
+        shape = tuple(np.shape(array))
+        tape: Any = lst   # _push_node is the core's private hook, not in its typing stub
+        handle = tape._push_node(Node("variable", (), _no_vjp))
+        t = wrap(cls, be, data, shape, dt, lst, handle)
+        t._name = name
+        return t
+
+    @classmethod
+    def constant(cls: type[T], array: Any, device: Any = None, dtype: Any = None) -> T:
+        """A tensor on no tape: nothing is recorded for it and its derivative is 0."""
+        be, data, dt = TensorBase._from_array(array, device, dtype)
+        return wrap(cls, be, data, tuple(np.shape(array)), dt)
+
+    # -- what it is --
+    @property
+    def value(self) -> np.ndarray:
+        """The values, as a new numpy array."""
+        out: np.ndarray = self._backend.to_numpy(self._data)
+        return out.astype(bool) if self._dtype == BOOL else out
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self._shape)
+
+    @property
+    def device(self) -> Any:
+        return self._backend.device
+
+    @property
+    def tape(self) -> Any:
+        """The WengertList this tensor is recorded on (None for a constant)."""
+        return self._tape
+
+    @property
+    def handle(self) -> Any:
+        """The Record of this tensor's tape entry (None for a constant)."""
+        return self._handle
+
+    @property
+    def name(self) -> str | None:
+        return self._name
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        kind = "constant" if self._tape is None else f"on {self._tape!r}"
+        if self._backend.kind == "meta":
+            return f"Tensor(shape={self._shape}, dtype={self._dtype}, {kind})"
+        body = np.array2string(self.value, separator=", ", threshold=20)
+        return f"Tensor({body}, dtype={self._dtype}, device={self.device}, {kind})"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        v = self.value
+        return v if dtype is None else v.astype(dtype)
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(f"the truth value of a tensor of shape {self._shape} is "
+                             f"ambiguous; use ad.where(...) for elementwise choices")
+        return bool(self.value.reshape(()))
+
+    def __float__(self) -> float:
+        if self.size != 1:
+            raise TypeError(f"only a tensor of one element converts to float, not "
+                            f"shape {self._shape}")
+        return float(self.value.reshape(()))
+
+    def item(self) -> float:
+        return float(self)
+
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise
+
+    # -- conversions --
+    def astype(self: T, dtype: Any) -> T:
+        """A copy in ``dtype`` (float64 or float32); differentiable."""
+        dtype = np.dtype(dtype)
+        if dtype == self._dtype:
+            return self
+        be, tape = self._backend, live_tape(self)
+        (out,) = be.map("astype", ("x",), {"x": self._data}, self._shape, (dtype,))
+        src_dtype, shape = self._dtype, self._shape
+
+        def vjp(g: Any) -> tuple[Any]:
+            if src_dtype == BOOL:
+                return (None,)
+            return tuple(be.map("astype", ("g",), {"g": g}, shape, (src_dtype,)))
+        return record(type(self), "astype", be, out, shape, dtype, tape, (self._index,), vjp)
+
+    def to(self: T, device: Any) -> T:
+        """This tensor on another device (recorded: derivatives flow back)."""
+        target = _devices.resolve(device)
+        if target is self._backend:
+            return self
+        source, tape = self._backend, live_tape(self)
+        data = target.asarray(self.value, self._dtype)
+        shape, dtype = self._shape, self._dtype
+
+        def vjp(g: Any) -> tuple[Any]:
+            return (source.asarray(target.to_numpy(g), dtype),)
+        return record(type(self), "to", target, data, shape, dtype, tape, (self._index,), vjp)
+
+    def detach(self: T) -> T:
+        """The same values as a constant (no derivative flows through)."""
+        return wrap(type(self), self._backend, self._data, self._shape, self._dtype)
+
+    def recorded_on(self, tape: Any) -> bool:
+        """Whether this tensor is an entry of ``tape`` as the list is now (recorded on it
+        and not cleared since)."""
+        return tape is not None and self._tape is tape and self._generation == tape.generation
+
+    def adjoint(self, d: Any) -> np.ndarray | None:
+        """Its adjoint in the backward sweep ``d`` as a host array to be read only (the
+        sweep's own array on the host device, a copy elsewhere), or None when no derivative
+        reached it (or ``d`` is a sweep of another list)."""
+        if self._tape is None or d.tape is not self._tape:
+            return None
+        adjoint = d._node_adjoint(self._index)
+        if adjoint is None:
+            return None
+        out: np.ndarray = np.asarray(self._backend.host_array(adjoint)).reshape(self._shape)
+        return out

@@ -1,0 +1,115 @@
+"""Fused operations: one tape entry each instead of a chain of them, on every backend.
+
+``linear`` (``x @ W.T + b``), ``cross_entropy`` with class indices and ``sigmoid`` are
+what a training step spends its entries on (``easyad.nn`` calls them). Composed of tensor
+operations each would be several nodes, with a transposed copy of W and a one-hot product
+in the forward pass and as many vjps in the backward one; fused, the forward pass is what
+PyTorch does (one GEMM with the transpose as a flag, a logsumexp) and the vjp is written
+out once:
+
+- linear:        dx = g W,  dW = gᵀ x,  db = Σₙ g
+- cross_entropy: dlogits = (softmax(logits) - onehot(target)) · g / N  (N only for mean)
+- sigmoid:       dx = g s (1 - s)
+
+They run through the Backend Protocol (``_backend.py``): ``linear`` and ``cross_entropy``
+through its fused kernels (numpy's own, written with numpy; OpenCL and meta compose them
+of their primitives, ``_composed.py``), ``sigmoid`` as one ``map``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from easyad.errors import ShapeError
+from easyad.tensor._base import (BOOL, TensorBase, common_tape, live_tape, operand, record,
+                                 record_scalar, result_dtype)
+
+# the logistic function, from exp(-|x|) on each side of 0, so neither branch overflows
+_SIGMOID = "choose(x >= 0.0, 1.0 / (1.0 + exp(-x)), exp(x) / (1.0 + exp(x)))"
+
+
+def linear(x: Any, weight: Any, bias: Any = None) -> Any:
+    """``x @ weight.T + bias`` as one tape entry; ``weight`` is (out, in), ``bias`` (out,),
+    a number or None. Tensors, arrays and numbers; at least one Tensor."""
+    first = next((v for v in (x, weight, bias) if isinstance(v, TensorBase)), None)
+    if first is None:
+        raise TypeError("linear needs at least one Tensor")
+    be, cls = first._backend, type(first)
+    X, W = operand(x, be), operand(weight, be)
+    B = operand(bias, be) if bias is not None else None
+    if X is None or W is None or (bias is not None and B is None):
+        raise TypeError("linear takes tensors, arrays or numbers")
+    ops = [o for o in (X, W, B) if o is not None]
+    if len(W.shape) != 2 or not X.shape or X.shape[-1] != W.shape[1]:
+        raise ShapeError(f"linear: input of shape {X.shape} and weight of shape {W.shape} "
+                         f"(out, in) do not fit")
+    if B is not None and B.shape not in ((), (W.shape[0],)):
+        raise ShapeError(f"linear: bias of shape {B.shape} for {W.shape[0]} outputs")
+    (o, k), n = W.shape, math.prod(X.shape[:-1])
+    out_shape = X.shape[:-1] + (o,)
+    dtype = result_dtype(ops)
+    tape = common_tape("linear", ops)
+    xd, wd = (v.data if v.dtype == dtype else
+              be.map("astype", ("x",), {"x": v.data}, v.shape, (dtype,))[0] for v in (X, W))
+    x2 = be.reshape(xd, (n, k))
+    out = be.reshape(be.linear(x2, wd, B.data if B is not None else None), out_shape)
+    if tape is None or not any(v.needs_adjoint for v in ops):
+        return record(cls, "linear", be, out, out_shape, dtype, None, (), None)
+    needs = (X.needs_adjoint, W.needs_adjoint, B is not None and B.needs_adjoint)
+    b_shape = B.shape if B is not None else ()
+    b_scalar = B is not None and B.dtype is None
+    keep_x: Any = x2 if needs[1] else None
+    keep_w: Any = wd if needs[0] else None
+    x_shape, has_b = X.shape, B is not None
+    # the vjp closes over plain values only: an Operand holds the tape, and a tape whose
+    # nodes point back at it is a reference cycle, freed only by the garbage collector
+
+    def vjp(g: Any) -> tuple[Any, ...]:
+        gx, gw, gb = be.linear_vjp(be.reshape(g, (n, o)), keep_x, keep_w, needs)
+        if gx is not None:
+            gx = be.reshape(gx, x_shape)
+        if gb is not None and b_shape == ():              # one bias for every output
+            gb = be.reduce("sum", gb, (0,))
+            if b_scalar:
+                gb = float(np.asarray(be.to_numpy(gb)).reshape(()))
+        return (gx, gw, gb) if has_b else (gx, gw)
+    inputs = tuple(v.index for v in ops)
+    return record(cls, "linear", be, out, out_shape, dtype, tape, inputs, vjp)
+
+
+def cross_entropy(logits: TensorBase, target: np.ndarray, reduction: str = "mean") -> Any:
+    """``logsumexp(z[n]) - z[n, target[n]]`` over the rows of ``logits`` (N, C), averaged
+    (``"mean"``) or summed (``"sum"``); ``target``: the class of each row, int64 (N,)
+    within 0..C-1 (the caller checks). A scalar Record (a float for constants)."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction is 'mean' or 'sum', not {reduction!r}")
+    if len(logits.shape) != 2 or np.shape(target) != logits.shape[:1]:
+        raise ShapeError(f"cross_entropy: logits of shape {logits.shape} need targets of "
+                         f"shape {logits.shape[:1]}, not {np.shape(target)}")
+    if logits.dtype == BOOL:
+        logits = logits.astype(np.float64)
+    be, tape = logits._backend, live_tape(logits)
+    target = np.asarray(target, dtype=np.int64)
+    n = logits.shape[0]
+    divisor = float(n) if reduction == "mean" else 1.0
+    loss, saved = be.cross_entropy(logits._data, target, divisor)
+    scale = (1.0 / n if n else math.nan) if reduction == "mean" else 1.0
+
+    def vjp(g: float) -> tuple[Any]:
+        return (be.cross_entropy_vjp(saved, target, g * scale),)
+    return record_scalar(type(logits), "cross_entropy", be, loss, tape, (logits._index,), vjp)
+
+
+def sigmoid(x: TensorBase) -> Any:
+    """``1 / (1 + exp(-x))`` elementwise without overflow, as one tape entry."""
+    if x.dtype == BOOL:
+        x = x.astype(np.float64)
+    be, shape, dtype = x._backend, x.shape, x.dtype
+    (s,) = be.map("sigmoid", (_SIGMOID,), {"x": x._data}, shape, (dtype,))
+
+    def vjp(g: Any) -> tuple[Any]:
+        return tuple(be.map("sigmoid_vjp", ("g * (s * (1.0 - s))",), {"g": g, "s": s}, shape,
+                            (dtype,)))
+    return record(type(x), "sigmoid", be, s, shape, dtype, live_tape(x), (x._index,), vjp)
