@@ -5,31 +5,6 @@
 # ad.where(cond, a, b) with a Comparison appends a select instead, whose condition replay
 # evaluates again, so it follows the new branch without raising.
 
-cdef enum:
-    _GUARD_OFFSET = OP_GUARD_LT - OP_COMPARE_LT
-
-
-cdef inline bint _compare_values(int op, double x, double y) noexcept nogil:
-    # op is a compare_ or guard_ opcode; NaN compares false except with !=, as in Python
-    if op >= OP_GUARD_LT:
-        op -= _GUARD_OFFSET
-    if op == OP_COMPARE_LT:
-        return x < y
-    if op == OP_COMPARE_LE:
-        return x <= y
-    if op == OP_COMPARE_GT:
-        return x > y
-    if op == OP_COMPARE_GE:
-        return x >= y
-    if op == OP_COMPARE_EQ:
-        return x == y
-    return x != y
-
-
-cdef inline bint _is_comparison(int op) noexcept nogil:
-    return OP_COMPARE_LT <= op <= OP_GUARD_NE
-
-
 _SYMBOLS = {OP_COMPARE_LT: "<", OP_COMPARE_LE: "<=", OP_COMPARE_GT: ">",
             OP_COMPARE_GE: ">=", OP_COMPARE_EQ: "==", OP_COMPARE_NE: "!="}
 
@@ -183,8 +158,8 @@ cdef Record _record_select(Comparison condition, object a, object b):
     _select_operand(a, tape, &ia, &x)
     _select_operand(b, tape, &ib, &y)
     cdef bint chosen = condition.outcome
-    if c != tape._length - 1:
-        # the select reads its condition from the entry just before it: copy the comparison
+    if c != _select_condition(tape._length):
+        # the select will read its condition from the entry just before it: copy it there
         op = tape._ops[c]
         if op >= OP_GUARD_LT:
             op -= _GUARD_OFFSET

@@ -200,6 +200,7 @@ cdef int _strict_number_read(Record r) except -1:
 
 include "_checks.pxi"
 include "_ops.pxi"
+include "_conventions.pxi"
 include "_tape.pxi"
 include "_trace.pxi"
 include "_record.pxi"

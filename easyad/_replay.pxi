@@ -88,10 +88,6 @@ cdef void _free_program(_Program* P) noexcept nogil:
     memset(P, 0, sizeof(_Program))
 
 
-cdef inline bint _computes(int op) noexcept nogil:
-    return op != OP_VARIABLE and op != OP_CONSTANT
-
-
 cdef inline int _key(const uint8_t* ops, const int32_t* arg0, const int32_t* arg1,
                      Py_ssize_t e) noexcept nogil:
     # entries of one key share a run: a rule with the same operands recorded, or structural
@@ -111,7 +107,7 @@ cdef Py_ssize_t _schedule(const uint8_t* ops, const int32_t* arg0, const int32_t
     # before it (its condition), so that entry is emitted with it, right before it.
     # order: entries that compute nothing (recorded order), then the rest. Returns the
     # number of runs, or -1 when out of memory.
-    cdef Py_ssize_t e, d, k, pos = 0, r = 0, edges = 0
+    cdef Py_ssize_t e, c, d, k, pos = 0, r = 0, edges = 0
     cdef int key, best, n_active = 0, j
     cdef int32_t u, w
     cdef int32_t deps[4]
@@ -130,8 +126,9 @@ cdef Py_ssize_t _schedule(const uint8_t* ops, const int32_t* arg0, const int32_t
         r = -1
     if r == 0:
         for e in range(1, L):
-            if ops[e] == OP_SELECT and _computes(ops[e - 1]) and ops[e - 1] != OP_SELECT:
-                attached[e - 1] = 1
+            c = _select_condition(e)
+            if ops[e] == OP_SELECT and _computes(ops[c]) and ops[c] != OP_SELECT:
+                attached[c] = 1
         # edges d -> e per operand use, between units (an attached entry is its select)
         for j in range(2):
             for e in range(L):
@@ -142,11 +139,12 @@ cdef Py_ssize_t _schedule(const uint8_t* ops, const int32_t* arg0, const int32_t
                 deps[2] = -1
                 deps[3] = -1
                 if ops[e] == OP_SELECT and e > 0:
-                    if attached[e - 1]:
-                        deps[2] = arg0[e - 1]
-                        deps[3] = arg1[e - 1]
+                    c = _select_condition(e)
+                    if attached[c]:
+                        deps[2] = arg0[c]
+                        deps[3] = arg1[c]
                     else:
-                        deps[2] = <int32_t>(e - 1)
+                        deps[2] = <int32_t>c
                 for k in range(4):
                     d = deps[k]
                     if d < 0 or not _computes(ops[d]):
@@ -423,7 +421,9 @@ cdef int _build_program(const uint8_t* ops, const int32_t* arg0, const int32_t* 
         _free_program(P)
         return -1
     for i in range(P.first, L):
-        if P.ops[i] == OP_SELECT and P.original[i - 1] != P.original[i] - 1:
+        # the layout keeps a select's condition right before it (_schedule attaches it)
+        if P.ops[i] == OP_SELECT and (P.original[_select_condition(i)]
+                                      != _select_condition(P.original[i])):
             _free_program(P)
             return -2  # a select whose condition is not the entry before it (never recorded)
     for i in range(n_inputs):
@@ -495,7 +495,7 @@ cdef int _forward_row(const _Program* P, const double* x_row, double* v, double*
             x = v[P.slot0[i]]
             y = v[P.slot1[i]]
             if op == OP_SELECT:
-                c = v[i - 1]
+                c = v[_select_condition(i)]
                 z = x if c != 0.0 else y
                 p0[i] = 1.0 if c != 0.0 else 0.0
                 p1[i] = 0.0 if c != 0.0 else 1.0
@@ -576,8 +576,8 @@ cdef int _live_error(const _Program* P, const double* v, int32_t* status_entry) 
         a = P.arg0[i]
         b = P.arg1[i]
         if op == OP_SELECT:
-            live[i - 1] = 1
-            if v[i - 1] != 0.0:
+            live[_select_condition(i)] = 1
+            if v[_select_condition(i)] != 0.0:
                 b = -1
             else:
                 a = -1

@@ -65,7 +65,7 @@ cdef Py_ssize_t _check_entries(const uint8_t* ops, const int32_t* arg0, const in
             if e == 0:
                 fault[0] = _FAULT_SELECT_FIRST
                 return e
-            if not _is_comparison(ops[e - 1]):
+            if not _is_comparison(ops[_select_condition(e)]):
                 fault[0] = _FAULT_SELECT_CONDITION
                 return e
         if _is_comparison(op) and values[e] != 0.0 and values[e] != 1.0:

@@ -50,3 +50,16 @@ def test_a_view_of_arrays_is_the_same_reading():
     assert [a.name(e) for e in range(len(a))] == [b.name(e) for e in range(len(b))]
     assert a.operands(y.index) == b.operands(y.index)
     assert tv.select_condition(y.index) == y.index - 1
+
+
+def test_the_python_and_c_readings_agree_on_every_opcode():
+    from easyad import _core, _rules
+    table = _core._conventions_table()
+    assert len(table) == len(_rules.OPCODE_NAMES)
+    for code, (computes, comparison, guard, passes, rule) in enumerate(table):
+        kind = tv.KINDS[code]
+        assert computes == (kind not in (tv.VARIABLE, tv.CONSTANT)), kind
+        assert comparison == (kind in (tv.COMPARE, tv.GUARD)), kind
+        assert guard == (kind == tv.GUARD), kind
+        assert passes == (kind not in (tv.VARIABLE, tv.CONSTANT, tv.COMPARE, tv.GUARD)), kind
+        assert rule == (kind == tv.RULE), kind
