@@ -54,6 +54,8 @@ from easyad._core import (
     where,
 )
 from easyad._core import Comparison
+# registered with the core, which calls up to them: lst.to_dot(), create_graph=True
+from easyad import _higher, dot  # noqa: F401
 from easyad.anomaly import detect_anomaly
 from easyad.checks import check_gradients
 from easyad.errors import (

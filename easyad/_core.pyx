@@ -150,9 +150,28 @@ def _anomaly_enabled():
     return _anomaly_mode
 
 
+# ---- services of higher layers ----
+# The core never imports a layer above it: anomaly reporting, DOT pictures and the user
+# primitive class register themselves here when their modules are imported (easyad's
+# __init__ imports them all), and the core calls them through _service.
+cdef dict _services = {}
+
+
+def _register_service(str name, object implementation):
+    """Called by a higher layer at import: ``name`` is what the core will ask for."""
+    _services[name] = implementation
+
+
+cdef object _service(str name):
+    try:
+        return _services[name]
+    except KeyError:
+        raise RuntimeError(f"easyad's {name} is not registered: import easyad (not "
+                           f"easyad._core alone)") from None
+
+
 cdef int _report_anomaly(str name, str mode, double z, double dz) except -1:
-    from easyad.anomaly import report
-    report(name, mode, z, dz)
+    _service("anomaly.report")(name, mode, z, dz)
     return 0
 
 
@@ -162,10 +181,9 @@ cdef int _anomaly_on_tape(WengertList tape, str name, double z, double p0,
     # Only a non-finite value raises here: a non-finite partial (sqrt at 0) is no anomaly
     # unless an adjoint flows through it, which the sweep checks (sqrt(x - x) * 0 + x has
     # the finite gradient 1).
-    from easyad.anomaly import user_line, report
     if not isfinite(z):
-        report(name, "reverse mode (Record)", z, z)
-    tape._lines[tape._length] = user_line()
+        _service("anomaly.report")(name, "reverse mode (Record)", z, z)
+    tape._lines[tape._length] = _service("anomaly.user_line")()
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from easyad import _core
 from easyad._core import Record, WengertList
 from easyad._expressions import _mul0, generic_rules
 from easyad._tapeview import CUSTOM, NODE, SELECT, TapeView
@@ -112,3 +113,8 @@ class GraphDerivatives:
 
     def __repr__(self) -> str:
         return f"<GraphDerivatives on {self.tape!r}: Records, differentiable again>"
+
+
+# z.derivatives(create_graph=True) in the core sweeps through this (it imports no layer
+# above it)
+_core._register_service("higher.backward_graph", backward_graph)

@@ -481,8 +481,7 @@ cdef class WengertList:
                     continue
             contributions = node.vjp(g)
             if _anomaly_mode:
-                from easyad.anomaly import check_node
-                check_node(self, k, node, contributions)
+                _service("anomaly.check_node")(self, k, node, contributions)
             for inp, c in zip(node.inputs, contributions):
                 if c is None or inp < 0:
                     continue
@@ -513,6 +512,14 @@ cdef class WengertList:
             out[key] = np.frombuffer((<char*><size_t>address)[:size], dtype=dtype).copy()
         return out
 
+    def _entry(self, Py_ssize_t i):
+        """One entry as (op, arg0, arg1, value, partial0, partial1), without copying the
+        arrays (error messages name one entry; _tapeview.entry reads it)."""
+        if not 0 <= i < self._length:
+            raise IndexError(f"entry {i} of a tape of {self._length}")
+        return (self._ops[i], self._arg0[i], self._arg1[i], self._values[i],
+                self._partial0[i], self._partial1[i])
+
     # ---- hooks for Python operations recorded as single entries (tensors) ----
     def _push_node(self, node, double number=0.0):
         """Append an entry for a Python node; return its Record (the entry's handle).
@@ -528,8 +535,7 @@ cdef class WengertList:
             if i >= self._length:
                 raise ValueError(f"node input {i} is not an entry of {self!r}")
         if _anomaly_mode:
-            from easyad.anomaly import user_line
-            self._lines[self._length] = user_line()
+            self._lines[self._length] = _service("anomaly.user_line")()
         cdef Record r = self._push(OP_NODE, -1, -1, number, 0.0, 0.0)
         self._nodes[r.index] = node
         self._node_order.append(r.index)
@@ -567,8 +573,7 @@ cdef class WengertList:
     def to_dot(self, derivatives=None, **options):
         """A Graphviz DOT picture of the tape: operations, values and, given the
         Derivatives of a sweep, adjoints (see easyad.dot.to_dot)."""
-        from easyad.dot import to_dot
-        return to_dot(self, derivatives=derivatives, **options)
+        return _service("dot.to_dot")(self, derivatives=derivatives, **options)
 
     def _node(self, Py_ssize_t index):
         """The Python node of an OP_NODE entry."""
@@ -581,8 +586,7 @@ cdef class WengertList:
             _raise_tape_mismatch(self, handle.tape, "backward sweep")
         d = self._backward(handle.index, seed)
         if _anomaly_mode:
-            from easyad.anomaly import check_backward
-            check_backward(self, d, handle.index)
+            _service("anomaly.check_backward")(self, d, handle.index)
         return d
 
     # ---- pickling: the entries as bytes, in the block's layout, with a checksum ----
@@ -636,7 +640,7 @@ def _rebuild_wengert_list(*state, source="pickled WengertList"):
                                    f"{max(n, 1)} to {_INDEX_LIMIT}")
     for index in customs:
         _index_field(index, "a user primitive's entry", source)
-    from easyad.primitives import Primitive
+    Primitive = _service("primitives.Primitive")
     for index, primitive in customs.items():
         if not isinstance(primitive, Primitive):
             _raise_tape_format(source, f"the user primitive of entry {index} is a "

@@ -23,7 +23,7 @@ entry's partial slot of that operand (``constant(e, k)``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -53,6 +53,40 @@ SYMBOLS: dict[int, str] = {code: _rules.COMPARISON_SYMBOLS[name.split("_", 1)[1]
 def select_condition(e: int) -> int:
     """The entry a select at ``e`` reads its condition from (the comparison before it)."""
     return e - 1
+
+
+class Entry(NamedTuple):
+    """One entry, read without copying the tape (``entry(tape, e)``)."""
+
+    e: int
+    op: int
+    arg0: int
+    arg1: int
+    value: float
+    partial0: float
+    partial1: float
+
+    @property
+    def name(self) -> str:
+        return _rules.OPCODE_NAMES[self.op]
+
+    @property
+    def kind(self) -> str:
+        return KINDS[self.op]
+
+    @property
+    def symbol(self) -> str:
+        return SYMBOLS[self.op]
+
+    def operand(self, k: int) -> int:
+        return (self.arg0, self.arg1)[k]
+
+    def constant(self, k: int) -> float:
+        return (self.partial0, self.partial1)[k]
+
+
+def entry(tape: Any, e: int) -> Entry:
+    return Entry(e, *tape._entry(e))
 
 
 class TapeView:
@@ -163,5 +197,6 @@ class TapeView:
         return seen
 
 
-__all__ = ["TapeView", "select_condition", "KINDS", "SYMBOLS", "VARIABLE", "CONSTANT",
+__all__ = ["TapeView", "Entry", "entry", "select_condition", "KINDS", "SYMBOLS", "VARIABLE",
+           "CONSTANT",
            "COMPARE", "GUARD", "SELECT", "CUSTOM", "NODE", "RULE"]

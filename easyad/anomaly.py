@@ -15,13 +15,13 @@ import contextlib
 import math
 import os
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from easyad import _core
-from easyad._rules import OPCODE_NAMES
+from easyad._tapeview import TapeView
 from easyad.errors import AnomalyError
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -48,13 +48,13 @@ def check_backward(tape: Any, derivatives: Any, output: int) -> None:
     bad = np.flatnonzero(~np.isfinite(adjoints))
     if bad.size == 0:
         return
-    arrays = tape._arrays()
+    view = TapeView(tape)
     j = int(bad.max())  # the first to go bad, walking back from the output
     consumers = [i for i in range(j + 1, output + 1)
-                 if (arrays["arg0"][i] == j or arrays["arg1"][i] == j)
+                 if j in (view.operand(i, 0), view.operand(i, 1))
                  and math.isfinite(adjoints[i])]
     culprit = consumers[0] if consumers else j
-    op = OPCODE_NAMES[arrays["ops"][culprit]]
+    op = view.name(culprit)
     line = tape._lines.get(culprit, "an unknown line (recorded before detect_anomaly)")
     raise AnomalyError(f"the backward sweep produced an adjoint of {adjoints[j]} for entry "
                        f"{j}, through {op} (entry {culprit}) recorded at {line}: its partial "
@@ -77,8 +77,11 @@ def check_node(tape: Any, index: int, node: Any, contributions: Any) -> None:
                            f"derivative is not finite there (ad.detect_anomaly is on)")
 
 
-def check_replay(function: Any, X: Any, results: list[Any]) -> None:
-    """Raise if replayed results are not finite; re-record f there to name the operation."""
+def check_replay(X: Any, results: list[Any],
+                 record_again: Callable[[Any], None] | None = None) -> None:
+    """Raise if replayed results are not finite. ``record_again(x)`` (given by replay, which
+    sits above this module) records f anew at the first bad row, under detect_anomaly, so
+    the error names the operation and the line."""
     for array in results:
         if array is None:
             continue
@@ -86,11 +89,9 @@ def check_replay(function: Any, X: Any, results: list[Any]) -> None:
         if finite.all():
             continue
         row = int(np.flatnonzero(~finite)[0])
-        if function.f is not None:
-            from easyad.replay import record
+        if record_again is not None:
             with detect_anomaly():
-                F = record(function.f, X[row])
-                F.tape._record_at(F.outputs[0]).derivatives()
+                record_again(X[row])
         raise AnomalyError(f"replay produced a non-finite result at row {row} (x = "
                            f"{X[row].tolist()}) (ad.detect_anomaly is on)")
 
@@ -122,5 +123,10 @@ def detect_anomaly() -> Iterator[None]:
     finally:
         _core._set_anomaly_mode(previous)
 
+
+# the compiled core reports through these (it imports no layer above it)
+for _name, _implementation in (("user_line", user_line), ("report", report),
+                               ("check_backward", check_backward), ("check_node", check_node)):
+    _core._register_service(f"anomaly.{_name}", _implementation)
 
 __all__ = ["detect_anomaly", "AnomalyError"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from easyad import _core
 from easyad._tapeview import COMPARE, GUARD, SELECT, VARIABLE, TapeView
 
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "neg": "-"}
@@ -72,5 +73,7 @@ def to_dot(tape: Any, derivatives: Any = None, inputs: Sequence[int] = (),
     lines.append("}")
     return "\n".join(lines) + "\n"
 
+
+_core._register_service("dot.to_dot", to_dot)   # lst.to_dot() in the core draws with it
 
 __all__ = ["to_dot"]

@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from easyad import _core
 from easyad._core import Record, Trace
 
 _Partials = Callable[..., Any]
@@ -218,5 +219,8 @@ def primitive(derivative: _Partials | str | None = None, second: _Partials | Non
         return Primitive(name or f.__name__, f, derivative, second)
     return wrap
 
+
+# unpickling a WengertList in the core checks its user primitives are Primitives
+_core._register_service("primitives.Primitive", Primitive)
 
 __all__ = ["Primitive", "define", "primitive"]

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from easyad import _core
+from easyad import _core, _tapeview
 from easyad._core import Record, Trace, WengertList
-from easyad._rules import COMPARISON_SYMBOLS, OPCODE_NAMES
+from easyad.anomaly import check_replay
 from easyad.errors import BranchChangedError, TapeFormatError
 
 _VALUE, _GRADIENT, _SECOND = 0, 1, 2
@@ -445,8 +445,8 @@ class Function:
         if bad >= 0:
             self._raise_status(X, bad, int(status[bad]), int(status_entry[bad]))
         if _core._anomaly_enabled():
-            from easyad.anomaly import check_replay
-            check_replay(self, X, [out, jac, second])
+            check_replay(X, [out, jac, second],
+                         None if self.f is None else self._record_again)
         mask = changed.astype(bool) if mode == "mask" else None
         if first_changed >= 0:
             rows = np.flatnonzero(changed)
@@ -479,24 +479,28 @@ class Function:
             if second is not None:
                 second[r] = s[0]
 
+    def _record_again(self, x: Any) -> None:
+        """Record f anew at ``x`` and sweep it (anomaly mode names the failing line)."""
+        assert self.f is not None
+        F = record(self.f, x)
+        F.tape._record_at(F.outputs[0]).derivatives()
+
     def _describe(self, index: int) -> str:
         name = self.tape._names_dict().get(index)
         if name is not None:
             return repr(name)
         if index in self.inputs:
             return f"x[{self.inputs.index(index)}]"
-        op = OPCODE_NAMES[self.tape._arrays()["ops"][index]]
-        return f"entry {index} ({op})"
+        return f"entry {index} ({_tapeview.entry(self.tape, index).name})"
 
     def _branch_message(self, X: NDArray[np.float64], row: int, entry: int) -> str:
-        arrays = self.tape._arrays()
-        op = OPCODE_NAMES[arrays["ops"][entry]]
-        symbol = COMPARISON_SYMBOLS[op.split("_", 1)[1]]
+        guard = _tapeview.entry(self.tape, entry)
+        symbol = guard.symbol
         sides = []
         for k in (0, 1):
-            j = int(arrays[f"arg{k}"][entry])
-            sides.append(self._describe(j) if j >= 0 else repr(float(arrays[f"partial{k}"][entry])))
-        was = bool(arrays["values"][entry])
+            j = guard.operand(k)
+            sides.append(self._describe(j) if j >= 0 else repr(guard.constant(k)))
+        was = bool(guard.value)
         return (f"replaying at row {row} (x = {X[row].tolist()}) takes another branch than "
                 f"recorded: the comparison {sides[0]} {symbol} {sides[1]} (entry {entry}) was "
                 f"{was} when recorded and is {not was} there. Derivatives of the recorded "
