@@ -2,8 +2,12 @@
 """The compiled core of easyad: Trace (forward mode), Record and WengertList (reverse mode)
 and the generic functions, all rendered from the rule table in easyad/_rules.py.
 
-This hub holds the shared coercion and error helpers; the parts are included in order:
-checks (hand) -> ops (generated; C in _ops.h) -> tape (hand) -> trace, record, generic (generated).
+This hub holds the shared coercion and error helpers and the services registry; the parts
+are included in order (hand-written ones in _engine/, the rest generated from the table):
+checks (Python's float error policy) -> ops (generated; C in _ops.h) -> conventions (what a
+tape entry means) -> tape (WengertList, Derivatives, the sweeps) -> trace, record
+(generated) -> branches (comparisons, guards, selects) -> validate (the gate for tapes from
+outside) -> generic (generated) -> replay (program, schedule, layout, sweeps, replayer).
 """
 cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite, NAN
@@ -216,16 +220,20 @@ cdef int _strict_number_read(Record r) except -1:
         f"(x > 0 records a guard that replay checks) or use ad.where(cond, a, b)")
 
 
-include "_checks.pxi"
+include "_engine/checks.pxi"
 include "_ops.pxi"
-include "_conventions.pxi"
-include "_tape.pxi"
+include "_engine/conventions.pxi"
+include "_engine/tape.pxi"
 include "_trace.pxi"
 include "_record.pxi"
-include "_branches.pxi"
-include "_validate.pxi"
+include "_engine/branches.pxi"
+include "_engine/validate.pxi"
 include "_generic.pxi"
-include "_replay.pxi"
+include "_engine/replay/program.pxi"
+include "_engine/replay/schedule.pxi"
+include "_engine/replay/layout.pxi"
+include "_engine/replay/sweeps.pxi"
+include "_engine/replay/replayer.pxi"
 
 
 def where(condition, a, b):

@@ -3,7 +3,7 @@
 A WengertList is six parallel arrays (``ops``, ``arg0``, ``arg1``, ``values``,
 ``partial0``, ``partial1``). What an entry *means* depends on its opcode, and those
 conventions are stated here, once (the compiled core states the same ones in
-``_conventions.pxi`` for its C loops):
+``_engine/conventions.pxi`` for its C loops):
 
 - ``variable``: an input. Its value is set, not computed; it reads nothing.
 - ``constant``: reserved (never recorded): a value only.
