@@ -51,8 +51,8 @@ def tour_cartesian(r: float = 1.0, angle: float = 2.0) -> None:
     print(f"   {'':6} {'forward (Trace)':>16} {'reverse (Record)':>17} {'by hand':>12}")
     for key in forward:
         print(f"   {key:6} {forward[key]:16.6f} {reverse[key]:17.6f} {exact[key]:12.6f}")
-    print(f"\n   The tape holds {len(lst)} entries in {lst.nbytes} bytes of C memory (room for 64); "
-          f"derivatives by name:  {dx.as_dict()}\n")
+    print(f"\n   The tape holds {len(lst)} entries in {lst.nbytes} bytes of C memory "
+          f"(room for 64); derivatives by name: {dx.as_dict()}\n")
 
 
 def chain(xs):
