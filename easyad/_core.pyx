@@ -199,13 +199,13 @@ cdef int _strict_number_read(Record r) except -1:
 
 
 include "_checks.pxi"
-include "_ops.pxi"
+include "_generated/_ops.pxi"
 include "_tape.pxi"
-include "_trace.pxi"
-include "_record.pxi"
+include "_generated/_trace.pxi"
+include "_generated/_record.pxi"
 include "_branches.pxi"
 include "_validate.pxi"
-include "_generic.pxi"
+include "_generated/_generic.pxi"
 include "_replay.pxi"
 
 
