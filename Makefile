@@ -29,7 +29,8 @@ $(VENV)/.deps-test: pyproject.toml $(VENV)/.deps-run
 	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7"
 	touch $@
 
-# codegen + cythonize + compile, each step only when its inputs changed
+# codegen (codegen/ -> easyad/_generated/) + cythonize + compile, each step only when its
+# inputs changed
 build: $(VENV)/.deps-run
 	$(BIN)/python setup.py -q build_ext --inplace
 
@@ -76,4 +77,5 @@ bench-write: $(BENCH)/.deps build
 	$(BENCH)/bin/python benchmarks/run.py --write
 
 clean:
-	rm -rf build $(VENV) $(BENCH) easyad/*.so easyad/_core.c docs/_build docs/_generated
+	rm -rf build $(VENV) $(BENCH) easyad/*.so easyad/_core.c easyad/_generated docs/_build \
+		docs/_generated

@@ -9,51 +9,12 @@ debugging (anomaly.py) -> tensors (easyad/tensor: Tensor on numpy or OpenCL)
 -> neural networks (easyad/nn: modules, losses; easyad/optim: optimizers, schedulers;
 easyad/random: the seeded generator they draw from).
 """
-from easyad._core import (
-    Derivatives,
-    Record,
-    Trace,
-    WengertList,
-    abs,
-    absolute,
-    acos,
-    acosh,
-    arccos,
-    arccosh,
-    arcsin,
-    arcsinh,
-    arctan,
-    arctan2,
-    arctanh,
-    asin,
-    asinh,
-    atan,
-    atan2,
-    atanh,
-    cbrt,
-    cos,
-    cosh,
-    erf,
-    exp,
-    expm1,
-    hypot,
-    ln,
-    log,
-    log1p,
-    log2,
-    log10,
-    maximum,
-    minimum,
-    pow,
-    power,
-    sin,
-    sinh,
-    sqrt,
-    tan,
-    tanh,
-    where,
-)
+from easyad._core import Derivatives, Record, Trace, WengertList, where
 from easyad._core import Comparison
+# the generic function ad.<rule> of every row of the rule table (and its aliases), with
+# their __all__: rendered from easyad/_rules.py at build time (codegen/api.py)
+from easyad._generated import functions as _functions
+from easyad._generated.functions import *  # noqa: F403
 # registered with the core, which calls up to them: lst.to_dot(), create_graph=True
 from easyad import _higher, dot  # noqa: F401
 from easyad.anomaly import detect_anomaly
@@ -104,10 +65,7 @@ __all__ = [
     "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
     "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly", "TapeFormatError",
-    "abs", "absolute", "acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
-    "arctan2", "arctanh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "cos", "cosh",
-    "erf", "exp", "expm1", "hypot", "ln", "log", "log1p", "log2", "log10", "maximum",
-    "minimum", "pow", "power", "sin", "sinh", "sqrt", "tan", "tanh", "where",
+    "where",
     # the functional API, its check, Taylor mode
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",
@@ -118,3 +76,4 @@ __all__ = [
     # neural networks
     "nn", "optim", "random",
 ]
+__all__ += _functions.__all__   # the rule table's functions (a form static tools follow)

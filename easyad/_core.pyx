@@ -221,14 +221,14 @@ cdef int _strict_number_read(Record r) except -1:
 
 
 include "_engine/checks.pxi"
-include "_ops.pxi"
+include "_generated/_ops.pxi"
 include "_engine/conventions.pxi"
 include "_engine/tape.pxi"
-include "_trace.pxi"
-include "_record.pxi"
+include "_generated/_trace.pxi"
+include "_generated/_record.pxi"
 include "_engine/branches.pxi"
 include "_engine/validate.pxi"
-include "_generic.pxi"
+include "_generated/_generic.pxi"
 include "_engine/replay/program.pxi"
 include "_engine/replay/schedule.pxi"
 include "_engine/replay/layout.pxi"

@@ -18,19 +18,10 @@ from __future__ import annotations
 import ast
 import functools
 import math
-import os
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-if __package__ in (None, ""):  # loaded by path from _codegen.py run as a script
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        import _rules as rules  # type: ignore[no-redef, import-not-found, unused-ignore]
-    finally:  # leave the path as it was (easyad/random.py would shadow the stdlib's)
-        del sys.path[0]
-else:
-    from . import _rules as rules
+from . import _rules as rules
 
 
 # ---- the tree ----

@@ -132,7 +132,8 @@ def series_namespace(is_zero: Callable[[Any], bool]) -> Mapping[str, Any]:
 @functools.lru_cache(maxsize=1)
 def numpy_namespace() -> Mapping[str, Any]:
     """Every name a rule expression calls, as numpy functions on arrays: the ufunc each row
-    names (``Rule.numpy``); math's scalar function elementwise where numpy has none."""
+    names (``Rule.numpy``); where numpy has none, math's scalar function elementwise, or
+    for a name math lacks too (C's comes from _helpers.h) easyad's own on floats."""
     ns: dict[str, Any] = {"sign": np.sign, "heaviside": _np_heaviside, "mul0": _np_mul0,
                           "div0": _np_div0, "maximum": np.maximum, "minimum": np.minimum,
                           "choose": _np_choose}
@@ -142,8 +143,10 @@ def numpy_namespace() -> Mapping[str, Any]:
         spelling = rule.spelling("numpy")
         if spelling is not None:
             ns[name] = getattr(np, spelling)
-        else:
-            ns[name] = _vectorized(getattr(math, name))   # erf: numpy has no ufunc for it
+        else:   # numpy has no ufunc (erf, or a row whose C comes from _helpers.h):
+            # math's function elementwise, else the core's generic function on floats
+            import easyad._core as core
+            ns[name] = _vectorized(getattr(math, name, None) or getattr(core, rule.name))
     return ns
 
 

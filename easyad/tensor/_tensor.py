@@ -16,7 +16,7 @@ from easyad import _rules
 from easyad.errors import TapeMismatchError
 from easyad.tensor import _elementwise, _generic, _structural
 from easyad.tensor._base import TensorBase, live_tape
-from easyad.tensor._rule_methods import RuleMethods
+from easyad._generated.tensor_methods import RuleMethods
 
 
 class Tensor(TensorBase, RuleMethods):

@@ -21,7 +21,7 @@ from easyad._core import Record, Trace
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _structural
 from easyad.tensor._base import BOOL, operand, wrap
-from easyad.tensor._rule_methods import RuleMethods
+from easyad._generated.tensor_methods import RuleMethods
 from easyad.tensor._tensor import Tensor
 
 
