@@ -4,7 +4,7 @@ and the generic functions, all rendered from the rule table in easyad/_rules.py.
 
 This hub holds the shared coercion and error helpers and the services registry; the parts
 are included in order (hand-written ones in _engine/, the rest generated from the table):
-checks (Python's float error policy) -> ops (generated; C in _ops.h) -> conventions (what a
+checks (Python's float error policy) -> ops (generated; C in _generated/_ops.h) -> conventions (what a
 tape entry means) -> tape (WengertList, Derivatives, the sweeps) -> trace, record
 (generated) -> branches (comparisons, guards, selects) -> validate (the gate for tapes from
 outside) -> generic (generated) -> replay (program, schedule, layout, sweeps, replayer).
