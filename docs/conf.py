@@ -12,11 +12,12 @@ import sys
 
 DOCS = pathlib.Path(__file__).resolve().parent
 ROOT = DOCS.parent
-sys.path.insert(0, str(DOCS))  # _benchmarks.py
+sys.path.insert(0, str(DOCS))  # _benchmarks.py, _functions.py
 
 import easyad  # noqa: E402  (the built package: make docs builds it first)
 
 import _benchmarks  # noqa: E402
+import _functions  # noqa: E402
 
 project = "easyad"
 author = "the easyad authors"
@@ -54,6 +55,8 @@ pygments_style = "sphinx"
 
 # the benchmark tables: every benchmarks/results/*.md that exists at build time
 _benchmarks.write_includes(ROOT / "benchmarks" / "results", DOCS / "_generated")
+# the generic functions' table of generic.md: every row of the rule table
+_functions.write(DOCS / "_generated")
 
 
 def _skip_generic_methods(app, what, name, obj, skip, options):
