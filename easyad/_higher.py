@@ -42,8 +42,17 @@ def backward_graph(z: Record, seed: float = 1.0) -> GraphDerivatives:
                 adjoints[j] = _add(adjoints.get(j), g)
             continue
         if kind == NODE:
-            raise NotImplementedError("create_graph=True does not reach through tensor "
-                                      "operations yet; differentiate scalar Records twice")
+            node = tape._node(i)
+            if not node.inputs:         # a tensor input: its adjoint stays for d[t]
+                continue
+            if node.graph is None:
+                raise NotImplementedError(f"create_graph=True cannot differentiate through "
+                                          f"the tensor operation {node.label!r} again: it "
+                                          f"has no recorded vjp")
+            for j, c in zip(node.inputs, node.graph(tape, i, g)):
+                if j >= 0 and c is not None:
+                    adjoints[j] = _add(adjoints.get(j), c)
+            continue
         x = tape._record_at(a) if a >= 0 else view.constant(i, 0)
         y = tape._record_at(b) if b >= 0 else view.constant(i, 1)
         if kind == CUSTOM:
@@ -80,9 +89,14 @@ class GraphDerivatives:
             return value
         return Record.constant(0.0 if value is None else float(value))
 
-    def __getitem__(self, x: Record) -> Record:
+    def __getitem__(self, x: Any) -> Any:
+        lookup = getattr(x, "_graph_derivative", None)
+        if lookup is not None:          # a Tensor: its adjoint as a recorded Tensor
+            self._check()
+            return lookup(self)
         if not isinstance(x, Record):
-            raise TypeError(f"index derivatives with a Record, not {type(x).__name__}")
+            raise TypeError(f"index derivatives with a Record or Tensor, "
+                            f"not {type(x).__name__}")
         self._check()
         if x.tape is None:
             return Record.constant(0.0)
@@ -93,7 +107,11 @@ class GraphDerivatives:
                                     f"{x.tape!r}; use Records of the same WengertList")
         return self._as_record(self._adjoints.get(x.index))
 
-    def wrt(self, x: Record) -> Record:
+    def _adjoint(self, index: int) -> Any:
+        """The recorded adjoint of entry ``index`` (a Record, Tensor or float), or None."""
+        return self._adjoints.get(index)
+
+    def wrt(self, x: Any) -> Any:
         return self[x]
 
     def by_name(self, name: str) -> Record:

@@ -38,15 +38,22 @@ def uses(expression: str, name: str) -> bool:
 
 class Node:
     """A tensor operation's tape entry: the entry indices it read (-1: a constant), and
-    ``vjp(g)``, one adjoint contribution per input (array, float or None)."""
+    ``vjp(g)``, one adjoint contribution per input (array, float or None).
 
-    __slots__ = ("label", "inputs", "scalar_output", "retain", "vjp")
+    ``graph(tape, index, g)`` is the same vjp written with recorded operations, for
+    ``create_graph=True``: ``g`` is the adjoint as a Tensor (a Record or float for a node
+    with a scalar output), ``index`` the node's own entry; it returns one contribution per
+    input (Tensor, Record, float or None) that can be differentiated again. None: the
+    operation has no second derivative here (the sweep says so)."""
+
+    __slots__ = ("label", "inputs", "scalar_output", "retain", "vjp", "graph")
 
     def __init__(self, label: str, inputs: tuple[int, ...], vjp: Any,
-                 scalar_output: bool = False) -> None:
+                 scalar_output: bool = False, graph: Any = None) -> None:
         self.label = label
         self.inputs = inputs
         self.vjp = vjp
+        self.graph = graph
         self.scalar_output = scalar_output
         self.retain = False
 
@@ -153,16 +160,18 @@ def wrap(cls: type[T], backend: Any, data: Any, shape: tuple[int, ...], dtype: n
 
 
 def record(cls: type[T], label: str, backend: Any, data: Any, shape: tuple[int, ...],
-           dtype: np.dtype, tape: Any, inputs: tuple[int, ...], vjp: Any) -> T:
-    """The result tensor of an operation: recorded as one node when ``tape`` is not None."""
+           dtype: np.dtype, tape: Any, inputs: tuple[int, ...], vjp: Any,
+           graph: Any = None) -> T:
+    """The result tensor of an operation: recorded as one node when ``tape`` is not None
+    (``graph``: its vjp in recorded operations, see ``Node``)."""
     if tape is None or all(i < 0 for i in inputs):
         return wrap(cls, backend, data, shape, dtype)
-    handle = tape._push_node(Node(label, inputs, vjp))
+    handle = tape._push_node(Node(label, inputs, vjp, graph=graph))
     return wrap(cls, backend, data, shape, dtype, tape, handle)
 
 
 def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, tape: Any,
-                  inputs: tuple[int, ...], vjp: Any) -> Any:
+                  inputs: tuple[int, ...], vjp: Any, graph: Any = None) -> Any:
     """A single-number result: a scalar Record (its entry a node whose adjoint is a float),
     a float for constants, or a 0-d tensor when only shapes are traced (eval_shape)."""
     if backend.kind == "meta":
@@ -170,7 +179,7 @@ def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, t
     number = float(np.asarray(backend.to_numpy(value)).reshape(()))
     if tape is None or all(i < 0 for i in inputs):
         return number
-    return tape._push_node(Node(label, inputs, vjp, scalar_output=True), number)
+    return tape._push_node(Node(label, inputs, vjp, scalar_output=True, graph=graph), number)
 
 
 def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],
@@ -338,7 +347,11 @@ class TensorBase:
             if src_dtype == BOOL:
                 return (None,)
             return tuple(be.map("astype", ("g",), {"g": g}, shape, (src_dtype,)))
-        return record(type(self), "astype", be, out, shape, dtype, tape, (self._index,), vjp)
+
+        def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+            return (None,) if src_dtype == BOOL else (g.astype(src_dtype),)
+        return record(type(self), "astype", be, out, shape, dtype, tape, (self._index,), vjp,
+                      graph)
 
     def to(self: T, device: Any) -> T:
         """This tensor on another device (recorded: derivatives flow back)."""
@@ -351,11 +364,31 @@ class TensorBase:
 
         def vjp(g: Any) -> tuple[Any]:
             return (source.asarray(target.to_numpy(g), dtype),)
-        return record(type(self), "to", target, data, shape, dtype, tape, (self._index,), vjp)
+
+        def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+            return (g.to(source.device),)
+        return record(type(self), "to", target, data, shape, dtype, tape, (self._index,), vjp,
+                      graph)
 
     def detach(self: T) -> T:
         """The same values as a constant (no derivative flows through)."""
         return wrap(type(self), self._backend, self._data, self._shape, self._dtype)
+
+    def _graph_derivative(self, d: Any) -> Any:
+        """``d[t]`` for the derivatives of a recorded sweep (create_graph): the adjoint as a
+        tensor recorded on the list (zeros when nothing reached it)."""
+        adjoint = None
+        if self._tape is not None and d.tape is not None:
+            if d.tape is not self._tape:
+                raise TapeMismatchError(f"derivatives on {d.tape!r} looked up with a tensor "
+                                        f"of {self._tape!r}; use tensors of the same list")
+            live_tape(self)
+            adjoint = d._adjoint(self._index)
+        zero = wrap(type(self), self._backend, self._backend.full(self._shape, 0.0, self._dtype),
+                    self._shape, self._dtype)
+        if adjoint is None:
+            return zero
+        return adjoint if isinstance(adjoint, TensorBase) else zero + adjoint
 
     def recorded_on(self, tape: Any) -> bool:
         """Whether this tensor is an entry of ``tape`` as the list is now (recorded on it

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _expr, _rules
+from easyad.tensor import _graph
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import (BOOL, T, TensorBase, common_tape, fold, live_tape, operand,
                                  record, result_dtype, uses, wrap)
@@ -41,7 +42,14 @@ def unary(rule: _rules.Rule, t: T) -> T:
 
     def vjp(g: Any) -> tuple[Any]:
         return tuple(be.map(label, expr, {"g": g, **saved}, shape, (dtype,)))
-    return record(cls, rule.name, be, z, shape, dtype, tape, (t._index,), vjp)
+    x_index, name = t._index, rule.name
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+        x, out = (_graph.handle(cls, be, saved.get(n), shape, dtype, tape, i) if n in saved
+                  else None for n, i in (("x", x_index), ("z", index)))
+        partial = _graph.tensor_rules()[name].partials[0](x, 0.0, out)
+        return (_graph.mul0(g, partial),)
+    return record(cls, rule.name, be, z, shape, dtype, tape, (t._index,), vjp, graph)
 
 
 def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
@@ -72,7 +80,22 @@ def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
         for (k, scalar), c in zip(wanted, outs):
             result[k] = fold(be, c, shape, target[k], scalar)
         return result[0], result[1]
-    return record(cls, rule.name, be, z, shape, dtype, tape, (A.index, B.index), vjp)
+    parts = [(n, o.shape, o.dtype, o.index) for n, o in (("x", A), ("y", B))]
+    name = rule.name
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any, Any]:
+        x, y = (_graph.handle(cls, be, saved[n], s, dt, tape, i) if n in saved else 0.0
+                for n, s, dt, i in parts)
+        out = _graph.handle(cls, be, saved["z"], shape, dtype, tape, index) \
+            if "z" in saved else None
+        compiled = _graph.tensor_rules()[name]
+        result: list[Any] = [None, None]
+        for k, scalar in wanted:
+            c = _graph.mul0(g, compiled.partials[k](x, y, out))
+            result[k] = _graph.fold(c if scalar else _graph.as_tensor(c, cls, be, dtype),
+                                    shape, target[k], scalar)
+        return result[0], result[1]
+    return record(cls, rule.name, be, z, shape, dtype, tape, (A.index, B.index), vjp, graph)
 
 
 def compare(symbol: str, a: Any, b: Any) -> Any:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from easyad.errors import ShapeError
+from easyad.tensor import _graph
 from easyad.tensor._base import (BOOL, TensorBase, common_tape, live_tape, operand, record,
                                  record_scalar, result_dtype)
 
@@ -75,8 +76,25 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Any:
             if b_scalar:
                 gb = float(np.asarray(be.to_numpy(gb)).reshape(()))
         return (gx, gw, gb) if has_b else (gx, gw)
+    x_part, w_part = (X.data, X.shape, X.index), (W.data, W.shape, W.index)
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        xh, wh = (_graph.handle(cls, be, d, s, dtype, tape, i) for d, s, i in (x_part, w_part))
+        g2 = g.reshape((n, o))
+        gx = (g2 @ wh).reshape(x_shape) if needs[0] else None
+        gw = _swap(g2) @ xh.reshape((n, k)) if needs[1] else None
+        gb = None
+        if needs[2]:
+            gb = g2.sum(axis=0) if b_shape != () else g2.sum()
+            if b_shape == () and not b_scalar:
+                gb = _graph.as_tensor(gb, cls, be, dtype)
+        return (gx, gw, gb) if has_b else (gx, gw)
     inputs = tuple(v.index for v in ops)
-    return record(cls, "linear", be, out, out_shape, dtype, tape, inputs, vjp)
+    return record(cls, "linear", be, out, out_shape, dtype, tape, inputs, vjp, graph)
+
+
+def _swap(t: Any) -> Any:
+    return t.transpose((1, 0))
 
 
 def cross_entropy(logits: TensorBase, target: np.ndarray, reduction: str = "mean") -> Any:
@@ -99,7 +117,20 @@ def cross_entropy(logits: TensorBase, target: np.ndarray, reduction: str = "mean
 
     def vjp(g: float) -> tuple[Any]:
         return (be.cross_entropy_vjp(saved, target, g * scale),)
-    return record_scalar(type(logits), "cross_entropy", be, loss, tape, (logits._index,), vjp)
+    cls, data, shape, dtype = type(logits), logits._data, logits.shape, logits.dtype
+    index_ = logits._index
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+        # (softmax(z) - onehot(target)) * g * scale, softmax recorded (shifted by the
+        # constant row maximum)
+        z = _graph.handle(cls, be, data, shape, dtype, tape, index_)
+        e = (z - z.detach().max(axis=1, keepdims=True)).exp()
+        onehot = np.zeros(shape)
+        onehot[np.arange(n), target] = 1.0
+        hot = cls.constant(onehot, device=be.device, dtype=dtype)   # type: ignore[attr-defined]
+        return ((e / e.sum(axis=1, keepdims=True) - hot) * (g * scale),)
+    return record_scalar(type(logits), "cross_entropy", be, loss, tape, (logits._index,), vjp,
+                         graph)
 
 
 def sigmoid(x: TensorBase) -> Any:
@@ -112,4 +143,10 @@ def sigmoid(x: TensorBase) -> Any:
     def vjp(g: Any) -> tuple[Any]:
         return tuple(be.map("sigmoid_vjp", ("g * (s * (1.0 - s))",), {"g": g, "s": s}, shape,
                             (dtype,)))
-    return record(type(x), "sigmoid", be, s, shape, dtype, live_tape(x), (x._index,), vjp)
+    cls = type(x)
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+        out = _graph.handle(cls, be, s, shape, dtype, tape, index)
+        return (g * (out * (1.0 - out)),)
+    return record(type(x), "sigmoid", be, s, shape, dtype, live_tape(x), (x._index,), vjp,
+                  graph)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from easyad.tensor import _graph
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import (BOOL, T, TensorBase, common_tape, fold, live_tape, operand,
                                  record, record_scalar, result_dtype, wrap)
@@ -39,12 +40,12 @@ def _reduction(t: TensorBase, axis: Any, keepdims: bool, op: str
 
 
 def _finish(label: str, t: TensorBase, raw: Any, kept: tuple[int, ...], out_shape: tuple[int, ...],
-            vjp: Any) -> Any:
+            vjp: Any, graph: Any) -> Any:
     be, tape = t._backend, live_tape(t)
     if out_shape == ():
-        return record_scalar(type(t), label, be, raw, tape, (t._index,), vjp)
+        return record_scalar(type(t), label, be, raw, tape, (t._index,), vjp, graph)
     return record(type(t), label, be, be.reshape(raw, out_shape), out_shape, t._dtype, tape,
-                  (t._index,), vjp)
+                  (t._index,), vjp, graph)
 
 
 def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -55,7 +56,11 @@ def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
     def vjp(g: Any) -> tuple[Any]:
         g = g if isinstance(g, float) else be.reshape(g, kept)
         return tuple(be.map("broadcast", ("g",), {"g": g}, shape, (dtype,)))
-    return _finish("sum", t, raw, kept, out_shape, vjp)
+    cls = type(t)
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (_graph.broadcast(g, kept, shape, cls, be, dtype),)
+    return _finish("sum", t, raw, kept, out_shape, vjp, graph)
 
 
 def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -80,7 +85,18 @@ def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = Fa
         g = g if isinstance(g, float) else be.reshape(g, kept)
         return tuple(be.map("share", ("choose(x == m, g / n, 0.0)",),
                             {"x": x, "m": m, "g": g, "n": n}, shape, (dtype,)))
-    return _finish(op, t, raw, kept, out_shape, vjp)
+    cls = type(t)
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+        # the share of each element is piecewise constant: a constant factor
+        (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": x, "m": m}, shape,
+                         (dtype,))
+        n = be.reshape(be.reduce("sum", ties, axes), kept)
+        (share,) = be.map("share", ("choose(x == m, 1.0 / n, 0.0)",),
+                          {"x": x, "m": m, "n": n}, shape, (dtype,))
+        return (_graph.broadcast(g, kept, shape, cls, be, dtype) * wrap(cls, be, share, shape,
+                                                                         dtype),)
+    return _finish(op, t, raw, kept, out_shape, vjp, graph)
 
 
 # ---- reshape, transpose ----
@@ -91,8 +107,11 @@ def reshape(t: T, new: Any) -> T:
 
     def vjp(g: Any) -> tuple[Any]:
         return (be.reshape(g, old),)
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (g.reshape(old),)
     return record(type(t), "reshape", be, be.reshape(t._data, new_shape), new_shape, t._dtype,
-                  live_tape(t), (t._index,), vjp)
+                  live_tape(t), (t._index,), vjp, graph)
 
 
 def _permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
@@ -104,14 +123,17 @@ def transpose(t: T, axes: Any) -> T:
     perm = shapes.transpose(t._shape, axes)
     be, shape = t._backend, t._shape
     out_shape = tuple(shape[p] for p in perm)
-    inverse = tuple(np.argsort(perm))
+    inverse = tuple(int(i) for i in np.argsort(perm))
     if perm == tuple(range(len(perm))):
         return t
 
     def vjp(g: Any) -> tuple[Any]:
         return (_permute(be, g, out_shape, inverse),)
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (g.transpose(inverse),)
     return record(type(t), "transpose", be, _permute(be, t._data, shape, perm), out_shape, t._dtype,
-                  live_tape(t), (t._index,), vjp)
+                  live_tape(t), (t._index,), vjp, graph)
 
 
 # ---- indexing ----
@@ -150,9 +172,36 @@ def getitem(t: TensorBase, key: Any) -> Any:
             if isinstance(g, float):
                 g = be.full((), g, dtype)
             return (be.scatter_add(shape, dtype, index, g, unique),)
+    cls = type(t)
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (put(_graph.as_tensor(g, cls, be, dtype), shape, key),)
     if out_shape == () and dtype != BOOL:
-        return record_scalar(type(t), "getitem", be, out, tape, (t._index,), vjp)
-    return record(type(t), "getitem", be, out, out_shape, dtype, tape, (t._index,), vjp)
+        return record_scalar(type(t), "getitem", be, out, tape, (t._index,), vjp, graph)
+    return record(type(t), "getitem", be, out, out_shape, dtype, tape, (t._index,), vjp, graph)
+
+
+def put(g: T, shape: tuple[int, ...], key: Any) -> T:
+    """Zeros of ``shape`` with ``g`` added at ``t[key]`` (repeated indices add up):
+    getitem's adjoint, recorded, whose own adjoint is getitem again."""
+    be, dtype, tape = g._backend, g._dtype, live_tape(g)
+    basic = shapes.basic_index(shape, key)
+    if basic is not None:
+        offset, part, strides = basic
+        out = be.assemble(shape, dtype, [(offset, part, strides, g._data)])
+    else:
+        index = shapes.advanced_index(shape, key)
+        out = be.scatter_add(shape, dtype, index, g._data, np.unique(index).size == index.size)
+    g_shape = g._shape
+
+    def vjp(a: Any) -> tuple[Any]:
+        if basic is not None:
+            return (be.strided(a, offset, part, strides),)
+        return (be.reshape(be.take(a, index.reshape(-1)), g_shape),)
+
+    def graph(tape: Any, index_: int, a: Any) -> tuple[Any]:
+        return (a[key],)
+    return record(type(g), "put", be, out, shape, dtype, tape, (g._index,), vjp, graph)
 
 
 # ---- matmul ----
@@ -217,9 +266,31 @@ def matmul(a: Any, b: Any) -> Any:
             gb = fold(be, be.reshape(gb, batch + (k, n)), batch + (k, n), b2)
             gb = be.reshape(gb, b_full)
         return ga, gb
+    parts = [(o.data, o.shape, dtype if o.dtype is not None else None, o.index)
+             for o in (A, B)]
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any, Any]:
+        a, b = (_graph.handle(cls, be, d, s, dt, tape, i) if dt is not None
+                else _graph.as_tensor(_graph.handle(cls, be, d, s, dt, tape, i), cls, be, dtype)
+                for d, s, dt, i in parts)
+        a, b = a.reshape(a2), b.reshape(b2)
+        g2 = _graph.as_tensor(g, cls, be, dtype).reshape(batch + (m, n))
+        ga = gb = None
+        if a_needs:
+            ga = _graph.fold(g2 @ _swap_last(b), batch + (m, k), a2).reshape(a_full)
+        if b_needs:
+            gb = _graph.fold(_swap_last(a) @ g2, batch + (k, n), b2).reshape(b_full)
+        return ga, gb
     if out_shape == ():
-        return record_scalar(cls, "matmul", be, result, tape, (A.index, B.index), vjp)
-    return record(cls, "matmul", be, result, out_shape, dtype, tape, (A.index, B.index), vjp)
+        return record_scalar(cls, "matmul", be, result, tape, (A.index, B.index), vjp, graph)
+    return record(cls, "matmul", be, result, out_shape, dtype, tape, (A.index, B.index), vjp,
+                  graph)
+
+
+def _swap_last(t: Any) -> Any:
+    """``t`` with its last two axes swapped (recorded)."""
+    perm = tuple(range(t.ndim - 2)) + (t.ndim - 1, t.ndim - 2)
+    return t.transpose(perm)
 
 
 # ---- joins ----
@@ -251,8 +322,17 @@ def concatenate(tensors: Any, axis: int = 0) -> Any:
     def vjp(g: Any) -> tuple[Any, ...]:
         return tuple(be.strided(g, offset, shape, st) if need else None
                      for (offset, shape, st), need in zip(places, needs))
+    spans = []
+    for o in ops:
+        begin = sum(s for _, s in spans)
+        spans.append((begin, o.shape[ax]))
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        lead = (slice(None),) * ax
+        return tuple(g[lead + (slice(begin, begin + size),)] if need else None
+                     for (begin, size), need in zip(spans, needs))
     return record(cls, "concatenate", be, out, out_shape, dtype, tape, tuple(o.index for o in ops),
-                  vjp)
+                  vjp, graph)
 
 
 def stack(tensors: Any, axis: int = 0) -> Any:
@@ -295,4 +375,12 @@ def where(condition: Any, a: Any, b: Any) -> Any:
                            (dtype,) * len(chosen)))
         return tuple(fold(be, next(outs), shape, target, scalar) if need else None
                      for need, target, scalar in zip(needs, targets, scalars))
-    return record(cls, "where", be, out, shape, dtype, tape, (A.index, B.index), vjp)
+    c_shape = C.shape
+
+    def graph(tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        c = wrap(cls, be, cond, c_shape, BOOL)
+        zero = _graph.zeros(cls, be, (), dtype)
+        chosen = (where(c, g, zero), where(c, zero, g))
+        return tuple(_graph.fold(v, shape, target, scalar) if need else None
+                     for v, need, target, scalar in zip(chosen, needs, targets, scalars))
+    return record(cls, "where", be, out, shape, dtype, tape, (A.index, B.index), vjp, graph)

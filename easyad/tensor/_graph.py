@@ -1,0 +1,161 @@
+"""Tensor vjps written with recorded operations, for ``create_graph=True``.
+
+A tensor operation's node carries two vjps: ``vjp`` on the backend's buffers (the plain
+backward sweep, fast) and ``graph`` (``Node.graph(tape, index, g)``), the same adjoint
+built from tensor operations on handles of the operands' entries, so the backward sweep
+lands on the tape and can be differentiated again (Hessians, HVPs of tensor code).
+
+The elementwise ones come from the rule table: each partial expression is compiled once
+against ``tensor_namespace()``, which is the generic one (``ad.sin`` on a Tensor records
+a sin) with the strong-zero helpers made elementwise. What a helper decides from values
+(``mul0``'s zero factors, ``sign``) is a constant mask: its derivative is 0 wherever it is
+defined, as in every other mode.
+
+Layering: below ``_tensor``; the operation modules import it. It makes its tensors with
+the class of the operand it was given (``cls``), like the operations do.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from easyad import _rules
+from easyad._expressions import CompiledRule, compile_rule, generic_namespace, number_of
+from easyad.tensor import _shapes as shapes
+from easyad.tensor._base import BOOL, TensorBase, wrap
+
+
+def handle(cls: type, be: Any, data: Any, shape: tuple[int, ...], dtype: Any, tape: Any,
+           index: int) -> Any:
+    """Entry ``index`` of ``tape`` as a recorded tensor over ``data`` (its value); a
+    constant tensor when ``index`` < 0. ``dtype`` None: a scalar operand (a Record or a
+    float, ``data`` its value)."""
+    if dtype is None:
+        return float(data) if index < 0 else tape._record_at(index)
+    if index < 0:
+        return wrap(cls, be, data, shape, dtype)
+    return wrap(cls, be, data, shape, dtype, tape, tape._record_at(index))
+
+
+def zeros(cls: type, be: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    return wrap(cls, be, be.full(shape, 0.0, dtype), shape, dtype)
+
+
+def as_tensor(g: Any, cls: type, be: Any, dtype: Any) -> Any:
+    """A scalar adjoint (Record or float) as a 0-d tensor of class ``cls`` on ``be``;
+    tensors pass through."""
+    if isinstance(g, TensorBase):
+        return g
+    return zeros(cls, be, (), dtype) + g
+
+
+def broadcast(g: Any, kept: tuple[int, ...], shape: tuple[int, ...], cls: type, be: Any,
+              dtype: Any) -> Any:
+    """``g`` (an adjoint of the reduced shape ``kept``) broadcast to ``shape``, recorded."""
+    g = as_tensor(g, cls, be, dtype).reshape(kept)
+    if kept == shape:
+        return g
+    return g + zeros(cls, be, shape, dtype)
+
+
+def fold(g: Any, shape: tuple[int, ...], target: tuple[int, ...], scalar: bool = False) -> Any:
+    """A broadcast adjoint of ``shape`` summed back to ``target``, recorded; a scalar (a
+    Record) for a ``scalar`` operand."""
+    if not isinstance(g, TensorBase):
+        return g
+    if scalar:
+        return g.sum()
+    if shape == target:
+        return g
+    total = g.sum(axis=shapes.reduced_axes(shape, target))
+    return as_tensor(total, type(g), g._backend, g._dtype).reshape(target)
+
+
+def constant_mask(mask: np.ndarray, like: TensorBase) -> TensorBase:
+    be = like._backend
+    return wrap(type(like), be, be.asarray(mask, BOOL), mask.shape, BOOL)
+
+
+def where(condition: Any, a: Any, b: Any) -> Any:
+    """``ad.where`` for tensors and numbers alike (the operation the table's ``choose`` is)."""
+    for v in (condition, a, b):
+        if isinstance(v, TensorBase):
+            return type(v)._where(condition, a, b)    # type: ignore[attr-defined]
+    return a if condition else b
+
+
+# ---- the strong-zero helpers on tensors ----
+
+def _values(v: Any) -> np.ndarray:
+    return v.value if isinstance(v, TensorBase) else np.asarray(number_of(v))
+
+
+def _like(*vs: Any) -> TensorBase | None:
+    return next((v for v in vs if isinstance(v, TensorBase)), None)
+
+
+def _mul0(a: Any, b: Any) -> Any:
+    # as the generic helper, elementwise: a zero factor against inf or NaN gives exactly 0;
+    # elsewhere the plain product, so a factor whose value is 0 still passes on its
+    # derivative
+    like = _like(a, b)
+    if like is None:
+        return generic_namespace()["mul0"](a, b)
+    va, vb = _values(a), _values(b)
+    with np.errstate(invalid="ignore"):
+        strong = ((va == 0) & ~np.isfinite(vb)) | ((vb == 0) & ~np.isfinite(va))
+    if not strong.any():
+        return a * b
+    shape = np.broadcast_shapes(va.shape, vb.shape)
+    return where(constant_mask(np.broadcast_to(strong, shape), like), 0.0, a * b)
+
+
+def _div0(a: Any, b: Any) -> Any:
+    # 0/0 and 0/NaN count as 0, elementwise
+    like = _like(a, b)
+    if like is None:
+        return generic_namespace()["div0"](a, b)
+    va, vb = _values(a), _values(b)
+    zero = (va == 0) & ((vb == 0) | np.isnan(vb))
+    if not zero.any():
+        return a / b
+    mask = constant_mask(np.broadcast_to(zero, np.broadcast_shapes(va.shape, vb.shape)), like)
+    return where(mask, 0.0, a / where(mask, 1.0, b))
+
+
+def _piecewise(function: Any, generic: Any) -> Any:
+    # a piecewise-constant helper: its value as a constant (no derivative)
+    def apply(t: Any) -> Any:
+        if not isinstance(t, TensorBase):
+            return generic(t)
+        out = function(t.value)
+        return wrap(type(t), t._backend, t._backend.asarray(out, t._dtype), t._shape,
+                    t._dtype)
+    return apply
+
+
+@functools.lru_cache(maxsize=1)
+def tensor_namespace() -> Mapping[str, Any]:
+    """The generic namespace with the value-reading helpers made elementwise."""
+    ns = dict(generic_namespace())
+    ns.update(mul0=_mul0, div0=_div0, choose=where,
+              sign=_piecewise(np.sign, ns["sign"]),
+              heaviside=_piecewise(lambda v: np.heaviside(v, 0.5), ns["heaviside"]))
+    return ns
+
+
+@functools.lru_cache(maxsize=1)
+def tensor_rules() -> Mapping[str, CompiledRule]:
+    """Every rule's partials compiled against ``tensor_namespace()``, by rule name."""
+    ns = tensor_namespace()
+    return {r.name: compile_rule(r, ns) for r in _rules.RULES}
+
+
+def mul0(g: Any, partial: Any) -> Any:
+    """An adjoint times a partial, with the strong zero (a literal 1 costs nothing)."""
+    if isinstance(partial, float) and partial == 1.0:
+        return g
+    return _mul0(g, partial)
