@@ -29,10 +29,11 @@ from easyad.errors import (
     TapeFormatError,
     TapeMismatchError,
 )
-from easyad.functional import derivative, grad, jacobian, jvp, value_and_grad, vjp
+from easyad.functional import (derivative, grad, hessian, hvp, jacobian, jvp, value_and_grad,
+                               vjp)
 from easyad.numeric import Numeric, Real
 from easyad.primitives import Primitive, define, primitive
-from easyad.replay import Function, hessian, hvp, load, record
+from easyad.replay import Function, load, record
 from easyad.taylor import Taylor, taylor  # after the module: ad.taylor is the function
 from easyad.tensor import (
     Device,

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from easyad import _trees
 from easyad.errors import GradientCheckError
-from easyad.functional import _outputs, _values, as_vector, jacobian
+from easyad.functional import _output_leaves, _Point, _value, jacobian
 
 __all__ = ["check_gradients", "GradientCheck"]
 
@@ -48,10 +49,24 @@ class GradientCheck:
                          np.max(np.abs(self.reverse - self.finite_difference))))
 
 
-def _central_differences(f: Callable[..., Any], x: NDArray[np.float64], eps: float,
+def _flat_values(f: Callable[..., Any], point: _Point, x: NDArray[np.float64],
+                 args: tuple[Any, ...]) -> NDArray[np.float64]:
+    """f at the flat point ``x`` (split into the point's leaves), its outputs flattened."""
+    arrays, start = [], 0
+    for a in point.arrays:
+        arrays.append(x[start:start + a.size].reshape(a.shape))
+        start += a.size
+    leaves, _ = _output_leaves(f(point.numbers(arrays), *args), f, "forward")
+    return np.concatenate([np.asarray(_value(v), dtype=np.float64).reshape(-1)
+                           for v in leaves]) if leaves else np.zeros(0)
+
+
+def _central_differences(f: Callable[..., Any], point: _Point, eps: float,
                          args: tuple[Any, ...]) -> tuple[NDArray[np.float64],
                                                          NDArray[np.float64]]:
-    """Central differences (m, n) and their rounding bounds (m, n), m = 1 for scalars."""
+    """Central differences (M, N) and their rounding bounds (M, N) over the flattened
+    outputs and inputs."""
+    x = np.concatenate([a.reshape(-1) for a in point.arrays]) if point.arrays else np.zeros(0)
     columns, bounds = [], []
     for j in range(x.size):
         step = eps * max(1.0, abs(float(x[j])))
@@ -59,14 +74,25 @@ def _central_differences(f: Callable[..., Any], x: NDArray[np.float64], eps: flo
         plus[j] += step
         minus[j] -= step
         width = float(plus[j] - minus[j])  # the step actually taken, after rounding
-        high = np.atleast_1d(_values(*_outputs(f(plus, *args), f)))
-        low = np.atleast_1d(_values(*_outputs(f(minus, *args), f)))
+        high = _flat_values(f, point, plus, args)
+        low = _flat_values(f, point, minus, args)
         columns.append((high - low) / width)
         bounds.append(_ROUNDING * _EPS * np.maximum(np.abs(high), np.abs(low)) / width)
     m = len(columns[0]) if columns else 0
     shape = (x.size, m)
     return (np.array(columns, dtype=np.float64).reshape(shape).T,
             np.array(bounds, dtype=np.float64).reshape(shape).T)
+
+
+def _matrix(jac: Any, out_sizes: list[int], in_sizes: list[int]) -> NDArray[np.float64]:
+    """A Jacobian in the transforms' structure (outputs around inputs) as one (M, N)
+    matrix over the flattened outputs and inputs."""
+    blocks = iter(_trees.flatten(jac)[0])
+    rows = [[np.asarray(next(blocks), dtype=np.float64).reshape(m, n) for n in in_sizes]
+            for m in out_sizes]
+    if not rows:
+        return np.zeros((0, sum(in_sizes)))
+    return np.block(rows) if in_sizes else np.zeros((sum(out_sizes), 0))
 
 
 def _table(rows: list[tuple[str, float, float, float, float]]) -> str:
@@ -129,11 +155,18 @@ def check_gradients(f: Callable[..., Any], x0: ArrayLike, eps: float = 1e-6,
     if not (eps > 0 and rtol >= 0 and atol >= 0):
         raise ValueError(f"need eps > 0, rtol >= 0 and atol >= 0, got eps={eps}, "
                          f"rtol={rtol}, atol={atol}")
-    x = as_vector(x0)
-    forward = jacobian(f, mode="forward")(x, *args)
-    reverse = jacobian(f, mode="reverse")(x, *args)
-    fd, rounding = _central_differences(f, x, eps, args)
-    fd, rounding = fd.reshape(forward.shape), rounding.reshape(forward.shape)
+    point = _Point(x0)
+    out_leaves, out_tree = _output_leaves(f(point.numbers(point.arrays), *args), f, "forward")
+    out_shapes = [np.shape(_value(v)) for v in out_leaves]
+    in_sizes = [a.size for a in point.arrays]
+    out_sizes = [int(np.prod(s, dtype=int)) for s in out_shapes]
+    forward = _matrix(jacobian(f, mode="forward")(x0, *args), out_sizes, in_sizes)
+    reverse = _matrix(jacobian(f, mode="reverse")(x0, *args), out_sizes, in_sizes)
+    fd, rounding = _central_differences(f, point, eps, args)
+    if out_tree.is_leaf and point.tree.is_leaf:   # one array in and out: its own shape
+        shape = out_shapes[0] + point.arrays[0].shape
+        forward, reverse, fd, rounding = (a.reshape(shape)
+                                          for a in (forward, reverse, fd, rounding))
     tolerance = atol + rtol * np.abs(fd) + rounding
     with np.errstate(invalid="ignore"):
         error = np.maximum(np.abs(forward - fd), np.abs(reverse - fd))

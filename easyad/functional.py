@@ -1,47 +1,69 @@
-"""Gradients, Jacobians and directional derivatives of whole functions (the functional API).
+"""Gradients, Jacobians, Hessians and directional derivatives of whole functions (the
+functional API), over arrays of any shape and structures of them.
 
-Layer: rules (``_rules.py``) -> compiled core (``Trace``, ``Record``, ``WengertList``) ->
-functional (this module), beside ``checks.py`` (finite-difference checks built on it) and
-``taylor.py`` (higher derivatives by Taylor arithmetic).
+Layer: above the tensors (``easyad/tensor``) and record/replay (``replay.py``), beside
+``checks.py`` (finite-difference checks built on it) and ``taylor.py``.
 
-Every function here differentiates an ``f`` written like an objective for
-``scipy.optimize``: it takes ONE 1-D argument, which easyad fills with a numpy object
-array of Traces (forward mode) or Records (reverse mode), and returns a number (or, for
-Jacobians, a 1-D sequence of numbers). The point ``x0`` is any 1-D array-like of reals
-(ints are promoted to float); results are float64 ndarrays, scalars Python floats.
+``f`` takes its differentiated argument first: one array (a number, an ndarray of any
+shape, a list of numbers) or a structure of them: tuples, lists and dicts, nested
+(``_trees.py`` says what is a leaf). Extra positional arguments, or ``args=(...)`` as
+scipy spells it, go to ``f`` undifferentiated: ``grad(f)(x0, a, b)`` or
+``grad(f)(x0, args=(a, b))`` differentiate ``f(x, a, b)`` with respect to ``x`` only.
+
+What ``f`` receives for each array leaf:
+- reverse mode (grad, value_and_grad, vjp, jacobian by rows, hessian, hvp): a Tensor on a
+  fresh WengertList (numbers: a scalar Record). Tensor code (``ad.softmax``, ``x @ W``,
+  nn modules) records one entry per operation; scalar code reads elements ``x[i]``
+  (``x[i, j]``...), which are scalar Records, so loops over elements run on the scalar
+  engine;
+- forward mode (jvp, jacobian by columns, derivative): a TraceTensor (numbers: a Trace),
+  whose elements are Traces.
+Results have the structure and shapes of the inputs (gradients), or the outputs'
+structure around the inputs' (Jacobians: ``J[out][in]`` of shape ``out.shape + in.shape``;
+one array in and out: just that array). Floats for numbers.
+
+The transforms compose: called on a point that is already recorded (inside another
+reverse transform) they differentiate on the same list with ``create_graph``, so
+``ad.jacobian(ad.grad(f))`` is the Hessian and ``ad.grad(ad.grad(g))`` the second
+derivative. Forward mode inside a transform, and a reverse transform inside a forward
+one, raise NotImplementedError naming the reverse-mode spelling.
 
 ========================  ====================================  ===========================
 call                      result                                mode, cost
 ========================  ====================================  ===========================
 ``derivative(f)(x)``      f'(x) for f of one scalar             forward, 1 pass
-``grad(f)(x0)``           gradient, shape (n,)                  reverse, 1 tape, 1 sweep
+``grad(f)(x0)``           gradient, x0's structure              reverse, 1 tape, 1 sweep
 ``value_and_grad(f)(x0)`` (f(x0), gradient)                     reverse, 1 tape, 1 sweep
-``jacobian(f)(x0)``       (m, n); (n,) if f returns a scalar    forward n passes or
+``jacobian(f)(x0)``       d f / d x0                            forward n passes or
                                                                 reverse 1 tape, m sweeps
 ``jvp(f, x0, v)``         (f(x0), J v)                          forward, 1 pass
 ``vjp(f, x0, u)``         (f(x0), u^T J)                        reverse, 1 tape, 1 sweep
+``hessian(f)(x0)``        second derivatives                    replay, or reverse twice
+``hvp(f, x0, v)``         H v without H                         replay, or reverse twice
 ========================  ====================================  ===========================
-
-Extra positional arguments of the returned callables go to ``f`` (as scipy's ``args`` do):
-``grad(f)(x0, a, b)`` differentiates ``f(x, a, b)`` with respect to ``x`` only.
 """
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from easyad import _trees
 from easyad._core import Record, Trace, WengertList
+from easyad._trees import TreeDef
+from easyad.errors import TapeMismatchError
+from easyad.tensor import Tensor, TraceTensor, get_device, stack
+from easyad.tensor._base import ObjectArrayOperand
+from easyad.tensor._structural import from_scalars
 
-__all__ = ["derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp"]
+__all__ = ["derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp", "hessian", "hvp"]
 
 Vector = NDArray[np.float64]
 Mode = Literal["auto", "forward", "reverse"]
 _MODES = ("auto", "forward", "reverse")
-# what f may return as (an element of) its output besides Traces and Records
 _PLAIN_REAL = (int, float, np.integer, np.floating, np.bool_)
 
 
@@ -53,109 +75,379 @@ def as_vector(x: ArrayLike, what: str = "x0") -> Vector:
     >>> as_vector([1, 2])
     array([1., 2.])
     """
+    array = _as_array(x, what)
+    if array.ndim != 1:
+        raise ValueError(f"{what} must be 1-D (shape (n,)), got shape {array.shape}")
+    return array
+
+
+def _as_array(x: Any, what: str) -> NDArray[np.float64]:
+    if isinstance(x, Tensor):
+        return np.array(x.value, dtype=np.float64)
     array = np.asarray(x)
+    if array.dtype.kind == "c":
+        raise TypeError(f"{what} must be real numbers, got complex (dtype {array.dtype}): "
+                        f"easyad differentiates real functions; pass x.real if that is meant")
     if array.dtype.kind not in "biuf":
         raise TypeError(f"{what} must hold real numbers (floats or ints), "
                         f"got an array of dtype {array.dtype}")
-    if array.ndim != 1:
-        hint = ("; for a function of one scalar use ad.derivative(f), or pass [x]"
-                if array.ndim == 0 else "; flatten it (np.ravel) and reshape inside f")
-        raise ValueError(f"{what} must be 1-D (shape (n,)), got shape {array.shape}{hint}")
     return np.array(array, dtype=np.float64)
 
-
-def _forward_inputs(x: Vector, seed: Vector) -> NDArray[np.object_]:
-    inputs = np.empty(x.shape, dtype=object)
-    for i in range(x.size):
-        inputs[i] = Trace(float(x[i]), float(seed[i]))
-    return inputs
-
-
-def _reverse_inputs(x: Vector, tape: WengertList) -> NDArray[np.object_]:
-    inputs = np.empty(x.shape, dtype=object)
-    for i in range(x.size):
-        inputs[i] = tape.variable(float(x[i]))
-    return inputs
-
-
-def _unit(n: int, j: int) -> Vector:
-    e = np.zeros(n)
-    e[j] = 1.0
-    return e
-
-
-# ---- outputs --------------------------------------------------------------------------
 
 def _name(f: Callable[..., Any]) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
-def _outputs(result: Any, f: Callable[..., Any]) -> tuple[list[Any], bool]:
-    """f's result as a list of its elements, and whether it was a scalar."""
-    if isinstance(result, np.ndarray):
-        if result.ndim == 0:
-            return _outputs(result[()], f)
-        if result.ndim != 1:
-            raise ValueError(f"{_name(f)} returned an array of shape {result.shape}; it must "
-                             f"return a number or a 1-D sequence of numbers (flatten it)")
-        elements = list(result)
-        scalar = False
-    elif isinstance(result, (Trace, Record, *_PLAIN_REAL)):
-        elements, scalar = [result], True
-    elif isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
-        elements, scalar = list(result), False
-    else:
-        raise TypeError(f"{_name(f)} must return a number (or a 1-D sequence of numbers), "
-                        f"got {type(result).__name__}")
-    for i, element in enumerate(elements):
-        if not isinstance(element, (Trace, Record, *_PLAIN_REAL)):
-            where = "" if scalar else f" element {i} of"
-            raise TypeError(f"{_name(f)} must return numbers, but{where} its output is a "
-                            f"{type(element).__name__}")
-    return elements, scalar
+class _Point:
+    """A structure of plain arrays: where a transform evaluates ``f``."""
+
+    def __init__(self, x0: Any, what: str = "x0") -> None:
+        leaves, self.tree = _trees.flatten(x0)
+        names = _trees.paths(self.tree, what)
+        self.arrays = [_as_array(v, n) for v, n in zip(leaves, names)]
+        # numbers give floats back; 0-d arrays too (as numpy would)
+        self.scalar = [a.ndim == 0 for a in self.arrays]
+        self.devices = [v.device if isinstance(v, Tensor) else None for v in leaves]
+
+    @property
+    def size(self) -> int:
+        return sum(a.size for a in self.arrays)
+
+    def like(self, v: Any, what: str) -> list[NDArray[np.float64]]:
+        """``v`` (a direction) as arrays of this point's structure and shapes."""
+        leaves, tree = _trees.flatten(v)
+        if tree != self.tree:
+            if self.tree.is_leaf and len(leaves) == 1:
+                pass
+            else:
+                raise ValueError(f"{what} must have the structure of x0 "
+                                 f"({self.tree.describe()}), got {tree.describe()}")
+        out = []
+        for a, leaf, name in zip(self.arrays, leaves, _trees.paths(self.tree, what)):
+            array = _as_array(leaf, name)
+            if array.shape != a.shape:
+                raise ValueError(f"{name} must have the shape of x0's leaf, {a.shape}, got "
+                                 f"{array.shape}")
+            out.append(array)
+        return out
+
+    def rebuild(self, leaves: list[Any]) -> Any:
+        return _trees.unflatten(self.tree, leaves)
+
+    def numbers(self, arrays: list[Any]) -> Any:
+        """Arrays of this point's structure, numbers as floats."""
+        return self.rebuild([float(a) if s and isinstance(a, np.ndarray) else a
+                             for a, s in zip(arrays, self.scalar)])
 
 
-def _value(element: Any) -> float:
-    if isinstance(element, (Trace, Record)):
-        return element.number
-    return float(element)
+def _call(f: Callable[..., Any], x: Any, args: tuple[Any, ...]) -> Any:
+    return f(x, *args)
 
 
-def _values(elements: list[Any], scalar: bool) -> float | Vector:
-    if scalar:
-        return _value(elements[0])
-    return np.array([_value(e) for e in elements], dtype=np.float64)
+def _arguments(extra: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
+    if args is None:
+        return extra
+    if extra:
+        raise TypeError("pass f's extra arguments either positionally or as args=(...), "
+                        "not both")
+    return tuple(args) if isinstance(args, (tuple, list)) else (args,)
 
 
-def _tangent(element: Any, f: Callable[..., Any]) -> float:
-    """The derivative a forward pass carries out of f (0 for a plain number)."""
-    if isinstance(element, Trace):
-        return element.derivative
-    if isinstance(element, Record):
-        raise TypeError(f"{_name(f)} returned a Record in forward mode: it must compute from "
-                        f"its argument only, not from Records made elsewhere")
+# ---- what f returned ------------------------------------------------------------------
+
+def _output_leaves(result: Any, f: Callable[..., Any], mode: str) -> tuple[list[Any], TreeDef]:
+    """f's result as leaves (Records/Traces/numbers, tensors, or object arrays)."""
+    leaves, tree = _trees.flatten(result)
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, (list, tuple)):
+            leaf = np.array(leaf, dtype=object)
+        if isinstance(leaf, np.ndarray) and leaf.dtype.kind in "biuf":
+            leaf = np.array(leaf, dtype=np.float64)
+        elif isinstance(leaf, np.ndarray) and leaf.dtype == object and leaf.ndim == 0:
+            leaf = leaf[()]
+        if not isinstance(leaf, (Record, Trace, Tensor, TraceTensor, np.ndarray, *_PLAIN_REAL)):
+            raise TypeError(f"{_name(f)} must return numbers, arrays or tensors (or tuples, "
+                            f"lists or dicts of them), got {type(leaf).__name__}")
+        _check_mode(leaf, f, mode)
+        out.append(leaf)
+    return out, tree
+
+
+def _check_mode(leaf: Any, f: Callable[..., Any], mode: str) -> None:
+    items = leaf.reshape(-1) if isinstance(leaf, np.ndarray) and leaf.dtype == object else [leaf]
+    for item in items:
+        if mode == "reverse" and isinstance(item, (Trace, TraceTensor)):
+            raise TypeError(f"{_name(f)} returned a Trace in reverse mode: it must compute "
+                            f"from its argument only, not from Traces made elsewhere")
+        if mode == "forward" and (type(item) is Record and item.tape is not None
+                                  or isinstance(item, Tensor) and item.tape is not None):
+            raise TypeError(f"{_name(f)} returned a Record in forward mode: it must compute "
+                            f"from its argument only, not from Records made elsewhere")
+        if not isinstance(item, (Record, Trace, Tensor, TraceTensor, *_PLAIN_REAL)):
+            raise TypeError(f"{_name(f)} must return numbers, but an element of its output "
+                            f"is a {type(item).__name__}")
+
+
+def _shape(leaf: Any) -> tuple[int, ...]:
+    if isinstance(leaf, (Tensor, TraceTensor, np.ndarray)):
+        return tuple(leaf.shape)
+    return ()
+
+
+def _value(leaf: Any) -> Any:
+    """The value of an output leaf: a float for a scalar, else an ndarray."""
+    if isinstance(leaf, (Record, Trace)):
+        return leaf.number
+    if isinstance(leaf, (Tensor, TraceTensor)):
+        return np.array(leaf.value, dtype=np.float64)
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype == object:
+            return np.array([_value(e) for e in leaf.reshape(-1)],
+                            dtype=np.float64).reshape(leaf.shape)
+        return leaf
+    return float(leaf)
+
+
+def _is_scalar_output(leaves: list[Any], tree: TreeDef) -> bool:
+    return tree.is_leaf and _shape(leaves[0]) == ()
+
+
+def _scalar_output(result: Any, f: Callable[..., Any], caller: str) -> Any:
+    leaves, tree = _output_leaves(result, f, "reverse")
+    if not _is_scalar_output(leaves, tree):
+        got = (f"a structure ({tree.describe()})" if not tree.is_leaf
+               else f"shape {_shape(leaves[0])}")
+        raise TypeError(
+            f"{caller} needs {_name(f)} to return a scalar, but it returned {got}: use "
+            f"ad.jacobian(f) for all the derivatives, or ad.vjp(f, x0, u) for the gradient "
+            f"of one weighted sum u . f")
+    leaf = leaves[0]
+    if isinstance(leaf, Tensor):
+        return leaf.sum()      # a 0-d tensor: its scalar Record
+    return leaf
+
+
+# ---- reverse mode ---------------------------------------------------------------------
+
+class _ReverseInForward(NotImplementedError):
+    """A reverse transform reached by forward-mode inputs (ad.jacobian's "auto" mode then
+    differentiates by reverse mode instead)."""
+
+
+class _Reverse:
+    """One reverse-mode evaluation of ``f``: its inputs on a list, f's output on it.
+
+    At the top level the inputs are fresh variables (Tensors whose elements are Records,
+    Records for numbers) and the sweeps are the plain ones. Inside another reverse
+    transform (the point is recorded) the inputs are copies on the SAME list and the
+    sweeps are recorded (``create_graph``), so the results can be differentiated again.
+    """
+
+    def __init__(self, f: Callable[..., Any], x0: Any, args: tuple[Any, ...],
+                 elements: bool = True) -> None:
+        leaves, tree = _trees.flatten(x0)
+        if any(_trees.is_traced(v) for v in leaves):
+            raise _ReverseInForward(
+                "reverse mode inside a forward-mode transform (a Trace or TraceTensor "
+                "reached ad.grad/vjp/jacobian): use mode='reverse' for the outer transform")
+        tapes = {id(t): t for t in (_tape_of(v) for v in leaves) if t is not None}
+        if len(tapes) > 1:
+            raise ValueError("the point holds records of two different WengertLists")
+        self.nested = bool(tapes)
+        self.tape: WengertList = next(iter(tapes.values())) if tapes else WengertList()
+        self.point = None if self.nested else _Point(x0)
+        if self.nested:
+            self.inputs = [self._copy(v) for v in leaves]
+            self.scalar = [not isinstance(v, Tensor) for v in self.inputs]
+        else:
+            assert self.point is not None
+            self.scalar = list(self.point.scalar)
+            self.inputs = [self._make(a, s, d, elements) for a, s, d in
+                           zip(self.point.arrays, self.point.scalar, self.point.devices)]
+        self.tree = tree
+        self.shapes = [() if s else tuple(i.shape) for s, i in zip(self.scalar, self.inputs)]
+        self.result = _call(f, _trees.unflatten(tree, self.inputs), args)
+
+    def _make(self, a: NDArray[np.float64], scalar: bool, device: Any, elements: bool) -> Any:
+        if scalar:
+            return self.tape.variable(float(a))
+        device = device if device is not None else get_device()
+        if elements:
+            return Tensor._input(a, self.tape, device=device)
+        return Tensor.variable(a, self.tape, device=device)
+
+    def _copy(self, v: Any) -> Any:
+        # a new entry for the inner transform to differentiate by (its adjoint is the
+        # derivative with respect to this argument alone)
+        if isinstance(v, Tensor):
+            return v + 0.0 if v.tape is not None else Tensor.variable(v.value, self.tape,
+                                                                      device=v.device)
+        if type(v) is Record:
+            return v + 0.0 if v.tape is not None else self.tape.variable(v.number)
+        if isinstance(v, np.ndarray) and v.dtype == object:
+            items = [e if type(e) is Record else float(e) for e in v.reshape(-1)]
+            return from_scalars(Tensor, get_device(), np.dtype(np.float64), items,
+                                v.shape) + 0.0
+        a = _as_array(v, "x0")
+        return self.tape.variable(float(a)) if a.ndim == 0 else \
+            Tensor.variable(a, self.tape, device=get_device())
+
+    def sweep(self, z: Any) -> list[Any]:
+        """d z / d inputs: arrays and floats at the top level, recorded values inside."""
+        if isinstance(z, Tensor):
+            z = z.sum()
+        if type(z) is not Record or z.tape is None:
+            return [self._zero(k) for k in range(len(self.inputs))]
+        if z.tape is not self.tape:
+            raise TapeMismatchError("f returned a Record of another WengertList; it must "
+                                    "compute from its argument only")
+        if self.nested:
+            d = z.derivatives(create_graph=True)
+            return [d[x] for x in self.inputs]
+        d = z.derivatives()
+        return [d[x] if s else x.input_derivative(d) for x, s in zip(self.inputs, self.scalar)]
+
+    def _zero(self, k: int) -> Any:
+        if self.nested:
+            x = self.inputs[k]
+            return 0.0 if self.scalar[k] else x.detach() * 0.0
+        return 0.0 if self.scalar[k] else np.zeros(self.shapes[k])
+
+    def gradient(self, cotangents: list[Any]) -> Any:
+        return _trees.unflatten(self.tree, cotangents)
+
+
+def _tape_of(v: Any) -> Any:
+    if isinstance(v, Tensor) or type(v) is Record:
+        return v.tape
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        for e in v.reshape(-1):
+            if type(e) is Record and e.tape is not None:
+                return e.tape
+    return None
+
+
+def _scalars_of(leaf: Any) -> tuple[tuple[int, ...], Callable[[int], Any]]:
+    """An output leaf's shape and a function giving its element i (flat) as a scalar."""
+    if isinstance(leaf, Tensor):
+        if leaf.shape == ():
+            return (), lambda i: leaf.sum()
+        flat = leaf.reshape(-1)
+        return leaf.shape, lambda i: flat[i]
+    if isinstance(leaf, np.ndarray):
+        items = leaf.reshape(-1)
+        return leaf.shape, lambda i: items[i]
+    return (), lambda i: leaf
+
+
+def _assemble(rows: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, ...],
+              scalar_in: bool, nested: bool) -> Any:
+    """Rows (one per output element: the derivative with respect to one input) as the
+    block of shape out_shape + in_shape (recorded when nested)."""
+    if not nested:
+        block = np.array(rows, dtype=np.float64).reshape(out_shape + in_shape)
+        return float(block) if block.ndim == 0 else block
+    if out_shape == () and len(rows) == 1:
+        return rows[0]
+    if scalar_in:
+        return from_scalars(Tensor, get_device(), np.dtype(np.float64), rows, out_shape)
+    return stack(rows).reshape(out_shape + in_shape)
+
+
+def _jacobian_reverse(f: Callable[..., Any], x0: Any, args: tuple[Any, ...]) -> Any:
+    run = _Reverse(f, x0, args)
+    leaves, out_tree = _output_leaves(run.result, f, "reverse")
+    blocks = []
+    for leaf in leaves:
+        shape, element = _scalars_of(leaf)
+        rows = [run.sweep(element(i)) for i in range(int(np.prod(shape, dtype=int)))]
+        per_input = [_assemble([r[k] for r in rows], shape, run.shapes[k], run.scalar[k],
+                               run.nested) for k in range(len(run.inputs))]
+        blocks.append(_trees.unflatten(run.tree, per_input))
+    return _trees.unflatten(out_tree, blocks)
+
+
+# ---- forward mode ---------------------------------------------------------------------
+
+def _forward_point(x0: Any, caller: str) -> _Point:
+    leaves, _ = _trees.flatten(x0)
+    if any(_trees.is_recorded(v) for v in leaves):
+        raise NotImplementedError(
+            f"{caller} (forward mode) inside a reverse-mode transform: use reverse mode "
+            f"(ad.jacobian(..., mode='reverse'), ad.vjp, ad.grad) for the inner transform")
+    if any(_trees.is_traced(v) for v in leaves):
+        raise NotImplementedError(
+            f"{caller} (forward mode) inside another forward-mode transform: nest Traces "
+            f"directly, or use reverse mode for one of them")
+    return _Point(x0)
+
+
+def _forward_run(f: Callable[..., Any], point: _Point, tangents: list[Any],
+                 args: tuple[Any, ...]) -> Any:
+    inputs: list[Any] = []
+    for a, t, scalar, device in zip(point.arrays, tangents, point.scalar, point.devices):
+        if scalar:
+            inputs.append(Trace(float(a), float(t)))
+        else:
+            inputs.append(TraceTensor._input(a, t, device if device is not None
+                                             else get_device()))
+    return _call(f, point.rebuild(inputs), args)
+
+
+def _tangent(leaf: Any) -> Any:
+    """The tangent f carried out in an output leaf (zeros for constants)."""
+    if isinstance(leaf, Trace):
+        return leaf.derivative
+    if isinstance(leaf, TraceTensor):
+        return np.array(leaf.tangent, dtype=np.float64)
+    if isinstance(leaf, Tensor):
+        return np.zeros(leaf.shape)
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype == object:
+            return np.array([_tangent(e) for e in leaf.reshape(-1)],
+                            dtype=np.float64).reshape(leaf.shape)
+        return np.zeros(leaf.shape)
     return 0.0
 
 
-def _adjoints(element: Any, inputs: NDArray[np.object_], f: Callable[..., Any]) -> Vector:
-    """d element / d inputs by one backward sweep (zeros for a plain number)."""
-    if isinstance(element, Trace):
-        raise TypeError(f"{_name(f)} returned a Trace in reverse mode: it must compute from "
-                        f"its argument only, not from Traces made elsewhere")
-    if not isinstance(element, Record) or element.tape is None:
-        return np.zeros(inputs.size)  # a constant: it does not depend on the inputs
-    d = element.derivatives()
-    return np.fromiter((d[x] for x in inputs), dtype=np.float64, count=inputs.size)
-
-
-def _scalar_output(elements: list[Any], scalar: bool, f: Callable[..., Any],
-                   caller: str) -> Any:
-    if not scalar:
-        raise TypeError(
-            f"{caller} needs {_name(f)} to return a scalar, but it returned a sequence of "
-            f"length {len(elements)}: use ad.jacobian(f) for all the derivatives, or "
-            f"ad.vjp(f, x0, u) for the gradient of one weighted sum u . f")
-    return elements[0]
+def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...],
+                      first: Any = None) -> Any:
+    columns: list[list[Any]] = []       # per input element: the output leaves' tangents
+    out_tree: TreeDef | None = None
+    out_shapes: list[tuple[int, ...]] = []
+    for k, a in enumerate(point.arrays):
+        for j in range(a.size):
+            if first is not None and not columns:
+                result = first
+            else:
+                tangents = [np.zeros(b.shape) for b in point.arrays]
+                tangents[k].reshape(-1)[j] = 1.0
+                result = _forward_run(f, point, tangents, args)
+            leaves, tree = _output_leaves(result, f, "forward")
+            shapes = [_shape(v) for v in leaves]
+            if out_tree is None:
+                out_tree, out_shapes = tree, shapes
+            elif (tree, shapes) != (out_tree, out_shapes):
+                raise ValueError(f"{_name(f)} returned outputs of another structure or shape "
+                                 f"on one pass than on another: its output must not change "
+                                 f"size")
+            columns.append([_tangent(v) for v in leaves])
+    if out_tree is None:       # no inputs: one evaluation tells the output's structure
+        leaves, out_tree = _output_leaves(_forward_run(f, point, point.arrays, args), f,
+                                          "forward")
+        out_shapes = [_shape(v) for v in leaves]
+    blocks = []
+    for i, out_shape in enumerate(out_shapes):
+        per_input, start = [], 0
+        for a in point.arrays:
+            cols = [np.asarray(c[i], dtype=np.float64) for c in columns[start:start + a.size]]
+            start += a.size
+            block = (np.stack(cols, axis=-1) if cols else np.zeros(out_shape + (0,)))
+            block = block.reshape(out_shape + a.shape)
+            per_input.append(float(block) if block.ndim == 0 else block)
+        blocks.append(point.rebuild(per_input))
+    return _trees.unflatten(out_tree, blocks)
 
 
 # ---- the API --------------------------------------------------------------------------
@@ -184,148 +476,125 @@ def derivative(f: Callable[..., Any]) -> Callable[..., float | Vector]:
     12.0
     """
     @functools.wraps(f)
-    def df(x: float, *args: Any) -> float | Vector:
+    def df(x: float, *extra: Any, args: Any = None) -> float | Vector:
         if np.ndim(x) != 0:
             raise ValueError(f"derivative(f)(x) takes a scalar x, got shape {np.shape(x)}; "
-                             f"for a function of a 1-D array use ad.grad or ad.jacobian")
-        point = as_vector([x], "x")
-        elements, scalar = _outputs(f(Trace(float(point[0]), 1.0), *args), f)
-        tangents = [_tangent(e, f) for e in elements]
-        return tangents[0] if scalar else np.array(tangents, dtype=np.float64)
+                             f"for a function of an array use ad.grad or ad.jacobian")
+        tangent = jvp(f, float(_as_array(x, "x")), 1.0, *_arguments(extra, args))[1]
+        return tangent  # type: ignore[no-any-return]
 
     df.__doc__ = f"The derivative of {_name(f)} (made by easyad.derivative)."
     return df
 
 
-def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[float, Vector]]:
-    """The value and gradient of a scalar function of a 1-D array, by reverse mode.
+def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
+    """The value and gradient of a scalar function, by reverse mode.
 
     Parameters
     ----------
     f : callable
-        ``f(x, *args)`` taking a 1-D array (it receives an object array of Records) and
-        returning a scalar.
+        ``f(x, *args)`` of an array (any shape) or a structure of arrays (tuples, lists,
+        dicts), returning a scalar: a number, a scalar Record, or a tensor of one element.
 
     Returns
     -------
     callable
-        ``vg(x0, *args) -> (float, ndarray of shape (n,))``: f(x0) and its gradient, from one
-        recording on a fresh WengertList and one backward sweep.
+        ``vg(x0, *args) -> (float, gradient)``: f(x0) and its gradient, with x0's
+        structure and shapes, from one recording and one backward sweep.
 
     Raises
     ------
     TypeError
-        If f returns a sequence (use :func:`jacobian`) or anything but a number.
+        If f returns more than a scalar (use :func:`jacobian` or :func:`vjp`).
 
     Examples
     --------
     >>> import easyad as ad
     >>> ad.value_and_grad(lambda x: x[0] * x[1])([2.0, 3.0])
     (6.0, array([3., 2.]))
+    >>> loss = lambda p: ad.sum(p["w"] ** 2) + p["b"]
+    >>> v, g = ad.value_and_grad(loss)({"w": [1.0, 2.0], "b": 3.0})
+    >>> v, g["w"], g["b"]
+    (8.0, array([2., 4.]), 1.0)
     """
     @functools.wraps(f)
-    def vg(x0: ArrayLike, *args: Any) -> tuple[float, Vector]:
-        x = as_vector(x0)
-        inputs = _reverse_inputs(x, WengertList())
-        elements, scalar = _outputs(f(inputs, *args), f)
-        out = _scalar_output(elements, scalar, f, "grad")
-        return _value(out), _adjoints(out, inputs, f)
+    def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
+        run = _Reverse(f, x0, _arguments(extra, args))
+        out = _scalar_output(run.result, f, "grad")
+        value = out if run.nested else _value(out)
+        return value, run.gradient(run.sweep(out))
 
     vg.__doc__ = f"The value and gradient of {_name(f)} (made by easyad.value_and_grad)."
     return vg
 
 
-def grad(f: Callable[..., Any]) -> Callable[..., Vector]:
-    """The gradient of a scalar function of a 1-D array, by reverse mode.
+def grad(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The gradient of a scalar function, by reverse mode.
 
     Parameters
     ----------
     f : callable
-        ``f(x, *args)`` taking a 1-D array (it receives an object array of Records) and
-        returning a scalar. A plain number that does not depend on x has gradient 0.
+        ``f(x, *args)`` of an array (any shape) or a structure of arrays (tuples, lists,
+        dicts, nested), returning a scalar. Its body may be scalar code on elements
+        (``x[0] * x[1]``), tensor operations (``ad.softmax(x)``, ``x @ W``) or nn
+        modules. A plain number that does not depend on x has gradient 0.
 
     Returns
     -------
     callable
-        ``g(x0, *args) -> ndarray of shape (n,)``: one recording, one backward sweep. It fits
-        ``scipy.optimize.minimize(f, x0, jac=ad.grad(f))``.
+        ``g(x0, *args)``: the gradient with x0's structure and shapes (floats for numbers),
+        from one recording and one backward sweep. It fits
+        ``scipy.optimize.minimize(f, x0, jac=ad.grad(f))``. Called inside another reverse
+        transform, it is recorded: ``ad.jacobian(ad.grad(f))`` is the Hessian.
 
     Raises
     ------
     TypeError
-        If f returns a sequence (use :func:`jacobian`) or anything but a number.
-    ValueError
-        If x0 is not 1-D.
+        If f returns more than a scalar (use :func:`jacobian`) or anything but numbers.
 
     Examples
     --------
-    >>> import easyad as ad
+    >>> import numpy as np, easyad as ad
     >>> ad.grad(lambda x: x[0] ** 2 + 3 * x[1])([1.0, 5.0])
     array([2., 3.])
+    >>> ad.grad(lambda W: ad.sum(W * W))(np.ones((2, 2)))
+    array([[2., 2.],
+           [2., 2.]])
+    >>> ad.grad(ad.grad(lambda x: x ** 3))(2.0)          # d2/dx2 x^3 = 6x
+    12.0
     """
     vg = value_and_grad(f)
 
     @functools.wraps(f)
-    def g(x0: ArrayLike, *args: Any) -> Vector:
-        return vg(x0, *args)[1]
+    def g(x0: Any, *extra: Any, args: Any = None) -> Any:
+        return vg(x0, *extra, args=args)[1]
 
     g.__doc__ = f"The gradient of {_name(f)} (made by easyad.grad)."
     return g
 
 
-def _jacobian_forward(f: Callable[..., Any], x: Vector, args: tuple[Any, ...],
-                      first: tuple[list[Any], bool] | None = None) -> NDArray[np.float64]:
-    n = x.size
-    columns: list[list[float]] = []
-    shape: tuple[int, bool] | None = None
-    for j in range(n):
-        if j == 0 and first is not None:
-            elements, scalar = first
-        else:
-            elements, scalar = _outputs(f(_forward_inputs(x, _unit(n, j)), *args), f)
-        if shape is None:
-            shape = (len(elements), scalar)
-        elif shape != (len(elements), scalar):
-            raise ValueError(f"{_name(f)} returned {len(elements)} values on one pass and "
-                             f"{shape[0]} on another: its output must not change size")
-        columns.append([_tangent(e, f) for e in elements])
-    if shape is None:  # no inputs: one evaluation tells the output's size
-        elements, scalar = _outputs(f(_forward_inputs(x, x), *args), f)
-        shape = (len(elements), scalar)
-    m, scalar = shape
-    jac: NDArray[np.float64] = np.array(columns, dtype=np.float64).reshape(n, m).T
-    return jac.reshape(n) if scalar else jac
-
-
-def _jacobian_reverse(f: Callable[..., Any], x: Vector,
-                      args: tuple[Any, ...]) -> NDArray[np.float64]:
-    inputs = _reverse_inputs(x, WengertList())
-    elements, scalar = _outputs(f(inputs, *args), f)
-    rows = [_adjoints(e, inputs, f) for e in elements]
-    jac: NDArray[np.float64] = np.array(rows, dtype=np.float64).reshape(len(elements), x.size)
-    return jac.reshape(x.size) if scalar else jac
-
-
-def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., NDArray[np.float64]]:
-    """The Jacobian of a function of a 1-D array, by forward or reverse mode.
+def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
+    """The Jacobian of a function of arrays, by forward or reverse mode.
 
     Parameters
     ----------
     f : callable
-        ``f(x, *args)`` taking a 1-D array and returning m numbers (a list, tuple or 1-D
-        array) or a single number.
+        ``f(x, *args)`` of an array or a structure of arrays, returning a number, an array
+        (a Tensor, an array of Records, a list of numbers) or a structure of them.
     mode : {"auto", "forward", "reverse"}
-        ``"forward"``: n passes of Traces, one per input (column by column).
-        ``"reverse"``: one recording on a WengertList and m backward sweeps (row by row).
+        ``"forward"``: n passes of Traces, one per input element (column by column).
+        ``"reverse"``: one recording and m backward sweeps (row by row).
         ``"auto"``: one forward pass first, which tells m; then forward if n < m, else
-        reverse (so the first pass is spent only when reverse mode is cheaper).
+        reverse (so the first pass is spent only when reverse mode is cheaper). Inside
+        another reverse transform: reverse.
 
     Returns
     -------
     callable
-        ``jac(x0, *args)``: an ndarray of shape (m, n), ``jac[i, j] = d f_i / d x_j``. If f
-        returns a scalar (not a sequence of length 1), the shape is (n,), as for
-        :func:`grad`.
+        ``jac(x0, *args)``: ``d f / d x``: for one array in and one out, an ndarray of
+        shape ``out.shape + in.shape`` (so (m, n) for vectors, (n,) for a scalar f, as
+        :func:`grad`); for structures, the output's structure holding x0's structure of
+        such blocks.
 
     Examples
     --------
@@ -336,41 +605,53 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., NDArra
            [0., 2.]])
     >>> ad.jacobian(lambda x: x[0] * x[1], mode="forward")([2.0, 3.0])
     array([3., 2.])
+    >>> ad.jacobian(ad.grad(lambda x: x[0] ** 2 * x[1]))([1.0, 2.0])   # the Hessian
+    array([[4., 2.],
+           [2., 0.]])
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}")
 
     @functools.wraps(f)
-    def jac(x0: ArrayLike, *args: Any) -> NDArray[np.float64]:
-        x = as_vector(x0)
-        if mode == "reverse":
-            return _jacobian_reverse(f, x, args)
-        if mode == "forward" or x.size == 0:
-            return _jacobian_forward(f, x, args)
-        first = _outputs(f(_forward_inputs(x, _unit(x.size, 0)), *args), f)
-        if x.size < len(first[0]):
-            return _jacobian_forward(f, x, args, first)
-        return _jacobian_reverse(f, x, args)
+    def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
+        arguments = _arguments(extra, args)
+        leaves, _ = _trees.flatten(x0)
+        if mode == "reverse" or any(_trees.is_recorded(v) for v in leaves):
+            return _jacobian_reverse(f, x0, arguments)
+        point = _forward_point(x0, "jacobian")
+        if mode == "forward" or point.size == 0:
+            return _jacobian_forward(f, point, arguments)
+        tangents = [np.zeros(a.shape) for a in point.arrays]
+        next(t for t in tangents if t.size).reshape(-1)[0] = 1.0
+        try:
+            first = _forward_run(f, point, tangents, arguments)
+        except _ReverseInForward:    # f is a reverse transform (ad.jacobian(ad.grad(g)))
+            return _jacobian_reverse(f, x0, arguments)
+        out, _ = _output_leaves(first, f, "forward")
+        m = sum(int(np.prod(_shape(v), dtype=int)) for v in out)
+        if point.size < m:
+            return _jacobian_forward(f, point, arguments, first)
+        return _jacobian_reverse(f, x0, arguments)
 
     jac.__doc__ = f"The Jacobian of {_name(f)} (made by easyad.jacobian, mode {mode!r})."
     return jac
 
 
-def jvp(f: Callable[..., Any], x0: ArrayLike, v: ArrayLike,
-        *args: Any) -> tuple[float | Vector, float | Vector]:
+def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
+        args: Any = None) -> tuple[Any, Any]:
     """Jacobian-vector product: f(x0) and the directional derivative J v, in one forward pass.
 
     Parameters
     ----------
     f : callable
-        ``f(x, *args)`` taking a 1-D array, returning a number or a 1-D sequence of numbers.
-    x0, v : array_like, shape (n,)
-        The point and the direction.
+        ``f(x, *args)`` of an array or structure of arrays.
+    x0, v : arrays or structures
+        The point and the direction (v with x0's structure and shapes).
 
     Returns
     -------
     (value, tangent)
-        Floats if f returns a scalar, else ndarrays of shape (m,).
+        With the structure of f's output: floats for scalars, ndarrays for arrays.
 
     Examples
     --------
@@ -378,34 +659,32 @@ def jvp(f: Callable[..., Any], x0: ArrayLike, v: ArrayLike,
     >>> ad.jvp(lambda x: [x[0] * x[1], x[0]], [2.0, 3.0], [1.0, 1.0])
     (array([6., 2.]), array([5., 1.]))
     """
-    x = as_vector(x0)
-    direction = as_vector(v, "v")
-    if direction.shape != x.shape:
-        raise ValueError(f"v must have the shape of x0, {x.shape}, got {direction.shape}")
-    elements, scalar = _outputs(f(_forward_inputs(x, direction), *args), f)
-    tangents = [_tangent(e, f) for e in elements]
-    tangent: float | Vector = tangents[0] if scalar else np.array(tangents, dtype=np.float64)
-    return _values(elements, scalar), tangent
+    point = _forward_point(x0, "jvp")
+    direction = point.like(v, "v")
+    result = _forward_run(f, point, direction, _arguments(extra, args))
+    leaves, tree = _output_leaves(result, f, "forward")
+    return (_trees.unflatten(tree, [_value(e) for e in leaves]),
+            _trees.unflatten(tree, [_tangent(e) for e in leaves]))
 
 
-def vjp(f: Callable[..., Any], x0: ArrayLike, u: ArrayLike,
-        *args: Any) -> tuple[float | Vector, Vector]:
+def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
+        args: Any = None) -> tuple[Any, Any]:
     """Vector-Jacobian product: f(x0) and u^T J, in one recording and one backward sweep.
 
     Parameters
     ----------
     f : callable
-        ``f(x, *args)`` taking a 1-D array, returning a number or a 1-D sequence of m numbers.
-    x0 : array_like, shape (n,)
+        ``f(x, *args)`` of an array or structure of arrays.
+    x0 : array or structure
         The point.
-    u : array_like, shape (m,), or a scalar if f returns a scalar
-        The weights of the outputs: the result is the gradient of ``sum_i u_i f_i``. Outputs
+    u : like f's output (structure and shapes; a scalar for a scalar f)
+        The weights of the outputs: the result is the gradient of ``sum u * f``. Outputs
         weighted 0 contribute exactly nothing (even where their derivative is inf or NaN).
 
     Returns
     -------
     (value, cotangent)
-        f(x0) (a float or an ndarray of shape (m,)) and u^T J (an ndarray of shape (n,)).
+        f(x0) (floats and ndarrays in its structure) and u^T J (x0's structure).
 
     Examples
     --------
@@ -413,19 +692,142 @@ def vjp(f: Callable[..., Any], x0: ArrayLike, u: ArrayLike,
     >>> ad.vjp(lambda x: [x[0] * x[1], x[0]], [2.0, 3.0], [1.0, 10.0])
     (array([6., 2.]), array([13.,  2.]))
     """
-    x = as_vector(x0)
-    inputs = _reverse_inputs(x, WengertList())
-    elements, scalar = _outputs(f(inputs, *args), f)
-    weights = np.asarray(u)
-    if weights.dtype.kind not in "biuf":
-        raise TypeError(f"u must hold real numbers, got an array of dtype {weights.dtype}")
-    expected = () if scalar else (len(elements),)
-    if weights.shape != expected and not (scalar and weights.shape == (1,)):
-        what = "a scalar" if scalar else f"shape {expected}"
-        raise ValueError(f"u must have one weight per output of {_name(f)}, so {what}; "
-                         f"got shape {weights.shape}")
+    run = _Reverse(f, x0, _arguments(extra, args))
+    leaves, tree = _output_leaves(run.result, f, "reverse")
+    weights, wtree = _trees.flatten(u)
+    if wtree != tree and not (tree.is_leaf and len(weights) == 1):
+        raise ValueError(f"u must have the structure of {_name(f)}'s output "
+                         f"({tree.describe()}), got {wtree.describe()}")
     total: Any = 0.0
-    for weight, element in zip(weights.astype(np.float64).reshape(-1), elements):
-        if weight != 0.0:
-            total = total + float(weight) * element
-    return _values(elements, scalar), _adjoints(total, inputs, f)
+    for leaf, weight, name in zip(leaves, weights, _trees.paths(tree, "u")):
+        w = _as_array(weight, name)
+        shape = _shape(leaf)
+        if w.shape != shape and not (shape == () and w.shape == (1,)):
+            what = "a scalar" if shape == () else f"shape {shape}"
+            raise ValueError(f"{name} must have one weight per output element of "
+                             f"{_name(f)}, so {what}; got shape {w.shape}")
+        total = total + _weighted(leaf, w.reshape(shape))
+    value = _trees.unflatten(tree, [e if run.nested else _value(e) for e in leaves])
+    return value, run.gradient(run.sweep(total))
+
+
+def _weighted(leaf: Any, w: NDArray[np.float64]) -> Any:
+    """sum(w * leaf), leaving out the zero weights."""
+    if isinstance(leaf, Tensor):
+        return (leaf * w).sum() if w.shape else leaf.sum() * float(w)
+    if isinstance(leaf, np.ndarray):
+        total: Any = 0.0
+        for weight, element in zip(w.reshape(-1), leaf.reshape(-1)):
+            if weight != 0.0:
+                total = total + float(weight) * element
+        return total
+    return float(w) * leaf if float(w) != 0.0 else 0.0
+
+
+# ---- second order ---------------------------------------------------------------------
+
+def _replayable(x0: Any, args: tuple[Any, ...]) -> NDArray[np.float64] | None:
+    """The point as one array when record/replay can take f (one plain array leaf)."""
+    leaves, tree = _trees.flatten(x0)
+    if not tree.is_leaf or _trees.is_recorded(leaves[0]) or _trees.is_traced(leaves[0]):
+        return None
+    return _as_array(leaves[0], "x0")
+
+
+def _by_replay(f: Callable[..., Any], x: NDArray[np.float64], args: tuple[Any, ...],
+               run: Callable[[Any, NDArray[np.float64]], Any]) -> Any:
+    """``run(F, x)`` on f recorded for replay (scalar code, sparse Hessians), or None
+    when f uses tensor operations (it cannot run on an array of Records)."""
+    from easyad.replay import record
+    shape = x.shape
+
+    def flat(z: Any) -> Any:
+        return f(z[0] if shape == () else z.reshape(shape), *args)
+    try:
+        F = record(flat, x.reshape(-1))
+    except ObjectArrayOperand:
+        return None
+    if not F.scalar:
+        raise TypeError(f"hessian needs {_name(f)} to return a scalar")
+    return run(F, x.reshape(-1))
+
+
+def hessian(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``hessian(f)(x0, *args)``: the second derivatives of a scalar ``f``.
+
+    For one array of scalar code, ``f`` is recorded once and the Hessian comes from
+    forward-over-reverse sweeps of the replay engine, with its sparsity found and
+    columns coloured. Otherwise (tensor code, nn modules, structures of arrays) it is
+    the Jacobian of the recorded gradient: reverse over reverse. The result has shape
+    ``x.shape + x.shape`` for one array, ``H[a][b]`` of shape ``a.shape + b.shape`` for
+    structures.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> ad.hessian(lambda x: x[0] ** 3 * x[1])([2.0, 5.0])
+    array([[60., 12.],
+           [12.,  0.]])
+    >>> ad.hessian(lambda x: ad.logsumexp(x))([0.0, 0.0])
+    array([[ 0.25, -0.25],
+           [-0.25,  0.25]])
+    """
+    @functools.wraps(f)
+    def evaluate(x0: Any, *extra: Any, args: Any = None) -> Any:
+        arguments = _arguments(extra, args)
+        x = _replayable(x0, arguments)
+        if x is not None:
+            shape = x.shape
+            H = _by_replay(f, x, arguments, lambda F, z: F.hessian(z))
+            if H is not None:
+                return float(H) if shape == () else np.asarray(H).reshape(shape + shape)
+        return jacobian(_graph_gradient(f), mode="reverse")(x0, *arguments)
+
+    evaluate.__doc__ = f"Hessian of {_name(f)} (easyad.hessian)."
+    return evaluate
+
+
+def _graph_gradient(f: Callable[..., Any]) -> Callable[..., Any]:
+    g = grad(f)
+
+    def recorded_gradient(x: Any, *args: Any) -> Any:
+        return g(x, *args)
+    recorded_gradient.__name__ = f"grad({_name(f)})"
+    return recorded_gradient
+
+
+def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -> Any:
+    """The Hessian-vector product H(x0) v of scalar ``f``, without forming H.
+
+    Scalar code on one array replays its recording (forward over reverse); otherwise the
+    gradient is recorded and differentiated once more (reverse over reverse). ``v`` and
+    the result have x0's structure.
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> ad.hvp(lambda x: x[0] ** 3 * x[1], [2.0, 5.0], [1.0, 0.0])
+    array([60., 12.])
+    """
+    arguments = _arguments(extra, args)
+    x = _replayable(x0, arguments)
+    if x is not None:
+        direction = _Point(x0).like(v, "v")[0]
+        result = _by_replay(f, x, arguments, lambda F, z: F.hvp(z, direction.reshape(-1)))
+        if result is not None:
+            return float(result) if x.shape == () else np.asarray(result).reshape(x.shape)
+    g = _graph_gradient(f)
+    point = _Point(x0)
+    directions = point.like(v, "v")
+
+    def directional(z: Any, *a: Any) -> Any:
+        parts, _ = _trees.flatten(g(z, *a))
+        total: Any = 0.0
+        for part, d in zip(parts, directions):
+            total = total + (_total(part * d) if d.ndim else part * float(d))
+        return total
+    return grad(directional)(x0, *arguments)
+
+
+def _total(t: Any) -> Any:
+    return t.sum() if isinstance(t, Tensor) else t

@@ -82,6 +82,19 @@ class Operand:
         return self.index >= 0
 
 
+class ObjectArrayOperand(TypeError):
+    """A tensor operation was handed a numpy object array of Records or Traces (what
+    ``ad.record`` passes to ``f``); ``ad.hessian`` then differentiates with tensors."""
+
+
+def refuse_object_array(a: np.ndarray) -> None:
+    if a.dtype == object and any(isinstance(e, (Record, Trace)) for e in a.reshape(-1)):
+        raise ObjectArrayOperand(
+            "a tensor operation got a numpy array of Records or Traces (ad.record passes f "
+            "one); tensor operations take Tensors: differentiate with ad.grad, ad.jacobian, "
+            "ad.hessian or ad.hvp, which pass f Tensors, or make one with ad.stack")
+
+
 def live_tape(t: TensorBase) -> Any:
     tape = t._tape
     if tape is not None and tape.generation != t._generation:
@@ -111,6 +124,7 @@ def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
         return Operand(float(v), (), None, -1, None)
     if isinstance(v, (np.ndarray, list, tuple)):
         a = np.asarray(v)
+        refuse_object_array(a)
         if a.dtype.kind not in "biuf":
             return None
         dt: np.dtype
@@ -156,6 +170,7 @@ def wrap(cls: type[T], backend: Any, data: Any, shape: tuple[int, ...], dtype: n
     t._index = handle.index if handle is not None else -1
     t._generation = tape.generation if tape is not None else 0
     t._name = None
+    t._elements = None
     return t
 
 
@@ -198,6 +213,34 @@ def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...]
 
 
 
+# ---- an input's elements as scalar Records ----
+
+class Elements:
+    """The elements of an input tensor as scalar variables of its list, made on the first
+    access ``x[i, j]`` of one element: scalar code on an input then runs on Records (the
+    fast scalar engine) instead of one getitem node per access. They are variables of
+    their own, so the input's derivative is its tensor adjoint plus theirs
+    (``TensorBase.input_derivative``)."""
+
+    __slots__ = ("values", "records")
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+        self.records: np.ndarray | None = None
+
+    def get(self, key: Any, tape: Any) -> Any:
+        """The Record of element ``key`` (ints, one per axis), or None for other keys."""
+        if not shapes.is_element(key, self.values.ndim):
+            return None
+        if self.records is None:
+            records = np.empty(self.values.shape, dtype=object)
+            flat = records.reshape(-1)
+            for i, v in enumerate(self.values.reshape(-1).tolist()):
+                flat[i] = tape.variable(v)
+            self.records = records
+        return self.records[key]
+
+
 # ---- the storage class ----
 
 class TensorBase:
@@ -207,7 +250,7 @@ class TensorBase:
 
 
     __slots__ = ("_backend", "_data", "_shape", "_dtype", "_tape", "_handle", "_index",
-                 "_generation", "_name", "__weakref__")
+                 "_generation", "_name", "_elements", "__weakref__")
     _backend: Any          # the device's backend (NumpyBackend, OpenCLBackend, meta)
     _data: Any             # the backend's buffer
     _shape: tuple[int, ...]
@@ -217,6 +260,7 @@ class TensorBase:
     _index: int            # its entry index (-1 for a constant)
     _generation: int       # the list's generation when recorded (staleness)
     _name: str | None
+    _elements: Any         # an input's scalar elements (Elements), None for the others
     __array_priority__ = 1000.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -252,6 +296,25 @@ class TensorBase:
         t = wrap(cls, be, data, shape, dt, lst, handle)
         t._name = name
         return t
+
+    @classmethod
+    def _input(cls: type[T], array: np.ndarray, lst: WengertList, device: Any = None) -> T:
+        """An input of a transform (``ad.grad``...): a variable whose single elements
+        are scalar Records (``Elements``)."""
+        t = cls.variable(array, lst, device=device)
+        t._elements = Elements(np.asarray(array, dtype=np.float64))
+        return t
+
+    def input_derivative(self, d: Any) -> np.ndarray:
+        """The derivative of an input made by ``_input`` in the sweep ``d``: its tensor
+        adjoint plus its elements' adjoints."""
+        total: np.ndarray = self._derivative_from(d)  # type: ignore[attr-defined]
+        elements = self._elements
+        if elements is not None and elements.records is not None:
+            total = total + np.fromiter((d[r] for r in elements.records.reshape(-1)),
+                                        dtype=np.float64,
+                                        count=self.size).reshape(self._shape)
+        return total
 
     @classmethod
     def constant(cls: type[T], array: Any, device: Any = None, dtype: Any = None) -> T:

@@ -14,7 +14,7 @@ import numpy as np
 
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _structural
-from easyad.tensor._base import wrap
+from easyad.tensor._base import refuse_object_array, wrap
 from easyad.tensor._generic import _is_tensor, amax, amin, concatenate, mean, stack, sum
 from easyad.tensor._meta import META, MetaArray
 from easyad.tensor._tensor import Tensor
@@ -26,6 +26,8 @@ __all__ = ["amax", "amin", "concatenate", "eval_shape", "log_softmax", "logsumex
 def _as_tensor(x: Any) -> tuple[Any, bool]:
     if _is_tensor(x):
         return x, False
+    if isinstance(x, np.ndarray):
+        refuse_object_array(x)
     return Tensor.constant(np.asarray(x, dtype=float), device="numpy"), True
 
 

@@ -127,7 +127,7 @@ def cross_entropy(logits: TensorBase, target: np.ndarray, reduction: str = "mean
         e = (z - z.detach().max(axis=1, keepdims=True)).exp()
         onehot = np.zeros(shape)
         onehot[np.arange(n), target] = 1.0
-        hot = cls.constant(onehot, device=be.device, dtype=dtype)   # type: ignore[attr-defined]
+        hot = cls.constant(onehot, device=be.device, dtype=dtype)
         return ((e / e.sum(axis=1, keepdims=True) - hot) * (g * scale),)
     return record_scalar(type(logits), "cross_entropy", be, loss, tape, (logits._index,), vjp,
                          graph)

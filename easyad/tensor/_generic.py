@@ -117,11 +117,69 @@ def stack(tensors: Any, axis: int = 0) -> Any:
     return np.stack(tensors, axis=axis)
 
 
+def _where(c: Any, a: Any, b: Any) -> Any:
+    for v in (c, a, b):
+        if type(v).__name__ == "TraceTensor":
+            return type(v)._where(c, a, b)
+    return _structural.where(c, a, b)
+
+
+def _dot(a: Any, b: Any) -> Any:
+    # np.dot is matmul for 1-D and 2-D operands (and a product with a scalar)
+    if np.ndim(a) == 0 or np.ndim(b) == 0:
+        return a * b
+    if np.ndim(a) > 2 or np.ndim(b) > 2:
+        raise TypeError("np.dot of tensors takes 1-D or 2-D operands; use a @ b (matmul) "
+                        "for stacks of matrices")
+    return a @ b
+
+
 NUMPY_FUNCTIONS = {
     np.sum: sum, np.mean: mean, np.amax: amax, np.amin: amin, np.max: amax, np.min: amin,
     np.concatenate: concatenate, np.stack: stack,
-    np.where: lambda c, a, b: _structural.where(c, a, b),
+    np.where: lambda c, a, b: _where(c, a, b),
     np.reshape: lambda a, shape: a.reshape(shape),
     np.transpose: lambda a, axes=None: a.transpose(*(() if axes is None else (axes,))),
+    np.dot: lambda a, b: _dot(a, b),
     np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a: a.size,
 }
+
+
+# ---- numpy's ufuncs and functions on tensors (Tensor and TraceTensor dispatch here) ----
+
+_UFUNC_NAMES = {"negative": "__neg__", "add": "__add__", "subtract": "__sub__",
+                "multiply": "__mul__", "divide": "__truediv__", "true_divide": "__truediv__",
+                "power": "__pow__", "matmul": "__matmul__", "less": "__lt__",
+                "less_equal": "__le__", "greater": "__gt__", "greater_equal": "__ge__",
+                "equal": "__eq__", "not_equal": "__ne__"}
+_REFLECTED = {"__add__": "__radd__", "__sub__": "__rsub__", "__mul__": "__rmul__",
+              "__truediv__": "__rtruediv__", "__pow__": "__rpow__",
+              "__matmul__": "__rmatmul__", "__lt__": "__gt__", "__le__": "__ge__",
+              "__gt__": "__lt__", "__ge__": "__le__", "__eq__": "__eq__", "__ne__": "__ne__"}
+
+
+def array_ufunc(cls: type, ufunc: Any, method: str, inputs: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+    """``np.exp(t)``, ``a + t`` with an ndarray ``a``...: the method of ``cls`` (a tensor
+    class) that the ufunc names, reflected when the tensor is the right operand."""
+    if method != "__call__" or kwargs:
+        return NotImplemented
+    name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
+    if len(inputs) == 1 and isinstance(inputs[0], cls):
+        method_ = getattr(cls, name, None)
+        return NotImplemented if method_ is None else method_(inputs[0])
+    if len(inputs) == 2:
+        a, b = inputs
+        if isinstance(a, cls):
+            method_ = getattr(cls, name, None)
+            return NotImplemented if method_ is None else method_(a, b)
+        method_ = getattr(cls, _REFLECTED.get(name, "_r" + name), None)
+        return NotImplemented if method_ is None else method_(b, a)
+    return NotImplemented
+
+
+def array_function(func: Any, args: Any, kwargs: Any) -> Any:
+    implementation = NUMPY_FUNCTIONS.get(func)
+    if implementation is None:
+        return NotImplemented
+    return implementation(*args, **kwargs)  # type: ignore[operator]

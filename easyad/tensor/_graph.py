@@ -66,11 +66,12 @@ def fold(g: Any, shape: tuple[int, ...], target: tuple[int, ...], scalar: bool =
     Record) for a ``scalar`` operand."""
     if not isinstance(g, TensorBase):
         return g
+    t: Any = g      # a Tensor: sum is the subclass's
     if scalar:
-        return g.sum()
+        return t.sum()
     if shape == target:
         return g
-    total = g.sum(axis=shapes.reduced_axes(shape, target))
+    total = t.sum(axis=shapes.reduced_axes(shape, target))
     return as_tensor(total, type(g), g._backend, g._dtype).reshape(target)
 
 

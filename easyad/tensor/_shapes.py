@@ -199,3 +199,12 @@ def advanced_index(shape: Shape, key: Any) -> np.ndarray:
     """The flat source positions of ``x[key]`` (any numpy index), as an int64 array."""
     index: np.ndarray = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)[key]
     return index
+
+
+def is_element(key: Any, ndim: int) -> bool:
+    """Whether the index ``key`` picks one element of an array of ``ndim`` axes (an int
+    per axis)."""
+    if type(key) is int or isinstance(key, np.integer):
+        return ndim == 1
+    return (type(key) is tuple and len(key) == ndim
+            and all(type(k) is int or isinstance(k, np.integer) for k in key))

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from easyad._core import Record
+from easyad.errors import TapeMismatchError
 from easyad.tensor import _graph
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import (BOOL, T, TensorBase, common_tape, fold, live_tape, operand,
@@ -322,7 +324,7 @@ def concatenate(tensors: Any, axis: int = 0) -> Any:
     def vjp(g: Any) -> tuple[Any, ...]:
         return tuple(be.strided(g, offset, shape, st) if need else None
                      for (offset, shape, st), need in zip(places, needs))
-    spans = []
+    spans: list[tuple[int, int]] = []
     for o in ops:
         begin = sum(s for _, s in spans)
         spans.append((begin, o.shape[ax]))
@@ -345,6 +347,30 @@ def stack(tensors: Any, axis: int = 0) -> Any:
              for t in tensors]
     ax = shapes.stack([t.shape for t in items], axis)
     return concatenate([reshape(t, t.shape[:ax] + (1,) + t.shape[ax:]) for t in items], ax)
+
+
+# ---- scalars into a tensor ----
+
+def from_scalars(cls: type[T], be: Any, dtype: Any, items: list[Any],
+                 shape: tuple[int, ...]) -> T:
+    """A tensor of ``shape`` from scalars (Records and numbers), one node whose vjp hands
+    each Record its element of the adjoint."""
+    values = np.array([float(v.number) if type(v) is Record else float(v) for v in items],
+                      dtype=np.float64)
+    records = [v for v in items if type(v) is Record and v.tape is not None]
+    tape = records[0].tape if records else None
+    if any(r.tape is not tape for r in records):
+        raise TapeMismatchError("scalars of two different lists in one tensor")
+    inputs = tuple(v.index if type(v) is Record and v.tape is not None else -1 for v in items)
+    data = be.asarray(values.reshape(shape), dtype)
+
+    def vjp(g: Any) -> tuple[Any, ...]:
+        return tuple(np.asarray(be.to_numpy(g), dtype=np.float64).reshape(-1).tolist())
+
+    def graph(tape_: Any, index: int, g: Any) -> tuple[Any, ...]:
+        flat = g.reshape(-1)
+        return tuple(flat[k] if i >= 0 else None for k, i in enumerate(inputs))
+    return record(cls, "from_scalars", be, data, shape, dtype, tape, inputs, vjp, graph)
 
 
 # ---- where ----

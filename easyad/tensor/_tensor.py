@@ -91,26 +91,10 @@ class Tensor(TensorBase, RuleMethods):
 
     # -- numpy interoperability: ufuncs and functions on tensors dispatch here --
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        if method != "__call__" or kwargs:
-            return NotImplemented
-        name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
-        if len(inputs) == 1 and isinstance(inputs[0], Tensor):
-            method_ = getattr(Tensor, name, None)
-            return NotImplemented if method_ is None else method_(inputs[0])
-        if len(inputs) == 2:
-            a, b = inputs
-            if isinstance(a, Tensor):
-                method_ = getattr(Tensor, name, None)
-                return NotImplemented if method_ is None else method_(a, b)
-            method_ = getattr(Tensor, _REFLECTED.get(name, "_r" + name), None)
-            return NotImplemented if method_ is None else method_(b, a)
-        return NotImplemented
+        return _generic.array_ufunc(Tensor, ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        implementation = _generic.NUMPY_FUNCTIONS.get(func)
-        if implementation is None:
-            return NotImplemented
-        return implementation(*args, **kwargs)  # type: ignore[operator]
+        return _generic.array_function(func, args, kwargs)
 
     # -- comparisons: constant boolean tensors (no derivative) --
     def __lt__(self, other: Any) -> Any:
@@ -164,6 +148,10 @@ class Tensor(TensorBase, RuleMethods):
         return _structural.transpose(self, ())
 
     def __getitem__(self, key: Any) -> Any:
+        if self._elements is not None:     # a transform's input: one element is a Record
+            element = self._elements.get(key, live_tape(self))
+            if element is not None:
+                return element
         return _structural.getitem(self, key)
 
     def __iter__(self) -> Any:
@@ -185,16 +173,3 @@ class Tensor(TensorBase, RuleMethods):
             if type(v).__name__ == "TraceTensor":
                 return type(v)._where(condition, a, b)
         return _structural.where(condition, a, b)
-
-
-# ---- numpy's ufunc names for the methods ----
-
-_UFUNC_NAMES = {"negative": "__neg__", "add": "__add__", "subtract": "__sub__",
-                "multiply": "__mul__", "divide": "__truediv__", "true_divide": "__truediv__",
-                "power": "__pow__", "matmul": "__matmul__", "less": "__lt__",
-                "less_equal": "__le__", "greater": "__gt__", "greater_equal": "__ge__",
-                "equal": "__eq__", "not_equal": "__ne__"}
-_REFLECTED = {"__add__": "__radd__", "__sub__": "__rsub__", "__mul__": "__rmul__",
-              "__truediv__": "__rtruediv__", "__pow__": "__rpow__",
-              "__matmul__": "__rmatmul__", "__lt__": "__gt__", "__le__": "__ge__",
-              "__gt__": "__lt__", "__ge__": "__le__", "__eq__": "__eq__", "__ne__": "__ne__"}

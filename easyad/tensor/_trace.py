@@ -19,7 +19,7 @@ import numpy as np
 from easyad import _expr, _rules
 from easyad._core import Record, Trace
 from easyad.tensor import _shapes as shapes
-from easyad.tensor import _structural
+from easyad.tensor import _generic, _structural
 from easyad.tensor._base import BOOL, operand, wrap
 from easyad._generated.tensor_methods import RuleMethods
 from easyad.tensor._tensor import Tensor
@@ -37,7 +37,7 @@ class TraceTensor(RuleMethods):
     array([0.      , 1.381773])
     """
 
-    __slots__ = ("_value", "_tangent")
+    __slots__ = ("_value", "_tangent", "_elements")
     _value: Tensor
     _tangent: Tensor
 
@@ -52,6 +52,7 @@ class TraceTensor(RuleMethods):
                 tangent.value if isinstance(tangent, Tensor) else tangent), v.shape),
                 device=v.device, dtype=v.dtype)
         self._value, self._tangent = v, t
+        self._elements: Any = None
 
     @staticmethod
     def variable(array: Any, tangent: Any = None, device: Any = None,
@@ -68,7 +69,15 @@ class TraceTensor(RuleMethods):
     @staticmethod
     def _of(value: Tensor, tangent: Tensor) -> "TraceTensor":
         t = TraceTensor.__new__(TraceTensor)
-        t._value, t._tangent = value, tangent
+        t._value, t._tangent, t._elements = value, tangent, None
+        return t
+
+    @staticmethod
+    def _input(value: np.ndarray, tangent: np.ndarray, device: Any = None) -> "TraceTensor":
+        """An input of a forward transform: single elements read as scalar Traces (cheap
+        for scalar code) instead of two indexing operations each."""
+        t = TraceTensor(value, tangent, device)
+        t._elements = (np.asarray(value, dtype=np.float64), np.asarray(tangent, np.float64))
         return t
 
     # -- what it is --
@@ -111,7 +120,14 @@ class TraceTensor(RuleMethods):
         return len(self._value)
 
     __hash__ = None  # type: ignore[assignment]
-    __array_ufunc__ = None   # ndarray (op) TraceTensor defers to our reflected operators
+    __array_priority__ = 1000.0
+
+    # numpy's ufuncs (np.exp(t), a + t) and functions (np.sum(t)) dispatch to the methods
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return _generic.array_ufunc(TraceTensor, ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return _generic.array_function(func, args, kwargs)
 
     # -- linear operations: the same on value and tangent --
     def _both(self, f: Any) -> Any:
@@ -137,6 +153,9 @@ class TraceTensor(RuleMethods):
         return self._both(lambda a: a.T)  # type: ignore[no-any-return]
 
     def __getitem__(self, key: Any) -> Any:
+        if self._elements is not None and shapes.is_element(key, self.ndim):
+            value, tangent = self._elements
+            return Trace(float(value[key]), float(tangent[key]))
         return self._both(lambda a: a[key])
 
     def _extreme(self, op: str, axis: Any, keepdims: bool) -> Any:
@@ -217,6 +236,7 @@ class TraceTensor(RuleMethods):
 
 
 # ---- operands ----
+
 
 def _backend_of(values: Any) -> Any:
     for v in values:

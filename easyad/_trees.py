@@ -1,0 +1,137 @@
+"""Structures of arrays: what the transforms take and give back.
+
+A structure is a leaf or a tuple, list or dict of structures (nested). A leaf is one
+array of reals: a number, an ndarray, a Tensor, a TraceTensor, a Record or Trace, or a
+list or tuple of numbers (rectangular, any depth: ``[1.0, 2.0]`` is ONE 1-D leaf, as
+scipy reads ``x0``). A list or tuple holding anything else (arrays, dicts...) is a
+container of its items. Dicts are always containers (keys kept in their order).
+
+``flatten`` gives the leaves in order and a ``TreeDef`` that rebuilds the same structure
+around other leaves (``unflatten``): gradients have their inputs' structure, Jacobians
+the outputs' structure around the inputs'.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from easyad._core import Record, Trace
+from easyad.tensor import Tensor, TraceTensor
+
+_NUMBERS = (int, float, np.integer, np.floating, np.bool_)
+_SCALARS = (Record, Trace) + _NUMBERS
+
+
+@dataclass(frozen=True)
+class TreeDef:
+    """The shape of a structure: ``kind`` is "leaf", "tuple", "list" or "dict";
+    ``children`` the sub-structures; ``keys`` a dict's keys."""
+
+    kind: str
+    children: tuple["TreeDef", ...] = ()
+    keys: tuple[Any, ...] = ()
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.kind == "leaf"
+
+    @property
+    def leaf_count(self) -> int:
+        if self.is_leaf:
+            return 1
+        return sum(c.leaf_count for c in self.children)
+
+    def describe(self) -> str:
+        if self.is_leaf:
+            return "an array"
+        if self.kind == "dict":
+            return "a dict with keys " + ", ".join(map(repr, self.keys))
+        return f"a {self.kind} of {len(self.children)}"
+
+
+LEAF = TreeDef("leaf")
+
+
+def _is_sequence_leaf(x: list[Any] | tuple[Any, ...]) -> bool:
+    """A list or tuple of numbers (nested, rectangular), or of scalar Records/Traces."""
+    for item in x:
+        if isinstance(item, (list, tuple)):
+            if not _is_sequence_leaf(item):
+                return False
+        elif not isinstance(item, _SCALARS):
+            if not (isinstance(item, np.ndarray) and item.ndim == 0):
+                return False
+    return True
+
+
+def flatten(x: Any) -> tuple[list[Any], TreeDef]:
+    leaves: list[Any] = []
+
+    def visit(v: Any) -> TreeDef:
+        if isinstance(v, dict):
+            keys = tuple(v)
+            return TreeDef("dict", tuple(visit(v[k]) for k in keys), keys)
+        if isinstance(v, (list, tuple)) and not _is_sequence_leaf(v):
+            kind = "tuple" if isinstance(v, tuple) else "list"
+            return TreeDef(kind, tuple(visit(item) for item in v))
+        leaves.append(v)
+        return LEAF
+    return leaves, visit(x)
+
+
+def unflatten(tree: TreeDef, leaves: list[Any]) -> Any:
+    items = iter(leaves)
+
+    def build(t: TreeDef) -> Any:
+        if t.is_leaf:
+            return next(items)
+        built = [build(c) for c in t.children]
+        if t.kind == "dict":
+            return dict(zip(t.keys, built))
+        return tuple(built) if t.kind == "tuple" else built
+    return build(tree)
+
+
+def paths(tree: TreeDef, root: str) -> list[str]:
+    """A name for each leaf, for error messages: ``x0['W'][1]``."""
+    out: list[str] = []
+
+    def visit(t: TreeDef, name: str) -> None:
+        if t.is_leaf:
+            out.append(name)
+        elif t.kind == "dict":
+            for k, c in zip(t.keys, t.children):
+                visit(c, f"{name}[{k!r}]")
+        else:
+            for i, c in enumerate(t.children):
+                visit(c, f"{name}[{i}]")
+    visit(tree, root)
+    return out
+
+
+def map_leaves(function: Callable[[Any], Any], x: Any) -> Any:
+    leaves, tree = flatten(x)
+    return unflatten(tree, [function(v) for v in leaves])
+
+
+def is_recorded(v: Any) -> bool:
+    """Whether a leaf is already on a tape (a transform inside another one)."""
+    if isinstance(v, Tensor):
+        return v.tape is not None
+    if type(v) is Record:
+        return v.tape is not None
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return any(is_recorded(e) for e in v.reshape(-1))
+    return False
+
+
+def is_traced(v: Any) -> bool:
+    """Whether a leaf carries a tangent (a transform inside a forward one)."""
+    if isinstance(v, (TraceTensor, Trace)):
+        return True
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return any(isinstance(e, (Trace, TraceTensor)) for e in v.reshape(-1))
+    return False
