@@ -66,15 +66,16 @@ __all__ = [
     "Numeric", "Real", "Record", "ShapeError", "DeviceError", "StaleRecordError",
     "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
-    "Primitive", "ArrayPrimitive", "define", "primitive", "AnomalyError", "detect_anomaly", "TapeFormatError",
+    "Primitive", "ArrayPrimitive", "define", "primitive", "AnomalyError", "detect_anomaly",
+    "TapeFormatError",
     "where",
     # the functional API, its check, Taylor mode
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",
     # tensors
     "Device", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices", "device_report",
-    "eval_shape", "ShapeDtype", "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax",
-    "stack", "sum",
+    "eval_shape", "ShapeDtype", "get_device", "log_softmax", "logsumexp", "mean", "set_device",
+    "softmax", "stack", "sum",
     # neural networks
     "nn", "optim", "random",
 ]

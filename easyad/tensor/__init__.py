@@ -25,7 +25,8 @@ from easyad.tensor._functions import (ShapeDtype, amax, amin, concatenate, eval_
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor
 
-__all__ = ["ArrayPrimitive", "Device", "ShapeDtype", "Tensor", "amax", "amin", "concatenate", "cross_entropy",
+__all__ = ["ArrayPrimitive", "Device", "ShapeDtype", "Tensor", "amax", "amin", "concatenate",
+           "cross_entropy",
            "device_report", "devices", "eval_shape", "linear", "sigmoid",
            "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack",
            "sum", "TraceTensor"]

@@ -21,8 +21,8 @@ from easyad.tensor._generic import _is_tensor, amax, amin, concatenate, mean, st
 from easyad.tensor._meta import META, MetaArray, ShapeDtype
 from easyad.tensor._tensor import Tensor
 
-__all__ = ["ShapeDtype", "amax", "amin", "concatenate", "eval_shape", "log_softmax", "logsumexp", "mean",
-           "softmax", "stack", "sum"]
+__all__ = ["ShapeDtype", "amax", "amin", "concatenate", "eval_shape", "log_softmax",
+           "logsumexp", "mean", "softmax", "stack", "sum"]
 
 
 def _as_tensor(x: Any) -> tuple[Any, bool]:
@@ -108,9 +108,10 @@ def eval_shape(f: Any, *args: Any, dtype: Any = np.float64, **kwargs: Any) -> An
     ShapeDtype(shape=(5,), dtype=float64)
     >>> model = ad.nn.Sequential(ad.nn.Linear(784, 32), ad.nn.Tanh(), ad.nn.Linear(32, 10))
     >>> loss = lambda x, t: ad.nn.functional.cross_entropy(model(x), t)
-    >>> ad.eval_shape(lambda x, t: {"logits": model(x), "loss": loss(x, t)},
-    ...               (16, 784), ad.ShapeDtype((16,), np.int64))
-    {'logits': ShapeDtype(shape=(16, 10), dtype=float64), 'loss': ShapeDtype(shape=(), dtype=float64)}
+    >>> out = ad.eval_shape(lambda x, t: {"logits": model(x), "loss": loss(x, t)},
+    ...                     (16, 784), ad.ShapeDtype((16,), np.int64))
+    >>> out["logits"], out["loss"]
+    (ShapeDtype(shape=(16, 10), dtype=float64), ShapeDtype(shape=(), dtype=float64))
     """
     with _meta.traced():
         inputs = [_abstract(a, np.dtype(dtype)) for a in args]
