@@ -153,7 +153,8 @@ class Primitive:
         if any(v is None for v in numbers):
             bad = next(a for a, v in zip(args, numbers) if v is None)
             raise TypeError(f"{self.name}() takes numbers, Traces or Records, got "
-                            f"{type(bad).__name__}")
+                            f"{type(bad).__name__}; an operation on arrays or Tensors is "
+                            f"made with ad.primitive(vjp=...) (see ad.ArrayPrimitive)")
         xs = [float(v) for v in numbers]  # type: ignore[arg-type]
         kinds = {type(a) for a in args if isinstance(a, (Trace, Record))}
         if len(kinds) > 1:
