@@ -36,7 +36,9 @@ from easyad.primitives import Primitive, define, primitive
 from easyad.replay import Function, load, record
 from easyad.taylor import Taylor, taylor  # after the module: ad.taylor is the function
 from easyad.tensor import (
+    ArrayPrimitive,
     Device,
+    ShapeDtype,
     Tensor,
     TraceTensor,
     amax,
@@ -65,15 +67,16 @@ __all__ = [
     "Numeric", "Real", "Record", "ShapeError", "DeviceError", "StaleRecordError",
     "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
-    "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly", "TapeFormatError",
+    "Primitive", "ArrayPrimitive", "define", "primitive", "AnomalyError", "detect_anomaly",
+    "TapeFormatError",
     "where",
     # the functional API, its check, Taylor mode
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",
     # tensors
     "Device", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices", "device_report",
-    "eval_shape", "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax",
-    "stack", "sum",
+    "eval_shape", "ShapeDtype", "get_device", "log_softmax", "logsumexp", "mean", "set_device",
+    "softmax", "stack", "sum",
     # neural networks
     "nn", "optim", "random",
 ]

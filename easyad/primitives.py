@@ -1,5 +1,8 @@
 """User-defined operations: a scalar function with its derivatives, usable in every mode.
 
+(Array operations, ``ad.define(name, f, vjp=...)``, are made by the tensor layer's
+``ArrayPrimitive``, ``easyad/tensor/_custom.py``, which registers itself here.)
+
 ``ad.define(name, f, df, d2f=None)`` (or the ``@ad.primitive(derivative=df)`` decorator)
 makes an operation that runs on floats, Traces (forward), Records (one tape entry with
 cached partials, as a table rule's), replayed Functions (a registered callback), recorded
@@ -150,7 +153,8 @@ class Primitive:
         if any(v is None for v in numbers):
             bad = next(a for a, v in zip(args, numbers) if v is None)
             raise TypeError(f"{self.name}() takes numbers, Traces or Records, got "
-                            f"{type(bad).__name__}")
+                            f"{type(bad).__name__}; an operation on arrays or Tensors is "
+                            f"made with ad.primitive(vjp=...) (see ad.ArrayPrimitive)")
         xs = [float(v) for v in numbers]  # type: ignore[arg-type]
         kinds = {type(a) for a in args if isinstance(a, (Trace, Record))}
         if len(kinds) > 1:
@@ -181,13 +185,39 @@ class Primitive:
         return tape._push_custom(self, index[0], index[1], value, slots[0], slots[1])
 
 
-def define(name: str, f: Callable[..., float], df: _Partials | str | None,
-           d2f: _Partials | None = None) -> Primitive:
-    """Declare a scalar operation with its derivative(s); works in every easyad mode.
+# the array primitives live in the tensor layer (easyad/tensor/_custom.py), above this
+# module; it registers its class here at import, so define/primitive can make them
+_ARRAY: list[Any] = []
 
-    ``df(x)`` returns f'(x) (for f(x, y): the pair of partials); ``d2f`` the second
-    derivative (for two arguments: the 2x2 Hessian), needed by Hessians and
-    ``create_graph``. ``df="numeric"`` uses central differences (approximate).
+
+def _register_array(cls: Any) -> None:
+    _ARRAY[:] = [cls]
+
+
+def _array_primitive(name: str, f: Callable[..., Any], vjp: Any, jvp: Any, shape: Any,
+                     differentiable: bool) -> Any:
+    if not _ARRAY:
+        raise RuntimeError("easyad's array primitives are not registered: import easyad")
+    return _ARRAY[0](name, f, vjp=vjp, jvp=jvp, shape=shape, differentiable=differentiable)
+
+
+def define(name: str, f: Callable[..., Any], df: _Partials | str | None = None,
+           d2f: _Partials | None = None, *, vjp: Any = None, jvp: Any = None,
+           shape: Any = None, differentiable: bool = False, array: bool = False) -> Any:
+    """Declare an operation with its derivative(s); works in every easyad mode.
+
+    A scalar operation (a Primitive): ``df(x)`` returns f'(x) (for f(x, y): the pair of
+    partials); ``d2f`` the second derivative (for two arguments: the 2x2 Hessian), needed
+    by Hessians and ``create_graph``. ``df="numeric"`` uses central differences
+    (approximate).
+
+    An array operation (an ``ArrayPrimitive``, made when ``vjp``, ``jvp``, ``shape``,
+    ``differentiable`` or ``array=True`` is given): ``f`` takes numpy arrays (any number of
+    them; numbers too) and returns one array; ``vjp(g, *xs, out)`` returns one cotangent
+    per input (None: central differences), ``jvp(tangents, *xs, out)`` the output's
+    tangent (optional), ``shape(*specs)`` the output's shape for ``ad.eval_shape``
+    (optional), ``differentiable=True``: the vjp is written with easyad operations, so
+    second derivatives go through it. See ``ArrayPrimitive``.
 
     Examples
     --------
@@ -198,13 +228,27 @@ def define(name: str, f: Callable[..., float], df: _Partials | str | None,
     >>> x = lst.variable(0.0)
     >>> (softplus(x) * 2).derivatives()[x]
     1.0
+    >>> import numpy as np
+    >>> norm = ad.define("norm", lambda v: np.sqrt(np.sum(v * v)),
+    ...                  vjp=lambda g, v, out: g * v / out)
+    >>> ad.grad(lambda v: norm(v))([3.0, 4.0])
+    array([0.6, 0.8])
     """
+    if vjp is not None or jvp is not None or shape is not None or differentiable or array:
+        if df is not None or d2f is not None:
+            raise TypeError(f"primitive {name!r}: give df/d2f (a scalar operation) or "
+                            f"vjp/jvp (an array operation), not both")
+        return _array_primitive(name, f, vjp, jvp, shape, differentiable)
     return Primitive(name, f, df, d2f)
 
 
 def primitive(derivative: _Partials | str | None = None, second: _Partials | None = None,
-              name: str | None = None) -> Callable[[Callable[..., float]], Primitive]:
-    """Decorator form of ``define``: ``@ad.primitive(derivative=df, second=d2f)``.
+              name: str | None = None, *, vjp: Any = None, jvp: Any = None,
+              shape: Any = None, differentiable: bool = False,
+              array: bool = False) -> Callable[[Callable[..., Any]], Any]:
+    """Decorator form of ``define``: ``@ad.primitive(derivative=df, second=d2f)`` for a
+    scalar operation, ``@ad.primitive(vjp=..., jvp=..., differentiable=...)`` (or
+    ``array=True``, then ``@f.defvjp``) for an array operation.
 
     Examples
     --------
@@ -214,9 +258,19 @@ def primitive(derivative: _Partials | str | None = None, second: _Partials | Non
     ...     return math.sin(x) / x
     >>> round(bessel_like(ad.Trace.variable(1.0)).derivative, 6)
     -0.301169
+    >>> import numpy as np
+    >>> @ad.primitive(array=True)
+    ... def cumsum(x):
+    ...     return np.cumsum(x)
+    >>> @cumsum.defvjp
+    ... def _(g, x, out):
+    ...     return np.cumsum(g[::-1])[::-1]
+    >>> ad.grad(lambda x: ad.sum(cumsum(x)))([1.0, 2.0, 3.0])
+    array([3., 2., 1.])
     """
-    def wrap(f: Callable[..., float]) -> Primitive:
-        return Primitive(name or f.__name__, f, derivative, second)
+    def wrap(f: Callable[..., Any]) -> Any:
+        return define(name or f.__name__, f, derivative, second, vjp=vjp, jvp=jvp,
+                      shape=shape, differentiable=differentiable, array=array)
     return wrap
 
 

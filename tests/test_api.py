@@ -50,6 +50,8 @@ CONTRACT = {
     "sum", "mean",
     "amax", "amin", "concatenate", "stack", "logsumexp", "softmax", "log_softmax",
     "eval_shape",
+    # custom array operations, shapes without compute (issue 14)
+    "ArrayPrimitive", "ShapeDtype",
     # neural networks (issue 5): subpackages
     "nn", "optim", "random",
 }

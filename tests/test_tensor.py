@@ -388,7 +388,53 @@ def test_eval_shape():
     def model(x, w1, w2):
         h = ad.maximum(x @ w1, 0.0)
         return ad.log_softmax(h @ w2, axis=-1), ad.sum(h), h[:, 1:3].T
-    assert ad.eval_shape(model, (8, 3), (3, 16), (16, 4)) == ((8, 4), (), (2, 8))
+    out = ad.eval_shape(model, (8, 3), (3, 16), (16, 4))
+    assert tuple(o.shape for o in out) == ((8, 4), (), (2, 8))
+    assert all(o.dtype == np.float64 for o in out)
+
+
+
+def test_eval_shape_through_nn_and_losses(device):
+    # parameters live on a device; while eval_shape runs they are shapes only
+    F = ad.nn.functional
+    model = ad.nn.Sequential(ad.nn.Linear(784, 32, device=device), ad.nn.Tanh(),
+                             ad.nn.Linear(32, 10, device=device))
+    assert ad.eval_shape(lambda x: model(x), (16, 784)) == ad.ShapeDtype((16, 10), np.float64)
+    targets = ad.ShapeDtype((16,), np.int64)
+    out = ad.eval_shape(lambda x, t: {"loss": F.cross_entropy(model(x), t),
+                                      "rows": [F.cross_entropy(model(x), t, reduction="none")],
+                                      "p": (ad.softmax(model(x)), ad.logsumexp(model(x), 1))},
+                        (16, 784), targets)
+    assert out == {"loss": ad.ShapeDtype(()), "rows": [ad.ShapeDtype((16,))],
+                   "p": (ad.ShapeDtype((16, 10)), ad.ShapeDtype((16,)))}
+    for loss in (F.mse_loss, F.l1_loss, F.binary_cross_entropy,
+                 F.binary_cross_entropy_with_logits):
+        assert ad.eval_shape(loss, (4, 3), (4, 3)).shape == ()
+        assert ad.eval_shape(lambda a, b: loss(a, b, reduction="none"), (4, 3),
+                             (4, 3)).shape == (4, 3)
+    assert ad.eval_shape(F.nll_loss, (4, 3), np.array([0, 1, 2, 0])).shape == ()
+    assert ad.eval_shape(F.cross_entropy, (4, 3), (4, 3)).shape == ()     # probabilities
+    for act in (F.relu, F.gelu, F.sigmoid, F.tanh, F.log_softmax, F.dropout):
+        assert ad.eval_shape(act, (4, 3)).shape == (4, 3)
+    with pytest.raises(ad.ShapeError, match="linear"):
+        ad.eval_shape(lambda x: model(x), (16, 783))
+    with pytest.raises(ad.ShapeError):
+        ad.eval_shape(F.mse_loss, (4, 3), (4, 2))
+
+
+def test_eval_shape_arguments_and_results(device):
+    w = ad.Tensor.constant(np.ones((3, 4)), device=device)    # made outside: by its shape
+    params = {"W": (3, 4), "b": ad.ShapeDtype((4,), np.float32)}
+    out = ad.eval_shape(lambda p, x, scale: [x @ p["W"] * scale + p["b"], x @ w, None],
+                        params, (8, 3), 2.0)
+    assert out == [ad.ShapeDtype((8, 4), np.float64), ad.ShapeDtype((8, 4)), None]
+    assert ad.eval_shape(lambda x: x, (2,), dtype=np.float32).dtype == np.float32
+    assert ad.eval_shape(lambda x, k: x.sum(axis=k), (2, 5), k=0).shape == (5,)
+    assert ad.eval_shape(lambda x: x > 0, (3,)).dtype == np.bool_
+    with pytest.raises(TypeError, match="eval_shape"):
+        ad.eval_shape(lambda x: "text", (3,))
+    with pytest.raises(TypeError, match="no values"):
+        ad.eval_shape(lambda x: x.value, (3,))
 
 
 # ---- dtypes, devices, memory ----
@@ -500,7 +546,7 @@ def test_readme_tensor_example():
     ns: dict = {}
     exec(block, ns)
     assert ns["d"][ns["W"]].shape == (3, 4) and isinstance(ns["d"][ns["b"]], float)
-    assert ad.eval_shape(lambda x, w: x @ w, (8, 3), (3, 4)) == (8, 4)
+    assert ad.eval_shape(lambda x, w: x @ w, (8, 3), (3, 4)).shape == (8, 4)
 
 
 @pytest.mark.parametrize("shapes", [((1,), (2, 3)), ((2, 1, 3), (4, 1)), ((), (2, 2)),

@@ -217,11 +217,13 @@ def cross_entropy(input: Any, target: Any, reduction: str = "mean") -> Any:
     0.126928
     """
     _check_reduction(reduction)
-    t_array = np.asarray(target.value if isinstance(target, Tensor) else target)
-    if t_array.dtype.kind == "f" or isinstance(target, Tensor) and target.tape is not None:
+    # a float target (array or tensor) holds class probabilities; its dtype says so, so a
+    # tensor without values (eval_shape) is never read
+    kind = target.dtype.kind if isinstance(target, Tensor) else np.asarray(target).dtype.kind
+    if kind == "f" or isinstance(target, Tensor) and target.tape is not None:
         _same_shape("cross_entropy", input, target)      # class probabilities
         return _reduce(-_tensor.sum(log_softmax(input, -1) * target, axis=-1), reduction)
-    t = _class_targets("cross_entropy", input, t_array)
+    t = _class_targets("cross_entropy", input, target)
     if reduction != "none" and len(_shape(input)) == 2 and isinstance(input, Tensor):
         return _tensor.cross_entropy(input, t, reduction)
     return nll_loss(log_softmax(input, -1), t, reduction)

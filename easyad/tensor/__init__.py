@@ -10,20 +10,23 @@ when first asked for it) -> ``_base`` (TensorBase: storage, recording) -> the op
 joins, where), ``_fused`` (linear, cross_entropy, sigmoid), ``_generic`` (ad.sum...) ->
 ``_tensor`` (Tensor = TensorBase + the generated ``_rule_methods.RuleMethods`` + methods
 calling the operations) -> ``_trace`` (TraceTensor) -> ``_functions`` (softmax family,
-eval_shape). ``_replay_cl`` renders a scalar tape into one OpenCL kernel for batched
-gradients.
+eval_shape, ShapeDtype) -> ``_custom`` (ArrayPrimitive: user array operations, registered
+with ``easyad.primitives``). ``_replay_cl`` renders a scalar tape into one OpenCL kernel
+for batched gradients.
 
 ``linear``, ``cross_entropy`` and ``sigmoid`` are the fused operations ``easyad.nn`` uses
 (one tape entry each).
 """
+from easyad.tensor._custom import ArrayPrimitive
 from easyad.tensor._devices import Device, device_report, devices, get_device, set_device
 from easyad.tensor._fused import cross_entropy, linear, sigmoid
-from easyad.tensor._functions import (amax, amin, concatenate, eval_shape, log_softmax,
-                                      logsumexp, mean, softmax, stack, sum)
+from easyad.tensor._functions import (ShapeDtype, amax, amin, concatenate, eval_shape,
+                                      log_softmax, logsumexp, mean, softmax, stack, sum)
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor
 
-__all__ = ["Device", "Tensor", "amax", "amin", "concatenate", "cross_entropy",
+__all__ = ["ArrayPrimitive", "Device", "ShapeDtype", "Tensor", "amax", "amin", "concatenate",
+           "cross_entropy",
            "device_report", "devices", "eval_shape", "linear", "sigmoid",
            "get_device", "log_softmax", "logsumexp", "mean", "set_device", "softmax", "stack",
            "sum", "TraceTensor"]

@@ -6,10 +6,11 @@ Tensors combine freely and ``z.derivatives()`` runs one mixed sweep (scalar runs
 tensor nodes through their ``vjp``). A node keeps only what its vjp reads (the operands or
 output its partial expressions name), so clearing the list releases the buffers.
 
-Layering: this module imports only the core, ``_shapes`` and ``_devices``. The operations
-(``_elementwise``, ``_structural``, ``_fused``) import it and make their results with
-``wrap``/``record`` of the class they were given (``type(t)``), so none of them needs the
-``Tensor`` class, which sits above them all (``_tensor.py``) and calls them.
+Layering: this module imports only the core, ``_shapes``, ``_devices`` and ``_meta``
+(eval_shape). The operations (``_elementwise``, ``_structural``, ``_fused``) import it and
+make their results with ``wrap``/``record`` of the class they were given (``type(t)``), so
+none of them needs the ``Tensor`` class, which sits above them all (``_tensor.py``) and
+calls them.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import numpy as np
 from easyad import _expr
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
-from easyad.tensor import _devices
+from easyad.tensor import _devices, _meta
 from easyad.tensor import _shapes as shapes
 
 FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
@@ -106,7 +107,15 @@ def live_tape(t: TensorBase) -> Any:
 def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
     """``v`` as an Operand for ``backend``, or None if tensors cannot take it."""
     if isinstance(v, TensorBase):
+        if v._backend is not backend and backend.kind == "meta":
+            # eval_shape: a tensor of any device counts by its shape (nothing is computed)
+            return Operand(backend.full(v._shape, 0.0, v._dtype), v._shape, live_tape(v),
+                           v._index, v._dtype)
         if v._backend is not backend:
+            if v._backend.kind == "meta":
+                raise ValueError(f"eval_shape: a tensor on {backend.device} made outside the "
+                                 f"traced function comes first in an operation with traced "
+                                 f"tensors; make it inside the function or pass it in")
             raise ValueError(f"tensors on different devices ({v._backend.device} and "
                              f"{backend.device}); move one with .to(device)")
         return Operand(v._data, v._shape, live_tape(v), v._index, v._dtype)
@@ -270,7 +279,8 @@ class TensorBase:
     # -- construction --
     @staticmethod
     def _from_array(array: Any, device: Any, dtype: Any) -> tuple[Any, Any, np.dtype]:
-        be = _devices.resolve(device)
+        # while eval_shape runs, every tensor made from data has a shape only
+        be = _meta.META if _meta.tracing() else _devices.resolve(device)
         if isinstance(array, TensorBase):
             array = array.value
         a = np.asarray(array)

@@ -12,15 +12,17 @@ from typing import Any
 
 import numpy as np
 
+from easyad._core import Record, Trace
+from easyad.tensor import _meta
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _structural
-from easyad.tensor._base import refuse_object_array, wrap
+from easyad.tensor._base import TensorBase, refuse_object_array, wrap
 from easyad.tensor._generic import _is_tensor, amax, amin, concatenate, mean, stack, sum
-from easyad.tensor._meta import META, MetaArray
+from easyad.tensor._meta import META, MetaArray, ShapeDtype
 from easyad.tensor._tensor import Tensor
 
-__all__ = ["amax", "amin", "concatenate", "eval_shape", "log_softmax", "logsumexp", "mean",
-           "softmax", "stack", "sum"]
+__all__ = ["ShapeDtype", "amax", "amin", "concatenate", "eval_shape", "log_softmax",
+           "logsumexp", "mean", "softmax", "stack", "sum"]
 
 
 def _as_tensor(x: Any) -> tuple[Any, bool]:
@@ -86,24 +88,77 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
     return _unwrap(t - logsumexp(t, axis=axis, keepdims=True), was_array)
 
 
-def eval_shape(f: Any, *shapes_: Any, dtype: Any = np.float64) -> Any:
-    """The output shape(s) of ``f`` on tensors of ``shapes_``, without computing anything.
+def eval_shape(f: Any, *args: Any, dtype: Any = np.float64, **kwargs: Any) -> Any:
+    """The shapes and dtypes of ``f``'s outputs, without computing anything.
 
-    Every operation checks its operands' shapes as in a real evaluation, so a mismatch
-    raises the same ``ad.ShapeError``. Outputs that are tensors or scalars give their shape
-    (``()`` for a number); tuples and lists of outputs give tuples of shapes.
+    Each argument that is a shape (a tuple of ints) or an ``ad.ShapeDtype`` becomes a
+    tensor with that shape and no values (``dtype`` for a bare shape; a ShapeDtype of
+    integers or booleans, such as class targets, becomes zeros of its shape); a Tensor
+    counts by its shape and dtype; lists, dicts and other tuples are looked into; anything
+    else (numpy arrays, numbers, modules, strings) and ``kwargs`` reach ``f`` unchanged.
+    While ``f`` runs, every tensor made from data (constants, the parameters of
+    ``easyad.nn`` modules) has a shape only, so models, losses, the softmax family and
+    user array primitives (``ad.primitive(vjp=...)``) trace without a kernel. Every
+    operation checks its operands' shapes as in a real evaluation, so a mismatch raises
+    the same ``ad.ShapeError``.
 
-    >>> import easyad as ad
+    Returns an ``ad.ShapeDtype`` per output (shape ``()`` for a number) in the structure
+    of ``f``'s result: tuples, lists and dicts of them; None stays None.
+
+    >>> import numpy as np, easyad as ad
     >>> ad.eval_shape(lambda a, b: ad.sum(a @ b, axis=0), (3, 4), (4, 5))
-    (5,)
+    ShapeDtype(shape=(5,), dtype=float64)
+    >>> model = ad.nn.Sequential(ad.nn.Linear(784, 32), ad.nn.Tanh(), ad.nn.Linear(32, 10))
+    >>> loss = lambda x, t: ad.nn.functional.cross_entropy(model(x), t)
+    >>> out = ad.eval_shape(lambda x, t: {"logits": model(x), "loss": loss(x, t)},
+    ...                     (16, 784), ad.ShapeDtype((16,), np.int64))
+    >>> out["logits"], out["loss"]
+    (ShapeDtype(shape=(16, 10), dtype=float64), ShapeDtype(shape=(), dtype=float64))
     """
-    args = [wrap(Tensor, META, MetaArray(tuple(s), dtype), tuple(s), dtype) for s in shapes_]
-    return _shape_of(f(*args))
+    with _meta.traced():
+        inputs = [_abstract(a, np.dtype(dtype)) for a in args]
+        return _spec_of(f(*inputs, **kwargs))
 
 
-def _shape_of(out: Any) -> Any:
+def _is_shape(v: Any) -> bool:
+    return type(v) is tuple and all(isinstance(n, (int, np.integer)) and
+                                    not isinstance(n, bool) for n in v)
+
+
+def _abstract(v: Any, dtype: np.dtype) -> Any:
+    """An argument of eval_shape as what ``f`` receives (see eval_shape)."""
+    if _is_shape(v):
+        v = ShapeDtype(v, dtype)
+    if isinstance(v, ShapeDtype):
+        if v.dtype.kind in "biu":
+            return np.zeros(v.shape, v.dtype)      # integer data (class targets): zeros
+        if v.dtype.kind != "f":
+            raise TypeError(f"eval_shape: a tensor is float64 or float32, not {v.dtype}")
+        return wrap(Tensor, META, MetaArray(v.shape, v.dtype), v.shape, v.dtype)
+    if isinstance(v, TensorBase):
+        return wrap(Tensor, META, MetaArray(v.shape, v.dtype), v.shape, v.dtype)
+    if isinstance(v, dict):
+        return {k: _abstract(x, dtype) for k, x in v.items()}
+    if type(v) in (tuple, list):
+        return type(v)(_abstract(x, dtype) for x in v)
+    return v
+
+
+def _spec_of(out: Any) -> Any:
+    """The ShapeDtype of each output, in the output's structure."""
+    if out is None:
+        return None
     if isinstance(out, (tuple, list)):
-        return tuple(_shape_of(o) for o in out)
+        return type(out)(_spec_of(o) for o in out) if type(out) in (tuple, list) else \
+            tuple(_spec_of(o) for o in out)
     if isinstance(out, dict):
-        return {k: _shape_of(v) for k, v in out.items()}
-    return tuple(np.shape(out)) if not isinstance(out, Tensor) else out.shape
+        return {k: _spec_of(v) for k, v in out.items()}
+    if isinstance(out, (bool, np.bool_)):
+        return ShapeDtype((), np.bool_)
+    if isinstance(out, (int, float, np.number, Record, Trace)):
+        return ShapeDtype((), np.float64)
+    shape, dt = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if isinstance(shape, tuple) and dt is not None:   # Tensor, TraceTensor, ndarray
+        return ShapeDtype(shape, dt)
+    raise TypeError(f"eval_shape: f returned a {type(out).__name__}; it may return tensors, "
+                    f"arrays, numbers and tuples, lists or dicts of them")

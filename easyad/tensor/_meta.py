@@ -2,10 +2,19 @@
 
 ``eval_shape`` runs a function on such tensors: every operation still asks ``_shapes`` for
 its output shape (so a mismatch raises the same ShapeError a real evaluation raises), but
-no buffer is allocated and no kernel runs.
+no buffer is allocated and no kernel runs. While ``eval_shape`` runs (``traced()``), every
+tensor made from data (constants, module parameters) is made on this backend too, and
+operations of the meta backend take tensors of any device by their shapes.
+
+``ShapeDtype`` (a shape and a dtype, public as ``ad.ShapeDtype``) is what ``eval_shape``
+returns for each output and accepts in place of an input.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -80,3 +89,76 @@ class MetaBackend(ComposedKernels):
 
 
 META = MetaBackend()
+
+
+# ---- tracing: eval_shape runs its function with every new tensor on META ----
+
+_TRACING: contextvars.ContextVar[bool] = contextvars.ContextVar("easyad_eval_shape",
+                                                                default=False)
+
+
+def tracing() -> bool:
+    """Whether ``eval_shape`` is running its function (in this thread or task): tensors made
+    then (constants, parameters, inputs of data) go on the meta backend."""
+    return _TRACING.get()
+
+
+@contextlib.contextmanager
+def traced() -> Iterator[None]:
+    token = _TRACING.set(True)
+    try:
+        yield
+    finally:
+        _TRACING.reset(token)
+
+
+class ShapeDtype:
+    """A shape and a dtype without values: what ``ad.eval_shape`` returns for each output,
+    and what it accepts in place of an input array.
+
+    Examples
+    --------
+    >>> import numpy as np, easyad as ad
+    >>> spec = ad.ShapeDtype((16, 784), np.float32)
+    >>> spec.shape, spec.dtype, spec.ndim, spec.size
+    ((16, 784), dtype('float32'), 2, 12544)
+    >>> ad.eval_shape(lambda x: 2.0 * x, spec)
+    ShapeDtype(shape=(16, 784), dtype=float32)
+    """
+
+    __slots__ = ("shape", "dtype")
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __init__(self, shape: Any, dtype: Any = np.float64) -> None:
+        if isinstance(shape, (int, np.integer)):
+            shape = (shape,)
+        object.__setattr__(self, "shape", tuple(int(n) for n in shape))
+        object.__setattr__(self, "dtype", np.dtype(dtype))
+        if any(n < 0 for n in self.shape):
+            raise ValueError(f"a shape has no negative lengths: {self.shape}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ShapeDtype is immutable")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, ShapeDtype):
+            return NotImplemented
+        return self.shape == other.shape and self.dtype == other.dtype
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype.str))
+
+    def __repr__(self) -> str:
+        return f"ShapeDtype(shape={self.shape}, dtype={self.dtype})"
+
+    def __reduce__(self) -> Any:
+        return (ShapeDtype, (self.shape, self.dtype))
