@@ -47,7 +47,8 @@ _NUMERIC = "numeric"
 
 def _step(x: np.ndarray) -> np.ndarray:
     # ~ cbrt(eps) * |x|: central differences then err ~ 1e-10 relative
-    return 6e-6 * np.maximum(1.0, np.abs(x))
+    step: np.ndarray = 6e-6 * np.maximum(1.0, np.abs(x))
+    return step
 
 
 def _fd_vjp(f: Callable[..., Any], g: Any, xs: list[Any], wanted: list[int]) -> list[Any]:
@@ -311,7 +312,8 @@ class ArrayPrimitive:
         if o.dtype is None:                       # a scalar operand: a Record or float
             if isinstance(ct, TensorBase):
                 self._check(ct, (), k)
-                return ct.sum()
+                total: Any = ct             # a Tensor: sum is the subclass's
+                return total.sum()
             if isinstance(ct, np.ndarray):
                 self._check(ct, (), k)
                 return float(ct.reshape(()))
@@ -351,8 +353,9 @@ class ArrayPrimitive:
         if not isinstance(out, TensorBase):
             return out                      # one number: a Record already
         result = np.empty(out.shape, dtype=object)
+        tensor: Any = out                   # a Tensor: indexing is the subclass's
         for i in np.ndindex(out.shape):
-            result[i] = out[i]
+            result[i] = tensor[i]
         return result
 
     # ---- forward mode ----
