@@ -57,6 +57,7 @@ from easyad._trees import TreeDef
 from easyad.errors import TapeMismatchError
 from easyad.tensor import Tensor, TraceTensor, get_device, stack
 from easyad.tensor._base import ObjectArrayOperand
+from easyad.tensor._devices import resolve
 from easyad.tensor._structural import from_scalars
 
 __all__ = ["derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp", "hessian", "hvp"]
@@ -287,7 +288,7 @@ class _Reverse:
             return v + 0.0 if v.tape is not None else self.tape.variable(v.number)
         if isinstance(v, np.ndarray) and v.dtype == object:
             items = [e if type(e) is Record else float(e) for e in v.reshape(-1)]
-            return from_scalars(Tensor, get_device(), np.dtype(np.float64), items,
+            return from_scalars(Tensor, resolve(None), np.dtype(np.float64), items,
                                 v.shape) + 0.0
         a = _as_array(v, "x0")
         return self.tape.variable(float(a)) if a.ndim == 0 else \
@@ -351,7 +352,7 @@ def _assemble(rows: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, 
     if out_shape == () and len(rows) == 1:
         return rows[0]
     if scalar_in:
-        return from_scalars(Tensor, get_device(), np.dtype(np.float64), rows, out_shape)
+        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), rows, out_shape)
     return stack(rows).reshape(out_shape + in_shape)
 
 
@@ -747,6 +748,10 @@ def _by_replay(f: Callable[..., Any], x: NDArray[np.float64], args: tuple[Any, .
         F = record(flat, x.reshape(-1))
     except ObjectArrayOperand:
         return None
+    except TypeError as e:      # an array primitive recorded a tensor node
+        if str(e).startswith("a tape with tensor operations cannot be replayed"):
+            return None
+        raise
     if not F.scalar:
         raise TypeError(f"hessian needs {_name(f)} to return a scalar")
     return run(F, x.reshape(-1))

@@ -27,7 +27,7 @@ Examples
 from easyad.nn import functional, init
 from easyad.nn._layers import (GELU, Dropout, Identity, Linear, LogSoftmax, ReLU, Sigmoid,
                                Softmax, Tanh)
-from easyad.nn._module import Function, Module, Sequential, as_module
+from easyad.nn._module import Function, Module, Sequential, as_module, functional_call
 from easyad.nn._parameter import Parameter
 from easyad.nn.functional import (binary_cross_entropy, binary_cross_entropy_with_logits,
                                   cross_entropy, l1_loss, mse_loss, nll_loss)
@@ -35,4 +35,4 @@ from easyad.nn.functional import (binary_cross_entropy, binary_cross_entropy_wit
 __all__ = ["Dropout", "Function", "GELU", "Identity", "Linear", "LogSoftmax", "Module",
            "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "as_module",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
-           "functional", "init", "l1_loss", "mse_loss", "nll_loss"]
+           "functional", "functional_call", "init", "l1_loss", "mse_loss", "nll_loss"]

@@ -252,3 +252,41 @@ class Sequential(Module):
     def append(self, module: Any) -> "Sequential":
         self._layers.append(as_module(module))
         return self
+
+
+def functional_call(module: Module, parameters: Any, *args: Any, **kwargs: Any) -> Any:
+    """``module(*args, **kwargs)`` with its parameters replaced by ``parameters`` (a dict
+    of dotted names, as ``named_parameters`` gives them, to Tensors, TraceTensors or
+    arrays), as ``torch.func.functional_call``: the way to differentiate a model with
+    respect to its parameters with the transforms (``ad.grad``, ``ad.hessian``...).
+    Parameters left out keep their own values (as constants). The module is unchanged
+    afterwards.
+
+    >>> import numpy as np, easyad as ad
+    >>> model = ad.nn.Linear(2, 1, generator=0)
+    >>> params = {k: p.data for k, p in model.named_parameters()}
+    >>> x = np.array([[1.0, 2.0]])
+    >>> loss = lambda p: ad.sum(ad.nn.functional_call(model, p, x))
+    >>> g = ad.grad(loss)(params)
+    >>> g["weight"].tolist(), g["bias"].tolist()
+    ([[1.0, 2.0]], [1.0])
+    """
+    own = dict(module.named_parameters())
+    unknown = sorted(set(parameters) - set(own))
+    if unknown:
+        raise KeyError(f"functional_call: no parameters named {unknown} in this module "
+                       f"(its parameters: {sorted(own)})")
+    given = [(own[name], value) for name, value in parameters.items()]
+    for p, value in given:
+        if tuple(getattr(value, "shape", np.shape(value))) != p.shape:
+            raise ValueError(f"functional_call: a value of shape {np.shape(value)} for a "
+                             f"parameter of shape {p.shape}")
+    previous = [p._override for p, _ in given]
+    try:
+        for p, value in given:
+            p._override = value if hasattr(value, "shape") and not isinstance(
+                value, np.ndarray) else Tensor.constant(value, device=p.device)
+        return module(*args, **kwargs)
+    finally:
+        for (p, _), old in zip(given, previous):
+            p._override = old

@@ -50,7 +50,7 @@ class Parameter:
     array([2., 4.])
     """
 
-    __slots__ = ("data", "device", "requires_grad", "_tensor")
+    __slots__ = ("data", "device", "requires_grad", "_tensor", "_override")
 
     def __init__(self, data: Any, dtype: Any = None, device: Any = None,
                  requires_grad: bool = True) -> None:
@@ -61,6 +61,7 @@ class Parameter:
         self.device = device
         self.requires_grad = bool(requires_grad)
         self._tensor: Tensor | None = None
+        self._override: Any = None      # what functional_call gives in its place
 
     # -- what it is --
     @property
@@ -86,7 +87,9 @@ class Parameter:
     def tensor(self, tape: Any = None) -> Tensor:
         """This parameter as a tensor: a variable on ``tape`` (the same one for every use
         on that list until it is cleared), or a constant when ``tape`` is None or the
-        parameter is frozen."""
+        parameter is frozen. Inside ``ad.nn.functional_call``: the value given there."""
+        if self._override is not None:
+            return self._override  # type: ignore[no-any-return]
         if tape is None or not self.requires_grad:
             return Tensor.constant(self.data, device=self.device)
         t = self._tensor
