@@ -294,8 +294,12 @@ class _Reverse:
         return self.tape.variable(float(a)) if a.ndim == 0 else \
             Tensor.variable(a, self.tape, device=get_device())
 
-    def sweep(self, z: Any) -> list[Any]:
-        """d z / d inputs: arrays and floats at the top level, recorded values inside."""
+    def sweep(self, z: Any, seed: Any = None) -> list[Any]:
+        """d z / d inputs: arrays and floats at the top level, recorded values inside.
+        A tensor ``z`` at the top level sweeps with adjoint ``seed`` (ones: its sum)."""
+        if isinstance(z, Tensor) and not self.nested and z.tape is self.tape:
+            d = z.derivatives(np.ones(z.shape) if seed is None else seed)
+            return self._read(d)
         if isinstance(z, Tensor):
             z = z.sum()
         if type(z) is not Record or z.tape is None:
@@ -306,7 +310,9 @@ class _Reverse:
         if self.nested:
             d = z.derivatives(create_graph=True)
             return [d[x] for x in self.inputs]
-        d = z.derivatives()
+        return self._read(z.derivatives())
+
+    def _read(self, d: Any) -> list[Any]:
         return [d[x] if s else x.input_derivative(d) for x, s in zip(self.inputs, self.scalar)]
 
     def _zero(self, k: int) -> Any:
@@ -327,6 +333,20 @@ def _tape_of(v: Any) -> Any:
             if type(e) is Record and e.tape is not None:
                 return e.tape
     return None
+
+
+def _rows(run: _Reverse, leaf: Any) -> tuple[tuple[int, ...], list[list[Any]]]:
+    """An output leaf's shape and, per element (flat), its derivatives by the inputs."""
+    if isinstance(leaf, Tensor) and not run.nested and leaf.tape is run.tape:
+        # seeded sweeps from the tensor: no entry per row on the list
+        rows = []
+        for i in range(leaf.size):
+            seed = np.zeros(leaf.size)
+            seed[i] = 1.0
+            rows.append(run.sweep(leaf, seed.reshape(leaf.shape)))
+        return leaf.shape, rows
+    shape, element = _scalars_of(leaf)
+    return shape, [run.sweep(element(i)) for i in range(int(np.prod(shape, dtype=int)))]
 
 
 def _scalars_of(leaf: Any) -> tuple[tuple[int, ...], Callable[[int], Any]]:
@@ -361,8 +381,7 @@ def _jacobian_reverse(f: Callable[..., Any], x0: Any, args: tuple[Any, ...]) -> 
     leaves, out_tree = _output_leaves(run.result, f, "reverse")
     blocks = []
     for leaf in leaves:
-        shape, element = _scalars_of(leaf)
-        rows = [run.sweep(element(i)) for i in range(int(np.prod(shape, dtype=int)))]
+        shape, rows = _rows(run, leaf)
         per_input = [_assemble([r[k] for r in rows], shape, run.shapes[k], run.scalar[k],
                                run.nested) for k in range(len(run.inputs))]
         blocks.append(_trees.unflatten(run.tree, per_input))
