@@ -1,0 +1,595 @@
+"""Replay at compiled speed: a recorded program optimised once, rendered to C, compiled
+with the C compiler present at run time, cached on disk and called without the GIL.
+
+Sits between the compiled core and ``replay.py`` (``Function.compile`` calls
+``native(F)``); it reads tapes through ``_tapeview`` and the core's replay layout
+(``_Replayer._layout``), and the rule table's C through the generated ``_ops.h``: the
+compiled code calls the very functions the VM calls (``easyad_<rule>_value``, ``_d0``,
+``_d1``, ``easyad_rule_status``, the helpers of ``_helpers.h``), so its numbers are the
+VM's bit for bit. Three steps:
+
+- ``optimise``: the tape rewritten once (constants folded to their recorded values,
+  common subexpressions shared, identities that hold bit for bit: ``x * 1``, ``x / 1``,
+  ``x - 0``, ``x + -0``, ``x ** 1``, ``--x``; dead entries dropped, guards and what they
+  read kept). The result is an ordinary WengertList, laid out by the VM's scheduler.
+- ``render``: the layout to C, a straight-line program: values run by run (affine
+  segments as loops, the rest one statement per entry with constants as literals), then
+  the adjoints in the VM's order (so sums round alike), partials written inline from the
+  table's C. Each point returns flags: bit 0 a guard's outcome changed, bit 1 an entry
+  with an error policy failed. A flagged point is the VM's to handle (it raises only for
+  live entries, re-records or masks), so the compiled code never answers differently.
+- ``build``: compile (``$CC`` or Python's compiler, -O2; -O1 for big programs) into the
+  cache (``$EASYAD_CACHE_DIR/compiled`` or ``~/.cache/easyad/compiled``), keyed by a hash
+  of the source, the compiler command and the flags, written atomically; a second process
+  loads the shared object without compiling. No compiler, or a failed compile: one
+  ``CompilerWarning`` and the VM goes on.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import warnings
+from typing import Any
+
+import numpy as np
+
+from easyad import _core, _expr, _rules, _tapeview
+from easyad.errors import CompilerWarning
+
+_FORMAT = 1                       # bump when the rendered C changes meaning
+_FLAGS = ("-fPIC", "-shared", "-fno-trapping-math", "-fno-math-errno", "-ffp-contract=off",
+          "-std=gnu99", "-w")
+_BIG = 30_000                     # entries from which -O1 (compile time) replaces -O2
+_CHUNK = 400                      # statements per C function (compile time grows faster
+                                  # than linearly with a function's size)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_lock = threading.Lock()
+_loaded: dict[str, Any] = {}      # shared object path -> ctypes library (one per process)
+_warned: set[str] = set()
+
+_OP = _rules.OPCODES
+_S = _rules.STRUCTURAL_OPCODES
+_SELECT = _S["select"]
+_COMPARE = {_S[f"compare_{c}"]: _rules.COMPARISON_SYMBOLS[c] for c in _rules.COMPARISONS}
+_GUARD = {_S[f"guard_{c}"]: _rules.COMPARISON_SYMBOLS[c] for c in _rules.COMPARISONS}
+_RULE_OF = {code: _rules.RULES_BY_NAME[name] for name, code in _OP.items()}
+
+
+def _warn_once(reason: str, text: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(text, CompilerWarning, stacklevel=4)
+
+
+# ---- optimise: the tape rewritten once ----
+
+def optimise(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...]
+             ) -> tuple[Any, list[int], list[int]] | None:
+    """The tape rewritten (see the module's docstring) as a new WengertList with its
+    inputs and outputs, or None where it holds user primitives or tensor nodes. Replaying
+    it gives the same values and derivatives, bit for bit, at every point where the
+    original raises nothing (errors and changed branches are the VM's to report, on the
+    original tape)."""
+    view = _tapeview.TapeView(tape)
+    ops = view.ops.tolist()
+    if any(_tapeview.KINDS[op] in (_tapeview.CUSTOM, _tapeview.NODE) for op in ops):
+        return None
+    arg = (view.arg0.tolist(), view.arg1.tolist())
+    recorded = view.values.tolist()
+    partial = (view.partial0.tolist(), view.partial1.tolist())
+    input_set = set(inputs)
+    # rep[e]: ("e", new index) or ("c", value)
+    rep: list[tuple[str, Any]] = []
+    new_ops: list[int] = []
+    new_arg: tuple[list[int], list[int]] = ([], [])
+    new_values: list[float] = []
+    new_partial: tuple[list[float], list[float]] = ([], [])
+    seen: dict[tuple[Any, ...], int] = {}
+    neg, mul, div, sub, add, pow_ = (_OP[k] for k in ("neg", "mul", "div", "sub", "add", "pow"))
+
+    def emit(op: int, a: tuple[str, Any], b: tuple[str, Any], value: float,
+             p: tuple[float, float]) -> int:
+        for k, (kind, x) in enumerate((a, b)):
+            new_arg[k].append(x if kind == "e" else -1)
+            new_partial[k].append(p[k] if kind == "e" else x)
+        new_ops.append(op)
+        new_values.append(value)
+        return len(new_ops) - 1
+
+    def key(r: tuple[str, Any]) -> tuple[str, Any]:
+        return r if r[0] == "e" else ("c", np.float64(r[1]).tobytes())
+
+    none = ("c", 0.0)
+    for e, op in enumerate(ops):
+        kind = _tapeview.KINDS[op]
+        if kind in (_tapeview.VARIABLE, _tapeview.CONSTANT):
+            if e in input_set:
+                rep.append(("e", emit(op, none, none, recorded[e], (0.0, 0.0))))
+            else:
+                rep.append(("c", recorded[e]))
+            continue
+        arity = _RULE_OF[op].arity if kind == _tapeview.RULE else 2
+        operands = []
+        for k in range(2):
+            if k >= arity:
+                operands.append(none)
+            elif arg[k][e] >= 0:
+                operands.append(rep[arg[k][e]])
+            else:
+                operands.append(("c", partial[k][e]))
+        a, b = operands
+        p = (partial[0][e], partial[1][e])
+        if kind != _tapeview.RULE:     # comparisons, guards and selects stay as they are
+            rep.append(("e", emit(op, a, b, recorded[e], p)))
+            continue
+        if all(r[0] == "c" for r in operands[:arity]):
+            rep.append(("c", recorded[e]))      # constant: the value it was recorded with
+            continue
+        same = _identity(op, a, b, neg, mul, div, sub, add, pow_, new_ops, new_arg)
+        if same is not None:
+            rep.append(same)
+            continue
+        k2 = (op, key(a), key(b))
+        if k2 in seen:
+            rep.append(("e", seen[k2]))
+            continue
+        seen[k2] = emit(op, a, b, recorded[e], p)
+        rep.append(("e", seen[k2]))
+    outs = []
+    for o in outputs:
+        r = rep[o]
+        outs.append(r[1] if r[0] == "e" else
+                    emit(_rules.OP_VARIABLE, none, none, r[1], (0.0, 0.0)))
+    ins = [rep[i][1] for i in inputs]
+    keep = _live(new_ops, new_arg, outs, ins)
+    return _rebuild(keep, new_ops, new_arg, new_values, new_partial, ins, outs)
+
+
+def _identity(op: int, a: tuple[str, Any], b: tuple[str, Any], neg: int, mul: int, div: int,
+              sub: int, add: int, pow_: int, ops: list[int],
+              args: tuple[list[int], list[int]]) -> tuple[str, Any] | None:
+    """The operand an entry equals bit for bit (value and derivative), or None."""
+    def const(r: tuple[str, Any], v: float) -> bool:
+        return r[0] == "c" and np.float64(r[1]).tobytes() == np.float64(v).tobytes()
+
+    if op == mul:
+        if const(b, 1.0) and a[0] == "e":
+            return a
+        if const(a, 1.0) and b[0] == "e":
+            return b
+    elif (op == div and const(b, 1.0)) or (op == sub and const(b, 0.0)) \
+            or (op == add and const(b, -0.0)) or (op == pow_ and const(b, 1.0)):
+        return a if a[0] == "e" else None
+    elif op == add and const(a, -0.0):
+        return b if b[0] == "e" else None
+    elif op == neg and a[0] == "e" and ops[a[1]] == neg and args[0][a[1]] >= 0:
+        return ("e", args[0][a[1]])
+    return None
+
+
+def _live(ops: list[int], args: tuple[list[int], list[int]], outs: list[int],
+          ins: list[int]) -> list[bool]:
+    """Entries an output or a guard reads (guards are always checked), and the inputs."""
+    live = [False] * len(ops)
+    for i in (*outs, *ins):
+        live[i] = True
+    for i, op in enumerate(ops):
+        if op in _GUARD:
+            live[i] = True
+    for i in range(len(ops) - 1, -1, -1):
+        if not live[i]:
+            continue
+        for k in (0, 1):
+            if args[k][i] >= 0:
+                live[args[k][i]] = True
+        if ops[i] == _SELECT:
+            live[_tapeview.select_condition(i)] = True
+    return live
+
+
+def _rebuild(keep: list[bool], ops: list[int], args: tuple[list[int], list[int]],
+             values: list[float], partials: tuple[list[float], list[float]], ins: list[int],
+             outs: list[int]) -> tuple[Any, list[int], list[int]]:
+    index = np.cumsum(keep) - 1
+    kept = np.flatnonzero(keep)
+    a0, a1 = (np.asarray(args[k], dtype=np.int64)[kept] for k in (0, 1))
+    a0 = np.where(a0 >= 0, index[np.maximum(a0, 0)], -1)
+    a1 = np.where(a1 >= 0, index[np.maximum(a1, 0)], -1)
+    parts = (np.asarray(values)[kept].astype("<f8").tobytes(),
+             np.asarray(partials[0])[kept].astype("<f8").tobytes(),
+             np.asarray(partials[1])[kept].astype("<f8").tobytes(),
+             a0.astype("<i4").tobytes(), a1.astype("<i4").tobytes(),
+             np.asarray(ops, dtype=np.uint8)[kept].tobytes())
+    tape = _core._rebuild_wengert_list(len(kept), parts, {}, None, None, None,
+                                       source="optimised program")
+    return tape, [int(index[i]) for i in ins], [int(index[o]) for o in outs]
+
+
+# ---- render: the layout as C ----
+
+def _literal(v: float) -> str:
+    if v != v:
+        return "(-NAN)" if np.signbit(v) else "NAN"
+    if v in (float("inf"), float("-inf")):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"({float(v).hex()})"
+
+
+class _Program:
+    """The layout of a _Replayer with what rendering asks of it."""
+
+    def __init__(self, layout: dict[str, Any]) -> None:
+        self.__dict__.update(layout)
+        self.L = int(self.length)
+        self.slot = (self.slot0, self.slot1)
+
+    def operand(self, s: int) -> str:
+        """The C expression of a slot: v[p] or a constant's literal."""
+        return f"v[{s}]" if s < self.L else _literal(float(self.constants[s - self.L]))
+
+    def strided(self, base: int, stride: int, need: bool) -> str:
+        if base < self.L:
+            return f"v[{base} + j]" if stride else f"v[{base}]"
+        if stride:
+            return f"K[{base - self.L} + j]"
+        return _literal(float(self.constants[base - self.L]))
+
+
+def render(layout: dict[str, Any], origin: str) -> str:
+    """C source of the program laid out by the VM (``_Replayer._layout()``)."""
+    P = _Program(layout)
+    L = P.L
+    runs = list(zip(P.run_start[:-1].tolist(), P.run_start[1:].tolist(), P.run_op.tolist(),
+                    P.run_need.tolist(), P.run_affine.tolist(), P.run_base0.tolist(),
+                    P.run_base1.tolist()))
+    # forward statements (each a C block), then the reverse ones, last run first
+    forward = [_forward_run(P, run) for run in runs]
+    ancestors = _ancestors(P, int(P.outputs[0]))
+    reverse = [_reverse_run(P, run, ancestors) for run in reversed(runs)]
+    n, m = len(P.inputs), len(P.outputs)
+    out = [f"/* GENERATED by easyad/_compile.py from a recorded easyad.Function ({origin}; "
+           f"{L} entries laid out by the replay VM), do not edit.\n"
+           " * Values, then adjoints, as straight-line C; the math is the rule table's, from\n"
+           " * _ops.h and _helpers.h, the functions the VM calls. */\n",
+           "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n",
+           '#include "_ops.h"\n\n',
+           "#if defined(__GNUC__)\n#define EASYAD_CUT __attribute__((noinline))\n#else\n"
+           "#define EASYAD_CUT\n#endif\n"]
+    out.append(f"static const double K[{max(1, len(P.constants))}] = "
+               f"{{{', '.join(_literal(float(c)) for c in P.constants) or '0.0'}}};\n")
+    first = int(P.first)
+    out.append(f"static const double V0[{max(1, first)}] = "
+               f"{{{', '.join(_literal(float(c)) for c in P.values[:first]) or '0.0'}}};\n")
+    cut = "EASYAD_CUT " if len(forward) + len(reverse) > 1 else ""
+    fparts = _chunks(forward)
+    rparts = _chunks([r for r in reverse if r])
+    cut = "EASYAD_CUT " if len(fparts) + len(rparts) > 2 else ""
+    for k, body in enumerate(fparts):
+        out.append(f"static {cut}int fwd{k}(double* restrict v) {{\n    int flags = 0; long j; "
+                   f"(void)j;\n{body}    return flags;\n}}\n")
+    for k, body in enumerate(rparts):
+        out.append(f"static {cut}void rev{k}(const double* restrict v, double* restrict a) {{\n"
+                   f"    long j; (void)j;\n{body}}}\n")
+    calls_f = "".join(f"    flags |= fwd{k}(v);\n" for k in range(len(fparts)))
+    calls_r = "".join(f"    rev{k}(v, a);\n" for k in range(len(rparts)))
+    set_in = "".join(f"    v[{int(p)}] = x[{k}];\n" for k, p in enumerate(P.inputs))
+    get_out = "".join(f"    out[{k}] = v[{int(p)}];\n" for k, p in enumerate(P.outputs))
+    get_g = "".join(f"    g[{k}] = a[{int(p)}];\n" for k, p in enumerate(P.inputs))
+    out.append(f"""
+static inline int forward(const double* restrict x, double* restrict v) {{
+    int flags = 0;
+    memcpy(v, V0, {first} * sizeof(double));
+{set_in}{calls_f}    return flags;
+}}
+
+int easyad_native_value(const double* restrict x, double* restrict out, double* g,
+                        double* restrict work) {{
+    double* v = work;
+    int flags = forward(x, v);
+    (void)g;
+{get_out}    return flags;
+}}
+
+int easyad_native_gradient(const double* restrict x, double* restrict out,
+                           double* restrict g, double* restrict work) {{
+    double* v = work;
+    double* a = work + {L};
+    int flags = forward(x, v);
+{get_out}    if (flags) return flags;
+    memset(a, 0, {L} * sizeof(double));
+    a[{int(P.outputs[0])}] = 1.0;
+{calls_r}{get_g}    return 0;
+}}
+
+int64_t easyad_native_rows(int gradient, int64_t r0, int64_t r1, const double* X,
+                           double* out, double* G, uint8_t* flags) {{
+    int64_t r, bad = 0;
+    double* work = (double*)malloc({2 * L + 1} * sizeof(double));
+    if (work == NULL) return -1;
+    for (r = r0; r < r1; r++) {{
+        int f = gradient
+            ? easyad_native_gradient(X + r * {n}, out + r * {m}, G + r * {n}, work)
+            : easyad_native_value(X + r * {n}, out + r * {m}, NULL, work);
+        flags[r] = (uint8_t)f;
+        bad += f != 0;
+    }}
+    free(work);
+    return bad;
+}}
+""")
+    return "".join(out)
+
+
+def _chunks(blocks: list[str]) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    size = 0
+    for block in blocks:
+        if not block:
+            continue
+        current.append(block)
+        size += block.count(";")
+        if size >= _CHUNK * 3:
+            parts.append("".join(current))
+            current, size = [], 0
+    if current or not parts:
+        parts.append("".join(current))
+    return parts
+
+
+def _ancestors(P: _Program, output: int) -> np.ndarray:
+    """Positions the output reads (itself included): the reverse sweep visits only them."""
+    live = np.zeros(P.L + 1, dtype=bool)
+    if output < P.L:
+        live[output] = True
+    ops, a0, a1 = P.ops.tolist(), P.arg0.tolist(), P.arg1.tolist()
+    for i in range(P.L - 1, -1, -1):
+        if not live[i]:
+            continue
+        if a0[i] >= 0:
+            live[a0[i]] = True
+        if a1[i] >= 0:
+            live[a1[i]] = True
+        if ops[i] == _SELECT:
+            live[_tapeview.select_condition(i)] = True
+    return live
+
+
+def _forward_run(P: _Program, run: tuple[int, ...]) -> str:
+    lo, hi, op, need, affine, base0, base1 = run
+    lines = []
+    if op == 0:
+        for i in range(lo, hi):
+            lines.append(_structural(P, i))
+        return "".join(lines)
+    rule = _RULE_OF[op]
+    name = rule.name
+    checked = rule.errors != _rules.NO_CHECK
+    if affine:
+        x = P.strided(base0, (affine >> 1) & 1, bool(need & 1))
+        y = P.strided(base1, affine >> 2, bool(need & 2))
+        body = (f"const double x = {x}, y = {y}; (void)y; "
+                f"const double z = easyad_{name}_value(x, y); v[{lo} + j] = z;")
+        text = f"    for (j = 0; j < {hi - lo}; j++) {{ {body}"
+        if not checked:
+            return text + " }\n"
+        return (f"    {{ double bad = 0.0;\n{text} bad = (z - z == 0.0) ? bad : 1.0; }}\n"
+                f"      if (bad != 0.0) for (j = 0; j < {hi - lo}; j++) {{ const double x = {x},"
+                f" y = {y}; (void)y; const double z = v[{lo} + j]; if (!isfinite(z) && "
+                f"easyad_rule_status({op}, x, y, z)) flags |= 2; }} }}\n")
+    for i in range(lo, hi):
+        x = P.operand(int(P.slot0[i]))
+        y = P.operand(int(P.slot1[i]))
+        line = f"    {{ const double x = {x}, y = {y}; (void)y; const double z = " \
+               f"easyad_{name}_value(x, y); v[{i}] = z;"
+        if checked:
+            line += f" if (!isfinite(z) && easyad_rule_status({op}, x, y, z)) flags |= 2;"
+        lines.append(line + " }\n")
+    return "".join(lines)
+
+
+def _structural(P: _Program, i: int) -> str:
+    op = int(P.ops[i])
+    x = P.operand(int(P.slot0[i]))
+    y = P.operand(int(P.slot1[i]))
+    if op == _SELECT:
+        c = _tapeview.select_condition(i)
+        return f"    v[{i}] = (v[{c}] != 0.0) ? {x} : {y};\n"
+    if op in _COMPARE:
+        return f"    v[{i}] = ({x} {_COMPARE[op]} {y}) ? 1.0 : 0.0;\n"
+    if op in _GUARD:
+        was = "1.0" if P.values[i] != 0.0 else "0.0"
+        return (f"    v[{i}] = ({x} {_GUARD[op]} {y}) ? 1.0 : 0.0; "
+                f"if (v[{i}] != {was}) flags |= 1;\n")
+    raise ValueError(f"entry {i} ({_rules.OPCODE_NAMES[op]}) cannot be compiled")
+
+
+def _contribution(rule: _rules.Rule, k: int, call: str) -> str | None:
+    """What operand k's adjoint grows by: the table's constant partial as written, any
+    other through mul0 (the strong zero), None for a 0 partial."""
+    c = _expr.constant(rule.partials[k]) if k < rule.arity else 0.0
+    if c == 0.0:
+        return None
+    if c is None:
+        return f"mul0({call}, g)"
+    if c == 1.0:
+        return "g"
+    if c == -1.0:
+        return "-g"
+    return f"{_literal(c)} * g"
+
+
+def _reverse_run(P: _Program, run: tuple[int, ...], ancestors: np.ndarray) -> str:
+    lo, hi, op, need, affine, base0, base1 = run
+    if not ancestors[lo:hi].any():
+        return ""
+    lines = []
+    if op == 0:
+        for i in range(hi - 1, lo - 1, -1):
+            if ancestors[i] and int(P.ops[i]) == _SELECT:
+                c = _tapeview.select_condition(i)
+                a, b = int(P.arg0[i]), int(P.arg1[i])
+                take = [f"a[{a}] += a[{i}];" if a >= 0 else ";",
+                        f"a[{b}] += a[{i}];" if b >= 0 else ";"]
+                lines.append(f"    if (v[{c}] != 0.0) {{ {take[0]} }} else {{ {take[1]} }}\n")
+        return "".join(lines)
+    rule = _RULE_OF[op]
+    name = rule.name
+    if affine:
+        strides = ((affine >> 1) & 1, affine >> 2)
+        x = P.strided(base0, strides[0], bool(need & 1))
+        y = P.strided(base1, strides[1], bool(need & 2))
+        body = [f"const double g = a[{lo} + j], x = {x}, y = {y}, z = v[{lo} + j]; "
+                "(void)x; (void)y; (void)z;"]
+        for k, base in ((0, base0), (1, base1)):
+            if not need >> k & 1:
+                continue
+            t = _contribution(rule, k, f"easyad_{name}_d{k}(x, y, z)")
+            if t is not None:
+                target = f"a[{base} + j]" if strides[k] else f"a[{base}]"
+                body.append(f"{target} += {t};")
+        return (f"    for (j = {hi - lo - 1}; j >= 0; j--) {{ {' '.join(body)} }}\n")
+    for i in range(hi - 1, lo - 1, -1):
+        if not ancestors[i]:
+            continue
+        args = (int(P.arg0[i]), int(P.arg1[i]))
+        x = P.operand(int(P.slot0[i]))
+        y = P.operand(int(P.slot1[i]))
+        body = []
+        for k in (0, 1):
+            if args[k] < 0:
+                continue
+            t = _contribution(rule, k, f"easyad_{name}_d{k}({x}, {y}, v[{i}])")
+            if t is not None:
+                body.append(f"a[{args[k]}] += {t};")
+        if body:
+            lines.append(f"    {{ const double g = a[{i}]; {' '.join(body)} }}\n")
+    return "".join(lines)
+
+
+# ---- build: compile, cache, load ----
+
+def _cache_dir() -> str:
+    root = os.environ.get("EASYAD_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "easyad")
+    return os.path.join(root, "compiled")
+
+
+def compiler() -> list[str] | None:
+    """The C compiler command: $CC, else the one Python was built with, else cc; None
+    when it is not found on PATH."""
+    text = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    argv = shlex.split(text)
+    if not argv or shutil.which(argv[0]) is None:
+        return None
+    return argv
+
+
+def _headers() -> list[str] | None:
+    folders = [_HERE, os.path.join(_HERE, "_generated")]
+    for name, folder in (("_helpers.h", folders[0]), ("_status.h", folders[0]),
+                         ("_ops.h", folders[1])):
+        if not os.path.exists(os.path.join(folder, name)):
+            return None
+    return [f"-I{folder}" for folder in folders]
+
+
+def build(source: str, entries: int) -> str | None:
+    """The path of the shared object compiled from source (from the cache when there),
+    or None, with a CompilerWarning, when it cannot be compiled."""
+    argv = compiler()
+    if argv is None:
+        _warn_once("missing", "Function.compile(): no C compiler found ($CC, or "
+                   f"{sysconfig.get_config_var('CC') or 'cc'!r}); replay goes on in the VM. "
+                   "Install one (gcc or clang: apt install gcc, dnf install gcc, xcode-select "
+                   "--install) or point $CC at it.")
+        return None
+    includes = _headers()
+    if includes is None:
+        _warn_once("headers", "Function.compile(): easyad's C headers (_helpers.h, "
+                   "_status.h, _generated/_ops.h) are not installed beside it; replay goes "
+                   "on in the VM. Reinstall easyad from its source.")
+        return None
+    level = "-O1" if entries >= _BIG else "-O2"
+    flags = [level, *_FLAGS]
+    digest = hashlib.sha256("\0".join(
+        [str(_FORMAT), source, " ".join(argv), " ".join(flags), platform.machine(),
+         sys.platform, sys.implementation.cache_tag or ""]).encode()).hexdigest()[:32]
+    folder = _cache_dir()
+    target = os.path.join(folder, f"easyad-{digest}.so")
+    if os.path.exists(target):
+        return target
+    os.makedirs(folder, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="build-", dir=folder)
+    try:
+        c_file = os.path.join(work, "program.c")
+        with open(c_file, "w", encoding="utf-8") as handle:
+            handle.write(source)
+        so_file = os.path.join(work, "program.so")
+        try:
+            done = subprocess.run([*argv, *flags, *includes, c_file, "-o", so_file, "-lm"],
+                                  capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.SubprocessError) as error:
+            _warn_once("failed", f"Function.compile(): the C compiler {argv[0]!r} could not "
+                       f"run ({error}); replay goes on in the VM.")
+            return None
+        if done.returncode != 0 or not os.path.exists(so_file):
+            _warn_once("failed", f"Function.compile(): the C compiler {argv[0]!r} failed "
+                       f"(exit {done.returncode}): {done.stderr.strip()[:500]}; replay goes "
+                       f"on in the VM. Install a working gcc or clang, or point $CC at one.")
+            return None
+        os.replace(c_file, target[:-3] + ".c")   # for reading; the .so last, atomically
+        os.replace(so_file, target)
+        return target
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _load(path: str) -> Any:
+    with _lock:
+        library = _loaded.get(path)
+        if library is None:
+            library = _loaded[path] = ctypes.CDLL(path)
+        return library
+
+
+def native(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...], *,
+           optimised: bool = True) -> Any:
+    """A ``_core._Native`` calling the compiled program of the tape, or None where it
+    cannot be compiled (user primitives, tensor nodes: silently; no compiler: warned)."""
+    if tape._customs_count():
+        return None
+    if optimised:
+        made = optimise(tape, inputs, outputs)
+        if made is None:
+            return None
+        tape, inputs, outputs = made
+    layout = _core._Replayer(tape, list(inputs), list(outputs))._layout()
+    try:
+        source = render(layout, f"{len(inputs)} inputs, {len(outputs)} outputs")
+    except ValueError:
+        return None
+    path = build(source, int(layout["length"]))
+    if path is None:
+        return None
+    library = _load(path)
+
+    def address(name: str) -> int:
+        return int(ctypes.cast(getattr(library, name), ctypes.c_void_p).value or 0)
+
+    return _core._Native(library, address("easyad_native_value"),
+                         address("easyad_native_gradient"), address("easyad_native_rows"),
+                         len(inputs), len(outputs), 2 * int(layout["length"]) + 1)
+
+
+__all__ = ["optimise", "render", "build", "compiler", "native"]
