@@ -8,10 +8,13 @@ compiled code calls the very functions the VM calls (``easyad_<rule>_value``, ``
 ``_d1``, ``easyad_rule_status``, the helpers of ``_helpers.h``), so its numbers are the
 VM's bit for bit. Three steps:
 
-- ``optimise``: the tape rewritten once (constants folded to their recorded values,
-  common subexpressions shared, identities that hold bit for bit: ``x * 1``, ``x / 1``,
-  ``x - 0``, ``x + -0``, ``x ** 1``, ``--x``; dead entries dropped, guards and what they
-  read kept). The result is an ordinary WengertList, laid out by the VM's scheduler.
+- ``optimise`` (``F.compile(optimise=True)``): the tape rewritten once (constants folded
+  to their recorded values, common subexpressions shared, identities that hold bit for
+  bit: ``x * 1``, ``x / 1``, ``x - 0``, ``x + -0``, ``x ** 1``, ``--x``; dead entries
+  dropped, guards and what they read kept). The result is an ordinary WengertList, laid
+  out by the VM's scheduler: its values are the recorded program's bit for bit, its
+  gradients to rounding (a shared entry sums its adjoints before they are multiplied by
+  its partials, and another layout adds contributions in another order).
 - ``render``: the layout to C, a straight-line program: values run by run (affine
   segments as loops, the rest one statement per entry with constants as literals), then
   the adjoints in the VM's order (so sums round alike), partials written inline from the
@@ -81,9 +84,9 @@ def optimise(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...]
              ) -> tuple[Any, list[int], list[int]] | None:
     """The tape rewritten (see the module's docstring) as a new WengertList with its
     inputs and outputs, or None where it holds user primitives or tensor nodes. Replaying
-    it gives the same values and derivatives, bit for bit, at every point where the
-    original raises nothing (errors and changed branches are the VM's to report, on the
-    original tape)."""
+    it gives the same values, bit for bit, and the same derivatives to rounding, at every
+    point where the original raises nothing (errors and changed branches are the VM's to
+    report, on the original tape)."""
     view = _tapeview.TapeView(tape)
     ops = view.ops.tolist()
     if any(_tapeview.KINDS[op] in (_tapeview.CUSTOM, _tapeview.NODE) for op in ops):
@@ -651,7 +654,7 @@ def _load(path: str) -> Any:
 
 
 def native(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...], *,
-           optimised: bool = True) -> Any:
+           optimised: bool = False) -> Any:
     """A ``_core._Native`` calling the compiled program of the tape, or None where it
     cannot be compiled (user primitives, tensor nodes: silently; no compiler: warned)."""
     if tape._customs_count():

@@ -173,25 +173,32 @@ class Function:
         self.on_branch_change = on_branch_change
         self._native: Any = None    # the compiled program (Function.compile), or None
 
-    def compile(self) -> Function:
+    def compile(self, *, optimise: bool = False) -> Function:
         """Compile this Function to native code; return it (now compiled).
 
-        The recorded program is optimised once (constants folded, common subexpressions
-        shared, exact identities such as ``x * 1``, dead entries dropped), rendered to C as
-        a straight-line program (values, then the adjoints, the rule table's math from
-        ``_helpers.h``) and compiled with the C compiler found at run time (``$CC``, else
-        the one Python was built with). The shared object is cached on disk
-        (``$EASYAD_CACHE_DIR/compiled``, else ``~/.cache/easyad/compiled``), keyed by a
-        hash of the C source, the compiler command and its flags, so a second process
-        loads it without compiling. Values, gradients and ``value_and_gradient``, for one
-        point or a batch (rows split over threads, without the GIL), then run the compiled
-        code; Jacobians of several outputs, Hessians and HVPs stay in the VM. Results are
-        the VM's, bit for bit: a point where a guarded comparison comes out differently, or
-        an entry fails (``log`` of a negative number...), is handed to the VM, which
-        raises, re-records or masks as ``on_branch_change`` says. Without a working
-        compiler this warns once (``ad.CompilerWarning``) and the VM goes on; a tape with
-        user primitives (``ad.primitive``) is not compiled (silently: the VM runs it).
-        ``F.compiled`` says whether compiled code is in use.
+        The recorded program, as the VM lays it out, is rendered to C as a straight-line
+        program (values, then the adjoints in the VM's order, the rule table's math from
+        ``_helpers.h``; affine runs as loops the compiler vectorises) and compiled with the
+        C compiler found at run time (``$CC``, else the one Python was built with). The
+        shared object is cached on disk (``$EASYAD_CACHE_DIR/compiled``, else
+        ``~/.cache/easyad/compiled``), keyed by a hash of the C source, the compiler
+        command and its flags, so a second process loads it without compiling.
+
+        Values, gradients and ``value_and_gradient``, for one point or a batch (rows split
+        over threads, without the GIL), then run the compiled code; Jacobians of several
+        outputs, Hessians and HVPs stay in the VM. Results are the VM's, bit for bit: a
+        point where a guarded comparison comes out differently, or an entry fails (``log``
+        of a negative number...), is handed to the VM, which raises, re-records or masks as
+        ``on_branch_change`` says. Without a working compiler this warns once
+        (``ad.CompilerWarning``) and the VM goes on; a tape with user primitives
+        (``ad.primitive``) is not compiled (silently: the VM runs it). ``F.compiled`` says
+        whether compiled code is in use.
+
+        With ``optimise=True`` the program is first optimised (constants folded, common
+        subexpressions shared, exact identities such as ``x * 1``, dead entries dropped):
+        values stay the same bit for bit, but gradients may differ from the VM's in the
+        last bits, since adjoints are then summed in another order (a shared entry adds
+        its consumers' adjoints before multiplying by its partials).
 
         Examples
         --------
@@ -205,7 +212,8 @@ class Function:
         """
         if self._native is None:
             from easyad import _compile
-            self._native = _compile.native(self.tape, self.inputs, self.outputs)
+            self._native = _compile.native(self.tape, self.inputs, self.outputs,
+                                           optimised=optimise)
         return self
 
     @property
