@@ -290,3 +290,25 @@ def test_a_second_process_loads_from_the_cache_without_compiling(tmp_path):
     second = run()
     assert second.stdout.strip() == "ok", second.stderr
     assert not marker.exists()
+
+
+@needs_cc
+@pytest.mark.parametrize("f", [
+    lambda x: x[0],                                   # an input as the output
+    lambda x: 3.0,                                    # a constant output
+    lambda x: x[1] * 2.0,                             # an unused input
+    lambda x: [x[0], 2.0, x[0] * x[1]],               # several outputs
+    lambda x: ad.where(x[0] > 0, x[0], -x[0]) * 0.0 + x[1] ** 2.0,
+], ids=["input", "constant", "unused", "several", "select-times-zero"])
+def test_edge_programs(f):
+    F = ad.record(f, [1.0, 2.0])
+    C = compiled(f, [1.0, 2.0])
+    X = np.array([[1.0, 2.0], [-3.0, 0.5], [0.0, -0.0], [np.nan, np.inf]])
+    for x in X:
+        assert same(F(x), C(x))
+        if F.scalar:
+            assert same(F.gradient(x), C.gradient(x))
+    assert same(F(X), C(X))
+    assert same(F.jacobian(X), C.jacobian(X))
+    if F.scalar:
+        assert same(F.gradient(X), C.gradient(X))
