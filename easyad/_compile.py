@@ -2,30 +2,33 @@
 with the C compiler present at run time, cached on disk and called without the GIL.
 
 Sits between the compiled core and ``replay.py`` (``Function.compile`` calls
-``native(F)``); it reads tapes through ``_tapeview`` and the core's replay layout
-(``_Replayer._layout``), and the rule table's C through the generated ``_ops.h``: the
-compiled code calls the very functions the VM calls (``easyad_<rule>_value``, ``_d0``,
-``_d1``, ``easyad_rule_status``, the helpers of ``_helpers.h``), so its numbers are the
-VM's bit for bit. Three steps:
+``native(tape, inputs, outputs)``); it reads tapes through ``_tapeview`` and the core's
+replay layout (``_Replayer._layout``), and the rule table's C through the generated
+``_ops.h``: the compiled code calls the very functions the VM calls
+(``easyad_<rule>_value``, ``_d0``, ``_d1``, ``easyad_rule_status``, the helpers of
+``_helpers.h``), so its numbers are the VM's bit for bit. Three steps:
 
-- ``optimise`` (``F.compile(optimise=True)``): the tape rewritten once (constants folded
-  to their recorded values, common subexpressions shared, identities that hold bit for
-  bit: ``x * 1``, ``x / 1``, ``x - 0``, ``x + -0``, ``x ** 1``, ``--x``; dead entries
-  dropped, guards and what they read kept). The result is an ordinary WengertList, laid
-  out by the VM's scheduler: its values are the recorded program's bit for bit, its
-  gradients to rounding (a shared entry sums its adjoints before they are multiplied by
-  its partials, and another layout adds contributions in another order).
-- ``render``: the layout to C, a straight-line program: values run by run (affine
+- ``optimise`` (only with ``F.compile(optimise=True)``): the tape rewritten once
+  (constants folded to their recorded values, common subexpressions shared, identities
+  that hold bit for bit: ``x * 1``, ``x / 1``, ``x - 0``, ``x + -0``, ``x ** 1``,
+  ``--x``; dead entries dropped, guards and what they read kept). The result is an
+  ordinary WengertList, laid out by the VM's scheduler: its values are the recorded
+  program's bit for bit, its gradients to rounding (a shared entry sums its adjoints
+  before they are multiplied by its partials, and another layout adds contributions in
+  another order).
+- ``render``: the VM's layout to C, a straight-line program: values run by run (affine
   segments as loops, the rest one statement per entry with constants as literals), then
   the adjoints in the VM's order (so sums round alike), partials written inline from the
-  table's C. Each point returns flags: bit 0 a guard's outcome changed, bit 1 an entry
-  with an error policy failed. A flagged point is the VM's to handle (it raises only for
-  live entries, re-records or masks), so the compiled code never answers differently.
-- ``build``: compile (``$CC`` or Python's compiler, -O2; -O1 for big programs) into the
-  cache (``$EASYAD_CACHE_DIR/compiled`` or ``~/.cache/easyad/compiled``), keyed by a hash
-  of the source, the compiler command and the flags, written atomically; a second process
-  loads the shared object without compiling. No compiler, or a failed compile: one
-  ``CompilerWarning`` and the VM goes on.
+  table's C; the statements cut into functions of ``_CHUNK`` (compile time grows faster
+  than a function's size). Each point returns flags: bit 0 a guard's outcome changed,
+  bit 1 an entry with an error policy failed. A flagged point is the VM's to handle (it
+  raises only for live entries, re-records or masks), so the compiled code never answers
+  differently.
+- ``build``: compile (``$CC`` or Python's compiler; -O3 -march=native, -O1 from
+  ``_BIG`` entries on) into the cache (``$EASYAD_CACHE_DIR/compiled`` or
+  ``~/.cache/easyad/compiled``), keyed by a hash of the source, the compiler command, the
+  flags and the CPU, written atomically; a second process loads the shared object without
+  compiling. No compiler, or a failed compile: one ``CompilerWarning`` and the VM goes on.
 """
 from __future__ import annotations
 
@@ -238,7 +241,6 @@ class _Program:
     def __init__(self, layout: dict[str, Any]) -> None:
         self.__dict__.update(layout)
         self.L = int(self.length)
-        self.slot = (self.slot0, self.slot1)
 
     def operand(self, s: int) -> str:
         """The C expression of a slot: v[p] or a constant's literal."""
