@@ -78,7 +78,7 @@ _RULE_OF = {code: _rules.RULES_BY_NAME[name] for name, code in _OP.items()}
 def _warn_once(reason: str, text: str) -> None:
     if reason not in _warned:
         _warned.add(reason)
-        warnings.warn(text, CompilerWarning, stacklevel=4)
+        warnings.warn(text, CompilerWarning, stacklevel=5)  # the caller of F.compile()
 
 
 # ---- optimise: the tape rewritten once ----
@@ -568,10 +568,11 @@ def build(source: str, entries: int) -> str | None:
     or None, with a CompilerWarning, when it cannot be compiled."""
     argv = compiler()
     if argv is None:
-        _warn_once("missing", "Function.compile(): no C compiler found ($CC, or "
-                   f"{sysconfig.get_config_var('CC') or 'cc'!r}); replay goes on in the VM. "
-                   "Install one (gcc or clang: apt install gcc, dnf install gcc, xcode-select "
-                   "--install) or point $CC at it.")
+        tried = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+        _warn_once("missing", f"Function.compile(): no C compiler found (looked for "
+                   f"{tried!r}, from {'$CC' if os.environ.get('CC') else 'Python'}); replay "
+                   "goes on in the VM. Install one (gcc or clang: apt install gcc, dnf "
+                   "install gcc, xcode-select --install) or point $CC at it.")
         return None
     includes = _headers()
     if includes is None:
