@@ -22,6 +22,7 @@ from easyad.checks import check_gradients
 from easyad.errors import (
     AnomalyError,
     BranchChangedError,
+    CompilerWarning,
     DeviceError,
     GradientCheckError,
     ShapeError,
@@ -68,8 +69,7 @@ __all__ = [
     "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
     "Primitive", "ArrayPrimitive", "define", "primitive", "AnomalyError", "detect_anomaly",
-    "TapeFormatError",
-    "where",
+    "TapeFormatError", "where", "CompilerWarning",
     # the functional API, its check, Taylor mode
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",

@@ -7,7 +7,8 @@ are included in order (hand-written ones in _engine/, the rest generated from th
 checks (Python's float error policy) -> ops (generated; C in _generated/_ops.h) -> conventions (what a
 tape entry means) -> tape (WengertList, Derivatives, the sweeps) -> trace, record
 (generated) -> branches (comparisons, guards, selects) -> validate (the gate for tapes from
-outside) -> generic (generated) -> replay (program, schedule, layout, sweeps, replayer).
+outside) -> generic (generated) -> replay (program, schedule, layout, sweeps, replayer, native:
+the call into compiled code).
 """
 cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite, NAN
@@ -234,6 +235,7 @@ include "_engine/replay/schedule.pxi"
 include "_engine/replay/layout.pxi"
 include "_engine/replay/sweeps.pxi"
 include "_engine/replay/replayer.pxi"
+include "_engine/replay/native.pxi"
 
 
 def where(condition, a, b):

@@ -94,8 +94,21 @@ class TapeFormatError(ValueError):
     """
 
 
+class CompilerWarning(UserWarning):
+    """``Function.compile()`` could not compile: no C compiler was found (or it failed).
+    The Function goes on in the replay VM, with the same results, only slower; the
+    message says what to install (gcc or clang) or to point ``$CC`` at a compiler.
+
+    >>> import warnings, easyad as ad
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("error", ad.CompilerWarning)  # make it an error in CI
+    ...     print(issubclass(ad.CompilerWarning, UserWarning))
+    True
+    """
+
+
 __all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",
-           "ShapeError", "AnomalyError", "TapeFormatError", "DeviceError"]
+           "ShapeError", "AnomalyError", "TapeFormatError", "DeviceError", "CompilerWarning"]
 
 
 class DeviceError(RuntimeError):

@@ -86,6 +86,39 @@ cdef class _Replayer:
     def __reduce__(self):
         raise TypeError("pickle the Function, not its replayer")
 
+    def _layout(self):
+        """The program as numpy arrays (copies), for renderers of it (easyad/_compile.py):
+        per position ops, arg0/arg1 (positions, -1: none or a constant), values, slot0/
+        slot1 (a position, or length + c for constants[c]), original (list index); per run
+        run_start (n_runs + 1), run_op (0: structural), run_need, run_affine, run_base0/1;
+        constants, inputs and outputs (positions), first (positions before it compute
+        nothing) and length."""
+        cdef const _Program* P = &self.program
+        cdef Py_ssize_t L = P.length, R = P.n_runs
+
+        def copy(size_t address, Py_ssize_t count, dtype):
+            if count == 0:
+                return np.empty(0, dtype=dtype)
+            return np.frombuffer(
+                (<char*>address)[:count * np.dtype(dtype).itemsize], dtype=dtype).copy()
+
+        return dict(
+            length=L, first=P.first,
+            ops=copy(<size_t>P.ops, L, np.uint8),
+            arg0=copy(<size_t>P.arg0, L, np.int32), arg1=copy(<size_t>P.arg1, L, np.int32),
+            values=copy(<size_t>P.values, L, np.float64),
+            slot0=copy(<size_t>P.slot0, L, np.int32), slot1=copy(<size_t>P.slot1, L, np.int32),
+            original=copy(<size_t>P.original, L, np.int32),
+            constants=copy(<size_t>P.constants, P.n_constants, np.float64),
+            run_start=copy(<size_t>P.run_start, R + 1, np.int32),
+            run_op=copy(<size_t>P.run_op, R, np.uint8),
+            run_need=copy(<size_t>P.run_need, R, np.uint8),
+            run_affine=copy(<size_t>P.run_affine, R, np.uint8),
+            run_base0=copy(<size_t>P.run_base0, R, np.int32),
+            run_base1=copy(<size_t>P.run_base1, R, np.int32),
+            inputs=copy(<size_t>P.inputs, P.n_inputs, np.int32),
+            outputs=copy(<size_t>P.outputs, P.n_outputs, np.int32))
+
     def point(self, cnp.ndarray x, bint gradient):
         """The common case in one call: ``(outputs (m,), gradient (n,) of output 0 or None)``
         at one point x, or None when the general path (run) must handle it: x not a

@@ -1,0 +1,688 @@
+"""Replay at compiled speed: a recorded program optimised once, rendered to C, compiled
+with the C compiler present at run time, cached on disk and called without the GIL.
+
+Sits between the compiled core and ``replay.py`` (``Function.compile`` calls
+``native(tape, inputs, outputs)``); it reads tapes through ``_tapeview`` and the core's
+replay layout (``_Replayer._layout``), and the rule table's C through the generated
+``_ops.h``: the compiled code calls the very functions the VM calls
+(``easyad_<rule>_value``, ``_d0``, ``_d1``, ``easyad_rule_status``, the helpers of
+``_helpers.h``), so its numbers are the VM's bit for bit. Three steps:
+
+- ``optimise`` (only with ``F.compile(optimise=True)``): the tape rewritten once
+  (constants folded to their recorded values, common subexpressions shared, identities
+  that hold bit for bit: ``x * 1``, ``x / 1``, ``x - 0``, ``x + -0``, ``x ** 1``,
+  ``--x``; dead entries dropped, guards and what they read kept). The result is an
+  ordinary WengertList, laid out by the VM's scheduler: its values are the recorded
+  program's bit for bit, its gradients to rounding (a shared entry sums its adjoints
+  before they are multiplied by its partials, and another layout adds contributions in
+  another order).
+- ``render``: the VM's layout to C, a straight-line program: values run by run (affine
+  segments as loops, the rest one statement per entry with constants as literals), then
+  the adjoints in the VM's order (so sums round alike), partials written inline from the
+  table's C; the statements cut into functions of ``_CHUNK`` (compile time grows faster
+  than a function's size). Each point returns flags: bit 0 a guard's outcome changed,
+  bit 1 an entry with an error policy failed. A flagged point is the VM's to handle (it
+  raises only for live entries, re-records or masks), so the compiled code never answers
+  differently.
+- ``build``: compile (``$CC`` or Python's compiler; -O3 -march=native, -O1 from
+  ``_BIG`` entries on) into the cache (``$EASYAD_CACHE_DIR/compiled`` or
+  ``~/.cache/easyad/compiled``), keyed by a hash of the source, the compiler command, the
+  flags and the CPU, written atomically; a second process loads the shared object without
+  compiling. No compiler, or a failed compile: one ``CompilerWarning`` and the VM goes on.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import warnings
+from typing import Any
+
+import numpy as np
+
+from easyad import _core, _expr, _rules, _tapeview
+from easyad.errors import CompilerWarning
+
+_FORMAT = 1                       # bump when the rendered C changes meaning
+# No flag changes a result: no fused multiply-adds (-ffp-contract=off), no reassociation;
+# vector instructions round as scalar ones do, and libm is called as the VM calls it.
+# -march=native: AVX2/AVX-512 loops (2x faster than SSE2 here); the cache key then holds
+# the CPU's flags, and where the compiler refuses it the build is tried without.
+_FLAGS = ("-fPIC", "-shared", "-fno-trapping-math", "-fno-math-errno", "-ffp-contract=off",
+          "-fno-tree-slp-vectorize", "-std=gnu99", "-w")
+_NATIVE = "-march=native"
+_BIG = 30_000                     # entries from which -O1 (compile time) replaces -O3
+_CHUNK = 400                      # statements per C function (compile time grows faster
+                                  # than linearly with a function's size)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_lock = threading.Lock()
+_loaded: dict[str, Any] = {}      # shared object path -> ctypes library (one per process)
+_warned: set[str] = set()
+
+_OP = _rules.OPCODES
+_S = _rules.STRUCTURAL_OPCODES
+_SELECT = _S["select"]
+_COMPARE = {_S[f"compare_{c}"]: _rules.COMPARISON_SYMBOLS[c] for c in _rules.COMPARISONS}
+_GUARD = {_S[f"guard_{c}"]: _rules.COMPARISON_SYMBOLS[c] for c in _rules.COMPARISONS}
+_RULE_OF = {code: _rules.RULES_BY_NAME[name] for name, code in _OP.items()}
+
+
+def _warn_once(reason: str, text: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(text, CompilerWarning, stacklevel=5)  # the caller of F.compile()
+
+
+# ---- optimise: the tape rewritten once ----
+
+def optimise(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...]
+             ) -> tuple[Any, list[int], list[int]] | None:
+    """The tape rewritten (see the module's docstring) as a new WengertList with its
+    inputs and outputs, or None where it holds user primitives or tensor nodes. Replaying
+    it gives the same values, bit for bit, and the same derivatives to rounding, at every
+    point where the original raises nothing (errors and changed branches are the VM's to
+    report, on the original tape)."""
+    view = _tapeview.TapeView(tape)
+    ops = view.ops.tolist()
+    if any(_tapeview.KINDS[op] in (_tapeview.CUSTOM, _tapeview.NODE) for op in ops):
+        return None
+    arg = (view.arg0.tolist(), view.arg1.tolist())
+    recorded = view.values.tolist()
+    partial = (view.partial0.tolist(), view.partial1.tolist())
+    input_set = set(inputs)
+    # rep[e]: ("e", new index) or ("c", value)
+    rep: list[tuple[str, Any]] = []
+    new_ops: list[int] = []
+    new_arg: tuple[list[int], list[int]] = ([], [])
+    new_values: list[float] = []
+    new_partial: tuple[list[float], list[float]] = ([], [])
+    seen: dict[tuple[Any, ...], int] = {}
+    neg, mul, div, sub, add, pow_ = (_OP[k] for k in ("neg", "mul", "div", "sub", "add", "pow"))
+
+    def emit(op: int, a: tuple[str, Any], b: tuple[str, Any], value: float,
+             p: tuple[float, float]) -> int:
+        for k, (kind, x) in enumerate((a, b)):
+            new_arg[k].append(x if kind == "e" else -1)
+            new_partial[k].append(p[k] if kind == "e" else x)
+        new_ops.append(op)
+        new_values.append(value)
+        return len(new_ops) - 1
+
+    def key(r: tuple[str, Any]) -> tuple[str, Any]:
+        return r if r[0] == "e" else ("c", np.float64(r[1]).tobytes())
+
+    none = ("c", 0.0)
+    for e, op in enumerate(ops):
+        kind = _tapeview.KINDS[op]
+        if kind in (_tapeview.VARIABLE, _tapeview.CONSTANT):
+            if e in input_set:
+                rep.append(("e", emit(op, none, none, recorded[e], (0.0, 0.0))))
+            else:
+                rep.append(("c", recorded[e]))
+            continue
+        arity = _RULE_OF[op].arity if kind == _tapeview.RULE else 2
+        operands = []
+        for k in range(2):
+            if k >= arity:
+                operands.append(none)
+            elif arg[k][e] >= 0:
+                operands.append(rep[arg[k][e]])
+            else:
+                operands.append(("c", partial[k][e]))
+        a, b = operands
+        p = (partial[0][e], partial[1][e])
+        if kind != _tapeview.RULE:     # comparisons, guards and selects stay as they are
+            rep.append(("e", emit(op, a, b, recorded[e], p)))
+            continue
+        if all(r[0] == "c" for r in operands[:arity]):
+            rep.append(("c", recorded[e]))      # constant: the value it was recorded with
+            continue
+        same = _identity(op, a, b, neg, mul, div, sub, add, pow_, new_ops, new_arg)
+        if same is not None:
+            rep.append(same)
+            continue
+        k2 = (op, key(a), key(b))
+        if k2 in seen:
+            rep.append(("e", seen[k2]))
+            continue
+        seen[k2] = emit(op, a, b, recorded[e], p)
+        rep.append(("e", seen[k2]))
+    outs = []
+    for o in outputs:
+        r = rep[o]
+        outs.append(r[1] if r[0] == "e" else
+                    emit(_rules.OP_VARIABLE, none, none, r[1], (0.0, 0.0)))
+    ins = [rep[i][1] for i in inputs]
+    keep = _live(new_ops, new_arg, outs, ins)
+    return _rebuild(keep, new_ops, new_arg, new_values, new_partial, ins, outs)
+
+
+def _identity(op: int, a: tuple[str, Any], b: tuple[str, Any], neg: int, mul: int, div: int,
+              sub: int, add: int, pow_: int, ops: list[int],
+              args: tuple[list[int], list[int]]) -> tuple[str, Any] | None:
+    """The operand an entry equals bit for bit (value and derivative), or None."""
+    def const(r: tuple[str, Any], v: float) -> bool:
+        return r[0] == "c" and np.float64(r[1]).tobytes() == np.float64(v).tobytes()
+
+    if op == mul:
+        if const(b, 1.0) and a[0] == "e":
+            return a
+        if const(a, 1.0) and b[0] == "e":
+            return b
+    elif (op == div and const(b, 1.0)) or (op == sub and const(b, 0.0)) \
+            or (op == add and const(b, -0.0)) or (op == pow_ and const(b, 1.0)):
+        return a if a[0] == "e" else None
+    elif op == add and const(a, -0.0):
+        return b if b[0] == "e" else None
+    elif op == neg and a[0] == "e" and ops[a[1]] == neg and args[0][a[1]] >= 0:
+        return ("e", args[0][a[1]])
+    return None
+
+
+def _live(ops: list[int], args: tuple[list[int], list[int]], outs: list[int],
+          ins: list[int]) -> list[bool]:
+    """Entries an output or a guard reads (guards are always checked), and the inputs."""
+    live = [False] * len(ops)
+    for i in (*outs, *ins):
+        live[i] = True
+    for i, op in enumerate(ops):
+        if op in _GUARD:
+            live[i] = True
+    for i in range(len(ops) - 1, -1, -1):
+        if not live[i]:
+            continue
+        for k in (0, 1):
+            if args[k][i] >= 0:
+                live[args[k][i]] = True
+        if ops[i] == _SELECT:
+            live[_tapeview.select_condition(i)] = True
+    return live
+
+
+def _rebuild(keep: list[bool], ops: list[int], args: tuple[list[int], list[int]],
+             values: list[float], partials: tuple[list[float], list[float]], ins: list[int],
+             outs: list[int]) -> tuple[Any, list[int], list[int]]:
+    index = np.cumsum(keep) - 1
+    kept = np.flatnonzero(keep)
+    a0, a1 = (np.asarray(args[k], dtype=np.int64)[kept] for k in (0, 1))
+    a0 = np.where(a0 >= 0, index[np.maximum(a0, 0)], -1)
+    a1 = np.where(a1 >= 0, index[np.maximum(a1, 0)], -1)
+    parts = (np.asarray(values)[kept].astype("<f8").tobytes(),
+             np.asarray(partials[0])[kept].astype("<f8").tobytes(),
+             np.asarray(partials[1])[kept].astype("<f8").tobytes(),
+             a0.astype("<i4").tobytes(), a1.astype("<i4").tobytes(),
+             np.asarray(ops, dtype=np.uint8)[kept].tobytes())
+    tape = _core._rebuild_wengert_list(len(kept), parts, {}, None, None, None,
+                                       source="optimised program")
+    return tape, [int(index[i]) for i in ins], [int(index[o]) for o in outs]
+
+
+# ---- render: the layout as C ----
+
+def _literal(v: float) -> str:
+    if v != v:
+        return "(-NAN)" if np.signbit(v) else "NAN"
+    if v in (float("inf"), float("-inf")):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"({float(v).hex()})"
+
+
+class _Program:
+    """The layout of a _Replayer with what rendering asks of it."""
+
+    def __init__(self, layout: dict[str, Any]) -> None:
+        self.__dict__.update(layout)
+        self.L = int(self.length)
+
+    def operand(self, s: int) -> str:
+        """The C expression of a slot: v[p] or a constant's literal."""
+        return f"v[{s}]" if s < self.L else _literal(float(self.constants[s - self.L]))
+
+    def strided(self, base: int, stride: int, need: bool) -> str:
+        if base < self.L:
+            return f"v[{base} + j]" if stride else f"v[{base}]"
+        if stride:
+            return f"K[{base - self.L} + j]"
+        return _literal(float(self.constants[base - self.L]))
+
+
+def render(layout: dict[str, Any], origin: str) -> str:
+    """C source of the program laid out by the VM (``_Replayer._layout()``)."""
+    P = _Program(layout)
+    L = P.L
+    runs = list(zip(P.run_start[:-1].tolist(), P.run_start[1:].tolist(), P.run_op.tolist(),
+                    P.run_need.tolist(), P.run_affine.tolist(), P.run_base0.tolist(),
+                    P.run_base1.tolist()))
+    forward = [line for run in runs for line in _forward_run(P, run)]
+    ancestors = _ancestors(P, int(P.outputs[0]))
+    adjoints = _Adjoints(P, int(P.outputs[0]))
+    for run in reversed(runs):
+        _reverse_run(P, run, ancestors, adjoints)
+    n, m = len(P.inputs), len(P.outputs)
+    out = [f"/* GENERATED by easyad/_compile.py from a recorded easyad.Function ({origin}; "
+           f"{L} entries laid out by the replay VM), do not edit.\n"
+           " * Values, then adjoints, as straight-line C; the math is the rule table's, from\n"
+           " * _ops.h and _helpers.h, the functions the VM calls. */\n",
+           "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n",
+           '#include "_ops.h"\n\n',
+           "#if defined(__GNUC__)\n#define EASYAD_CUT __attribute__((noinline))\n#else\n"
+           "#define EASYAD_CUT\n#endif\n"]
+    out.append(f"static const double K[{max(1, len(P.constants))}] = "
+               f"{{{', '.join(_literal(float(c)) for c in P.constants) or '0.0'}}};\n")
+    inputs = [int(p) for p in P.inputs]
+    fixed = [p for p in range(int(P.first)) if p not in set(inputs)]
+    setup = [f"    v[{p}] = {_literal(float(P.values[p]))};\n" for p in fixed]
+    setup += _gather("v", inputs, "x")
+    fparts = _chunks(setup + forward)
+    rparts = _chunks(adjoints.lines)
+    cut = "EASYAD_CUT " if len(fparts) + len(rparts) > 2 else ""
+    for k, body in enumerate(fparts):
+        out.append(f"static {cut}int fwd{k}(const double* restrict x, double* restrict v) {{\n"
+                   f"    int flags = 0; long j; (void)j; (void)x;\n{body}    return flags;\n}}\n")
+    for k, body in enumerate(rparts):
+        out.append(f"static {cut}void rev{k}(const double* restrict v, double* restrict a) {{\n"
+                   f"    long j; (void)j; (void)v;\n{body}}}\n")
+    calls_f = "".join(f"    flags |= fwd{k}(x, v);\n" for k in range(len(fparts)))
+    calls_r = "".join(f"    rev{k}(v, a);\n" for k in range(len(rparts)))
+    get_out = "".join(f"    out[{k}] = v[{int(p)}];\n" for k, p in enumerate(P.outputs))
+    if inputs == list(range(inputs[0] if inputs else 0, (inputs[0] if inputs else 0) + n)) \
+            and adjoints.written[inputs[0] if inputs else 0:(inputs[0] if inputs else 0) + n].all():
+        get_g = f"    for (j = 0; j < {n}; j++) g[j] = 0.0 + a[{inputs[0] if inputs else 0} + j];\n"
+    else:
+        get_g = "".join(f"    g[{k}] = {f'0.0 + a[{p}]' if adjoints.written[p] else '0.0'};\n"
+                        for k, p in enumerate(inputs))
+    out.append(f"""
+static inline int forward(const double* restrict x, double* restrict v) {{
+    int flags = 0;
+{calls_f}    return flags;
+}}
+
+int easyad_native_value(const double* restrict x, double* restrict out, double* g,
+                        double* restrict work) {{
+    double* v = work;
+    int flags = forward(x, v);
+    (void)g;
+{get_out}    return flags;
+}}
+
+int easyad_native_gradient(const double* restrict x, double* restrict out,
+                           double* restrict g, double* restrict work) {{
+    double* v = work;
+    double* a = work + {L};
+    long j; (void)j;
+    int flags = forward(x, v);
+{get_out}    if (flags) return flags;
+    (void)a;
+{calls_r}{get_g}    return 0;
+}}
+
+int64_t easyad_native_rows(int gradient, int64_t r0, int64_t r1, const double* X,
+                           double* out, double* G, uint8_t* flags) {{
+    int64_t r, bad = 0;
+    double* work = (double*)malloc({2 * L + 1} * sizeof(double));
+    if (work == NULL) return -1;
+    for (r = r0; r < r1; r++) {{
+        int f = gradient
+            ? easyad_native_gradient(X + r * {n}, out + r * {m}, G + r * {n}, work)
+            : easyad_native_value(X + r * {n}, out + r * {m}, NULL, work);
+        flags[r] = (uint8_t)f;
+        bad += f != 0;
+    }}
+    free(work);
+    return bad;
+}}
+""")
+    return "".join(out)
+
+
+def _gather(to: str, targets: list[int], frm: str, sources: list[int] | None = None
+            ) -> list[str]:
+    """to[targets[k]] = frm[sources[k]] (sources: 0, 1, ...), as one memcpy where both run
+    in steps of one."""
+    sources = list(range(len(targets))) if sources is None else sources
+    if not targets:
+        return []
+    if targets == list(range(targets[0], targets[0] + len(targets))) and \
+            sources == list(range(sources[0], sources[0] + len(sources))):
+        return [f"    memcpy(&{to}[{targets[0]}], &{frm}[{sources[0]}], "
+                f"{len(targets)} * sizeof(double));\n"]
+    return [f"    {to}[{t}] = {frm}[{s}];\n" for t, s in zip(targets, sources)]
+
+
+def _chunks(lines: list[str]) -> list[str]:
+    """Statements grouped into functions of at most _CHUNK (one at least)."""
+    return ["".join(lines[k:k + _CHUNK]) for k in range(0, max(1, len(lines)), _CHUNK)]
+
+
+class _Adjoints:
+    """The reverse sweep's statements, in the VM's order (so sums round alike). An adjoint
+    slot's first contribution is stored (``a[t] = t``), later ones added (``a[t] += t``),
+    so no memset is needed; an entry nothing has written to has adjoint 0 and is skipped,
+    as the VM skips it. The VM adds the first contribution to a zeroed slot, which turns a
+    -0.0 into +0.0: here a zero adjoint may keep its sign, which only ever reaches the
+    sign of a zero (adjoints are multiplied by partials, through mul0, and summed), and the
+    gradient is read out as ``0.0 + a[p]``, the VM's +0.0."""
+
+    def __init__(self, P: _Program, output: int) -> None:
+        self.written = np.zeros(P.L + 1, dtype=bool)
+        self.lines = [f"    a[{output}] = 1.0;\n"]
+        self.written[output] = True
+
+    def add(self, target: int, term: str) -> str:
+        if self.written[target]:
+            return f"a[{target}] += {term};"
+        self.written[target] = True
+        return f"a[{target}] = {term};"
+
+    def zero(self, targets: range) -> None:
+        """Slots a loop or a select may add to: 0 first where not written yet."""
+        for t in targets:
+            if not self.written[t]:
+                self.lines.append(f"    a[{t}] = 0.0;\n")
+                self.written[t] = True
+
+
+def _ancestors(P: _Program, output: int) -> np.ndarray:
+    """Positions the output reads (itself included): the reverse sweep visits only them."""
+    live = np.zeros(P.L + 1, dtype=bool)
+    if output < P.L:
+        live[output] = True
+    ops, a0, a1 = P.ops.tolist(), P.arg0.tolist(), P.arg1.tolist()
+    for i in range(P.L - 1, -1, -1):
+        if not live[i]:
+            continue
+        if a0[i] >= 0:
+            live[a0[i]] = True
+        if a1[i] >= 0:
+            live[a1[i]] = True
+        if ops[i] == _SELECT:
+            live[_tapeview.select_condition(i)] = True
+    return live
+
+
+def _forward_run(P: _Program, run: tuple[int, ...]) -> list[str]:
+    lo, hi, op, need, affine, base0, base1 = run
+    if op == 0:
+        return [_structural(P, i) for i in range(lo, hi)]
+    rule = _RULE_OF[op]
+    name = rule.name
+    checked = rule.errors != _rules.NO_CHECK
+    status = f"easyad_rule_status(EASYAD_OP_{name.upper()}, x, y, z)"
+    if affine:
+        x = P.strided(base0, (affine >> 1) & 1, bool(need & 1))
+        y = P.strided(base1, affine >> 2, bool(need & 2))
+        body = (f"const double x = {x}, y = {y}; (void)y; "
+                f"const double z = easyad_{name}_value(x, y); v[{lo} + j] = z;")
+        text = f"    for (j = 0; j < {hi - lo}; j++) {{ {body}"
+        if not checked:
+            return [text + " }\n"]
+        # errors show as non-finite values: their status is looked at only then
+        return [f"    {{ double bad = 0.0;\n{text} bad = (z - z == 0.0) ? bad : 1.0; }}\n"
+                f"      if (bad != 0.0) for (j = 0; j < {hi - lo}; j++) {{ const double x = {x},"
+                f" y = {y}; (void)y; const double z = v[{lo} + j]; if (!isfinite(z) && "
+                f"{status}) flags |= 2; }} }}\n"]
+    lines = []
+    for i in range(lo, hi):
+        x = P.operand(int(P.slot0[i]))
+        y = P.operand(int(P.slot1[i]))
+        line = f"    {{ const double x = {x}, y = {y}; (void)y; const double z = " \
+               f"easyad_{name}_value(x, y); v[{i}] = z;"
+        if checked:
+            line += f" if (!isfinite(z) && {status}) flags |= 2;"
+        lines.append(line + " }\n")
+    return lines
+
+
+def _structural(P: _Program, i: int) -> str:
+    op = int(P.ops[i])
+    x = P.operand(int(P.slot0[i]))
+    y = P.operand(int(P.slot1[i]))
+    if op == _SELECT:
+        c = _tapeview.select_condition(i)
+        return f"    v[{i}] = (v[{c}] != 0.0) ? {x} : {y};\n"
+    if op in _COMPARE:
+        return f"    v[{i}] = ({x} {_COMPARE[op]} {y}) ? 1.0 : 0.0;\n"
+    if op in _GUARD:
+        was = "1.0" if P.values[i] != 0.0 else "0.0"
+        return (f"    v[{i}] = ({x} {_GUARD[op]} {y}) ? 1.0 : 0.0; "
+                f"if (v[{i}] != {was}) flags |= 1;\n")
+    raise ValueError(f"entry {i} ({_rules.OPCODE_NAMES[op]}) cannot be compiled")
+
+
+def _contribution(rule: _rules.Rule, k: int, call: str) -> str | None:
+    """What operand k's adjoint grows by: the table's constant partial as written, any
+    other through mul0 (the strong zero), None for a 0 partial."""
+    c = _expr.constant(rule.partials[k]) if k < rule.arity else 0.0
+    if c == 0.0:
+        return None
+    if c is None:
+        return f"mul0({call}, g)"
+    if c == 1.0:
+        return "g"
+    if c == -1.0:
+        return "-g"
+    return f"{_literal(c)} * g"
+
+
+def _reverse_run(P: _Program, run: tuple[int, ...], ancestors: np.ndarray,
+                 A: _Adjoints) -> None:
+    lo, hi, op, need, affine, base0, base1 = run
+    if not ancestors[lo:hi].any() or not A.written[lo:hi].any():
+        return
+    if op == 0:
+        for i in range(hi - 1, lo - 1, -1):
+            if ancestors[i] and A.written[i] and int(P.ops[i]) == _SELECT:
+                c = _tapeview.select_condition(i)
+                a, b = int(P.arg0[i]), int(P.arg1[i])
+                A.zero(range(a, a + 1) if a >= 0 else range(0))
+                A.zero(range(b, b + 1) if b >= 0 else range(0))
+                take = [f"a[{a}] += a[{i}];" if a >= 0 else ";",
+                        f"a[{b}] += a[{i}];" if b >= 0 else ";"]
+                A.lines.append(f"    if (v[{c}] != 0.0) {{ {take[0]} }} else {{ {take[1]} }}\n")
+        return
+    rule = _RULE_OF[op]
+    name = rule.name
+    if affine:
+        A.zero(range(lo, hi))           # entries nothing wrote to: adjoint 0
+        strides = ((affine >> 1) & 1, affine >> 2)
+        x = P.strided(base0, strides[0], bool(need & 1))
+        y = P.strided(base1, strides[1], bool(need & 2))
+        body = [f"const double g = a[{lo} + j], x = {x}, y = {y}, z = v[{lo} + j]; "
+                "(void)x; (void)y; (void)z;"]
+        terms = {k: _contribution(rule, k, f"easyad_{name}_d{k}(x, y, z)")
+                 for k in (0, 1) if need >> k & 1}
+        spans = {k: range(base, base + (hi - lo)) if strides[k] else range(base, base + 1)
+                 for k, base in ((0, base0), (1, base1)) if terms.get(k) is not None}
+        # stores only where the two operands' slots cannot meet (else zero, then add)
+        apart = len(spans) < 2 or spans[0].stop <= spans[1].start \
+            or spans[1].stop <= spans[0].start
+        for k, base in ((0, base0), (1, base1)):
+            t = terms.get(k)
+            if t is None:
+                continue
+            span = spans[k]
+            fresh = not A.written[span.start:span.stop].any()
+            if strides[k] and fresh and apart:
+                body.append(f"a[{base} + j] = {t};")
+                A.written[span.start:span.stop] = True
+            else:
+                A.zero(span)
+                body.append(f"a[{base} + j] += {t};" if strides[k] else f"a[{base}] += {t};")
+        A.lines.append(f"    for (j = {hi - lo - 1}; j >= 0; j--) {{ {' '.join(body)} }}\n")
+        return
+    for i in range(hi - 1, lo - 1, -1):
+        if not (ancestors[i] and A.written[i]):
+            continue
+        args = (int(P.arg0[i]), int(P.arg1[i]))
+        x = P.operand(int(P.slot0[i]))
+        y = P.operand(int(P.slot1[i]))
+        body = []
+        for k in (0, 1):
+            if args[k] < 0:
+                continue
+            t = _contribution(rule, k, f"easyad_{name}_d{k}({x}, {y}, v[{i}])")
+            if t is not None:
+                body.append(A.add(args[k], t))
+        if body:
+            A.lines.append(f"    {{ const double g = a[{i}]; {' '.join(body)} }}\n")
+
+
+# ---- build: compile, cache, load ----
+
+def _cache_dir() -> str:
+    root = os.environ.get("EASYAD_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "easyad")
+    return os.path.join(root, "compiled")
+
+
+def compiler() -> list[str] | None:
+    """The C compiler command: $CC, else the one Python was built with, else cc; None
+    when it is not found on PATH."""
+    text = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    argv = shlex.split(text)
+    if not argv or shutil.which(argv[0]) is None:
+        return None
+    return argv
+
+
+def _headers() -> list[str] | None:
+    folders = [_HERE, os.path.join(_HERE, "_generated")]
+    for name, folder in (("_helpers.h", folders[0]), ("_status.h", folders[0]),
+                         ("_ops.h", folders[1])):
+        if not os.path.exists(os.path.join(folder, name)):
+            return None
+    return [f"-I{folder}" for folder in folders]
+
+
+def build(source: str, entries: int) -> str | None:
+    """The path of the shared object compiled from source (from the cache when there),
+    or None, with a CompilerWarning, when it cannot be compiled."""
+    argv = compiler()
+    if argv is None:
+        tried = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+        _warn_once("missing", f"Function.compile(): no C compiler found (looked for "
+                   f"{tried!r}, from {'$CC' if os.environ.get('CC') else 'Python'}); replay "
+                   "goes on in the VM. Install one (gcc or clang: apt install gcc, dnf "
+                   "install gcc, xcode-select --install) or point $CC at it.")
+        return None
+    includes = _headers()
+    if includes is None:
+        _warn_once("headers", "Function.compile(): easyad's C headers (_helpers.h, "
+                   "_status.h, _generated/_ops.h) are not installed beside it; replay goes "
+                   "on in the VM. Reinstall easyad from its source.")
+        return None
+    level = ["-O1", "-ftree-loop-vectorize"] if entries >= _BIG else ["-O3"]
+    choices = []
+    for native in (True, False):
+        flags = [*level, *_FLAGS, *([_NATIVE] if native else [])]
+        digest = hashlib.sha256("\0".join(
+            [str(_FORMAT), source, " ".join(argv), " ".join(flags), platform.machine(),
+             _cpu() if native else "", sys.platform, sys.implementation.cache_tag or ""]
+        ).encode()).hexdigest()[:32]
+        target = os.path.join(_cache_dir(), f"easyad-{digest}.so")
+        if os.path.exists(target):
+            return target
+        choices.append((flags, target))
+    refused: list[str] = []
+    for flags, target in choices:
+        if _compile(argv, flags, includes, source, target, refused):
+            return target
+        if refused[-1] == "ran":     # the compiler could not run at all
+            break
+    _warn_once("failed", refused[0])
+    return None
+
+
+def _cpu() -> str:
+    """What -march=native means here: the CPU's model and flags (Linux), else the
+    processor's name."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            lines = {line for line in handle
+                     if line.startswith(("flags", "model name", "Features"))}
+        return "".join(sorted(lines))
+    except OSError:
+        return platform.processor()
+
+
+def _compile(argv: list[str], flags: list[str], includes: list[str], source: str,
+             target: str, refused: list[str]) -> bool:
+    """Compile source into target (written atomically: a second process finds the whole
+    file or none); False, with the reason added to refused, if the compiler fails ("ran"
+    last where it could not run)."""
+    folder = os.path.dirname(target)
+    os.makedirs(folder, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="build-", dir=folder)
+    try:
+        c_file = os.path.join(work, "program.c")
+        with open(c_file, "w", encoding="utf-8") as handle:
+            handle.write(source)
+        so_file = os.path.join(work, "program.so")
+        try:
+            done = subprocess.run([*argv, *flags, *includes, c_file, "-o", so_file, "-lm"],
+                                  capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.SubprocessError) as error:
+            refused += [f"Function.compile(): the C compiler {argv[0]!r} could not run "
+                        f"({error}); replay goes on in the VM. Install gcc or clang, or "
+                        f"point $CC at a working one.", "ran"]
+            return False
+        if done.returncode != 0 or not os.path.exists(so_file):
+            refused.append(f"Function.compile(): the C compiler {argv[0]!r} failed "
+                           f"(exit {done.returncode}): {done.stderr.strip()[:500]}; replay "
+                           f"goes on in the VM. Install a working gcc or clang, or point $CC "
+                           f"at one.")
+            return False
+        os.replace(c_file, target[:-3] + ".c")   # for reading; the .so last, atomically
+        os.replace(so_file, target)
+        return True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _load(path: str) -> Any:
+    with _lock:
+        library = _loaded.get(path)
+        if library is None:
+            library = _loaded[path] = ctypes.CDLL(path)
+        return library
+
+
+def native(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...], *,
+           optimised: bool = False) -> Any:
+    """A ``_core._Native`` calling the compiled program of the tape, or None where it
+    cannot be compiled (user primitives, tensor nodes: silently; no compiler: warned)."""
+    if tape._customs_count():
+        return None
+    if optimised:
+        made = optimise(tape, inputs, outputs)
+        if made is None:
+            return None
+        tape, inputs, outputs = made
+    layout = _core._Replayer(tape, list(inputs), list(outputs))._layout()
+    try:
+        source = render(layout, f"{len(inputs)} inputs, {len(outputs)} outputs")
+    except ValueError:
+        return None
+    path = build(source, int(layout["length"]))
+    if path is None:
+        return None
+    library = _load(path)
+
+    def address(name: str) -> int:
+        return int(ctypes.cast(getattr(library, name), ctypes.c_void_p).value or 0)
+
+    return _core._Native(library, address("easyad_native_value"),
+                         address("easyad_native_gradient"), address("easyad_native_rows"),
+                         len(inputs), len(outputs), 2 * int(layout["length"]) + 1)
+
+
+__all__ = ["optimise", "render", "build", "compiler", "native"]

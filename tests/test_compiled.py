@@ -1,0 +1,314 @@
+"""Function.compile(): the recorded program optimised, rendered to C, compiled and cached.
+
+The reference is the replay VM on the same recording. The compiled code calls the same C
+functions of the rule table (``_ops.h``, ``_helpers.h``), in the same order, with flags
+that change no result (no contraction into FMAs, no reassociation), and hands every point
+where a guard flips or an entry fails back to the VM: so results are compared **bit for
+bit** (NaN where NaN, and the sign of zeros), not within a tolerance. The optimiser
+(constant folding, CSE, exact identities, dead code; ``compile(optimise=True)``) keeps
+values bit for bit, but sums adjoints in another order (a shared entry adds its
+consumers' adjoints before multiplying by its partials; another layout, another order of
+additions), so its gradients and Hessians are compared within 1e-12 relative (plus
+1e-12 absolute, for terms that cancel), VM against VM and compiled against VM.
+Compiled objects are shared through one temporary cache directory for the module.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import easyad as ad
+from easyad import _compile
+from test_replay import random_program, rosenbrock
+
+HAVE_CC = _compile.compiler() is not None
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("easyad-cache")
+    old = os.environ.get("EASYAD_CACHE_DIR")
+    os.environ["EASYAD_CACHE_DIR"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("EASYAD_CACHE_DIR", None)
+    else:
+        os.environ["EASYAD_CACHE_DIR"] = old
+
+
+def same(a, b):
+    """Equal bit for bit where numbers, NaN where NaN, zeros of the same sign."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        return False
+    nan = np.isnan(a)
+    return bool(np.array_equal(nan, np.isnan(b)) and np.array_equal(a[~nan], b[~nan])
+                and np.array_equal(np.signbit(a[~nan]), np.signbit(b[~nan])))
+
+
+def outcome(call):
+    """A call's result, or the type and message of what it raised."""
+    try:
+        return "ok", call()
+    except Exception as error:     # the VM's errors are the reference
+        return type(error).__name__, str(error)
+
+
+def agree(left, right):
+    (kind, a), (kind2, b) = left, right
+    if kind != kind2:
+        return False
+    if kind != "ok":
+        return a == b
+    if isinstance(a, tuple):
+        return all(same(x, y) for x, y in zip(a, b))
+    return same(a, b)
+
+
+def compiled(f, x0, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ad.CompilerWarning)
+        F = ad.record(f, x0, **options).compile()
+    assert F.compiled
+    return F
+
+
+def special_points(n, rng):
+    """Ordinary points, then NaN, +-inf, zeros (kinks: abs, maximum's ties) and huge ones."""
+    X = list(rng.uniform(-1, 1, (4, n)))
+    for value in (np.nan, np.inf, -np.inf, 0.0, -0.0, 1e300, -1e-320):
+        x = rng.uniform(-1, 1, n)
+        x[rng.integers(n)] = value
+        X.append(x)
+    X.append(np.zeros(n))
+    return np.array(X)
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", range(8))
+def test_random_programs_compiled_equal_the_vm(seed):
+    n = 7
+    f = random_program(seed, n)
+    rng = np.random.default_rng(100 + seed)
+    x0 = rng.uniform(-1, 1, n)
+    F = ad.record(f, x0)
+    C = compiled(f, x0)
+    X = special_points(n, rng)
+    used = 0
+    for x in X:
+        assert agree(outcome(lambda: F(x)), outcome(lambda: C(x))), x
+        assert agree(outcome(lambda: F.gradient(x)), outcome(lambda: C.gradient(x))), x
+        assert agree(outcome(lambda: F.value_and_gradient(x)),
+                     outcome(lambda: C.value_and_gradient(x))), x
+        used += C._native.point(x, True) is not None
+    assert used >= 4            # the ordinary points at least ran compiled
+    # batches: rows over threads in C; a flagged row sends the whole call to the VM
+    Y = rng.uniform(-1, 1, (2000, n))
+    assert same(F.gradient(Y), C.gradient(Y)) and same(F(Y), C(Y))
+    assert agree(outcome(lambda: F.gradient(X)), outcome(lambda: C.gradient(X)))
+    assert agree(outcome(lambda: F(X)), outcome(lambda: C(X)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_optimised_program_replays_like_the_recorded_one(seed):
+    n = 7
+    f = random_program(seed, n)
+    rng = np.random.default_rng(200 + seed)
+    x0 = rng.uniform(-1, 1, n)
+    F = ad.record(f, x0)
+    tape, ins, outs = _compile.optimise(F.tape, F.inputs, F.outputs)
+    G = ad.Function(tape, ins, outs)
+    assert len(G) <= len(F)
+    C = F
+    if HAVE_CC:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ad.CompilerWarning)
+            C = ad.record(f, x0).compile(optimise=True)
+        assert C.compiled
+    for x in special_points(n, rng):
+        left = outcome(lambda: F.value_and_gradient(x))
+        if left[0] != "ok":     # errors are the VM's to report on the recorded tape
+            assert agree(left, outcome(lambda: C.value_and_gradient(x)))
+            continue
+        for H in (G, C):
+            value, gradient = H.value_and_gradient(x)
+            assert same(value, left[1][0]), x
+            close(gradient, left[1][1])
+        close(G.hessian(x), F.hessian(x))
+
+
+def close(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    finite = np.isfinite(a) & np.isfinite(b)
+    np.testing.assert_array_equal(a[~finite & ~np.isnan(a)], b[~finite & ~np.isnan(b)])
+    np.testing.assert_allclose(a[finite], b[finite], rtol=1e-12, atol=1e-12)
+
+
+def test_the_optimiser_folds_shares_and_drops():
+    def f(x):
+        c = ad.sin(2.0) * 3.0                      # constants: folded
+        a = x[0] * x[1] + ad.exp(x[0])
+        b = x[0] * x[1] + ad.exp(x[0])             # the same again: shared
+        unused = ad.log(x[1] ** 2 + 1.0)           # dead: dropped
+        del unused
+        return (a * 1.0 - 0.0) / 1.0 + b * c + -(-x[1]) ** 1.0
+    F = ad.record(f, [0.3, 0.7])
+    tape, ins, outs = _compile.optimise(F.tape, F.inputs, F.outputs)
+    G = ad.Function(tape, ins, outs)
+    assert len(G) < len(F) - 8, (len(G), len(F))
+    for x in ([0.3, 0.7], [-2.0, 5.0], [0.0, -0.0]):
+        x = np.array(x)
+        close(F.value_and_gradient(x)[1], G.value_and_gradient(x)[1])
+        assert F(x) == G(x)
+
+
+@needs_cc
+def test_strong_zero_selects_kinks_and_live_errors():
+    def f(x):
+        root = ad.where(x[0] > 0, ad.sqrt(x[0]), 0.0)    # sqrt'(0) = inf, not taken: 0
+        kink = abs(x[1]) + ad.maximum(x[0], x[1])         # abs'(0) = 0, ties split
+        strong = x[2] * ad.log(ad.where(x[2] > 0, x[2], 1.0))
+        return root * x[1] + kink + strong + x[0] * 0.0
+    F = ad.record(f, [1.0, 2.0, 3.0])
+    C = compiled(f, [1.0, 2.0, 3.0])
+    for x in ([0.0, 0.0, 0.0], [-1.0, 0.5, -2.0], [4.0, -0.0, 1e-300], [np.inf, 1.0, 2.0],
+              [2.0, 2.0, np.nan], [-0.0, -0.0, -0.0]):
+        x = np.array(x)
+        assert agree(outcome(lambda: F.value_and_gradient(x)),
+                     outcome(lambda: C.value_and_gradient(x))), x
+    # an error on a live entry: raised (by the VM, to which the point is handed)
+    G = compiled(lambda x: ad.log(x[0]) + x[1], [1.0, 1.0])
+    with pytest.raises(ValueError, match="math domain error in entry"):
+        G.gradient(np.array([-1.0, 1.0]))
+    with pytest.raises(ValueError, match="math domain error"):
+        G(np.array([[1.0, 1.0], [-1.0, 1.0]]))
+
+
+@needs_cc
+def test_branch_guards_are_checked():
+    def f(x):
+        return x[0] * x[1] if x[0] > x[1] else x[1] - x[0]
+    C = compiled(f, [2.0, 1.0])
+    assert C.gradient(np.array([3.0, 1.0])).tolist() == [1.0, 3.0]
+    with pytest.raises(ad.BranchChangedError):
+        C.gradient(np.array([1.0, 3.0]))
+    X = np.array([[3.0, 1.0], [1.0, 3.0]])
+    np.testing.assert_array_equal(C.gradient(X, on_branch_change="retape"),
+                                  [[1.0, 3.0], [-1.0, 1.0]])
+    g, mask = C.gradient(X, on_branch_change="mask")
+    assert mask.tolist() == [False, True] and np.isnan(g[1]).all()
+    M = compiled(f, [2.0, 1.0], on_branch_change="mask")
+    g, mask = M.gradient(X)
+    assert mask.tolist() == [False, True]
+    g, mask = M.gradient(X[:1])       # mask mode with no flagged row: compiled, all False
+    assert mask.tolist() == [False] and g.tolist() == [[1.0, 3.0]]
+
+
+@needs_cc
+def test_rosenbrock_batches_and_several_outputs():
+    F = ad.record(rosenbrock, np.full(30, 0.5))
+    C = compiled(rosenbrock, np.full(30, 0.5))
+    X = np.random.default_rng(3).uniform(-2, 2, (5000, 30))   # threads share the rows
+    assert same(F.gradient(X), C.gradient(X))
+    assert same(F(X), C(X))
+
+    def polar(x):
+        return [ad.hypot(x[0], x[1]), ad.atan2(x[1], x[0]), 2.0]
+    P = ad.record(polar, [1.0, 1.0])
+    Q = compiled(polar, [1.0, 1.0])
+    x = np.array([3.0, -4.0])
+    assert same(P(x), Q(x)) and same(P.jacobian(x), Q.jacobian(x))   # Jacobian: the VM
+    assert same(P(np.array([x, x])), Q(np.array([x, x])))
+
+
+def test_user_primitives_are_not_compiled():
+    square = ad.define("compiled_test_square", lambda t: t * t, lambda t: 2 * t)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        F = ad.record(lambda x: square(x[0]) + x[1], [1.0, 2.0]).compile()
+    assert not F.compiled
+    np.testing.assert_array_equal(F.gradient(np.array([3.0, 1.0])), [6.0, 1.0])
+
+
+def test_without_a_compiler_a_warning_and_the_vm(monkeypatch, tmp_path):
+    monkeypatch.setattr(_compile, "_warned", set())
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    F = ad.record(rosenbrock, np.full(4, 0.5))
+    with pytest.warns(ad.CompilerWarning, match="no C compiler found.*Install one"):
+        F.compile()
+    assert not F.compiled
+    x = np.array([0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_array_equal(F.gradient(x), ad.record(rosenbrock, x).gradient(x))
+    # a compiler that fails: the same warning class, what it said, and the VM
+    monkeypatch.setattr(_compile, "_warned", set())
+    broken = tmp_path / "broken-cc"
+    broken.write_text("#!/bin/sh\necho 'broken compiler' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("CC", str(broken))
+    with pytest.warns(ad.CompilerWarning, match="failed.*broken compiler"):
+        G = ad.record(rosenbrock, np.full(4, 0.25)).compile()
+    assert not G.compiled and G.gradient(x).shape == (4,)
+
+
+@needs_cc
+def test_a_second_process_loads_from_the_cache_without_compiling(tmp_path):
+    real = _compile.compiler()
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    wrapper = folder / "easyad-test-cc"
+    wrapper.write_text(f"#!/bin/sh\nexec {' '.join(real)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    marker = tmp_path / "compiler-ran"
+    env = dict(os.environ, CC=str(wrapper), EASYAD_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    script = textwrap.dedent("""
+        import sys, warnings, numpy as np, easyad as ad
+        warnings.simplefilter("error", ad.CompilerWarning)
+        f = lambda x: sum(ad.sin(x[i]) * x[i + 1] for i in range(len(x) - 1))
+        F = ad.record(f, np.full(6, 0.5)).compile()
+        assert F.compiled
+        x = np.linspace(-1, 1, 6)
+        assert np.array_equal(F.gradient(x), ad.record(f, x).gradient(x))
+        print("ok")
+    """)
+
+    def run():
+        return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    first = run()
+    assert first.stdout.strip() == "ok", first.stderr
+    assert len(list((tmp_path / "cache" / "compiled").glob("*.so"))) == 1
+    # now the "compiler" only leaves a mark and fails: the second process must not run it
+    wrapper.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    second = run()
+    assert second.stdout.strip() == "ok", second.stderr
+    assert not marker.exists()
+
+
+@needs_cc
+@pytest.mark.parametrize("f", [
+    lambda x: x[0],                                   # an input as the output
+    lambda x: 3.0,                                    # a constant output
+    lambda x: x[1] * 2.0,                             # an unused input
+    lambda x: [x[0], 2.0, x[0] * x[1]],               # several outputs
+    lambda x: ad.where(x[0] > 0, x[0], -x[0]) * 0.0 + x[1] ** 2.0,
+], ids=["input", "constant", "unused", "several", "select-times-zero"])
+def test_edge_programs(f):
+    F = ad.record(f, [1.0, 2.0])
+    C = compiled(f, [1.0, 2.0])
+    X = np.array([[1.0, 2.0], [-3.0, 0.5], [0.0, -0.0], [np.nan, np.inf]])
+    for x in X:
+        assert same(F(x), C(x))
+        if F.scalar:
+            assert same(F.gradient(x), C.gradient(x))
+    assert same(F(X), C(X))
+    assert same(F.jacobian(X), C.jacobian(X))
+    if F.scalar:
+        assert same(F.gradient(X), C.gradient(X))
