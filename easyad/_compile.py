@@ -242,6 +242,10 @@ class _Program:
         self.__dict__.update(layout)
         self.L = int(self.length)
 
+    def __getattr__(self, name: str) -> Any:
+        # the layout's arrays, set in __init__ (this tells type checkers they exist)
+        raise AttributeError(f"the replay layout has no {name!r}")
+
     def operand(self, s: int) -> str:
         """The C expression of a slot: v[p] or a constant's literal."""
         return f"v[{s}]" if s < self.L else _literal(float(self.constants[s - self.L]))
@@ -666,7 +670,8 @@ def native(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...], *,
         made = optimise(tape, inputs, outputs)
         if made is None:
             return None
-        tape, inputs, outputs = made
+        tape, new_inputs, new_outputs = made
+        inputs, outputs = tuple(new_inputs), tuple(new_outputs)
     layout = _core._Replayer(tape, list(inputs), list(outputs))._layout()
     try:
         source = render(layout, f"{len(inputs)} inputs, {len(outputs)} outputs")
