@@ -376,3 +376,20 @@ def test_errors_of_the_inner_kind_propagate():
         ad.log(nested(-1.0, 2))
     with pytest.raises(ZeroDivisionError):
         nested(1.0, 2) / 0.0
+
+
+def test_strong_zero_partials_and_infinite_first_derivatives():
+    x = nested(0.0, 2)
+    # d/dx x ** 0 is mul0(0, pow(x, -1)): 0 at x = 0, at every level
+    y = x ** 0
+    assert (y.number.number, y.number.derivative, y.derivative.derivative) == (1.0, 0.0, 0.0)
+    p = sum(c * x ** k for k, c in enumerate([1.0, 2.0, 3.0]))   # 1 + 2x + 3x^2
+    assert (p.number.derivative, p.derivative.derivative) == (2.0, 6.0)
+    # sqrt'(0) is inf for a float Trace; nested, it has no derivative: a clear error
+    assert ad.sqrt(ad.Trace(0.0, 1.0)).derivative == math.inf
+    with pytest.raises(ZeroDivisionError, match=r"sqrt: its derivative is not finite at "
+                                                r"x = 0.0 .*no higher derivatives"):
+        ad.sqrt(x)
+    with pytest.raises(ValueError, match=r"pow: its derivative is not finite at "
+                                         r"\(x, y\) = \(0.0, 0.5\)"):
+        x ** 0.5
