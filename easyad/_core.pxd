@@ -7,7 +7,7 @@ cdef class Trace:
     cdef readonly double derivative
 
 
-cdef class NestedTrace(Trace):
+cdef class NestedTrace:
     # a Trace of Numerics (_nested.pxi): the parts, and their kind (2 * depth + over Records)
     cdef object _primal
     cdef object _tangent
