@@ -12,9 +12,9 @@ easyad/_generated/, git-ignored and rebuilt from the table:
   (``easyad_rule_tangents_run``), and the error status of Python's policies;
 - ``_ops.pxi``: the opcode enum, Cython declarations of _ops.h (``_<rule>_value``...) and
   per rule the error check ``_<rule>_check``;
-- ``_trace.pxi``, ``_record.pxi``, ``_generic.pxi``: the Tempita templates ``*.pxi.in``
-  (codegen/templates) expanded over the table (Trace/Record methods and operators, the
-  generic ``ad.<rule>``).
+- ``_trace.pxi``, ``_record.pxi``, ``_nested.pxi``, ``_generic.pxi``: the Tempita
+  templates ``*.pxi.in`` (codegen/templates) expanded over the table (Trace/Record methods
+  and operators, the NestedTrace of Traces or Records, the generic ``ad.<rule>``).
 
 Every function signature is uniform (``value(x, y)``, ``d(x, y, z)``, ``check(x, y, z,
 operator)``) so templates need not care about arity; unary rules ignore ``y``.
@@ -284,4 +284,5 @@ OUTPUTS = {
     "_trace.pxi": lambda: render_template("_trace.pxi"),
     "_record.pxi": lambda: render_template("_record.pxi"),
     "_generic.pxi": lambda: render_template("_generic.pxi"),
+    "_nested.pxi": lambda: render_template("_nested.pxi"),
 }

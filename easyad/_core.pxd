@@ -7,6 +7,15 @@ cdef class Trace:
     cdef readonly double derivative
 
 
+cdef class NestedTrace:
+    # a Trace of Numerics (_nested.pxi): the parts, and their kind (2 * depth + over Records)
+    cdef object _primal
+    cdef object _tangent
+    cdef int _kind
+
+    cdef int _init(self, object number, object derivative) except -1
+
+
 cdef class Derivatives
 cdef class Record
 

@@ -4,17 +4,19 @@ and the generic functions, all rendered from the rule table in easyad/_rules.py.
 
 This hub holds the shared coercion and error helpers and the services registry; the parts
 are included in order (hand-written ones in _engine/, the rest generated from the table):
-checks (Python's float error policy) -> ops (generated; C in _generated/_ops.h) -> conventions (what a
-tape entry means) -> tape (WengertList, Derivatives, the sweeps) -> trace, record
-(generated) -> branches (comparisons, guards, selects) -> validate (the gate for tapes from
-outside) -> generic (generated) -> replay (program, schedule, layout, sweeps, replayer, native:
-the call into compiled code).
+checks (Python's float error policy) -> ops (generated; C in _generated/_ops.h) ->
+conventions (what a tape entry means) -> tape (WengertList, Derivatives, the sweeps) ->
+trace, record, nested (generated; nested: Traces of Traces or of Records) -> branches
+(comparisons, guards, selects) -> validate (the gate for tapes from outside) -> generic
+(generated) -> replay (program, schedule, layout, sweeps, replayer, native: the call into
+compiled code).
 """
 cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite, NAN
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset, memcmp
 from libc.stdint cimport uint8_t, int32_t, uint32_t, int64_t, uint64_t
+from cpython.object cimport PyObject, PyTypeObject, newfunc
 
 import numbers
 import zlib
@@ -227,6 +229,7 @@ include "_engine/conventions.pxi"
 include "_engine/tape.pxi"
 include "_generated/_trace.pxi"
 include "_generated/_record.pxi"
+include "_generated/_nested.pxi"
 include "_engine/branches.pxi"
 include "_engine/validate.pxi"
 include "_generated/_generic.pxi"
@@ -256,6 +259,10 @@ def where(condition, a, b):
     >>> z.derivatives()[x]
     0.0
     """
+    if type(a) is NestedTrace or type(b) is NestedTrace:
+        # Traces of Traces or Records: select level by level (a Comparison selects the
+        # Record parts on their tape)
+        return _nested_where(condition, a, b)
     if type(condition) is Comparison and (<Comparison>condition).tape is not None:
         # a comparison of Records: a select on the tape, re-evaluated on replay
         return _record_select(<Comparison>condition, a, b)

@@ -7,8 +7,8 @@ the one owner of those Python meanings (``_helpers.h`` owns the C/OpenCL ones; t
 check that they agree):
 
 - ``generic_namespace()``: floats, Traces, Records and any Numeric (higher-order reverse
-  mode, Taylor arithmetic): table calls go to easyad's generic functions ``ad.<rule>``;
-  the piecewise helpers read values through ``.number``;
+  mode, Taylor arithmetic, Traces of Traces or Records): table calls go to easyad's generic
+  functions ``ad.<rule>``; the piecewise helpers read values through ``.number``;
 - ``series_namespace(is_zero)``: the generic one with strong zeros judged by ``is_zero``
   (Taylor mode: a whole series that is 0 contributes nothing);
 - ``numpy_namespace()``: arrays (the numpy tensor backend): table calls go to numpy's
@@ -27,20 +27,21 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _expr
+from easyad import _core, _expr
 from easyad import _rules as rules
 
 Expression = Callable[[Any, Any, Any], Any]  # (x, y, z) -> value
 
 
 def number_of(t: Any) -> float:
-    """The plain value of any Numeric kind (``.number`` of Traces, Records, Taylors)."""
-    if isinstance(t, (int, float)):
-        return float(t)
-    number = getattr(t, "number", None)
-    if number is None:
-        raise TypeError(f"cannot read the value of a {type(t).__name__}")
-    return float(number)
+    """The plain value of any Numeric kind (``.number`` of Traces, Records, Taylors; of a
+    nested Trace, the value at its innermost level)."""
+    while not isinstance(t, (int, float)):
+        number = getattr(t, "number", None)
+        if number is None:
+            raise TypeError(f"cannot read the value of a {type(t).__name__}")
+        t = number
+    return float(t)
 
 
 # ---- helpers on Numeric kinds (floats, Traces, Records...) ----
@@ -182,3 +183,9 @@ def generic_rules() -> Mapping[str, CompiledRule]:
     """Every rule compiled against the generic namespace, by rule name."""
     ns = generic_namespace()
     return {r.name: compile_rule(r, ns) for r in rules.RULES}
+
+
+# The core's NestedTrace (a Trace of Traces or Records) evaluates the table on its parts
+# with these; the core imports no module above it, so they are registered with it here.
+_core._register_service("expressions.generic_rules", generic_rules)
+_core._register_service("expressions.generic_namespace", generic_namespace)
