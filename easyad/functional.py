@@ -22,11 +22,18 @@ Results have the structure and shapes of the inputs (gradients), or the outputs'
 structure around the inputs' (Jacobians: ``J[out][in]`` of shape ``out.shape + in.shape``;
 one array in and out: just that array). Floats for numbers.
 
-The transforms compose: called on a point that is already recorded (inside another
-reverse transform) they differentiate on the same list with ``create_graph``, so
-``ad.jacobian(ad.grad(f))`` is the Hessian and ``ad.grad(ad.grad(g))`` the second
-derivative. Forward mode inside a transform, and a reverse transform inside a forward
-one, raise NotImplementedError naming the reverse-mode spelling.
+The transforms compose, in every order of modes:
+- reverse over reverse: called on a point already recorded (inside another reverse
+  transform) a transform differentiates on the same list with ``create_graph``, so
+  ``ad.jacobian(ad.grad(f))`` is the Hessian and ``ad.grad(ad.grad(g))`` the second
+  derivative;
+- forward over reverse: a reverse transform reached by Traces records f on TraceTensors
+  over recorded tensors (Traces of Records) and sweeps both parts of the output, so
+  ``ad.jvp(ad.grad(f), x, v)`` is H v and ``ad.jacobian(ad.grad(f), mode="forward")`` H;
+- reverse over forward: a forward transform on a recorded point runs TraceTensors over
+  it, so ``ad.grad(lambda x: ad.jvp(f, x, v)[1])`` is H v too;
+- forward over forward: for scalars (Traces of Traces, ``ad.derivative(ad.derivative(g))``);
+  arrays raise NotImplementedError (a TraceTensor of TraceTensors is not built).
 
 ========================  ====================================  ===========================
 call                      result                                mode, cost
@@ -105,7 +112,12 @@ class _Point:
     def __init__(self, x0: Any, what: str = "x0") -> None:
         leaves, self.tree = _trees.flatten(x0)
         names = _trees.paths(self.tree, what)
-        self.arrays = [_as_array(v, n) for v, n in zip(leaves, names)]
+        # recorded leaves (a forward transform inside a reverse one) are kept: the
+        # forward pass runs on TraceTensors over them
+        self.recorded = [_as_recorded(v) if _trees.is_recorded(v) or isinstance(v, Trace)
+                         else None for v in leaves]
+        self.arrays = [_as_array(v if r is None else _number(r), n)
+                       for v, r, n in zip(leaves, self.recorded, names)]
         # numbers give floats back; 0-d arrays too (as numpy would)
         self.scalar = [a.ndim == 0 for a in self.arrays]
         self.devices = [v.device if isinstance(v, Tensor) else None for v in leaves]
@@ -176,6 +188,8 @@ def _output_leaves(result: Any, f: Callable[..., Any], mode: str) -> tuple[list[
 
 
 def _check_mode(leaf: Any, f: Callable[..., Any], mode: str) -> None:
+    if mode == "any":
+        return
     items = leaf.reshape(-1) if isinstance(leaf, np.ndarray) and leaf.dtype == object else [leaf]
     for item in items:
         if mode == "reverse" and isinstance(item, (Trace, TraceTensor)):
@@ -214,8 +228,9 @@ def _is_scalar_output(leaves: list[Any], tree: TreeDef) -> bool:
     return tree.is_leaf and _shape(leaves[0]) == ()
 
 
-def _scalar_output(result: Any, f: Callable[..., Any], caller: str) -> Any:
-    leaves, tree = _output_leaves(result, f, "reverse")
+def _scalar_output(result: Any, f: Callable[..., Any], caller: str,
+                   mode: str = "reverse") -> Any:
+    leaves, tree = _output_leaves(result, f, mode)
     if not _is_scalar_output(leaves, tree):
         got = (f"a structure ({tree.describe()})" if not tree.is_leaf
                else f"shape {_shape(leaves[0])}")
@@ -224,9 +239,25 @@ def _scalar_output(result: Any, f: Callable[..., Any], caller: str) -> Any:
             f"ad.jacobian(f) for all the derivatives, or ad.vjp(f, x0, u) for the gradient "
             f"of one weighted sum u . f")
     leaf = leaves[0]
-    if isinstance(leaf, Tensor):
-        return leaf.sum()      # a 0-d tensor: its scalar Record
+    if isinstance(leaf, (Tensor, TraceTensor)):
+        return leaf.sum()      # a 0-d tensor: its scalar Record (or Trace)
     return leaf
+
+
+def _forward_value(v: Any) -> Any:
+    """An output under a forward transform, for it: a plain Trace or TraceTensor."""
+    if isinstance(v, (Trace, TraceTensor)):
+        p, t = _primal_of(_value_parts(v)[0]), _value_parts(v)[1]
+        return _lift(p, t)
+    return _value(v)
+
+
+def _value_parts(v: Any) -> tuple[Any, Any]:
+    if isinstance(v, TraceTensor):
+        return np.array(v._value.value), np.array(v._tangent.value)
+    number, derivative = v.number, v.derivative
+    return (number.number if type(number) is Record else float(number),
+            derivative.number if type(derivative) is Record else float(derivative))
 
 
 # ---- reverse mode ---------------------------------------------------------------------
@@ -248,16 +279,24 @@ class _Reverse:
     def __init__(self, f: Callable[..., Any], x0: Any, args: tuple[Any, ...],
                  elements: bool = True) -> None:
         leaves, tree = _trees.flatten(x0)
+        # under a forward transform (Traces reach us): forward over reverse. The inputs
+        # are variables carrying the outer tangents, f runs on TraceTensors over recorded
+        # tensors (Traces of Records), and each derivative is swept from both parts of
+        # the output: the gradient and its tangent (H v)
+        self.tangents: list[Any] | None = None
         if any(_trees.is_traced(v) for v in leaves):
-            raise _ReverseInForward(
-                "reverse mode inside a forward-mode transform (a Trace or TraceTensor "
-                "reached ad.grad/vjp/jacobian): use mode='reverse' for the outer transform")
+            self.tangents = [_tangent_of(v) for v in leaves]
+            leaves = [_primal_of(v) for v in leaves]
+            if any(_trees.is_traced(v) for v in leaves):
+                raise _ReverseInForward(
+                    "reverse mode inside two forward transforms: use reverse mode for one "
+                    "of the outer transforms")
         tapes = {id(t): t for t in (_tape_of(v) for v in leaves) if t is not None}
         if len(tapes) > 1:
             raise ValueError("the point holds records of two different WengertLists")
         self.nested = bool(tapes)
         self.tape: WengertList = next(iter(tapes.values())) if tapes else WengertList()
-        self.point = None if self.nested else _Point(x0)
+        self.point = None if self.nested else _Point(_trees.unflatten(tree, leaves))
         if self.nested:
             self.inputs = [self._copy(v) for v in leaves]
             self.scalar = [not isinstance(v, Tensor) for v in self.inputs]
@@ -268,7 +307,15 @@ class _Reverse:
                            zip(self.point.arrays, self.point.scalar, self.point.devices)]
         self.tree = tree
         self.shapes = [() if s else tuple(i.shape) for s, i in zip(self.scalar, self.inputs)]
-        self.result = _call(f, _trees.unflatten(tree, self.inputs), args)
+        given = self.inputs
+        if self.tangents is not None:
+            given = [x if t is None else _lift(x, t) for x, t in zip(self.inputs, self.tangents)]
+        self.result = _call(f, _trees.unflatten(tree, given), args)
+
+    @property
+    def mode(self) -> str:
+        """What f's outputs may hold: Traces too under a forward transform."""
+        return "any" if self.tangents is not None else "reverse"
 
     def _make(self, a: NDArray[np.float64], scalar: bool, device: Any, elements: bool) -> Any:
         if scalar:
@@ -296,7 +343,17 @@ class _Reverse:
 
     def sweep(self, z: Any, seed: Any = None) -> list[Any]:
         """d z / d inputs: arrays and floats at the top level, recorded values inside.
-        A tensor ``z`` at the top level sweeps with adjoint ``seed`` (ones: its sum)."""
+        A tensor ``z`` at the top level sweeps with adjoint ``seed`` (ones: its sum).
+        Under a forward transform: Traces/TraceTensors (derivative, its tangent)."""
+        if self.tangents is not None:
+            if isinstance(z, TraceTensor):
+                z = z.sum()
+            primal, tangent = (z.number, z.derivative) if isinstance(z, Trace) else (z, 0.0)
+            return [_lift(g0, g1) for g0, g1 in zip(self._plain_sweep(primal),
+                                                     self._plain_sweep(tangent))]
+        return self._plain_sweep(z, seed)
+
+    def _plain_sweep(self, z: Any, seed: Any = None) -> list[Any]:
         if isinstance(z, Tensor) and not self.nested and z.tape is self.tape:
             d = z.derivatives(np.ones(z.shape) if seed is None else seed)
             return self._read(d)
@@ -323,6 +380,48 @@ class _Reverse:
 
     def gradient(self, cotangents: list[Any]) -> Any:
         return _trees.unflatten(self.tree, cotangents)
+
+
+def _nested_trace(v: Any) -> bool:
+    return isinstance(v, Trace) and type(v) is not Trace
+
+
+def _over_tape(v: Any) -> bool:
+    """A TraceTensor or Trace whose parts are recorded (forward inside reverse)."""
+    if isinstance(v, TraceTensor):
+        return v._value.tape is not None or v._tangent.tape is not None
+    return _nested_trace(v) and (type(v.number) is Record or type(v.derivative) is Record)
+
+
+def _tangent_of(v: Any) -> Any:
+    if isinstance(v, TraceTensor):
+        return v._tangent if _over_tape(v) else np.array(v.tangent, dtype=np.float64)
+    if isinstance(v, Trace):
+        return v.derivative if _nested_trace(v) else float(v.derivative)
+    return None
+
+
+def _primal_of(v: Any) -> Any:
+    if isinstance(v, TraceTensor):
+        return v._value if _over_tape(v) else np.array(v.value, dtype=np.float64)
+    if isinstance(v, Trace):
+        return v.number if _nested_trace(v) else float(v.number)
+    return v
+
+
+def _lift(value: Any, tangent: Any) -> Any:
+    """A value with a tangent: a TraceTensor over a (recorded) tensor, a Trace (of a
+    Record), or, from numbers and arrays, a plain TraceTensor or Trace."""
+    if isinstance(value, Tensor):
+        if not isinstance(tangent, Tensor):
+            tangent = Tensor.constant(np.broadcast_to(np.asarray(tangent, dtype=np.float64),
+                                                      value.shape), device=value.device)
+        return TraceTensor._of(value, tangent)
+    if isinstance(value, np.ndarray):
+        return TraceTensor(value, np.broadcast_to(np.asarray(tangent), value.shape))
+    if isinstance(tangent, Tensor):          # a scalar value with a recorded 0-d tangent
+        tangent = tangent.sum()
+    return Trace(value, tangent if isinstance(tangent, (Record, Trace)) else float(tangent))
 
 
 def _tape_of(v: Any) -> Any:
@@ -365,7 +464,14 @@ def _scalars_of(leaf: Any) -> tuple[tuple[int, ...], Callable[[int], Any]]:
 def _assemble(rows: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, ...],
               scalar_in: bool, nested: bool) -> Any:
     """Rows (one per output element: the derivative with respect to one input) as the
-    block of shape out_shape + in_shape (recorded when nested)."""
+    block of shape out_shape + in_shape (recorded when nested; a TraceTensor of the
+    blocks of both parts under a forward transform)."""
+    if rows and isinstance(rows[0], (Trace, TraceTensor)):
+        parts = [_assemble([_primal_of(r) for r in rows], out_shape, in_shape, scalar_in,
+                           nested),
+                 _assemble([_tangent_of(r) for r in rows], out_shape, in_shape, scalar_in,
+                           nested)]
+        return _lift(*parts)
     if not nested:
         block = np.array(rows, dtype=np.float64).reshape(out_shape + in_shape)
         return float(block) if block.ndim == 0 else block
@@ -378,7 +484,7 @@ def _assemble(rows: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, 
 
 def _jacobian_reverse(f: Callable[..., Any], x0: Any, args: tuple[Any, ...]) -> Any:
     run = _Reverse(f, x0, args)
-    leaves, out_tree = _output_leaves(run.result, f, "reverse")
+    leaves, out_tree = _output_leaves(run.result, f, run.mode)
     blocks = []
     for leaf in leaves:
         shape, rows = _rows(run, leaf)
@@ -390,13 +496,26 @@ def _jacobian_reverse(f: Callable[..., Any], x0: Any, args: tuple[Any, ...]) -> 
 
 # ---- forward mode ---------------------------------------------------------------------
 
+def _as_recorded(v: Any) -> Any:
+    """A recorded leaf as a Tensor or a Record (object arrays of Records gathered)."""
+    if isinstance(v, np.ndarray):
+        items = [e if type(e) is Record else float(e) for e in v.reshape(-1)]
+        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), items, v.shape)
+    return v
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, Tensor):
+        return v.value
+    while isinstance(v, (Trace, Record)):      # a Trace (of Traces): its innermost value
+        v = v.number
+    return v
+
+
 def _forward_point(x0: Any, caller: str) -> _Point:
     leaves, _ = _trees.flatten(x0)
-    if any(_trees.is_recorded(v) for v in leaves):
-        raise NotImplementedError(
-            f"{caller} (forward mode) inside a reverse-mode transform: use reverse mode "
-            f"(ad.jacobian(..., mode='reverse'), ad.vjp, ad.grad) for the inner transform")
-    if any(_trees.is_traced(v) for v in leaves):
+    # a scalar Trace is nested (Trace of Trace: forward over forward); arrays of them not
+    if any(_trees.is_traced(v) and not isinstance(v, Trace) for v in leaves):
         raise NotImplementedError(
             f"{caller} (forward mode) inside another forward-mode transform: nest Traces "
             f"directly, or use reverse mode for one of them")
@@ -406,13 +525,30 @@ def _forward_point(x0: Any, caller: str) -> _Point:
 def _forward_run(f: Callable[..., Any], point: _Point, tangents: list[Any],
                  args: tuple[Any, ...]) -> Any:
     inputs: list[Any] = []
-    for a, t, scalar, device in zip(point.arrays, tangents, point.scalar, point.devices):
-        if scalar:
+    for a, t, scalar, device, recorded in zip(point.arrays, tangents, point.scalar,
+                                              point.devices, point.recorded):
+        if recorded is not None:     # reverse over forward: a Trace over the recorded leaf
+            inputs.append(_lift(recorded, t))
+        elif scalar:
             inputs.append(Trace(float(a), float(t)))
         else:
             inputs.append(TraceTensor._input(a, t, device if device is not None
                                              else get_device()))
     return _call(f, point.rebuild(inputs), args)
+
+
+def _recorded_parts(leaf: Any) -> tuple[Any, Any]:
+    """An output's value and tangent as recorded values (reverse over forward)."""
+    if isinstance(leaf, TraceTensor):
+        return leaf._value, leaf._tangent
+    if isinstance(leaf, Trace):
+        return leaf.number, leaf.derivative
+    if isinstance(leaf, np.ndarray) and leaf.dtype == object:
+        parts = [_recorded_parts(e) for e in leaf.reshape(-1)]
+        f64 = np.dtype(np.float64)
+        return tuple(from_scalars(Tensor, resolve(None), f64, [p[k] for p in parts],
+                                  leaf.shape) for k in (0, 1))  # type: ignore[return-value]
+    return leaf, (leaf.detach() * 0.0 if isinstance(leaf, Tensor) else 0.0)
 
 
 def _tangent(leaf: Any) -> Any:
@@ -434,6 +570,8 @@ def _tangent(leaf: Any) -> Any:
 def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...],
                       first: Any = None) -> Any:
     columns: list[list[Any]] = []       # per input element: the output leaves' tangents
+    nested = any(r is not None for r in point.recorded)
+    mode = "any" if nested else "forward"
     out_tree: TreeDef | None = None
     out_shapes: list[tuple[int, ...]] = []
     for k, a in enumerate(point.arrays):
@@ -444,7 +582,7 @@ def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...
                 tangents = [np.zeros(b.shape) for b in point.arrays]
                 tangents[k].reshape(-1)[j] = 1.0
                 result = _forward_run(f, point, tangents, args)
-            leaves, tree = _output_leaves(result, f, "forward")
+            leaves, tree = _output_leaves(result, f, mode)
             shapes = [_shape(v) for v in leaves]
             if out_tree is None:
                 out_tree, out_shapes = tree, shapes
@@ -452,15 +590,21 @@ def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...
                 raise ValueError(f"{_name(f)} returned outputs of another structure or shape "
                                  f"on one pass than on another: its output must not change "
                                  f"size")
-            columns.append([_tangent(v) for v in leaves])
+            columns.append([_recorded_parts(v)[1] if nested else _tangent(v)
+                            for v in leaves])
     if out_tree is None:       # no inputs: one evaluation tells the output's structure
         leaves, out_tree = _output_leaves(_forward_run(f, point, point.arrays, args), f,
-                                          "forward")
+                                          mode)
         out_shapes = [_shape(v) for v in leaves]
     blocks = []
     for i, out_shape in enumerate(out_shapes):
         per_input, start = [], 0
         for a in point.arrays:
+            if nested:       # recorded columns: a recorded block
+                part = [c[i] for c in columns[start:start + a.size]]
+                start += a.size
+                per_input.append(_recorded_block(part, out_shape, a.shape))
+                continue
             cols = [np.asarray(c[i], dtype=np.float64) for c in columns[start:start + a.size]]
             start += a.size
             block = (np.stack(cols, axis=-1) if cols else np.zeros(out_shape + (0,)))
@@ -468,6 +612,17 @@ def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...
             per_input.append(float(block) if block.ndim == 0 else block)
         blocks.append(point.rebuild(per_input))
     return _trees.unflatten(out_tree, blocks)
+
+
+def _recorded_block(columns: list[Any], out_shape: tuple[int, ...],
+                    in_shape: tuple[int, ...]) -> Any:
+    """Recorded columns (one per input element, each of out_shape) as the recorded block
+    out_shape + in_shape."""
+    if out_shape == ():
+        if in_shape == ():
+            return columns[0]
+        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), columns, in_shape)
+    return stack(columns, axis=-1).reshape(out_shape + in_shape)
 
 
 # ---- the API --------------------------------------------------------------------------
@@ -497,6 +652,8 @@ def derivative(f: Callable[..., Any]) -> Callable[..., float | Vector]:
     """
     @functools.wraps(f)
     def df(x: float, *extra: Any, args: Any = None) -> float | Vector:
+        if isinstance(x, (Trace, Record)):     # inside another transform
+            return jvp(f, x, 1.0, *_arguments(extra, args))[1]
         if np.ndim(x) != 0:
             raise ValueError(f"derivative(f)(x) takes a scalar x, got shape {np.shape(x)}; "
                              f"for a function of an array use ad.grad or ad.jacobian")
@@ -540,8 +697,8 @@ def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
     @functools.wraps(f)
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
         run = _Reverse(f, x0, _arguments(extra, args))
-        out = _scalar_output(run.result, f, "grad")
-        value = out if run.nested else _value(out)
+        out = _scalar_output(run.result, f, "grad", run.mode)
+        value = out if run.nested else _forward_value(out) if run.tangents else _value(out)
         return value, run.gradient(run.sweep(out))
 
     vg.__doc__ = f"The value and gradient of {_name(f)} (made by easyad.value_and_grad)."
@@ -682,6 +839,11 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
     point = _forward_point(x0, "jvp")
     direction = point.like(v, "v")
     result = _forward_run(f, point, direction, _arguments(extra, args))
+    if any(r is not None for r in point.recorded):     # inside a reverse transform
+        leaves, tree = _output_leaves(result, f, "any")
+        parts = [_recorded_parts(e) for e in leaves]
+        return (_trees.unflatten(tree, [p[0] for p in parts]),
+                _trees.unflatten(tree, [p[1] for p in parts]))
     leaves, tree = _output_leaves(result, f, "forward")
     return (_trees.unflatten(tree, [_value(e) for e in leaves]),
             _trees.unflatten(tree, [_tangent(e) for e in leaves]))
@@ -713,7 +875,7 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
     (array([6., 2.]), array([13.,  2.]))
     """
     run = _Reverse(f, x0, _arguments(extra, args))
-    leaves, tree = _output_leaves(run.result, f, "reverse")
+    leaves, tree = _output_leaves(run.result, f, run.mode)
     weights, wtree = _trees.flatten(u)
     if wtree != tree and not (tree.is_leaf and len(weights) == 1):
         raise ValueError(f"u must have the structure of {_name(f)}'s output "
@@ -727,7 +889,8 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
             raise ValueError(f"{name} must have one weight per output element of "
                              f"{_name(f)}, so {what}; got shape {w.shape}")
         total = total + _weighted(leaf, w.reshape(shape))
-    value = _trees.unflatten(tree, [e if run.nested else _value(e) for e in leaves])
+    value = _trees.unflatten(tree, [e if run.nested else _forward_value(e) if run.tangents
+                                    else _value(e) for e in leaves])
     return value, run.gradient(run.sweep(total))
 
 

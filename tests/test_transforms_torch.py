@@ -256,8 +256,39 @@ def test_transforms_compose():
     close(ad.jacobian(ad.grad(f))(x), tf.jacrev(tf.grad(tfun))(_torch(x)))
     close(ad.jacobian(ad.jacobian(f, mode="reverse"), mode="reverse")(x),
           tf.hessian(tfun)(_torch(x)))
-    with pytest.raises(NotImplementedError, match="mode='reverse'"):
-        ad.jacobian(ad.grad(f), mode="forward")(x)
+
+
+@pytest.mark.parametrize("case", ["mlp", "logsumexp", "indexing", "where_maximum"])
+def test_modes_nest_in_every_order(case, on_device):
+    """Forward over reverse (jacfwd of grad, jvp of grad), reverse over forward (grad of a
+    jvp, jacrev of jacfwd) and forward over forward (scalars), against torch.func."""
+    ours, theirs, x = CASES[case]()
+    tx, v = _torch(x), _direction(x)
+    H = tf.hessian(theirs)(tx)
+    close(ad.jacobian(ad.grad(ours), mode="forward")(x), H, f"{case} jacfwd(grad)")
+    close(ad.jvp(ad.grad(ours), x, v)[1], tf.jvp(tf.grad(theirs), (tx,), (_torch(v),))[1],
+          f"{case} jvp(grad)")
+    close(ad.grad(lambda z: ad.jvp(ours, z, v)[1])(x),
+          tf.grad(lambda z: tf.jvp(theirs, (z,), (_torch(v),))[1])(tx), f"{case} grad(jvp)")
+    close(ad.jacobian(ad.jacobian(ours, mode="forward"), mode="reverse")(x), H,
+          f"{case} jacrev(jacfwd)")
+
+
+def test_scalar_modes_nest_to_any_depth():
+    g = lambda x: x ** 3 * ad.sin(x)  # noqa: E731
+    tg = lambda x: x ** 3 * torch.sin(x)  # noqa: E731
+    t = torch.tensor(0.7, dtype=torch.float64)
+    second = float(tf.grad(tf.grad(tg))(t))
+    third = float(tf.grad(tf.grad(tf.grad(tg)))(t))
+    for d2 in (ad.derivative(ad.derivative(g)), ad.derivative(ad.grad(g)),
+               ad.grad(ad.derivative(g)), ad.grad(ad.grad(g))):
+        assert d2(0.7) == pytest.approx(second, rel=TOL)
+    for d3 in (ad.derivative(ad.derivative(ad.derivative(g))),
+               ad.grad(ad.derivative(ad.grad(g))), ad.derivative(ad.grad(ad.grad(g)))):
+        assert d3(0.7) == pytest.approx(third, rel=TOL)
+    with pytest.raises(NotImplementedError, match="forward"):
+        ad.jacobian(ad.jacobian(lambda x: ad.sum(x ** 3), mode="forward"),
+                    mode="forward")(np.array([1.0, 2.0]))
 
 
 def test_create_graph_through_every_tensor_operation(on_device):

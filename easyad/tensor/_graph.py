@@ -91,7 +91,11 @@ def where(condition: Any, a: Any, b: Any) -> Any:
 # ---- the strong-zero helpers on tensors ----
 
 def _values(v: Any) -> np.ndarray:
-    return v.value if isinstance(v, TensorBase) else np.asarray(number_of(v))
+    if isinstance(v, TensorBase):
+        return v.value
+    if isinstance(v, np.ndarray):
+        return v
+    return np.asarray(number_of(v))
 
 
 def _like(*vs: Any) -> TensorBase | None:

@@ -19,7 +19,7 @@ import numpy as np
 from easyad import _expr, _rules
 from easyad._core import Record, Trace
 from easyad.tensor import _shapes as shapes
-from easyad.tensor import _generic, _structural
+from easyad.tensor import _generic, _graph, _structural
 from easyad.tensor._base import BOOL, operand, wrap
 from easyad._generated.tensor_methods import RuleMethods
 from easyad.tensor._tensor import Tensor
@@ -111,7 +111,7 @@ class TraceTensor(RuleMethods):
 
     def detach(self) -> Tensor:
         """The value, as a constant Tensor."""
-        return self._value
+        return self._value.detach()
 
     def __repr__(self) -> str:
         return f"TraceTensor(value={self.value!r}, tangent={self.tangent!r})"
@@ -134,7 +134,7 @@ class TraceTensor(RuleMethods):
         v, t = f(self._value), f(self._tangent)
         if isinstance(v, Tensor):
             return TraceTensor._of(v, t)
-        return Trace(float(v), float(t))
+        return _scalar(v, t)
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
         return self._both(lambda a: a.sum(axis=axis, keepdims=keepdims))
@@ -168,7 +168,7 @@ class TraceTensor(RuleMethods):
         value = getattr(v, op)(axis=axis, keepdims=keepdims)
         if isinstance(value, Tensor):
             return TraceTensor._of(value, t)
-        return Trace(float(value), float(t))
+        return _scalar(value, t)
 
     def max(self, axis: Any = None, keepdims: bool = False) -> Any:
         return self._extreme("max", axis, keepdims)
@@ -186,13 +186,15 @@ class TraceTensor(RuleMethods):
 
     @staticmethod
     def concatenate(items: Any, axis: int = 0) -> "TraceTensor":
-        pairs = [_pair(v, _backend_of(items)) for v in items]
+        over = any(_recorded(v) for v in items)
+        pairs = [_pair(v, _backend_of(items), over) for v in items]
         return TraceTensor._of(_structural.concatenate([p[0] for p in pairs], axis),
                                _structural.concatenate([p[1] for p in pairs], axis))
 
     @staticmethod
     def stack(items: Any, axis: int = 0) -> "TraceTensor":
-        pairs = [_pair(v, _backend_of(items)) for v in items]
+        over = any(_recorded(v) for v in items)
+        pairs = [_pair(v, _backend_of(items), over) for v in items]
         return TraceTensor._of(_structural.stack([p[0] for p in pairs], axis),
                                _structural.stack([p[1] for p in pairs], axis))
 
@@ -201,7 +203,8 @@ class TraceTensor(RuleMethods):
         be = _backend_of([condition, a, b])
         if isinstance(condition, TraceTensor):
             condition = condition._value
-        (av, at), (bv, bt) = _pair(a, be), _pair(b, be)
+        over = _recorded(a) or _recorded(b)
+        (av, at), (bv, bt) = _pair(a, be, over), _pair(b, be, over)
         return TraceTensor._of(_structural.where(condition, av, bv),
                                _structural.where(condition, at, bt))
 
@@ -252,13 +255,41 @@ def _value_of(v: Any) -> Any:
     return v._value if isinstance(v, TraceTensor) else v
 
 
-def _pair(v: Any, be: Any) -> tuple[Tensor, Tensor]:
-    """``v`` as (value, tangent) constant tensors on backend ``be``."""
+def _scalar(value: Any, tangent: Any) -> Any:
+    """A one-number result: a Trace, of Records when either part is recorded (forward
+    over reverse)."""
+    if type(value) is Record or type(tangent) is Record:
+        return Trace(value, tangent)
+    return Trace(float(value), float(tangent))
+
+
+def _recorded(v: Any) -> bool:
+    """Whether a value with a tangent holds parts on a tape (forward over reverse: then
+    recorded tensors and Records are constants of its level; otherwise they do not mix)."""
+    if isinstance(v, TraceTensor):
+        return v._value.tape is not None or v._tangent.tape is not None
+    if isinstance(v, Trace) and type(v) is not Trace:      # a NestedTrace
+        return type(v.number) is Record or type(v.derivative) is Record
+    return False
+
+
+def _pair(v: Any, be: Any, over_reverse: bool = False) -> tuple[Tensor, Tensor]:
+    """``v`` as (value, tangent) tensors on backend ``be`` (recorded ones only forward
+    over reverse: a TraceTensor whose parts are on a tape)."""
     if isinstance(v, TraceTensor):
         return v._value, v._tangent
     if isinstance(v, Tensor) and v.tape is not None or type(v) is Record:
-        raise TypeError(f"cannot combine a TraceTensor with a recorded {type(v).__name__}: "
-                        f"forward mode and reverse mode do not mix")
+        if not over_reverse:
+            raise TypeError(f"cannot combine a TraceTensor with a recorded "
+                            f"{type(v).__name__}: forward mode and reverse mode do not mix "
+                            f"(except as a TraceTensor over recorded tensors)")
+        value = v if isinstance(v, Tensor) else _graph.as_tensor(v, Tensor, be,
+                                                                 np.dtype(np.float64))
+        return value, _graph.zeros(Tensor, be, value.shape, value.dtype)
+    if isinstance(v, Trace) and over_reverse and _recorded(v):
+        f64 = np.dtype(np.float64)
+        return (_graph.as_tensor(v.number, Tensor, be, f64),
+                _graph.as_tensor(v.derivative, Tensor, be, f64))
     if type(v) is Trace:
         value = Tensor.constant(np.asarray(v.number), device=be.device)
         return value, Tensor.constant(np.asarray(v.derivative), device=be.device)
@@ -288,7 +319,40 @@ def _inlined(partial: str, value: str) -> str:
     return _expr.render(_expr.substitute(partial, {"z": value}))
 
 
+def _jvp_recorded(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
+    """Forward over reverse: value and tangent by recorded tensor operations (the rule's
+    value and partials from the table on tensors), so both can be differentiated again."""
+    compiled = _graph.tensor_rules()[rule.name]
+    values: list[Any] = []
+    tangents: list[Any] = []
+    for a in args:
+        if isinstance(a, TraceTensor):
+            values.append(a._value)
+            tangents.append(a._tangent)
+        elif isinstance(a, Trace):
+            values.append(a.number)
+            tangents.append(a.derivative)
+        else:
+            values.append(a)
+            tangents.append(None)
+    x, y = values[0], values[1] if rule.arity == 2 else 0.0
+    z = compiled.value(x, y, None)
+    tangent: Any = None
+    for k, t in enumerate(tangents):
+        if t is not None:
+            term = _graph.mul0(t, compiled.partials[k](x, y, z))
+            tangent = term if tangent is None else tangent + term
+    if not isinstance(z, Tensor):
+        return _scalar(z, 0.0 if tangent is None else tangent)
+    if not isinstance(tangent, Tensor) or tangent.shape != z.shape:
+        tangent = _graph.zeros(Tensor, z._backend, z.shape, z.dtype) + \
+            (0.0 if tangent is None else tangent)
+    return TraceTensor._of(z, tangent)
+
+
 def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
+    if any(_recorded(a) for a in args):
+        return _jvp_recorded(rule, args)
     be = _backend_of(args)
     parts = [_parts(a, be) for a in args]
     if any(p is None for p in parts):
@@ -312,9 +376,10 @@ def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
 
 def _matmul(a: Any, b: Any) -> Any:
     be = _backend_of([a, b])
-    (av, at), (bv, bt) = _pair(a, be), _pair(b, be)
+    over = _recorded(a) or _recorded(b)
+    (av, at), (bv, bt) = _pair(a, be, over), _pair(b, be, over)
     value = av @ bv
     tangent = at @ bv + av @ bt
     if isinstance(value, Tensor):
         return TraceTensor._of(value, tangent)
-    return Trace(float(value), float(tangent))
+    return _scalar(value, tangent)
