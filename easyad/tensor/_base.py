@@ -179,7 +179,7 @@ def wrap(cls: type[T], backend: Any, data: Any, shape: tuple[int, ...], dtype: n
     t._index = handle.index if handle is not None else -1
     t._generation = tape.generation if tape is not None else 0
     t._name = None
-    t._elements = None
+    t._elements = t._records = None
     return t
 
 
@@ -259,7 +259,7 @@ class TensorBase:
 
 
     __slots__ = ("_backend", "_data", "_shape", "_dtype", "_tape", "_handle", "_index",
-                 "_generation", "_name", "_elements", "__weakref__")
+                 "_generation", "_name", "_elements", "_records", "__weakref__")
     _backend: Any          # the device's backend (NumpyBackend, OpenCLBackend, meta)
     _data: Any             # the backend's buffer
     _shape: tuple[int, ...]
@@ -270,6 +270,7 @@ class TensorBase:
     _generation: int       # the list's generation when recorded (staleness)
     _name: str | None
     _elements: Any         # an input's scalar elements (Elements), None for the others
+    _records: Any          # a 1-D input's element Records once made (x[i] reads them)
     __array_priority__ = 1000.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -148,15 +148,22 @@ class Tensor(TensorBase, RuleMethods):
         return _structural.transpose(self, ())
 
     def __getitem__(self, key: Any) -> Any:
+        records = self._records
+        if records is not None and type(key) is int:   # scalar code on a 1-D input
+            return records[key]
         if self._elements is not None:     # a transform's input: one element is a Record
             element = self._elements.get(key, live_tape(self))
             if element is not None:
+                if len(self._shape) == 1:
+                    self._records = self._elements.records
                 return element
         return _structural.getitem(self, key)
 
     def __iter__(self) -> Any:
-        for i in range(len(self)):
-            yield self[i]
+        if self._elements is not None and len(self._shape) == 1 and self._shape[0]:
+            self[0]                        # the elements, made once
+            return iter(self._records)
+        return (self[i] for i in range(len(self)))
 
     def __matmul__(self, other: Any) -> Any:
         return _structural.matmul(self, other)

@@ -37,7 +37,7 @@ class TraceTensor(RuleMethods):
     array([0.      , 1.381773])
     """
 
-    __slots__ = ("_value", "_tangent", "_elements")
+    __slots__ = ("_value", "_tangent", "_elements", "_traces")
     _value: Tensor
     _tangent: Tensor
 
@@ -53,6 +53,7 @@ class TraceTensor(RuleMethods):
                 device=v.device, dtype=v.dtype)
         self._value, self._tangent = v, t
         self._elements: Any = None
+        self._traces: Any = None
 
     @staticmethod
     def variable(array: Any, tangent: Any = None, device: Any = None,
@@ -69,7 +70,7 @@ class TraceTensor(RuleMethods):
     @staticmethod
     def _of(value: Tensor, tangent: Tensor) -> "TraceTensor":
         t = TraceTensor.__new__(TraceTensor)
-        t._value, t._tangent, t._elements = value, tangent, None
+        t._value, t._tangent, t._elements, t._traces = value, tangent, None, None
         return t
 
     @staticmethod
@@ -153,10 +154,22 @@ class TraceTensor(RuleMethods):
         return self._both(lambda a: a.T)  # type: ignore[no-any-return]
 
     def __getitem__(self, key: Any) -> Any:
+        traces = self._traces
+        if traces is not None and type(key) is int:     # scalar code on a 1-D input
+            return traces[key]
         if self._elements is not None and shapes.is_element(key, self.ndim):
             value, tangent = self._elements
+            if value.ndim == 1:        # every element's Trace, made once
+                traces = np.empty(value.shape, dtype=object)
+                for i, (v, t) in enumerate(zip(value.tolist(), tangent.tolist())):
+                    traces[i] = Trace(v, t)
+                self._traces = traces
+                return traces[key]
             return Trace(float(value[key]), float(tangent[key]))
         return self._both(lambda a: a[key])
+
+    def __iter__(self) -> Any:
+        return (self[i] for i in range(len(self)))
 
     def _extreme(self, op: str, axis: Any, keepdims: bool) -> Any:
         # the tangent of a max is the mean of the tangents of the tied maximal elements
