@@ -427,6 +427,13 @@ class Function:
     def hvp(self, x: ArrayLike, v: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """The Hessian-vector product H(x) v without forming H (one sweep); v is (n,) or
         one direction per row (B, n)."""
+        native = self._native
+        if native is not None and native.second_order and type(x) is np.ndarray \
+                and type(v) is np.ndarray and on_branch_change is None \
+                and self.on_branch_change != "mask":   # one point, compiled: one C call
+            product = native.hvp_point(x, v)
+            if product is not None:
+                return product
         self._need_scalar("hvp")
         X, batch = self._rows(x)
         V = np.asarray(v)
@@ -435,12 +442,6 @@ class Function:
         if V.shape not in ((self.n_inputs,), (X.shape[0], self.n_inputs)):
             raise ValueError(f"v must have shape ({self.n_inputs},) or "
                              f"({X.shape[0]}, {self.n_inputs}), got {V.shape}")
-        native = self._native
-        if native is not None and native.second_order and not batch and V.ndim == 1 \
-                and on_branch_change is None and self.on_branch_change != "mask":
-            product = native.hvp_point(X[0], np.ascontiguousarray(V))
-            if product is not None:
-                return product
         seeds = np.ascontiguousarray(V.reshape(-1, self.n_inputs, 1))
         _, _, second, mask = self._run(_SECOND, X, on_branch_change, "hvp", (seeds,))
         out = second[:, :, 0]
