@@ -376,6 +376,8 @@ def render_second(layout: dict[str, Any], seeds: np.ndarray, n_rev: int) -> str:
                     P.run_need.tolist(), P.run_affine.tolist(), P.run_base0.tolist(),
                     P.run_base1.tolist()))
     n, K = len(inputs), int(seeds.shape[1])
+    # (-O1 for these functions alone, by attribute, was tried: gcc then inlines none of
+    # _ops.h's functions into them, 3x slower; -O1 for the whole file costs the gradient)
     out = [f"\n/* second order: {K} seed directions (Hessian), 1 given (HVP) */\n",
            f"static const double S[{max(1, n * K)}] = "
            f"{{{', '.join(_literal(float(c)) for c in seeds.ravel()) or '0.0'}}};\n"]
