@@ -86,9 +86,9 @@ def _dense(F, values):
     return dense
 
 
-def _compiled(f, n):
+def _compiled(f, n, **options):
     """f recorded at ones(n) and compiled into a fresh cache (a real compile): (Function,
-    seconds F.compile() took)."""
+    seconds F.compile(**options) took)."""
     import os
     import tempfile
     import time
@@ -97,7 +97,7 @@ def _compiled(f, n):
     try:
         F = ad.record(f, np.ones(n))
         start = time.perf_counter()
-        F.compile()
+        F.compile(**options)
         seconds = time.perf_counter() - start
     finally:
         if old is None:
@@ -149,10 +149,21 @@ def run(ctx):
         label = f"easyad F.{what}(x)"
         variants = {label: lambda mine=mine, x=x: mine(x), "casadi VM (buffer)": vm_call,
                     "casadi JIT (buffer)": jit_call}
-        if what == "gradient":      # F.compile(): C from the tape, gcc, a fresh cache
-            C, compile_time = _compiled(rosenbrock, n)
+        # F.compile(): C from the tape, gcc, a fresh cache; Hessians: compile(hessian=True)
+        C, compile_time = _compiled(rosenbrock, n, hessian=what == "hessian")
+        if what == "gradient":
             np.testing.assert_array_equal(C.gradient(x), expected)   # bit for bit
             variants["easyad compiled"] = lambda C=C, x=x: C.gradient(x)
+            # the preallocated calls: out= (checks per call), bound once (CasADi's buffer)
+            xb, g = x.copy(), np.empty(n)
+            bound = C.bind_gradient(xb, g)
+            bound()
+            np.testing.assert_array_equal(g, expected)
+            variants["easyad compiled, out="] = lambda C=C, x=x, g=g: C.gradient(x, out=g)
+            variants["easyad compiled, bound"] = bound
+        else:
+            np.testing.assert_array_equal(C.hessian(x), expected)    # bit for bit
+            variants["easyad compiled"] = lambda C=C, x=x: C.hessian(x)
         t = ctx.measure(variants)
         r_vm, r_jit = t.ratio(label, "casadi VM (buffer)"), t.ratio(label, "casadi JIT (buffer)")
         q = t.ratio_quartiles(label, "casadi VM (buffer)")
@@ -164,15 +175,23 @@ def run(ctx):
         rows.append((f"{what} n={n}: easyad / casadi JIT time",
                      f"{r_jit:.2f} (casadi JIT {t.median('casadi JIT (buffer)') * 1e6:.2f} us; "
                      f"build + gcc {compiled:.2f} s)", "(the VM)", ""))
+        r_c = t.ratio("easyad compiled", "casadi JIT (buffer)")
+        call = "F.compile()" if what == "gradient" else "F.compile(hessian=True)"
+        rows.append((f"{what} n={n}: easyad compiled / casadi JIT time",
+                     f"{r_c:.2f} ({t.median('easyad compiled') * 1e6:.2f} us; "
+                     f"{t.ratio('easyad compiled', 'casadi VM (buffer)'):.2f} casadi VM; "
+                     f"{call} {compile_time:.2f} s vs casadi build + gcc "
+                     f"{compiled:.2f} s)", "<= 1, compile <= casadi's",
+                     verdict(r_c <= 1 and compile_time <= compiled,
+                             f"compiled {what} n={n} vs casadi JIT")))
         if what == "gradient":
-            r_c = t.ratio("easyad compiled", "casadi JIT (buffer)")
-            rows.append((f"{what} n={n}: easyad compiled / casadi JIT time",
-                         f"{r_c:.2f} ({t.median('easyad compiled') * 1e6:.2f} us; "
-                         f"{t.ratio('easyad compiled', 'casadi VM (buffer)'):.2f} casadi VM; "
-                         f"F.compile() {compile_time:.2f} s vs casadi build + gcc "
-                         f"{compiled:.2f} s)", "<= 1, compile <= casadi's",
-                         verdict(r_c <= 1 and compile_time <= compiled,
-                                 f"compiled {what} n={n} vs casadi JIT")))
+            for name, how in (("easyad compiled, out=", "F.gradient(x, out=g)"),
+                              ("easyad compiled, bound", "F.bind_gradient(x, g) once")):
+                r_b = t.ratio(name, "casadi JIT (buffer)")
+                rows.append((f"{what} n={n}: easyad compiled, {how} / casadi JIT time",
+                             f"{r_b:.2f} ({t.median(name) * 1e6:.3f} us; "
+                             f"{t.ratio(name, 'casadi VM (buffer)'):.2f} casadi VM)", "<= 1",
+                             verdict(r_b <= 1, f"compiled {what} n={n} ({how}) vs casadi JIT")))
 
     # 3. ad.hessian (record + Hessian) against torch
     n = 50

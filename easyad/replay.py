@@ -38,6 +38,8 @@ _ENTRY_FIELDS = (("values", "<f8"), ("partial0", "<f8"), ("partial1", "<f8"),
 # rows x entries below which one thread does the whole batch (threads cost ~50 us to start)
 _PARALLEL_WORK = 200_000
 _HESSIAN_BLOCK = 16  # directions per forward-over-reverse sweep
+_COMPILED_DENSE_HESSIAN = 64  # compile(hessian=True) without a sparse colouring: up to
+                              # this many inputs (one sweep of n directions), else the VM
 
 _CORES = os.cpu_count() or 1
 _pool: ThreadPoolExecutor | None = None
@@ -173,7 +175,7 @@ class Function:
         self.on_branch_change = on_branch_change
         self._native: Any = None    # the compiled program (Function.compile), or None
 
-    def compile(self, *, optimise: bool = False) -> Function:
+    def compile(self, *, optimise: bool = False, hessian: bool = False) -> Function:
         """Compile this Function to native code; return it (now compiled).
 
         The recorded program, as the VM lays it out, is rendered to C as a straight-line
@@ -185,8 +187,11 @@ class Function:
         command and its flags, so a second process loads it without compiling.
 
         Values, gradients and ``value_and_gradient``, for one point or a batch (rows split
-        over threads, without the GIL), then run the compiled code; Jacobians of several
-        outputs, Hessians and HVPs stay in the VM. Results are the VM's, bit for bit: a
+        over threads, without the GIL), then run the compiled code; with ``hessian=True``
+        the one-point ``hessian`` and ``hvp`` too (the VM's forward-over-reverse sweep
+        rendered to C in the same shared object, the Hessian's seed directions, from its
+        sparsity colouring, compiled in; a longer compile). Jacobians of several outputs
+        and batches of Hessians stay in the VM. Results are the VM's, bit for bit: a
         point where a guarded comparison comes out differently, or an entry fails (``log``
         of a negative number...), is handed to the VM, which raises, re-records or masks as
         ``on_branch_change`` says. Without a working compiler this warns once
@@ -210,11 +215,58 @@ class Function:
         >>> F.gradient(np.array([3.0, 0.0]))
         array([ 0., 10.])
         """
-        if self._native is None:
+        if self._native is None or (hessian and self.scalar
+                                    and not self._native.second_order):
             from easyad import _compile
-            self._native = _compile.native(self.tape, self.inputs, self.outputs,
-                                           optimised=optimise)
+            seeds = None
+            if hessian and self.scalar:
+                plan = self._hessian_plan()
+                n = self.n_inputs
+                if plan is not None:
+                    seeds, self._native_map = plan[3], (plan[4], plan[5])
+                elif n <= _COMPILED_DENSE_HESSIAN:
+                    seeds = np.eye(n)
+                    every = np.arange(n * n, dtype=np.int64)
+                    self._native_map = (every, every)
+            made = _compile.native(self.tape, self.inputs, self.outputs,
+                                   optimised=optimise, seeds=seeds)
+            if made is not None or self._native is None:
+                self._native = made
         return self
+
+    def bind_gradient(self, x: NDArray[np.float64], g: NDArray[np.float64],
+                      value: NDArray[np.float64] | None = None) -> Callable[[], None]:
+        """A call with no arguments that writes the gradient at the current contents of x
+        into g (and the value into value[0]): arrays bound once, like CasADi's
+        ``Function.buffer()``. For a compiled Function the call goes straight to the
+        compiled code (no checks, no allocation, no Python in between); a point where a
+        branch changes or an entry fails, anomaly mode, or a Function not compiled, goes
+        through ``value_and_gradient`` (raising or re-recording as ``on_branch_change``
+        says; "mask" writes NaN). x, g: C-contiguous float64 (n,), value (1,), none sharing
+        memory; keep them alive and write x in place (``x[:] = ...``) between calls.
+
+        Examples
+        --------
+        >>> import numpy as np, easyad as ad
+        >>> F = ad.record(lambda x: x[0] ** 2 * x[1], [1.0, 2.0])
+        >>> x, g = np.array([3.0, 1.0]), np.empty(2)
+        >>> call = F.bind_gradient(x, g)
+        >>> call(); g
+        array([6., 9.])
+        >>> x[:] = [1.0, 1.0]; call(); g
+        array([2., 1.])
+        """
+        self._need_scalar("bind_gradient")
+
+        def fallback() -> None:
+            result = self.value_and_gradient(x)
+            if self.on_branch_change == "mask":
+                result = result[0]
+            if value is not None:
+                value[0] = result[0]
+            g[:] = result[1]
+
+        return _core._BoundGradient(self._native, x, g, value, fallback)
 
     @property
     def compiled(self) -> bool:
@@ -254,12 +306,25 @@ class Function:
 
     # with on_branch_change="mask" each method returns (result, mask): hence -> Any
     def gradient(self, x: ArrayLike, *, on_branch_change: str | None = None,
-                 device: Any = None) -> Any:
+                 device: Any = None, out: NDArray[np.float64] | None = None) -> Any:
         """The gradient (n,) of a scalar function at x; (B, n) for a batch.
 
         ``device="opencl"`` (or ``"opencl:N"``, a Device) evaluates every row in one
         OpenCL kernel generated from the tape (one work-item per point); branch changes are
-        detected there too. Without it, the rows run in C on the CPU's cores."""
+        detected there too. Without it, the rows run in C on the CPU's cores. ``out``: an
+        array of the result's shape to write it into (returned); for one point of a
+        compiled Function this skips allocating (see also ``bind_gradient``)."""
+        if out is not None:
+            if self._native is not None and on_branch_change is None \
+                    and self.on_branch_change != "mask" and type(x) is np.ndarray \
+                    and type(out) is np.ndarray and self._native.gradient_into(x, out):
+                return out
+            result = self.gradient(x, on_branch_change=on_branch_change, device=device)
+            if isinstance(result, tuple):   # mask mode: (gradient, mask)
+                out[...] = result[0]
+                return out, result[1]
+            out[...] = result
+            return out
         if device is None and on_branch_change is None and self.on_branch_change != "mask" \
                 and self.scalar and type(x) is np.ndarray:  # one point: one C call
             point = self._native.point(x, True) if self._native is not None else None
@@ -303,6 +368,12 @@ class Function:
         (blocks of directions per sweep); (B, n, n) for a batch."""
         self._need_scalar("hessian")
         plan = self._hessian_plan()
+        native = self._native
+        if native is not None and native.second_order and on_branch_change is None \
+                and self.on_branch_change != "mask" and type(x) is np.ndarray:
+            H1 = native.hessian_point(x, *self._native_map)   # compiled (hessian=True)
+            if H1 is not None:
+                return H1
         if plan is not None and on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:  # one point: one C call
             H1 = self._replayer.hessian_point(x, plan[3], plan[4], plan[5])
@@ -356,6 +427,13 @@ class Function:
     def hvp(self, x: ArrayLike, v: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """The Hessian-vector product H(x) v without forming H (one sweep); v is (n,) or
         one direction per row (B, n)."""
+        native = self._native
+        if native is not None and native.second_order and type(x) is np.ndarray \
+                and type(v) is np.ndarray and on_branch_change is None \
+                and self.on_branch_change != "mask":   # one point, compiled: one C call
+            product = native.hvp_point(x, v)
+            if product is not None:
+                return product
         self._need_scalar("hvp")
         X, batch = self._rows(x)
         V = np.asarray(v)

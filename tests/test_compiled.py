@@ -312,3 +312,114 @@ def test_edge_programs(f):
     assert same(F.jacobian(X), C.jacobian(X))
     if F.scalar:
         assert same(F.gradient(X), C.gradient(X))
+
+
+# ---- second order compiled (compile(hessian=True)), and the preallocated calls ----
+
+def compiled_second(f, x0, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ad.CompilerWarning)
+        F = ad.record(f, x0, **options).compile(hessian=True)
+    assert F.compiled and F._native.second_order
+    return F
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", range(8))
+def test_random_programs_hessians_and_hvps_compiled_equal_the_vm(seed):
+    n = 7
+    f = random_program(seed, n)
+    rng = np.random.default_rng(300 + seed)
+    x0 = rng.uniform(-1, 1, n)
+    F = ad.record(f, x0)
+    C = compiled_second(f, x0)
+    used = 0
+    for x in special_points(n, rng):
+        v = rng.normal(size=n)
+        assert agree(outcome(lambda: F.hessian(x)), outcome(lambda: C.hessian(x))), x
+        assert agree(outcome(lambda: F.hvp(x, v)), outcome(lambda: C.hvp(x, v))), x
+        used += C._native.hvp_point(x, v) is not None
+    assert used >= 4
+
+
+@needs_cc
+@pytest.mark.parametrize("n", [2, 10, 40])
+def test_rosenbrock_hessians_sparse_and_dense_compiled(n):
+    x = np.random.default_rng(n).uniform(-2, 2, n)
+    F = ad.record(rosenbrock, np.full(n, 0.5))
+    C = compiled_second(rosenbrock, np.full(n, 0.5))
+    assert same(F.hessian(x), C.hessian(x)) and same(F.hvp(x, x), C.hvp(x, x))
+    assert C._native.hessian_point(x, *C._native_map) is not None   # ran compiled
+
+    def dense(x):                      # every pair interacts: no colouring, identity seeds
+        s = sum(x[i] for i in range(len(x)))
+        return ad.exp(s * 0.1) + s * s * x[0]
+    D = ad.record(dense, np.full(5, 0.5))
+    E = compiled_second(dense, np.full(5, 0.5))
+    y = np.linspace(-1, 1, 5)
+    assert same(D.hessian(y), E.hessian(y)) and same(D.hvp(y, y), E.hvp(y, y))
+
+
+@needs_cc
+def test_second_order_guards_selects_strong_zero_and_errors():
+    def f(x):
+        root = ad.where(x[0] > 0, ad.sqrt(x[0]), 0.0) * x[1]
+        kink = abs(x[1]) * x[2] + ad.maximum(x[0], x[1]) ** 2
+        return root + kink + x[2] * ad.log(ad.where(x[2] > 0, x[2], 1.0))
+    F = ad.record(f, [1.0, 2.0, 3.0])
+    C = compiled_second(f, [1.0, 2.0, 3.0])
+    for x in ([0.0, 0.0, 0.0], [-1.0, 0.5, -2.0], [4.0, -0.0, 1e-300], [np.inf, 1.0, 2.0],
+              [2.0, 2.0, np.nan], [-0.0, -0.0, -0.0], [1.0, 2.0, 3.0]):
+        x = np.array(x)
+        v = np.array([1.0, -2.0, 0.5])
+        assert agree(outcome(lambda: F.hessian(x)), outcome(lambda: C.hessian(x))), x
+        assert agree(outcome(lambda: F.hvp(x, v)), outcome(lambda: C.hvp(x, v))), x
+
+    def g(x):
+        return x[0] * x[1] ** 2 if x[0] > x[1] else ad.log(x[1] - x[0])
+    G = compiled_second(g, [2.0, 1.0])
+    assert same(G.hessian(np.array([3.0, 1.0])), [[0.0, 2.0], [2.0, 6.0]])
+    with pytest.raises(ad.BranchChangedError):
+        G.hessian(np.array([1.0, 3.0]))
+    with pytest.raises(ad.BranchChangedError):
+        G.hvp(np.array([1.0, 3.0]), np.array([1.0, 0.0]))
+    L = compiled_second(lambda x: ad.log(x[0]) * x[1], [1.0, 1.0])
+    with pytest.raises(ValueError, match="math domain error"):
+        L.hessian(np.array([-1.0, 1.0]))
+
+
+@needs_cc
+def test_gradient_into_a_preallocated_array_and_bound_calls():
+    F = ad.record(rosenbrock, np.full(10, 0.5))
+    C = compiled(rosenbrock, np.full(10, 0.5))
+    rng = np.random.default_rng(5)
+    x, g, value = rng.uniform(-2, 2, 10), np.empty(10), np.empty(1)
+    assert C.gradient(x, out=g) is g and same(g, F.gradient(x))
+    assert F.gradient(x, out=np.empty(10)).tolist() == g.tolist()     # the VM: same
+    for H in (C, F):                   # compiled, and the VM through the fallback
+        call = H.bind_gradient(x, g, value)
+        for _ in range(3):
+            x[:] = rng.uniform(-2, 2, 10)
+            assert call() is None
+            assert same(g, F.gradient(x)) and value[0] == F(x)
+    with pytest.raises(ValueError, match="share memory"):
+        C.bind_gradient(x, x)
+    with pytest.raises(ValueError, match="C-contiguous float64"):
+        C.bind_gradient(x, np.empty(9))
+    with pytest.raises(ValueError, match="C-contiguous float64"):
+        C.bind_gradient(x.astype(np.float32), g)
+
+    def f(x):
+        return x[0] * x[1] if x[0] > x[1] else x[1] - x[0]
+    B = compiled(f, [2.0, 1.0])
+    x, g = np.array([3.0, 1.0]), np.empty(2)
+    call = B.bind_gradient(x, g)
+    call()
+    assert g.tolist() == [1.0, 3.0]
+    x[:] = [1.0, 3.0]
+    with pytest.raises(ad.BranchChangedError):          # flagged: the VM raises
+        call()
+    R = compiled(f, [2.0, 1.0], on_branch_change="retape")
+    call = R.bind_gradient(x, g)
+    call()
+    assert g.tolist() == [-1.0, 1.0]

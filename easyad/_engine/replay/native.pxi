@@ -7,6 +7,8 @@
 
 ctypedef int (*_native_point_fn)(const double* x, double* out, double* g,
                                  double* work) noexcept nogil
+ctypedef int (*_native_second_fn)(const double* x, const double* direction, double* result,
+                                  double* work) noexcept nogil
 ctypedef int64_t (*_native_rows_fn)(int gradient, int64_t r0, int64_t r1, const double* X,
                                     double* out, double* G, uint8_t* flags) noexcept nogil
 
@@ -17,23 +19,41 @@ cdef class _Native:
     cdef _native_point_fn value_fn
     cdef _native_point_fn gradient_fn
     cdef _native_rows_fn rows_fn
+    cdef _native_second_fn hessian_fn    # NULL: compiled without second order
+    cdef _native_second_fn hvp_fn
     cdef object library          # the loaded shared object: kept alive while this is
     cdef double* _spare
     cdef readonly Py_ssize_t n_inputs
     cdef readonly Py_ssize_t n_outputs
     cdef readonly Py_ssize_t work_size
+    cdef readonly Py_ssize_t colours          # directions of the compiled Hessian sweep
+    cdef readonly Py_ssize_t second_work_size
 
     def __cinit__(self, library, size_t value, size_t gradient, size_t rows,
-                  Py_ssize_t n_inputs, Py_ssize_t n_outputs, Py_ssize_t work_size):
+                  Py_ssize_t n_inputs, Py_ssize_t n_outputs, Py_ssize_t work_size,
+                  size_t hessian=0, size_t hvp=0, Py_ssize_t colours=0,
+                  Py_ssize_t second_work_size=0):
         if value == 0 or gradient == 0 or rows == 0 or n_outputs < 1 or work_size < 1:
             raise ValueError("_Native needs the three functions of a compiled program")
+        if (hessian != 0 or hvp != 0) and (hessian == 0 or hvp == 0 or colours < 1
+                                            or second_work_size < 1):
+            raise ValueError("_Native: second order needs both functions, colours, work")
         self.library = library
         self.value_fn = <_native_point_fn>value
         self.gradient_fn = <_native_point_fn>gradient
         self.rows_fn = <_native_rows_fn>rows
+        self.hessian_fn = <_native_second_fn>hessian
+        self.hvp_fn = <_native_second_fn>hvp
         self.n_inputs = n_inputs
         self.n_outputs = n_outputs
         self.work_size = work_size
+        self.colours = colours
+        self.second_work_size = second_work_size
+
+    @property
+    def second_order(self):
+        """Whether Hessians and HVPs were compiled too."""
+        return self.hessian_fn != NULL
 
     def __dealloc__(self):
         free(self._spare)
@@ -84,6 +104,99 @@ cdef class _Native:
             return None
         return out, g
 
+    cdef bint _vector(self, cnp.ndarray x, Py_ssize_t n):
+        return (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
+                and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)
+                and cnp.PyArray_ISWRITEABLE(x))
+
+    def gradient_into(self, cnp.ndarray x, cnp.ndarray g):
+        """The gradient at x written into g (both C-contiguous float64 (n,), g writable):
+        True, or False (g untouched) when the VM must do this call (as point)."""
+        cdef Py_ssize_t n = self.n_inputs
+        cdef int flags
+        cdef double value
+        if not (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
+                and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)) \
+                or not self._vector(g, n) or _anomaly_mode or self.n_outputs != 1 \
+                or _overlap(x, g, n):
+            return False
+        cdef double* work = self._take()
+        cdef double* G = <double*>cnp.PyArray_DATA(g)
+        cdef const double* X = <const double*>cnp.PyArray_DATA(x)
+        if n >= _NATIVE_NOGIL_INPUTS:
+            with nogil:
+                flags = self.gradient_fn(X, &value, G, work)
+        else:
+            flags = self.gradient_fn(X, &value, G, work)
+        if self._spare == NULL:
+            self._spare = work
+        else:
+            free(work)
+        return flags == 0
+
+    def hessian_point(self, cnp.ndarray x, cnp.ndarray target, cnp.ndarray source):
+        """The Hessian (n, n) at one point by the compiled second-order sweep:
+        H.flat[target] = (H @ seeds).flat[source] (the seeds of the colouring it was
+        compiled with), other entries 0; None when the VM must do this call (as point)."""
+        cdef Py_ssize_t n = self.n_inputs, K = self.colours, k, count
+        cdef int flags
+        if self.hessian_fn == NULL:
+            return None
+        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
+                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+                or _anomaly_mode or self.n_outputs != 1):
+            return None
+        if (cnp.PyArray_TYPE(target) != cnp.NPY_INT64 or cnp.PyArray_TYPE(source) != cnp.NPY_INT64
+                or cnp.PyArray_SIZE(target) != cnp.PyArray_SIZE(source)
+                or not cnp.PyArray_IS_C_CONTIGUOUS(target)
+                or not cnp.PyArray_IS_C_CONTIGUOUS(source)):
+            raise ValueError("hessian_point: target/source int64 of one size")
+        count = cnp.PyArray_SIZE(target)
+        cdef cnp.npy_intp dims[2]
+        dims[0] = n
+        dims[1] = n
+        cdef cnp.ndarray H = cnp.PyArray_ZEROS(2, dims, cnp.NPY_DOUBLE, 0)
+        cdef double* h = <double*>cnp.PyArray_DATA(H)
+        cdef const int64_t* to = <const int64_t*>cnp.PyArray_DATA(target)
+        cdef const int64_t* frm = <const int64_t*>cnp.PyArray_DATA(source)
+        cdef const double* X = <const double*>cnp.PyArray_DATA(x)
+        cdef double* work = <double*>malloc((self.second_work_size + n * K) * sizeof(double))
+        if work == NULL:
+            raise MemoryError("cannot allocate the compiled Hessian's work space")
+        cdef double* compressed = work + self.second_work_size
+        with nogil:
+            flags = self.hessian_fn(X, NULL, compressed, work)
+            if flags == 0:
+                for k in range(count):
+                    if 0 <= frm[k] < n * K and 0 <= to[k] < n * n:
+                        h[to[k]] = compressed[frm[k]]
+        free(work)
+        return None if flags else H
+
+    def hvp_point(self, cnp.ndarray x, cnp.ndarray v):
+        """H(x) @ v (n,) by the compiled second-order sweep in one direction, or None when
+        the VM must do this call."""
+        cdef Py_ssize_t n = self.n_inputs
+        cdef int flags
+        if self.hvp_fn == NULL or _anomaly_mode or self.n_outputs != 1:
+            return None
+        for array in (x, v):
+            if (cnp.PyArray_TYPE(array) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(array) != 1
+                    or cnp.PyArray_DIM(array, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(array)):
+                return None
+        cdef cnp.npy_intp size = n
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0)
+        cdef double* work = <double*>malloc(self.second_work_size * sizeof(double))
+        if work == NULL:
+            raise MemoryError("cannot allocate the compiled HVP's work space")
+        cdef const double* X = <const double*>cnp.PyArray_DATA(x)
+        cdef const double* V = <const double*>cnp.PyArray_DATA(v)
+        cdef double* o = <double*>cnp.PyArray_DATA(out)
+        with nogil:
+            flags = self.hvp_fn(X, V, o, work)
+        free(work)
+        return None if flags else out
+
     def rows(self, bint gradient, cnp.ndarray X, cnp.ndarray out, cnp.ndarray G,
              cnp.ndarray flags, Py_ssize_t r0, Py_ssize_t r1):
         """Rows r0..r1 of X (B, n) into out (B, m) and, for gradients, G (B, n), without
@@ -105,3 +218,81 @@ cdef class _Native:
         with nogil:
             bad = self.rows_fn(gradient, r0, r1, x, o, g, f)
         return bad
+
+
+cdef bint _overlap(cnp.ndarray a, cnp.ndarray b, Py_ssize_t n):
+    # whether two C-contiguous float64 arrays' first n elements (b: its size) share memory
+    cdef char* p = <char*>cnp.PyArray_DATA(a)
+    cdef char* q = <char*>cnp.PyArray_DATA(b)
+    return p < q + cnp.PyArray_SIZE(b) * sizeof(double) and q < p + n * sizeof(double)
+
+
+cdef enum:
+    _NATIVE_NOGIL_INPUTS = 512   # a one-point call releases the GIL from this many inputs
+                                 # on (below, the release costs more than the call)
+
+
+@cython.final
+cdef class _BoundGradient:
+    """A gradient bound once to its arrays (``Function.bind_gradient``): each call runs the
+    compiled code on the current contents of x into g (and value), with the checks done at
+    binding, no allocation and no Python in between; a point the compiled code flags (or
+    anomaly mode, or a Function not compiled) goes to ``fallback`` (the Function's own
+    path, which raises, re-records or masks as asked)."""
+    cdef _native_point_fn fn
+    cdef object native, x, g, value, fallback
+    cdef const double* X
+    cdef double* G
+    cdef double* O
+    cdef double scratch
+    cdef double* work
+    cdef bint release, busy
+
+    def __cinit__(self, _Native native, cnp.ndarray x not None, cnp.ndarray g not None,
+                  cnp.ndarray value, fallback not None):
+        cdef Py_ssize_t n = cnp.PyArray_DIM(x, 0) if cnp.PyArray_NDIM(x) == 1 else -1
+        if native is not None:
+            n = native.n_inputs
+        for name, array, size in (("x", x, n), ("g", g, n), ("value", value, 1)):
+            if array is None:
+                continue
+            if (cnp.PyArray_TYPE(array) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(array) != 1
+                    or cnp.PyArray_DIM(array, 0) != size
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(array)
+                    or (name != "x" and not cnp.PyArray_ISWRITEABLE(array))):
+                raise ValueError(f"{name} must be a C-contiguous float64 array of shape "
+                                 f"({size},){'' if name == 'x' else ', writable'}")
+        if _overlap(x, g, n) or (value is not None and (_overlap(x, value, 1)
+                                                          or _overlap(g, value, 1))):
+            raise ValueError("x, g and value must not share memory")
+        self.native = native
+        self.x, self.g, self.value, self.fallback = x, g, value, fallback
+        self.X = <const double*>cnp.PyArray_DATA(x)
+        self.G = <double*>cnp.PyArray_DATA(g)
+        self.O = <double*>cnp.PyArray_DATA(value) if value is not None else &self.scratch
+        if native is not None and native.n_outputs == 1:
+            self.fn = native.gradient_fn
+            self.work = <double*>malloc(native.work_size * sizeof(double))
+            if self.work == NULL:
+                raise MemoryError("cannot allocate the compiled replay's work space")
+            self.release = n >= _NATIVE_NOGIL_INPUTS
+
+    def __dealloc__(self):
+        free(self.work)
+
+    def __reduce__(self):
+        raise TypeError("a bound gradient holds raw pointers; bind again after unpickling")
+
+    def __call__(self):
+        """g (and value) at the current x."""
+        cdef int flags = 1
+        if self.fn != NULL and not _anomaly_mode and not self.busy:
+            self.busy = True     # another thread inside this call: the slow path
+            if self.release:
+                with nogil:
+                    flags = self.fn(self.X, self.O, self.G, self.work)
+            else:
+                flags = self.fn(self.X, self.O, self.G, self.work)
+            self.busy = False
+        if flags:
+            self.fallback()
