@@ -17,7 +17,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from easyad import _trees
 from easyad.errors import GradientCheckError
-from easyad.functional import _output_leaves, _Point, _value, jacobian
+from easyad._evaluation import _output_leaves, _Point, _value
+from easyad.functional import jacobian
 
 __all__ = ["check_gradients", "GradientCheck"]
 

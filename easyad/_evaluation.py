@@ -1,0 +1,570 @@
+"""How a transform evaluates ``f``: its point, its inputs in each mode, and what it reads
+back from f's outputs (the machinery under ``functional.py``'s API).
+
+- inputs: a point is a structure of arrays (``_trees``); ``_Point`` holds them as float64
+  arrays, or keeps leaves that are already recorded or traced (a transform inside another);
+- reverse mode (``_Reverse``): f runs on Tensors of a fresh list (elements: Records), or on
+  copies on the outer list (inside a reverse transform: sweeps recorded with
+  create_graph), or on TraceTensors over recorded tensors (inside a forward transform:
+  each sweep runs from both parts of the output);
+- forward mode (``_forward_run``): f runs on TraceTensors and Traces, over recorded leaves
+  inside a reverse transform;
+- Jacobians are assembled row by row (reverse) or column by column (forward) into blocks
+  of shape ``out.shape + in.shape``, recorded when nested.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from easyad import _trees
+from easyad._core import Record, Trace, WengertList
+from easyad._trees import TreeDef
+from easyad.errors import TapeMismatchError
+from easyad.tensor import Tensor, TraceTensor, get_device, stack
+from easyad.tensor._devices import resolve
+from easyad.tensor._structural import from_scalars
+
+Vector = NDArray[np.float64]
+_PLAIN_REAL = (int, float, np.integer, np.floating, np.bool_)
+
+
+# ---- inputs ---------------------------------------------------------------------------
+
+def _as_array(x: Any, what: str) -> NDArray[np.float64]:
+    if isinstance(x, Tensor):
+        return np.array(x.value, dtype=np.float64)
+    array = np.asarray(x)
+    if array.dtype.kind == "c":
+        raise TypeError(f"{what} must be real numbers, got complex (dtype {array.dtype}): "
+                        f"easyad differentiates real functions; pass x.real if that is meant")
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"{what} must hold real numbers (floats or ints), "
+                        f"got an array of dtype {array.dtype}")
+    return np.array(array, dtype=np.float64)
+
+
+def _name(f: Callable[..., Any]) -> str:
+    return getattr(f, "__name__", type(f).__name__)
+
+
+class _Point:
+    """A structure of plain arrays: where a transform evaluates ``f``."""
+
+    def __init__(self, x0: Any, what: str = "x0") -> None:
+        leaves, self.tree = _trees.flatten(x0)
+        names = _trees.paths(self.tree, what)
+        # recorded leaves (a forward transform inside a reverse one) are kept: the
+        # forward pass runs on TraceTensors over them
+        self.recorded = [_as_recorded(v) if _trees.is_recorded(v) or isinstance(v, Trace)
+                         else None for v in leaves]
+        self.arrays = [_as_array(v if r is None else _number(r), n)
+                       for v, r, n in zip(leaves, self.recorded, names)]
+        # numbers give floats back; 0-d arrays too (as numpy would)
+        self.scalar = [a.ndim == 0 for a in self.arrays]
+        self.devices = [v.device if isinstance(v, Tensor) else None for v in leaves]
+
+    @property
+    def size(self) -> int:
+        return sum(a.size for a in self.arrays)
+
+    def like(self, v: Any, what: str) -> list[NDArray[np.float64]]:
+        """``v`` (a direction) as arrays of this point's structure and shapes."""
+        leaves, tree = _trees.flatten(v)
+        if tree != self.tree:
+            if self.tree.is_leaf and len(leaves) == 1:
+                pass
+            else:
+                raise ValueError(f"{what} must have the structure of x0 "
+                                 f"({self.tree.describe()}), got {tree.describe()}")
+        out = []
+        for a, leaf, name in zip(self.arrays, leaves, _trees.paths(self.tree, what)):
+            array = _as_array(leaf, name)
+            if array.shape != a.shape:
+                raise ValueError(f"{name} must have the shape of x0's leaf, {a.shape}, got "
+                                 f"{array.shape}")
+            out.append(array)
+        return out
+
+    def rebuild(self, leaves: list[Any]) -> Any:
+        return _trees.unflatten(self.tree, leaves)
+
+    def numbers(self, arrays: list[Any]) -> Any:
+        """Arrays of this point's structure, numbers as floats."""
+        return self.rebuild([float(a) if s and isinstance(a, np.ndarray) else a
+                             for a, s in zip(arrays, self.scalar)])
+
+
+def _call(f: Callable[..., Any], x: Any, args: tuple[Any, ...]) -> Any:
+    return f(x, *args)
+
+
+def _arguments(extra: tuple[Any, ...], args: Any) -> tuple[Any, ...]:
+    if args is None:
+        return extra
+    if extra:
+        raise TypeError("pass f's extra arguments either positionally or as args=(...), "
+                        "not both")
+    return tuple(args) if isinstance(args, (tuple, list)) else (args,)
+
+
+# ---- what f returned ------------------------------------------------------------------
+
+def _output_leaves(result: Any, f: Callable[..., Any], mode: str) -> tuple[list[Any], TreeDef]:
+    """f's result as leaves (Records/Traces/numbers, tensors, or object arrays)."""
+    leaves, tree = _trees.flatten(result)
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, (list, tuple)):
+            leaf = np.array(leaf, dtype=object)
+        if isinstance(leaf, np.ndarray) and leaf.dtype.kind in "biuf":
+            leaf = np.array(leaf, dtype=np.float64)
+        elif isinstance(leaf, np.ndarray) and leaf.dtype == object and leaf.ndim == 0:
+            leaf = leaf[()]
+        if not isinstance(leaf, (Record, Trace, Tensor, TraceTensor, np.ndarray, *_PLAIN_REAL)):
+            raise TypeError(f"{_name(f)} must return numbers, arrays or tensors (or tuples, "
+                            f"lists or dicts of them), got {type(leaf).__name__}")
+        _check_mode(leaf, f, mode)
+        out.append(leaf)
+    return out, tree
+
+
+def _check_mode(leaf: Any, f: Callable[..., Any], mode: str) -> None:
+    if mode == "any":
+        return
+    items = leaf.reshape(-1) if isinstance(leaf, np.ndarray) and leaf.dtype == object else [leaf]
+    for item in items:
+        if mode == "reverse" and isinstance(item, (Trace, TraceTensor)):
+            raise TypeError(f"{_name(f)} returned a Trace in reverse mode: it must compute "
+                            f"from its argument only, not from Traces made elsewhere")
+        if mode == "forward" and (type(item) is Record and item.tape is not None
+                                  or isinstance(item, Tensor) and item.tape is not None):
+            raise TypeError(f"{_name(f)} returned a Record in forward mode: it must compute "
+                            f"from its argument only, not from Records made elsewhere")
+        if not isinstance(item, (Record, Trace, Tensor, TraceTensor, *_PLAIN_REAL)):
+            raise TypeError(f"{_name(f)} must return numbers, but an element of its output "
+                            f"is a {type(item).__name__}")
+
+
+def _shape(leaf: Any) -> tuple[int, ...]:
+    if isinstance(leaf, (Tensor, TraceTensor, np.ndarray)):
+        return tuple(leaf.shape)
+    return ()
+
+
+def _value(leaf: Any) -> Any:
+    """The value of an output leaf: a float for a scalar, else an ndarray."""
+    if isinstance(leaf, (Record, Trace)):
+        return leaf.number
+    if isinstance(leaf, (Tensor, TraceTensor)):
+        return np.array(leaf.value, dtype=np.float64)
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype == object:
+            return np.array([_value(e) for e in leaf.reshape(-1)],
+                            dtype=np.float64).reshape(leaf.shape)
+        return leaf
+    return float(leaf)
+
+
+def _is_scalar_output(leaves: list[Any], tree: TreeDef) -> bool:
+    return tree.is_leaf and _shape(leaves[0]) == ()
+
+
+def _scalar_output(result: Any, f: Callable[..., Any], caller: str,
+                   mode: str = "reverse") -> Any:
+    leaves, tree = _output_leaves(result, f, mode)
+    if not _is_scalar_output(leaves, tree):
+        got = (f"a structure ({tree.describe()})" if not tree.is_leaf
+               else f"shape {_shape(leaves[0])}")
+        raise TypeError(
+            f"{caller} needs {_name(f)} to return a scalar, but it returned {got}: use "
+            f"ad.jacobian(f) for all the derivatives, or ad.vjp(f, x0, u) for the gradient "
+            f"of one weighted sum u . f")
+    leaf = leaves[0]
+    if isinstance(leaf, (Tensor, TraceTensor)):
+        return leaf.sum()      # a 0-d tensor: its scalar Record (or Trace)
+    return leaf
+
+
+def _forward_value(v: Any) -> Any:
+    """An output under a forward transform, for it: a plain Trace or TraceTensor."""
+    if isinstance(v, (Trace, TraceTensor)):
+        p, t = _primal_of(_value_parts(v)[0]), _value_parts(v)[1]
+        return _lift(p, t)
+    return _value(v)
+
+
+def _value_parts(v: Any) -> tuple[Any, Any]:
+    if isinstance(v, TraceTensor):
+        return np.array(v._value.value), np.array(v._tangent.value)
+    number, derivative = v.number, v.derivative
+    return (number.number if type(number) is Record else float(number),
+            derivative.number if type(derivative) is Record else float(derivative))
+
+
+# ---- reverse mode ---------------------------------------------------------------------
+
+class _ReverseInForward(NotImplementedError):
+    """A reverse transform reached by forward-mode inputs (ad.jacobian's "auto" mode then
+    differentiates by reverse mode instead)."""
+
+
+class _Reverse:
+    """One reverse-mode evaluation of ``f``: its inputs on a list, f's output on it.
+
+    At the top level the inputs are fresh variables (Tensors whose elements are Records,
+    Records for numbers) and the sweeps are the plain ones. Inside another reverse
+    transform (the point is recorded) the inputs are copies on the SAME list and the
+    sweeps are recorded (``create_graph``), so the results can be differentiated again.
+    """
+
+    def __init__(self, f: Callable[..., Any], x0: Any, args: tuple[Any, ...],
+                 elements: bool = True) -> None:
+        leaves, tree = _trees.flatten(x0)
+        # under a forward transform (Traces reach us): forward over reverse. The inputs
+        # are variables carrying the outer tangents, f runs on TraceTensors over recorded
+        # tensors (Traces of Records), and each derivative is swept from both parts of
+        # the output: the gradient and its tangent (H v)
+        self.tangents: list[Any] | None = None
+        if any(_trees.is_traced(v) for v in leaves):
+            self.tangents = [_tangent_of(v) for v in leaves]
+            leaves = [_primal_of(v) for v in leaves]
+            if any(_trees.is_traced(v) for v in leaves):
+                raise _ReverseInForward(
+                    "reverse mode inside two forward transforms: use reverse mode for one "
+                    "of the outer transforms")
+        tapes = {id(t): t for t in (_tape_of(v) for v in leaves) if t is not None}
+        if len(tapes) > 1:
+            raise ValueError("the point holds records of two different WengertLists")
+        self.nested = bool(tapes)
+        self.tape: WengertList = next(iter(tapes.values())) if tapes else WengertList()
+        self.point = None if self.nested else _Point(_trees.unflatten(tree, leaves))
+        if self.nested:
+            self.inputs = [self._copy(v) for v in leaves]
+            self.scalar = [not isinstance(v, Tensor) for v in self.inputs]
+        else:
+            assert self.point is not None
+            self.scalar = list(self.point.scalar)
+            self.inputs = [self._make(a, s, d, elements) for a, s, d in
+                           zip(self.point.arrays, self.point.scalar, self.point.devices)]
+        self.tree = tree
+        self.shapes = [() if s else tuple(i.shape) for s, i in zip(self.scalar, self.inputs)]
+        given = self.inputs
+        if self.tangents is not None:
+            given = [x if t is None else _lift(x, t) for x, t in zip(self.inputs, self.tangents)]
+        self.result = _call(f, _trees.unflatten(tree, given), args)
+
+    @property
+    def mode(self) -> str:
+        """What f's outputs may hold: Traces too under a forward transform."""
+        return "any" if self.tangents is not None else "reverse"
+
+    def _make(self, a: NDArray[np.float64], scalar: bool, device: Any, elements: bool) -> Any:
+        if scalar:
+            return self.tape.variable(float(a))
+        device = device if device is not None else get_device()
+        if elements:
+            return Tensor._input(a, self.tape, device=device)
+        return Tensor.variable(a, self.tape, device=device)
+
+    def _copy(self, v: Any) -> Any:
+        # a new entry for the inner transform to differentiate by (its adjoint is the
+        # derivative with respect to this argument alone)
+        if isinstance(v, Tensor):
+            return v + 0.0 if v.tape is not None else Tensor.variable(v.value, self.tape,
+                                                                      device=v.device)
+        if type(v) is Record:
+            return v + 0.0 if v.tape is not None else self.tape.variable(v.number)
+        if isinstance(v, np.ndarray) and v.dtype == object:
+            items = [e if type(e) is Record else float(e) for e in v.reshape(-1)]
+            return from_scalars(Tensor, resolve(None), np.dtype(np.float64), items,
+                                v.shape) + 0.0
+        a = _as_array(v, "x0")
+        return self.tape.variable(float(a)) if a.ndim == 0 else \
+            Tensor.variable(a, self.tape, device=get_device())
+
+    def sweep(self, z: Any, seed: Any = None) -> list[Any]:
+        """d z / d inputs: arrays and floats at the top level, recorded values inside.
+        A tensor ``z`` at the top level sweeps with adjoint ``seed`` (ones: its sum).
+        Under a forward transform: Traces/TraceTensors (derivative, its tangent)."""
+        if self.tangents is not None:
+            if isinstance(z, TraceTensor):
+                z = z.sum()
+            primal, tangent = (z.number, z.derivative) if isinstance(z, Trace) else (z, 0.0)
+            return [_lift(g0, g1) for g0, g1 in zip(self._plain_sweep(primal),
+                                                     self._plain_sweep(tangent))]
+        return self._plain_sweep(z, seed)
+
+    def _plain_sweep(self, z: Any, seed: Any = None) -> list[Any]:
+        if isinstance(z, Tensor) and not self.nested and z.tape is self.tape:
+            d = z.derivatives(np.ones(z.shape) if seed is None else seed)
+            return self._read(d)
+        if isinstance(z, Tensor):
+            z = z.sum()
+        if type(z) is not Record or z.tape is None:
+            return [self._zero(k) for k in range(len(self.inputs))]
+        if z.tape is not self.tape:
+            raise TapeMismatchError("f returned a Record of another WengertList; it must "
+                                    "compute from its argument only")
+        if self.nested:
+            d = z.derivatives(create_graph=True)
+            return [d[x] for x in self.inputs]
+        return self._read(z.derivatives())
+
+    def _read(self, d: Any) -> list[Any]:
+        return [d[x] if s else x.input_derivative(d) for x, s in zip(self.inputs, self.scalar)]
+
+    def _zero(self, k: int) -> Any:
+        if self.nested:
+            x = self.inputs[k]
+            return 0.0 if self.scalar[k] else x.detach() * 0.0
+        return 0.0 if self.scalar[k] else np.zeros(self.shapes[k])
+
+    def gradient(self, cotangents: list[Any]) -> Any:
+        return _trees.unflatten(self.tree, cotangents)
+
+
+def _nested_trace(v: Any) -> bool:
+    return isinstance(v, Trace) and type(v) is not Trace
+
+
+def _over_tape(v: Any) -> bool:
+    """A TraceTensor or Trace whose parts are recorded (forward inside reverse)."""
+    if isinstance(v, TraceTensor):
+        return v._value.tape is not None or v._tangent.tape is not None
+    return _nested_trace(v) and (type(v.number) is Record or type(v.derivative) is Record)
+
+
+def _tangent_of(v: Any) -> Any:
+    if isinstance(v, TraceTensor):
+        return v._tangent if _over_tape(v) else np.array(v.tangent, dtype=np.float64)
+    if isinstance(v, Trace):
+        return v.derivative if _nested_trace(v) else float(v.derivative)
+    return None
+
+
+def _primal_of(v: Any) -> Any:
+    if isinstance(v, TraceTensor):
+        return v._value if _over_tape(v) else np.array(v.value, dtype=np.float64)
+    if isinstance(v, Trace):
+        return v.number if _nested_trace(v) else float(v.number)
+    return v
+
+
+def _lift(value: Any, tangent: Any) -> Any:
+    """A value with a tangent: a TraceTensor over a (recorded) tensor, a Trace (of a
+    Record), or, from numbers and arrays, a plain TraceTensor or Trace."""
+    if isinstance(value, Tensor):
+        if not isinstance(tangent, Tensor):
+            tangent = Tensor.constant(np.broadcast_to(np.asarray(tangent, dtype=np.float64),
+                                                      value.shape), device=value.device)
+        return TraceTensor._of(value, tangent)
+    if isinstance(value, np.ndarray):
+        return TraceTensor(value, np.broadcast_to(np.asarray(tangent), value.shape))
+    if isinstance(tangent, Tensor):          # a scalar value with a recorded 0-d tangent
+        tangent = tangent.sum()
+    return Trace(value, tangent if isinstance(tangent, (Record, Trace)) else float(tangent))
+
+
+def _tape_of(v: Any) -> Any:
+    if isinstance(v, Tensor) or type(v) is Record:
+        return v.tape
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        for e in v.reshape(-1):
+            if type(e) is Record and e.tape is not None:
+                return e.tape
+    return None
+
+
+def _rows(run: _Reverse, leaf: Any) -> tuple[tuple[int, ...], list[list[Any]]]:
+    """An output leaf's shape and, per element (flat), its derivatives by the inputs."""
+    if isinstance(leaf, Tensor) and not run.nested and leaf.tape is run.tape:
+        # seeded sweeps from the tensor: no entry per row on the list
+        rows = []
+        for i in range(leaf.size):
+            seed = np.zeros(leaf.size)
+            seed[i] = 1.0
+            rows.append(run.sweep(leaf, seed.reshape(leaf.shape)))
+        return leaf.shape, rows
+    shape, element = _scalars_of(leaf)
+    return shape, [run.sweep(element(i)) for i in range(int(np.prod(shape, dtype=int)))]
+
+
+def _scalars_of(leaf: Any) -> tuple[tuple[int, ...], Callable[[int], Any]]:
+    """An output leaf's shape and a function giving its element i (flat) as a scalar."""
+    if isinstance(leaf, Tensor):
+        if leaf.shape == ():
+            return (), lambda i: leaf.sum()
+        flat = leaf.reshape(-1)
+        return leaf.shape, lambda i: flat[i]
+    if isinstance(leaf, np.ndarray):
+        items = leaf.reshape(-1)
+        return leaf.shape, lambda i: items[i]
+    return (), lambda i: leaf
+
+
+def _assemble(rows: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, ...],
+              scalar_in: bool, nested: bool) -> Any:
+    """Rows (one per output element: the derivative with respect to one input) as the
+    block of shape out_shape + in_shape (recorded when nested; a TraceTensor of the
+    blocks of both parts under a forward transform)."""
+    if rows and isinstance(rows[0], (Trace, TraceTensor)):
+        parts = [_assemble([_primal_of(r) for r in rows], out_shape, in_shape, scalar_in,
+                           nested),
+                 _assemble([_tangent_of(r) for r in rows], out_shape, in_shape, scalar_in,
+                           nested)]
+        return _lift(*parts)
+    if not nested:
+        block = np.array(rows, dtype=np.float64).reshape(out_shape + in_shape)
+        return float(block) if block.ndim == 0 else block
+    if out_shape == () and len(rows) == 1:
+        return rows[0]
+    if scalar_in:
+        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), rows, out_shape)
+    return stack(rows).reshape(out_shape + in_shape)
+
+
+def _jacobian_reverse(f: Callable[..., Any], x0: Any, args: tuple[Any, ...]) -> Any:
+    run = _Reverse(f, x0, args)
+    leaves, out_tree = _output_leaves(run.result, f, run.mode)
+    blocks = []
+    for leaf in leaves:
+        shape, rows = _rows(run, leaf)
+        per_input = [_assemble([r[k] for r in rows], shape, run.shapes[k], run.scalar[k],
+                               run.nested) for k in range(len(run.inputs))]
+        blocks.append(_trees.unflatten(run.tree, per_input))
+    return _trees.unflatten(out_tree, blocks)
+
+
+# ---- forward mode ---------------------------------------------------------------------
+
+def _as_recorded(v: Any) -> Any:
+    """A recorded leaf as a Tensor or a Record (object arrays of Records gathered)."""
+    if isinstance(v, np.ndarray):
+        items = [e if type(e) is Record else float(e) for e in v.reshape(-1)]
+        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), items, v.shape)
+    return v
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, Tensor):
+        return v.value
+    while isinstance(v, (Trace, Record)):      # a Trace (of Traces): its innermost value
+        v = v.number
+    return v
+
+
+def _forward_point(x0: Any, caller: str) -> _Point:
+    leaves, _ = _trees.flatten(x0)
+    # a scalar Trace is nested (Trace of Trace: forward over forward); arrays of them not
+    if any(_trees.is_traced(v) and not isinstance(v, Trace) for v in leaves):
+        raise NotImplementedError(
+            f"{caller} (forward mode) inside another forward-mode transform: nest Traces "
+            f"directly, or use reverse mode for one of them")
+    return _Point(x0)
+
+
+def _forward_run(f: Callable[..., Any], point: _Point, tangents: list[Any],
+                 args: tuple[Any, ...]) -> Any:
+    inputs: list[Any] = []
+    for a, t, scalar, device, recorded in zip(point.arrays, tangents, point.scalar,
+                                              point.devices, point.recorded):
+        if recorded is not None:     # reverse over forward: a Trace over the recorded leaf
+            inputs.append(_lift(recorded, t))
+        elif scalar:
+            inputs.append(Trace(float(a), float(t)))
+        else:
+            inputs.append(TraceTensor._input(a, t, device if device is not None
+                                             else get_device()))
+    return _call(f, point.rebuild(inputs), args)
+
+
+def _recorded_parts(leaf: Any) -> tuple[Any, Any]:
+    """An output's value and tangent as recorded values (reverse over forward)."""
+    if isinstance(leaf, TraceTensor):
+        return leaf._value, leaf._tangent
+    if isinstance(leaf, Trace):
+        return leaf.number, leaf.derivative
+    if isinstance(leaf, np.ndarray) and leaf.dtype == object:
+        parts = [_recorded_parts(e) for e in leaf.reshape(-1)]
+        f64 = np.dtype(np.float64)
+        return tuple(from_scalars(Tensor, resolve(None), f64, [p[k] for p in parts],
+                                  leaf.shape) for k in (0, 1))  # type: ignore[return-value]
+    return leaf, (leaf.detach() * 0.0 if isinstance(leaf, Tensor) else 0.0)
+
+
+def _tangent(leaf: Any) -> Any:
+    """The tangent f carried out in an output leaf (zeros for constants)."""
+    if isinstance(leaf, Trace):
+        return leaf.derivative
+    if isinstance(leaf, TraceTensor):
+        return np.array(leaf.tangent, dtype=np.float64)
+    if isinstance(leaf, Tensor):
+        return np.zeros(leaf.shape)
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype == object:
+            return np.array([_tangent(e) for e in leaf.reshape(-1)],
+                            dtype=np.float64).reshape(leaf.shape)
+        return np.zeros(leaf.shape)
+    return 0.0
+
+
+def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...],
+                      first: Any = None) -> Any:
+    columns: list[list[Any]] = []       # per input element: the output leaves' tangents
+    nested = any(r is not None for r in point.recorded)
+    mode = "any" if nested else "forward"
+    out_tree: TreeDef | None = None
+    out_shapes: list[tuple[int, ...]] = []
+    for k, a in enumerate(point.arrays):
+        for j in range(a.size):
+            if first is not None and not columns:
+                result = first
+            else:
+                tangents = [np.zeros(b.shape) for b in point.arrays]
+                tangents[k].reshape(-1)[j] = 1.0
+                result = _forward_run(f, point, tangents, args)
+            leaves, tree = _output_leaves(result, f, mode)
+            shapes = [_shape(v) for v in leaves]
+            if out_tree is None:
+                out_tree, out_shapes = tree, shapes
+            elif (tree, shapes) != (out_tree, out_shapes):
+                raise ValueError(f"{_name(f)} returned outputs of another structure or shape "
+                                 f"on one pass than on another: its output must not change "
+                                 f"size")
+            columns.append([_recorded_parts(v)[1] if nested else _tangent(v)
+                            for v in leaves])
+    if out_tree is None:       # no inputs: one evaluation tells the output's structure
+        leaves, out_tree = _output_leaves(_forward_run(f, point, point.arrays, args), f,
+                                          mode)
+        out_shapes = [_shape(v) for v in leaves]
+    blocks = []
+    for i, out_shape in enumerate(out_shapes):
+        per_input, start = [], 0
+        for a in point.arrays:
+            if nested:       # recorded columns: a recorded block
+                part = [c[i] for c in columns[start:start + a.size]]
+                start += a.size
+                per_input.append(_recorded_block(part, out_shape, a.shape))
+                continue
+            cols = [np.asarray(c[i], dtype=np.float64) for c in columns[start:start + a.size]]
+            start += a.size
+            block = (np.stack(cols, axis=-1) if cols else np.zeros(out_shape + (0,)))
+            block = block.reshape(out_shape + a.shape)
+            per_input.append(float(block) if block.ndim == 0 else block)
+        blocks.append(point.rebuild(per_input))
+    return _trees.unflatten(out_tree, blocks)
+
+
+def _recorded_block(columns: list[Any], out_shape: tuple[int, ...],
+                    in_shape: tuple[int, ...]) -> Any:
+    """Recorded columns (one per input element, each of out_shape) as the recorded block
+    out_shape + in_shape."""
+    if out_shape == ():
+        if in_shape == ():
+            return columns[0]
+        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), columns, in_shape)
+    return stack(columns, axis=-1).reshape(out_shape + in_shape)
