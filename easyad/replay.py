@@ -310,10 +310,16 @@ class Function:
         """The gradient (n,) of a scalar function at x; (B, n) for a batch.
 
         ``device="opencl"`` (or ``"opencl:N"``, a Device) evaluates every row in one
-        OpenCL kernel generated from the tape (one work-item per point); branch changes are
-        detected there too. Without it, the rows run in C on the CPU's cores. ``out``: an
-        array of the result's shape to write it into (returned); for one point of a
-        compiled Function this skips allocating (see also ``bind_gradient``)."""
+        OpenCL kernel generated from the optimised program (``compile(optimise=True)``'s;
+        one work-item per point); branch changes are detected there too. Without it, the
+        rows run in C on the CPU's cores. x may also be a float64 ``pyopencl.array.Array``
+        (B, n), in either memory order (Fortran order, the transpose of an (n, B) array,
+        reads coalesced): the kernel then runs on that array's queue and the gradient
+        stays on the device, a ``pyopencl.array.Array`` (B, n) in Fortran order (its
+        ``.T`` is the variable-major (n, B) array); only a 4-byte flag is read back
+        (with ``on_branch_change="mask"`` the mask comes back as a numpy array).
+        ``out``: an array of the result's shape to write it into (returned); for one point
+        of a compiled Function this skips allocating (see also ``bind_gradient``)."""
         if out is not None:
             if self._native is not None and on_branch_change is None \
                     and self.on_branch_change != "mask" and type(x) is np.ndarray \
@@ -333,6 +339,9 @@ class Function:
             if point is not None:
                 return point[1]
         self._need_scalar("gradient")
+        from easyad.tensor._replay_cl import is_device_array
+        if is_device_array(x):
+            return self._opencl_resident(x, device, on_branch_change)
         X, batch = self._rows(x)
         if device is not None and str(getattr(device, "kind", device)).startswith("opencl"):
             _, g, mask = self._opencl(X, device, on_branch_change)
@@ -480,27 +489,37 @@ class Function:
         return (_rebuild_function, (self.tape, *rest, _core._tape_digest((), rest)))
 
     # ---- internals ----
-    def _opencl(self, X: NDArray[np.float64], device: Any, mode: str | None
-                ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_] | None]:
-        """Values and gradients of every row by the generated OpenCL kernel (compiled once
-        per device and kept), with the same branch handling as the C replay."""
+    def _cl_kernel(self, device: Any) -> Any:
+        """The OpenCL replay kernel for device (rendered and built once per device and
+        kept), from the optimised program (``_compile.optimise``; the tape itself where
+        that declines: user primitives, tensor nodes)."""
+        from easyad import _compile
         from easyad.tensor._replay_cl import ReplayKernel
-        mode = self.on_branch_change if mode is None else mode
-        if mode not in _BRANCH_MODES:
-            raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, got {mode!r}")
         kernels = self.__dict__.setdefault("_cl_kernels", {})
         key = str(device)
         if key not in kernels:
-            kernels[key] = ReplayKernel(self.tape._arrays(), self.inputs, self.outputs[0],
-                                        device)
-        values, grads, changed = kernels[key](X)
+            made = _compile.optimise(self.tape, self.inputs, self.outputs)
+            tape, ins, outs = made if made is not None else (self.tape, self.inputs,
+                                                             self.outputs)
+            kernels[key] = ReplayKernel(tape._arrays(), ins, outs[0], device)
+        return kernels[key]
+
+    def _branch_mode(self, mode: str | None) -> str:
+        mode = self.on_branch_change if mode is None else mode
+        if mode not in _BRANCH_MODES:
+            raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, got {mode!r}")
+        return mode
+
+    def _opencl(self, X: NDArray[np.float64], device: Any, mode: str | None
+                ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_] | None]:
+        """Values and gradients of every row by the generated OpenCL kernel, with the same
+        branch handling as the C replay."""
+        mode = self._branch_mode(mode)
+        values, grads, changed = self._cl_kernel(device)(X)
         mask = changed if mode == "mask" else None
         if changed.any():
             rows = np.flatnonzero(changed)
-            if mode == "raise":
-                self._run(_VALUE, X[rows[:1]], "raise", "gradient", ())  # names the guard
-                raise BranchChangedError(f"replaying at row {int(rows[0])} takes another "
-                                         f"branch than recorded")
+            self._changed_rows(X, rows, mode)
             if mode == "retape":
                 values[rows], grads[rows] = self.value_and_gradient(
                     X[rows], on_branch_change="retape")
@@ -508,6 +527,37 @@ class Function:
                 values[rows] = np.nan
                 grads[rows] = np.nan
         return values, grads, mask
+
+    def _opencl_resident(self, X: Any, device: Any, mode: str | None) -> Any:
+        """``gradient`` of a device array X: the results stay on the device (see
+        ``gradient``); only rows whose branch changed travel, and only for "raise" (one
+        row, to name the guard) and "retape" (re-recorded on the host, written back)."""
+        mode = self._branch_mode(mode)
+        if device is not None and not str(getattr(device, "kind", device)).startswith(
+                "opencl"):
+            raise ValueError(f"a pyopencl array is replayed on OpenCL, not on {device!r}")
+        kernel = self._cl_kernel("opencl" if device is None else device)
+        _, grads, changed, any_changed = kernel.run(X, nan_on_change=mode == "mask")
+        G = grads.T if X.ndim == 2 else grads.reshape(grads.shape[0])
+        if mode == "mask":
+            mask = changed.get().astype(bool)
+            return (G, mask) if X.ndim == 2 else (G, bool(mask[0]))
+        if any_changed:
+            rows = np.flatnonzero(changed.get())
+            host = X.get() if X.flags.forc else X.copy().get()
+            host = host.reshape(-1, self.n_inputs)
+            self._changed_rows(host, rows, mode)
+            fixed = grads.get()
+            fixed[:, rows] = self.gradient(host[rows], on_branch_change="retape").T
+            grads.set(fixed)
+        return G
+
+    def _changed_rows(self, X: NDArray[np.float64], rows: NDArray[np.intp], mode: str) -> None:
+        # the rows of X whose branch changed on OpenCL: "raise" names the guard by the VM
+        if mode == "raise":
+            self._run(_VALUE, X[rows[:1]], "raise", "gradient", ())
+            raise BranchChangedError(f"replaying at row {int(rows[0])} takes another "
+                                     f"branch than recorded")
 
     def _need_scalar(self, what: str) -> None:
         if not self.scalar:

@@ -113,3 +113,122 @@ def test_function_gradient_on_opencl_with_branches(opencl_device):
     H = ad.record(lambda v: v[0] if v[0] > 0 else -v[0], [1.0])
     with pytest.raises(ad.BranchChangedError):
         H.gradient(np.array([[-1.0]]), device=opencl_device)
+
+
+# ---- issue 15 item 3: the optimised program, variable-major memory, device-resident batches
+
+from test_replay import random_program  # noqa: E402
+
+
+def _queue(device):
+    from easyad.tensor._devices import find_device
+    return find_device(device).backend.queue
+
+
+def guarded_program(seed, n):
+    """random_program plus a guard (Python branches on x[0]), a select whose untaken branch
+    has an infinite partial (the strong zero keeps its adjoint 0), and NaN past x[1] > 0.8."""
+    f = random_program(seed, n)
+
+    def g(x):
+        total = f(x)
+        root = ad.where(x[2] > 0.25, ad.sqrt((x[2] - 0.25) ** 2), x[2])  # sqrt'(0) = inf
+        nan = ad.where(x[1] > 0.8, x[1] * float("nan"), x[1] * 0.5)
+        total = total + root + nan
+        if x[0] > -0.5:
+            return total * x[0]
+        return total - x[0]
+
+    return g
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_programs_match_the_vm(seed, opencl_device):
+    n, B = 5, 40
+    rng = np.random.default_rng(seed)
+    F = ad.record(guarded_program(seed, n), np.full(n, 0.1))
+    X = rng.uniform(-1, 1, (B, n))
+    X[:4, 1:3] = (0.0, 0.25)          # the sqrt at 0: the strong zero
+    X[4:8, 1] = 0.9                   # NaN values and gradients
+    want, want_mask = F.gradient(X, on_branch_change="mask")
+    assert want_mask.any() and not want_mask.all() and np.isnan(want[~want_mask]).any()
+    got, mask = F.gradient(X, device=opencl_device, on_branch_change="mask")
+    np.testing.assert_array_equal(mask, want_mask)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)   # NaN where the VM's
+    # device-resident, both memory orders: the same numbers, left on the device
+    import pyopencl.array as cl_array
+    queue = _queue(opencl_device)
+    for Xd in (cl_array.to_device(queue, np.ascontiguousarray(X.T)).T,   # variable-major
+               cl_array.to_device(queue, X)):                           # row-major
+        Gd, mask_d = F.gradient(Xd, device=opencl_device, on_branch_change="mask")
+        assert isinstance(Gd, cl_array.Array) and Gd.shape == (B, n) and Gd.flags.f_contiguous
+        np.testing.assert_array_equal(mask_d, want_mask)
+        np.testing.assert_array_equal(Gd.T.get().T, got)
+
+
+def test_strong_zero_and_nan(opencl_device):
+    F = ad.record(lambda x: ad.where(x[0] > 0.25, ad.sqrt((x[0] - 0.25) ** 2), x[0])
+                  + ad.where(x[1] > 0.8, x[1] * float("nan"), x[1]), [0.5, 0.5])
+    X = np.array([[0.25, 0.5], [0.5, 0.9], [0.0, 0.0]])
+    got = F.gradient(X, device=opencl_device)
+    np.testing.assert_array_equal(got, F.gradient(X))
+    np.testing.assert_array_equal(got[0], [1.0, 1.0])   # 0 * inf = 0: the untaken sqrt
+    assert np.isnan(got[1, 1]) and got[1, 0] == 1.0
+
+
+def test_device_resident_branch_modes(opencl_device):
+    import pyopencl.array as cl_array
+
+    def branchy(x):
+        if x[0] > 0:
+            return x[0] * x[1] ** 2
+        return -x[0] * x[1]
+
+    F = ad.record(branchy, [1.0, 2.0])
+    X = np.array([[2.0, 3.0], [0.5, -1.0], [-2.0, 3.0]])
+    Xd = cl_array.to_device(_queue(opencl_device), np.ascontiguousarray(X.T)).T
+    G = F.gradient(cl_array.to_device(_queue(opencl_device), X[:2]))
+    np.testing.assert_allclose(G.get(), [[9.0, 12.0], [1.0, -1.0]])   # device defaults
+    with pytest.raises(ad.BranchChangedError, match=r"x\[0\] > 0.0"):
+        F.gradient(Xd, device=opencl_device)
+    G = F.gradient(Xd, device=opencl_device, on_branch_change="retape")
+    assert isinstance(G, cl_array.Array)
+    np.testing.assert_allclose(G.get(), [[9.0, 12.0], [1.0, -1.0], [-3.0, 2.0]])
+    G, mask = F.gradient(Xd, device=opencl_device, on_branch_change="mask")
+    assert mask.tolist() == [False, False, True] and np.isnan(G.get()[2]).all()
+    g = F.gradient(cl_array.to_device(_queue(opencl_device), X[0]), device=opencl_device)
+    assert g.shape == (2,)
+    np.testing.assert_allclose(g.get(), [9.0, 12.0])
+    with pytest.raises(ValueError, match="shape"):
+        F.gradient(cl_array.to_device(_queue(opencl_device), np.ones((2, 3))))
+
+
+def test_variable_major_layout_and_the_optimised_program(opencl_device):
+    import pyopencl.array as cl_array
+
+    F = ad.record(lambda x: x[0] * 1.0 * ad.sin(x[1]) + ad.sin(x[1]) * x[0] + 0.0, [1.0, 2.0])
+    kernel = F._cl_kernel(opencl_device)
+    source = kernel.source.split("__kernel")[1]
+    assert "G[1 * B + row]" in source and "x_var" in source          # variable-major
+    assert source.count("sin(x)") == 1      # the optimised program: sin(x[1]) once, no * 1.0
+    XT = cl_array.to_device(_queue(opencl_device), np.array([[1.0, 2.0, 3.0],
+                                                             [0.5, 0.25, 0.125]]))
+    values, grads, changed, any_changed = kernel.run(XT.T)
+    assert grads.shape == (2, 3) and grads.flags.c_contiguous and not any_changed
+    want = F.gradient(XT.get().T)
+    np.testing.assert_allclose(grads.get(), want.T, rtol=1e-15)
+    np.testing.assert_allclose(values.get(), F(XT.get().T), rtol=1e-15)
+
+
+def test_an_array_of_another_context(opencl_device):
+    import pyopencl as cl
+    import pyopencl.array as cl_array
+    from easyad.tensor._devices import find_device
+
+    context = cl.Context([find_device(opencl_device)._handle])
+    queue = cl.CommandQueue(context)
+    F = ad.record(lambda x: x[0] * ad.exp(x[1]), [1.0, 2.0])
+    X = np.array([[1.0, 0.0], [2.0, 1.0]])
+    G = F.gradient(cl_array.to_device(queue, X), device=opencl_device)
+    assert G.queue is queue
+    np.testing.assert_allclose(G.get(), F.gradient(X), rtol=1e-15)
