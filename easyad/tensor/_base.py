@@ -106,8 +106,15 @@ def live_tape(t: TensorBase) -> Any:
 
 def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
     """``v`` as an Operand for ``backend``, or None if tensors cannot take it."""
+    if type(v) is float:      # the commonest constants first
+        return Operand(v, (), None, -1, None)
     if isinstance(v, TensorBase):
-        if v._backend is not backend and backend.kind == "meta":
+        if v._backend is backend:
+            tape = v._tape
+            if tape is not None and tape.generation != v._generation:
+                live_tape(v)    # raises StaleRecordError
+            return Operand(v._data, v._shape, tape, v._index, v._dtype)
+        if backend.kind == "meta":
             # eval_shape: a tensor of any device counts by its shape (nothing is computed)
             return Operand(backend.full(v._shape, 0.0, v._dtype), v._shape, live_tape(v),
                            v._index, v._dtype)
@@ -162,6 +169,14 @@ def common_tape(op: str, operands: list[Operand]) -> Any:
 
 
 def result_dtype(operands: list[Operand]) -> np.dtype:
+    if len(operands) == 2:      # the binary operations' case, without a list and result_type
+        a, b = operands[0].dtype, operands[1].dtype
+        if a is None or a is BOOL:
+            a = b
+        elif b is None or b is BOOL or b is a:
+            b = a
+        if a is b and a is not None and a is not BOOL:
+            return a
     found = [o.dtype for o in operands if o.dtype is not None and o.dtype != BOOL]
     if not found:
         return np.dtype(np.float64)

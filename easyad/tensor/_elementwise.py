@@ -26,30 +26,62 @@ def _first_tensor(values: tuple[Any, ...]) -> TensorBase:
     raise TypeError("a tensor operation needs at least one Tensor")
 
 
+# ---- plans: what a rule's vjp needs, worked out once per rule (not per operation) ----
+
+class _Plan:
+    """A rule's adjoint kernel for the operands that need one: the expressions
+    ``mul0(g, partial)`` (just ``g`` for a partial of 1), the values they read ("x", "y",
+    "z") and the labels."""
+
+    __slots__ = ("name", "value", "label", "exprs", "saved", "wanted")
+
+    def __init__(self, rule: _rules.Rule, wanted: tuple[int, ...]) -> None:
+        partials = [rule.partials[k] for k in wanted]
+        self.name, self.value, self.label, self.wanted = \
+            rule.name, (rule.value,), rule.name + "_vjp", wanted
+        self.exprs = tuple("g" if _expr.constant(p) == 1.0 else f"mul0(g, {p})"
+                           for p in partials)
+        self.saved = tuple(n for n in ("x", "y", "z") if any(uses(p, n) for p in partials))
+
+
+_PLANS: dict[tuple[str, tuple[int, ...]], _Plan] = {}
+
+
+def _plan(rule: _rules.Rule, wanted: tuple[int, ...]) -> _Plan:
+    plan = _PLANS.get((rule.name, wanted))
+    if plan is None:
+        plan = _PLANS[(rule.name, wanted)] = _Plan(rule, wanted)
+    return plan
+
+
 def unary(rule: _rules.Rule, t: T) -> T:
     """``rule`` applied to every element of ``t``, recorded with its vjp."""
     be, cls = t._backend, type(t)
     if t._dtype == BOOL:
         t = t.astype(np.float64)
     tape = live_tape(t)
-    (z,) = be.map(rule.name, (rule.value,), {"x": t._data}, t._shape, (t._dtype,))
+    plan = _plan(rule, (0,))
+    shape, dtype = t._shape, t._dtype
+    (z,) = be.map(plan.name, plan.value, {"x": t._data}, shape, (dtype,))
     if tape is None:
-        return wrap(cls, be, z, t._shape, t._dtype)
-    partial = rule.partials[0]
-    saved = {n: v for n, v in (("x", t._data), ("z", z)) if uses(partial, n)}
-    shape, dtype, label = t._shape, t._dtype, rule.name + "_vjp"
-    expr = (f"mul0(g, {partial})",)
+        return wrap(cls, be, z, shape, dtype)
+    saved = {n: v for n, v in (("x", t._data), ("z", z)) if n in plan.saved}
+    label, exprs = plan.label, plan.exprs
 
     def vjp(g: Any) -> tuple[Any]:
-        return tuple(be.map(label, expr, {"g": g, **saved}, shape, (dtype,)))
-    x_index, name = t._index, rule.name
+        saved["g"] = g
+        try:
+            return tuple(be.map(label, exprs, saved, shape, (dtype,)))
+        finally:
+            del saved["g"]
+    x_index = t._index
 
     def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
         x, out = (_graph.handle(cls, be, saved.get(n), shape, dtype, tape, i) if n in saved
                   else None for n, i in (("x", x_index), ("z", index)))
-        partial = _graph.tensor_rules()[name].partials[0](x, 0.0, out)
+        partial = _graph.tensor_rules()[plan.name].partials[0](x, 0.0, out)
         return (_graph.mul0(g, partial),)
-    return record(cls, rule.name, be, z, shape, dtype, tape, (t._index,), vjp, graph)
+    return record(cls, plan.name, be, z, shape, dtype, tape, (x_index,), vjp, graph)
 
 
 def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
@@ -61,21 +93,25 @@ def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
     if A is None or B is None:
         return NotImplemented
     dtype = result_dtype([A, B])
-    shape = shapes.broadcast(rule.name, A.shape, B.shape)
+    shape = A.shape if A.shape == B.shape else shapes.broadcast(rule.name, A.shape, B.shape)
     tape = common_tape(rule.name, [A, B])
     (z,) = be.map(rule.name, (rule.value,), {"x": A.data, "y": B.data}, shape, (dtype,))
-    if tape is None or not (A.needs_adjoint or B.needs_adjoint):
+    if tape is None or not (A.index >= 0 or B.index >= 0):
         return wrap(cls, be, z, shape, dtype)
     # (index, is a scalar): not the Operands, which hold the tape (a cycle through the vjp)
-    wanted = [(k, o.dtype is None) for k, o in enumerate((A, B)) if o.needs_adjoint]
-    partials = [rule.partials[k] for k, _ in wanted]
+    wanted = [(k, o.dtype is None) for k, o in enumerate((A, B)) if o.index >= 0]
+    plan = _plan(rule, tuple(k for k, _ in wanted))
     values = {"x": A.data, "y": B.data, "z": z}
-    saved = {n: v for n, v in values.items() if any(uses(p, n) for p in partials)}
-    exprs = tuple("g" if _expr.constant(p) == 1.0 else f"mul0(g, {p})" for p in partials)
-    label, target = rule.name + "_vjp", [A.shape, B.shape]
+    saved = {n: values[n] for n in plan.saved}
+    label, exprs, target = plan.label, plan.exprs, (A.shape, B.shape)
+    dtypes = (dtype,) * len(exprs)
 
     def vjp(g: Any) -> tuple[Any, Any]:
-        outs = be.map(label, exprs, {"g": g, **saved}, shape, (dtype,) * len(exprs))
+        saved["g"] = g
+        try:
+            outs = be.map(label, exprs, saved, shape, dtypes)
+        finally:
+            del saved["g"]
         result: list[Any] = [None, None]
         for (k, scalar), c in zip(wanted, outs):
             result[k] = fold(be, c, shape, target[k], scalar)
