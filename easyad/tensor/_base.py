@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from easyad import _expr
+from easyad._core import Node as _core_Node
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
 from easyad.tensor import _devices, _meta
@@ -37,29 +38,9 @@ def uses(expression: str, name: str) -> bool:
 
 # ---- tape nodes ----
 
-class Node:
-    """A tensor operation's tape entry: the entry indices it read (-1: a constant), and
-    ``vjp(g)``, one adjoint contribution per input (array, float or None).
-
-    ``graph(tape, index, g)`` is the same vjp written with recorded operations, for
-    ``create_graph=True``: ``g`` is the adjoint as a Tensor (a Record or float for a node
-    with a scalar output), ``index`` the node's own entry; it returns one contribution per
-    input (Tensor, Record, float or None) that can be differentiated again. None: the
-    operation has no second derivative here (the sweep says so)."""
-
-    __slots__ = ("label", "inputs", "scalar_output", "retain", "vjp", "graph")
-
-    def __init__(self, label: str, inputs: tuple[int, ...], vjp: Any,
-                 scalar_output: bool = False, graph: Any = None) -> None:
-        self.label = label
-        self.inputs = inputs
-        self.vjp = vjp
-        self.graph = graph
-        self.scalar_output = scalar_output
-        self.retain = False
-
-    def __repr__(self) -> str:
-        return f"<node {self.label} inputs={self.inputs}>"
+# Node (a tensor operation's tape entry: label, inputs, vjp, graph, scalar_output, retain)
+# is the core's cdef class: the mixed sweep reads its fields in C.
+Node = _core_Node
 
 
 def _no_vjp(g: Any) -> tuple[()]:

@@ -29,19 +29,31 @@ def _first_tensor(values: tuple[Any, ...]) -> TensorBase:
 # ---- plans: what a rule's vjp needs, worked out once per rule (not per operation) ----
 
 class _Plan:
-    """A rule's adjoint kernel for the operands that need one: the expressions
-    ``mul0(g, partial)`` (just ``g`` for a partial of 1), the values they read ("x", "y",
-    "z") and the labels."""
+    """A rule's kernels for the operands that need an adjoint: the value, and the adjoint
+    expressions ``mul0(g, partial)`` (just ``g`` for a partial of 1) over the values they
+    read (``saved``: of "x", "y", "z") and ``g``; each prepared once per backend
+    (``Backend.prepared_map``)."""
 
-    __slots__ = ("name", "value", "label", "exprs", "saved", "wanted")
+    __slots__ = ("name", "value", "label", "exprs", "saved", "wanted", "arity", "kernels")
 
     def __init__(self, rule: _rules.Rule, wanted: tuple[int, ...]) -> None:
         partials = [rule.partials[k] for k in wanted]
         self.name, self.value, self.label, self.wanted = \
             rule.name, (rule.value,), rule.name + "_vjp", wanted
+        self.arity = len(rule.partials)
         self.exprs = tuple("g" if _expr.constant(p) == 1.0 else f"mul0(g, {p})"
                            for p in partials)
         self.saved = tuple(n for n in ("x", "y", "z") if any(uses(p, n) for p in partials))
+        self.kernels: dict[Any, tuple[Any, Any]] = {}
+
+    def on(self, be: Any) -> tuple[Any, Any]:
+        """(value kernel, adjoint kernel) on backend ``be``."""
+        found = self.kernels.get(be)
+        if found is None:
+            found = self.kernels[be] = (
+                be.prepared_map(self.name, self.value, ("x", "y")[:self.arity]),
+                be.prepared_map(self.label, self.exprs, self.saved + ("g",)))
+        return found
 
 
 _PLANS: dict[tuple[str, tuple[int, ...]], _Plan] = {}
@@ -61,23 +73,22 @@ def unary(rule: _rules.Rule, t: T) -> T:
         t = t.astype(np.float64)
     tape = live_tape(t)
     plan = _plan(rule, (0,))
+    forward, backward = plan.on(be)
     shape, dtype = t._shape, t._dtype
-    (z,) = be.map(plan.name, plan.value, {"x": t._data}, shape, (dtype,))
+    dtypes = (dtype,)
+    (z,) = forward((t._data,), shape, dtypes)
     if tape is None:
         return wrap(cls, be, z, shape, dtype)
-    saved = {n: v for n, v in (("x", t._data), ("z", z)) if n in plan.saved}
-    label, exprs = plan.label, plan.exprs
+    values = {"x": t._data, "z": z}
+    saved = tuple(values[n] for n in plan.saved)
 
     def vjp(g: Any) -> tuple[Any]:
-        saved["g"] = g
-        try:
-            return tuple(be.map(label, exprs, saved, shape, (dtype,)))
-        finally:
-            del saved["g"]
+        return tuple(backward(saved + (g,), shape, dtypes))
     x_index = t._index
 
     def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        x, out = (_graph.handle(cls, be, saved.get(n), shape, dtype, tape, i) if n in saved
+        kept = dict(zip(plan.saved, saved))
+        x, out = (_graph.handle(cls, be, kept[n], shape, dtype, tape, i) if n in kept
                   else None for n, i in (("x", x_index), ("z", index)))
         partial = _graph.tensor_rules()[plan.name].partials[0](x, 0.0, out)
         return (_graph.mul0(g, partial),)
@@ -95,36 +106,35 @@ def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
     dtype = result_dtype([A, B])
     shape = A.shape if A.shape == B.shape else shapes.broadcast(rule.name, A.shape, B.shape)
     tape = common_tape(rule.name, [A, B])
-    (z,) = be.map(rule.name, (rule.value,), {"x": A.data, "y": B.data}, shape, (dtype,))
-    if tape is None or not (A.index >= 0 or B.index >= 0):
+    needs_a, needs_b = A.index >= 0, B.index >= 0
+    live = tape is not None and (needs_a or needs_b)
+    plan = _plan(rule, (0, 1) if needs_a and needs_b else (1,) if needs_b else (0,))
+    forward, backward = plan.on(be)
+    (z,) = forward((A.data, B.data), shape, (dtype,))
+    if not live:
         return wrap(cls, be, z, shape, dtype)
     # (index, is a scalar): not the Operands, which hold the tape (a cycle through the vjp)
     wanted = [(k, o.dtype is None) for k, o in enumerate((A, B)) if o.index >= 0]
-    plan = _plan(rule, tuple(k for k, _ in wanted))
     values = {"x": A.data, "y": B.data, "z": z}
-    saved = {n: values[n] for n in plan.saved}
-    label, exprs, target = plan.label, plan.exprs, (A.shape, B.shape)
-    dtypes = (dtype,) * len(exprs)
+    saved = tuple(values[n] for n in plan.saved)
+    target = (A.shape, B.shape)
+    dtypes = (dtype,) * len(wanted)
 
     def vjp(g: Any) -> tuple[Any, Any]:
-        saved["g"] = g
-        try:
-            outs = be.map(label, exprs, saved, shape, dtypes)
-        finally:
-            del saved["g"]
+        outs = backward(saved + (g,), shape, dtypes)
         result: list[Any] = [None, None]
         for (k, scalar), c in zip(wanted, outs):
             result[k] = fold(be, c, shape, target[k], scalar)
         return result[0], result[1]
-    parts = [(n, o.shape, o.dtype, o.index) for n, o in (("x", A), ("y", B))]
-    name = rule.name
+    parts = ((A.shape, A.dtype, A.index), (B.shape, B.dtype, B.index))
 
     def graph(tape: Any, index: int, g: Any) -> tuple[Any, Any]:
-        x, y = (_graph.handle(cls, be, saved[n], s, dt, tape, i) if n in saved else 0.0
-                for n, s, dt, i in parts)
-        out = _graph.handle(cls, be, saved["z"], shape, dtype, tape, index) \
-            if "z" in saved else None
-        compiled = _graph.tensor_rules()[name]
+        kept = dict(zip(plan.saved, saved))
+        x, y = (_graph.handle(cls, be, kept[n], s, dt, tape, i) if n in kept else 0.0
+                for n, (s, dt, i) in zip(("x", "y"), parts))
+        out = _graph.handle(cls, be, kept["z"], shape, dtype, tape, index) \
+            if "z" in kept else None
+        compiled = _graph.tensor_rules()[plan.name]
         result: list[Any] = [None, None]
         for k, scalar in wanted:
             c = _graph.mul0(g, compiled.partials[k](x, y, out))

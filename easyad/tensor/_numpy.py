@@ -98,6 +98,17 @@ class NumpyBackend(LiveBuffers):
         results = _run_quietly(functions, args)
         return [self._fresh(r, shape, dtype, args) for r, dtype in zip(results, dtypes)]
 
+    def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
+                     ) -> Any:
+        functions = tuple(compile_expression(t, names) for t in exprs)
+        fresh = self._fresh
+
+        def run(args: tuple[Any, ...], shape: tuple[int, ...],
+                dtypes: tuple[np.dtype, ...]) -> list[np.ndarray]:
+            results = _run_quietly(functions, args)
+            return [fresh(r, shape, dtype, args) for r, dtype in zip(results, dtypes)]
+        return run
+
     def _fresh(self, result: Any, shape: tuple[int, ...], dtype: np.dtype,
                args: tuple[Any, ...]) -> np.ndarray:
         # a new C-contiguous array of exactly shape and dtype, never one of the operands
