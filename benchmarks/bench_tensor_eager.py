@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 import easyad as ad
-from easyad import nn, optim
+from easyad import nn
 
 NAME = "eager"
 TITLE = ("easyad eager tensors: per-op dispatch, Rosenbrock gradient, MLP step, elementwise "
@@ -75,6 +75,13 @@ def _close(a, b, tol=TOLERANCE):
 def _check(name, got, ref, tol=TOLERANCE):
     if not _close(got, ref, tol):
         raise SystemExit(f"{name} disagrees with the reference: not benchmarking")
+
+
+def _ms(timings, name, spec):
+    """The median of ``name`` in milliseconds (``spec``: its format), "n/a" if not run."""
+    if name not in timings.per_call:
+        return "n/a"
+    return f"{timings.median(name) * 1e3:{spec}} ms"
 
 
 def _ratio(timings, a, b):
@@ -215,8 +222,8 @@ def bench_rosen(ctx, torch, jax):
         big = n >= 10**5
         timings = ctx.measure(variants, rounds=max(5, ctx.rounds // 3) if big else None)
 
-        def ms(name):
-            return f"{timings.median(name) * 1e3:.4g} ms" if name in variants else "n/a"
+        def ms(name, timings=timings):
+            return _ms(timings, name, ".4g")
         lines.append(
             f"| {n} | {ms('numpy')} | {ms('ad.grad')} | {ms('Tensor')} | {ms('torch')} | "
             f"{ms('jax')} | {f'{compile_s:.3f} s' if compile_s is not None else 'n/a'} | "
@@ -282,8 +289,8 @@ def bench_mlp(ctx, torch, jax):
             _check(f"MLP {bits} {name}", first[name], first["easyad"], tol)
         timings = ctx.measure(variants)
 
-        def ms(name):
-            return f"{timings.median(name) * 1e3:.3f} ms" if name in variants else "n/a"
+        def ms(name, timings=timings):
+            return _ms(timings, name, ".3f")
         lines.append(f"| {bits} | {ms('easyad')} | {ms('torch')} | {ms('jax')} | "
                      f"{f'{compile_s:.3f} s' if compile_s is not None else 'n/a'} | "
                      f"{_ratio(timings, 'easyad', 'torch')} | "
@@ -345,8 +352,8 @@ def bench_chain(ctx, torch, jax):
     for kind, table in (("value", value), ("gradient", grad)):
         timings = ctx.measure(table, rounds=rounds)
 
-        def ms(name):
-            return f"{timings.median(name) * 1e3:.1f} ms" if name in table else "n/a"
+        def ms(name, timings=timings):
+            return _ms(timings, name, ".1f")
         lines.append(f"| {kind} | {ms('numpy')} | {ms('easyad')} | {ms('torch')} | "
                      f"{ms('jax')} | "
                      f"{f'{compile_s[kind]:.3f} s' if kind in compile_s else 'n/a'} | "

@@ -79,12 +79,17 @@ def _div0(a: Any, b: Any) -> Any:
 
 # ---- helpers on numpy arrays ----
 
+_add_reduce = np.add.reduce
+
+
 def _np_mul0(a: Any, b: Any) -> Any:
     # strong zero: a zero factor gives exactly 0, even against inf or NaN. A product with
-    # no zero and no inf/NaN anywhere had no zero factor, so it is the answer as it is
-    # (two reading passes instead of the mask's four: the common case of an adjoint)
+    # no zero and a finite sum (so no inf/NaN anywhere) had no zero factor, so it is the
+    # answer as it is: two reading passes instead of the mask's four, the common case
+    # of an adjoint (an overflowing sum only sends it down the exact path)
     out = a * b
-    if type(out) is np.ndarray and out.all() and np.isfinite(out).all():
+    if type(out) is np.ndarray and math.isfinite(_add_reduce(out, axis=None)) and (
+            np.count_nonzero(out) == out.size if out.size < 4096 else out.all()):
         return out
     return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, out)
 

@@ -26,7 +26,8 @@ from easyad.errors import StaleRecordError, TapeMismatchError
 from easyad.tensor import _devices, _meta
 from easyad.tensor import _shapes as shapes
 
-FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+FLOAT64, FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
+FLOAT_DTYPES = (FLOAT64, FLOAT32)
 BOOL = np.dtype(np.bool_)
 T = TypeVar("T", bound="TensorBase")
 

@@ -15,8 +15,8 @@ import numpy as np
 from easyad import _expr, _rules
 from easyad.tensor import _graph
 from easyad.tensor import _shapes as shapes
-from easyad.tensor._base import (BOOL, T, TensorBase, common_tape, fold, live_tape, operand,
-                                 record, result_dtype, uses, wrap)
+from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, T, TensorBase, common_tape, fold,
+                                 live_tape, operand, record, result_dtype, uses, wrap)
 
 
 def _first_tensor(values: tuple[Any, ...]) -> TensorBase:
@@ -95,29 +95,69 @@ def unary(rule: _rules.Rule, t: T) -> T:
     return record(cls, plan.name, be, z, shape, dtype, tape, (x_index,), vjp, graph)
 
 
-def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
-    """``rule`` of two operands (one at least a tensor) with broadcasting; NotImplemented
-    for an operand tensors do not take."""
+def _same_kind(a: Any, b: Any) -> bool:
+    # the fast path of binary: a float tensor with a float, or two tensors of one
+    # backend, float dtype and shape on one (or no) list, none of them stale
+    t = a if isinstance(a, TensorBase) else b
+    other = b if t is a else a
+    dtype, tape = t._dtype, t._tape
+    if (dtype is not FLOAT64 and dtype is not FLOAT32) or (
+            tape is not None and tape.generation != t._generation):
+        return False
+    if type(other) is float:
+        return True
+    return (isinstance(other, TensorBase) and other._backend is t._backend
+            and other._dtype is dtype and other._shape == t._shape
+            and (other._tape is tape or other._tape is None or tape is None)
+            and (other._tape is None or other._tape.generation == other._generation))
+
+
+def _operands(rule: _rules.Rule, a: Any, b: Any) -> Any:
+    """(backend, class, data, shapes, indices, operand dtypes (None: a scalar), dtype,
+    shape, tape) of a binary operation, or None for an operand tensors do not take."""
+    if _same_kind(a, b):
+        t = a if isinstance(a, TensorBase) else b
+        tape = t._tape
+        if type(a) is float:
+            return (t._backend, type(t), (a, t._data), ((), t._shape), (-1, t._index),
+                    (None, t._dtype), t._dtype, t._shape, tape)
+        if type(b) is float:
+            return (t._backend, type(t), (t._data, b), (t._shape, ()), (t._index, -1),
+                    (t._dtype, None), t._dtype, t._shape, tape)
+        if tape is None:
+            tape = b._tape
+        return (t._backend, type(t), (a._data, b._data), (a._shape, b._shape),
+                (a._index, b._index), (t._dtype, t._dtype), t._dtype, t._shape, tape)
     first = _first_tensor((a, b))
-    be, cls = first._backend, type(first)
+    be = first._backend
     A, B = operand(a, be), operand(b, be)
     if A is None or B is None:
-        return NotImplemented
+        return None
     dtype = result_dtype([A, B])
     shape = A.shape if A.shape == B.shape else shapes.broadcast(rule.name, A.shape, B.shape)
     tape = common_tape(rule.name, [A, B])
-    needs_a, needs_b = A.index >= 0, B.index >= 0
+    return (be, type(first), (A.data, B.data), (A.shape, B.shape), (A.index, B.index),
+            (A.dtype, B.dtype), dtype, shape, tape)
+
+
+def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
+    """``rule`` of two operands (one at least a tensor) with broadcasting; NotImplemented
+    for an operand tensors do not take."""
+    found = _operands(rule, a, b)
+    if found is None:
+        return NotImplemented
+    be, cls, (x, y), target, indices, odtypes, dtype, shape, tape = found
+    needs_a, needs_b = indices[0] >= 0, indices[1] >= 0
     live = tape is not None and (needs_a or needs_b)
     plan = _plan(rule, (0, 1) if needs_a and needs_b else (1,) if needs_b else (0,))
     forward, backward = plan.on(be)
-    (z,) = forward((A.data, B.data), shape, (dtype,))
+    (z,) = forward((x, y), shape, (dtype,))
     if not live:
         return wrap(cls, be, z, shape, dtype)
-    # (index, is a scalar): not the Operands, which hold the tape (a cycle through the vjp)
-    wanted = [(k, o.dtype is None) for k, o in enumerate((A, B)) if o.index >= 0]
-    values = {"x": A.data, "y": B.data, "z": z}
+    # (index, is a scalar): no Operands, which hold the tape (a cycle through the vjp)
+    wanted = [(k, odtypes[k] is None) for k in plan.wanted]
+    values = {"x": x, "y": y, "z": z}
     saved = tuple(values[n] for n in plan.saved)
-    target = (A.shape, B.shape)
     dtypes = (dtype,) * len(wanted)
 
     def vjp(g: Any) -> tuple[Any, Any]:
@@ -126,7 +166,7 @@ def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
         for (k, scalar), c in zip(wanted, outs):
             result[k] = fold(be, c, shape, target[k], scalar)
         return result[0], result[1]
-    parts = ((A.shape, A.dtype, A.index), (B.shape, B.dtype, B.index))
+    parts = ((target[0], odtypes[0], indices[0]), (target[1], odtypes[1], indices[1]))
 
     def graph(tape: Any, index: int, g: Any) -> tuple[Any, Any]:
         kept = dict(zip(plan.saved, saved))
@@ -141,7 +181,7 @@ def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
             result[k] = _graph.fold(c if scalar else _graph.as_tensor(c, cls, be, dtype),
                                     shape, target[k], scalar)
         return result[0], result[1]
-    return record(cls, rule.name, be, z, shape, dtype, tape, (A.index, B.index), vjp, graph)
+    return record(cls, rule.name, be, z, shape, dtype, tape, indices, vjp, graph)
 
 
 def compare(symbol: str, a: Any, b: Any) -> Any:
