@@ -79,23 +79,24 @@ def _div0(a: Any, b: Any) -> Any:
 
 # ---- helpers on numpy arrays ----
 
-_add_reduce = np.add.reduce
+# mul0 and div0 are numpy ufuncs of the core (one C pass with _helpers.h's definitions);
+# numpy's masks only for what those refuse (object arrays)
+_MUL0, _DIV0 = _core._mul0_ufunc, _core._div0_ufunc
 
 
 def _np_mul0(a: Any, b: Any) -> Any:
-    # strong zero: a zero factor gives exactly 0, even against inf or NaN. A product with
-    # no zero and a finite sum (so no inf/NaN anywhere) had no zero factor, so it is the
-    # answer as it is: two reading passes instead of the mask's four, the common case
-    # of an adjoint (an overflowing sum only sends it down the exact path)
-    out = a * b
-    if type(out) is np.ndarray and math.isfinite(_add_reduce(out, axis=None)) and (
-            np.count_nonzero(out) == out.size if out.size < 4096 else out.all()):
-        return out
-    return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, out)
+    # strong zero: a zero factor gives exactly 0, even against inf or NaN
+    try:
+        return _MUL0(a, b)
+    except TypeError:
+        return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, a * b)
 
 
 def _np_div0(a: Any, b: Any) -> Any:
-    return np.where(np.asarray(a) == 0, 0.0, a / np.where(np.asarray(a) == 0, 1.0, b))
+    try:
+        return _DIV0(a, b)
+    except TypeError:
+        return np.where(np.asarray(a) == 0, 0.0, a / np.where(np.asarray(a) == 0, 1.0, b))
 
 
 def _np_heaviside(t: Any) -> Any:
