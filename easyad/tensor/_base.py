@@ -167,11 +167,24 @@ def result_dtype(operands: list[Operand]) -> np.dtype:
 
 # ---- making tensors and recording operations ----
 
+# the dtype classes of float64 and float32 (numpy 2: one class per dtype), to skip np.dtype()
+_DTYPE_FLOAT64, _DTYPE_FLOAT32 = type(FLOAT64), type(FLOAT32)
+
+
+def _any_entry(inputs: tuple[int, ...]) -> bool:
+    for i in inputs:
+        if i >= 0:
+            return True
+    return False
+
 def wrap(cls: type[T], backend: Any, data: Any, shape: tuple[int, ...], dtype: np.dtype,
          tape: Any = None, handle: Any = None) -> T:
     """A new tensor of class ``cls`` (the caller's: operations make what they were given)."""
     t = cls.__new__(cls)
-    t._backend, t._data, t._shape, t._dtype = backend, data, tuple(shape), np.dtype(dtype)
+    t._backend, t._data = backend, data
+    t._shape = shape if type(shape) is tuple else tuple(shape)
+    t._dtype = dtype if type(dtype) is _DTYPE_FLOAT64 or type(dtype) is _DTYPE_FLOAT32 \
+        else np.dtype(dtype)
     t._tape, t._handle = tape, handle
     t._index = handle.index if handle is not None else -1
     t._generation = tape.generation if tape is not None else 0
@@ -185,7 +198,7 @@ def record(cls: type[T], label: str, backend: Any, data: Any, shape: tuple[int, 
            graph: Any = None) -> T:
     """The result tensor of an operation: recorded as one node when ``tape`` is not None
     (``graph``: its vjp in recorded operations, see ``Node``)."""
-    if tape is None or all(i < 0 for i in inputs):
+    if tape is None or not _any_entry(inputs):
         return wrap(cls, backend, data, shape, dtype)
     handle = tape._push_node(Node(label, inputs, vjp, graph=graph))
     return wrap(cls, backend, data, shape, dtype, tape, handle)
@@ -198,7 +211,7 @@ def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, t
     if backend.kind == "meta":
         return wrap(cls, backend, value, (), np.dtype(np.float64))
     number = float(np.asarray(backend.to_numpy(value)).reshape(()))
-    if tape is None or all(i < 0 for i in inputs):
+    if tape is None or not _any_entry(inputs):
         return number
     return tape._push_node(Node(label, inputs, vjp, scalar_output=True, graph=graph), number)
 
