@@ -66,6 +66,55 @@ def _plan(rule: _rules.Rule, wanted: tuple[int, ...]) -> _Plan:
     return plan
 
 
+class ElementwiseStep:
+    """One recorded elementwise operation as data (its node's ``vjp``; ``graph`` is its
+    method): the rule's plan, the operands' shapes, dtypes (None: a scalar, whose adjoint
+    is a float) and entries, the output's shape and dtype, and the values the adjoint
+    expressions read (``plan.saved``). No closure per operation: what a replay of the
+    recorded program needs is all here (the label is ``plan.name``)."""
+
+    __slots__ = ("plan", "cls", "be", "saved", "shape", "dtype", "target", "odtypes",
+                 "indices")
+
+    def __init__(self, plan: _Plan, cls: type, be: Any, saved: tuple[Any, ...],
+                 shape: tuple[int, ...], dtype: Any, target: tuple[Any, Any],
+                 odtypes: tuple[Any, Any], indices: tuple[int, int]) -> None:
+        self.plan, self.cls, self.be, self.saved = plan, cls, be, saved
+        self.shape, self.dtype, self.target, self.odtypes, self.indices = \
+            shape, dtype, target, odtypes, indices
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        """The vjp: one adjoint contribution per operand (None where none is wanted)."""
+        plan, shape = self.plan, self.shape
+        outs = plan.on(self.be)[1](self.saved + (g,), shape, (self.dtype,) * len(plan.wanted))
+        if plan.arity == 1:
+            return (outs[0],)
+        result: list[Any] = [None, None]
+        for k, c in zip(plan.wanted, outs):
+            result[k] = fold(self.be, c, shape, self.target[k], self.odtypes[k] is None)
+        return result[0], result[1]
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        """The vjp in recorded operations (``Node.graph``), for create_graph."""
+        plan, cls, be, shape, dtype = self.plan, self.cls, self.be, self.shape, self.dtype
+        kept = dict(zip(plan.saved, self.saved))
+        x, y = (_graph.handle(cls, be, kept[n], s, dt, tape, i) if n in kept
+                else (None if plan.arity == 1 else 0.0)
+                for n, s, dt, i in zip(("x", "y"), self.target, self.odtypes, self.indices))
+        out = _graph.handle(cls, be, kept["z"], shape, dtype, tape, index) \
+            if "z" in kept else None
+        compiled = _graph.tensor_rules()[plan.name]
+        if plan.arity == 1:
+            return (_graph.mul0(g, compiled.partials[0](x, 0.0, out)),)
+        result: list[Any] = [None, None]
+        for k in plan.wanted:
+            scalar = self.odtypes[k] is None
+            c = _graph.mul0(g, compiled.partials[k](x, y, out))
+            result[k] = _graph.fold(c if scalar else _graph.as_tensor(c, cls, be, dtype),
+                                    shape, self.target[k], scalar)
+        return result[0], result[1]
+
+
 def unary(rule: _rules.Rule, t: T) -> T:
     """``rule`` applied to every element of ``t``, recorded with its vjp."""
     be, cls = t._backend, type(t)
@@ -73,26 +122,16 @@ def unary(rule: _rules.Rule, t: T) -> T:
         t = t.astype(np.float64)
     tape = live_tape(t)
     plan = _plan(rule, (0,))
-    forward, backward = plan.on(be)
+    forward = plan.on(be)[0]
     shape, dtype = t._shape, t._dtype
     dtypes = (dtype,)
     (z,) = forward((t._data,), shape, dtypes)
     if tape is None:
         return wrap(cls, be, z, shape, dtype)
     values = {"x": t._data, "z": z}
-    saved = tuple(values[n] for n in plan.saved)
-
-    def vjp(g: Any) -> tuple[Any]:
-        return tuple(backward(saved + (g,), shape, dtypes))
-    x_index = t._index
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        kept = dict(zip(plan.saved, saved))
-        x, out = (_graph.handle(cls, be, kept[n], shape, dtype, tape, i) if n in kept
-                  else None for n, i in (("x", x_index), ("z", index)))
-        partial = _graph.tensor_rules()[plan.name].partials[0](x, 0.0, out)
-        return (_graph.mul0(g, partial),)
-    return record(cls, plan.name, be, z, shape, dtype, tape, (x_index,), vjp, graph)
+    step = ElementwiseStep(plan, cls, be, tuple(values[n] for n in plan.saved), shape, dtype,
+                           (shape, ()), (dtype, None), (t._index, -1))
+    return record(cls, plan.name, be, z, shape, dtype, tape, (t._index,), step, step.graph)
 
 
 def _same_kind(a: Any, b: Any) -> bool:
@@ -150,38 +189,14 @@ def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
     needs_a, needs_b = indices[0] >= 0, indices[1] >= 0
     live = tape is not None and (needs_a or needs_b)
     plan = _plan(rule, (0, 1) if needs_a and needs_b else (1,) if needs_b else (0,))
-    forward, backward = plan.on(be)
+    forward = plan.on(be)[0]
     (z,) = forward((x, y), shape, (dtype,))
     if not live:
         return wrap(cls, be, z, shape, dtype)
-    # (index, is a scalar): no Operands, which hold the tape (a cycle through the vjp)
-    wanted = [(k, odtypes[k] is None) for k in plan.wanted]
     values = {"x": x, "y": y, "z": z}
-    saved = tuple(values[n] for n in plan.saved)
-    dtypes = (dtype,) * len(wanted)
-
-    def vjp(g: Any) -> tuple[Any, Any]:
-        outs = backward(saved + (g,), shape, dtypes)
-        result: list[Any] = [None, None]
-        for (k, scalar), c in zip(wanted, outs):
-            result[k] = fold(be, c, shape, target[k], scalar)
-        return result[0], result[1]
-    parts = ((target[0], odtypes[0], indices[0]), (target[1], odtypes[1], indices[1]))
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any, Any]:
-        kept = dict(zip(plan.saved, saved))
-        x, y = (_graph.handle(cls, be, kept[n], s, dt, tape, i) if n in kept else 0.0
-                for n, (s, dt, i) in zip(("x", "y"), parts))
-        out = _graph.handle(cls, be, kept["z"], shape, dtype, tape, index) \
-            if "z" in kept else None
-        compiled = _graph.tensor_rules()[plan.name]
-        result: list[Any] = [None, None]
-        for k, scalar in wanted:
-            c = _graph.mul0(g, compiled.partials[k](x, y, out))
-            result[k] = _graph.fold(c if scalar else _graph.as_tensor(c, cls, be, dtype),
-                                    shape, target[k], scalar)
-        return result[0], result[1]
-    return record(cls, rule.name, be, z, shape, dtype, tape, indices, vjp, graph)
+    step = ElementwiseStep(plan, cls, be, tuple(values[n] for n in plan.saved), shape, dtype,
+                           target, odtypes, indices)
+    return record(cls, rule.name, be, z, shape, dtype, tape, indices, step, step.graph)
 
 
 def compare(symbol: str, a: Any, b: Any) -> Any:
