@@ -3,6 +3,7 @@
 
 @cython.final
 @cython.freelist(256)
+@cython.auto_pickle(False)     # a node holds Python callables: lists with nodes do not pickle
 cdef class Node:
     """A tensor operation's tape entry (an OP_NODE): the entry indices it read (-1: a
     constant) and ``vjp(g)``, one adjoint contribution per input (array, float or None).
