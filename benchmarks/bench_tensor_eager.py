@@ -335,6 +335,17 @@ def bench_chain(ctx, torch, jax):
             c = jax.jit(fn).lower(jx).compile()
             compile_s[kind] = time.perf_counter() - started
             table["jax"] = lambda c=c: c(jx).block_until_ready()
+    fused_s = None
+    try:     # issue 16 item 2's first step: the recorded chain replayed as one C loop
+        from easyad.tensor import _fusion
+        started = time.perf_counter()
+        fused = _fusion.fuse(lambda x: chain(x, ad).sum(), x0)
+        fused_s = time.perf_counter() - started
+    except (ImportError, NotImplementedError):
+        fused = None
+    if fused is not None:
+        value["fused"] = lambda: fused.value(x0)
+        grad["fused"] = lambda: fused.gradient(x0)[1]
     ref_value = chain(x0, np)
     for name, v in value.items():
         got = v()
@@ -346,19 +357,27 @@ def bench_chain(ctx, torch, jax):
         _check(f"chain gradient {name}", np.asarray(got), ref_grad)
     rounds = max(5, ctx.rounds // 3)
     lines = [f"### Elementwise chain of 9 operations on {n:.0e} float64 values", "",
-             "| part | numpy | easyad | torch eager | jax.jit | jax compile | "
-             "easyad / torch | easyad / jax.jit |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "easyad fused: the prototype of a recorded program replayed as one C loop "
+             "(`easyad/tensor/_fusion.py`; record + render + gcc: "
+             f"{f'{fused_s:.2f} s' if fused_s is not None else 'n/a'}).", "",
+             "| part | numpy | easyad | easyad fused | torch eager | jax.jit | jax compile | "
+             "easyad / torch | easyad / jax.jit | easyad / fused | fused / torch | "
+             "fused / jax.jit |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: |"]
     for kind, table in (("value", value), ("gradient", grad)):
         timings = ctx.measure(table, rounds=rounds)
 
         def ms(name, timings=timings):
             return _ms(timings, name, ".1f")
-        lines.append(f"| {kind} | {ms('numpy')} | {ms('easyad')} | {ms('torch')} | "
-                     f"{ms('jax')} | "
+        lines.append(f"| {kind} | {ms('numpy')} | {ms('easyad')} | {ms('fused')} | "
+                     f"{ms('torch')} | {ms('jax')} | "
                      f"{f'{compile_s[kind]:.3f} s' if kind in compile_s else 'n/a'} | "
                      f"{_ratio(timings, 'easyad', 'torch')} | "
-                     f"{_ratio(timings, 'easyad', 'jax')} |")
+                     f"{_ratio(timings, 'easyad', 'jax')} | "
+                     f"{_ratio(timings, 'easyad', 'fused')} | "
+                     f"{_ratio(timings, 'fused', 'torch')} | "
+                     f"{_ratio(timings, 'fused', 'jax')} |")
     return lines
 
 

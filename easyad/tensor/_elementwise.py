@@ -74,14 +74,16 @@ class ElementwiseStep:
     recorded program needs is all here (the label is ``plan.name``)."""
 
     __slots__ = ("plan", "cls", "be", "saved", "shape", "dtype", "target", "odtypes",
-                 "indices")
+                 "indices", "constants")
 
     def __init__(self, plan: _Plan, cls: type, be: Any, saved: tuple[Any, ...],
                  shape: tuple[int, ...], dtype: Any, target: tuple[Any, Any],
-                 odtypes: tuple[Any, Any], indices: tuple[int, int]) -> None:
+                 odtypes: tuple[Any, Any], indices: tuple[int, int],
+                 constants: tuple[Any, Any] = (None, None)) -> None:
         self.plan, self.cls, self.be, self.saved = plan, cls, be, saved
         self.shape, self.dtype, self.target, self.odtypes, self.indices = \
             shape, dtype, target, odtypes, indices
+        self.constants = constants     # the operands that are Python floats (else None)
 
     def __call__(self, g: Any) -> tuple[Any, ...]:
         """The vjp: one adjoint contribution per operand (None where none is wanted)."""
@@ -195,7 +197,8 @@ def binary(rule: _rules.Rule, a: Any, b: Any) -> Any:
         return wrap(cls, be, z, shape, dtype)
     values = {"x": x, "y": y, "z": z}
     step = ElementwiseStep(plan, cls, be, tuple(values[n] for n in plan.saved), shape, dtype,
-                           target, odtypes, indices)
+                           target, odtypes, indices,
+                           (x if type(x) is float else None, y if type(y) is float else None))
     return record(cls, rule.name, be, z, shape, dtype, tape, indices, step, step.graph)
 
 
