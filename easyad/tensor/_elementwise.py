@@ -137,7 +137,7 @@ def unary(rule: _rules.Rule, t: T) -> T:
 
 
 def _same_kind(a: Any, b: Any) -> bool:
-    # the fast path of binary: a float tensor with a float, or two tensors of one
+    # the fast path of binary: a float tensor with a float or int, or two tensors of one
     # backend, float dtype and shape on one (or no) list, none of them stale
     t = a if isinstance(a, TensorBase) else b
     other = b if t is a else a
@@ -145,7 +145,7 @@ def _same_kind(a: Any, b: Any) -> bool:
     if (dtype is not FLOAT64 and dtype is not FLOAT32) or (
             tape is not None and tape.generation != t._generation):
         return False
-    if type(other) is float:
+    if type(other) is float or type(other) is int:     # (bool is not int's type)
         return True
     return (isinstance(other, TensorBase) and other._backend is t._backend
             and other._dtype is dtype and other._shape == t._shape
@@ -159,11 +159,11 @@ def _operands(rule: _rules.Rule, a: Any, b: Any) -> Any:
     if _same_kind(a, b):
         t = a if isinstance(a, TensorBase) else b
         tape = t._tape
-        if type(a) is float:
-            return (t._backend, type(t), (a, t._data), ((), t._shape), (-1, t._index),
+        if t is not a:      # a is a number: a float operand, as operand() makes it
+            return (t._backend, type(t), (float(a), t._data), ((), t._shape), (-1, t._index),
                     (None, t._dtype), t._dtype, t._shape, tape)
-        if type(b) is float:
-            return (t._backend, type(t), (t._data, b), (t._shape, ()), (t._index, -1),
+        if type(b) is float or type(b) is int:
+            return (t._backend, type(t), (t._data, float(b)), (t._shape, ()), (t._index, -1),
                     (t._dtype, None), t._dtype, t._shape, tape)
         if tape is None:
             tape = b._tape
