@@ -226,6 +226,8 @@ cdef int _strict_number_read(Record r) except -1:
 include "_engine/checks.pxi"
 include "_generated/_ops.pxi"
 include "_engine/conventions.pxi"
+include "_engine/nodes.pxi"
+include "_engine/ufuncs.pxi"
 include "_engine/tape.pxi"
 include "_generated/_trace.pxi"
 include "_generated/_record.pxi"

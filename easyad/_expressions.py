@@ -79,13 +79,24 @@ def _div0(a: Any, b: Any) -> Any:
 
 # ---- helpers on numpy arrays ----
 
+# mul0 and div0 are numpy ufuncs of the core (one C pass with _helpers.h's definitions);
+# numpy's masks only for what those refuse (object arrays)
+_MUL0, _DIV0 = _core._mul0_ufunc, _core._div0_ufunc
+
+
 def _np_mul0(a: Any, b: Any) -> Any:
     # strong zero: a zero factor gives exactly 0, even against inf or NaN
-    return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, a * b)
+    try:
+        return _MUL0(a, b)
+    except TypeError:
+        return np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), 0.0, a * b)
 
 
 def _np_div0(a: Any, b: Any) -> Any:
-    return np.where(np.asarray(a) == 0, 0.0, a / np.where(np.asarray(a) == 0, 1.0, b))
+    try:
+        return _DIV0(a, b)
+    except TypeError:
+        return np.where(np.asarray(a) == 0, 0.0, a / np.where(np.asarray(a) == 0, 1.0, b))
 
 
 def _np_heaviside(t: Any) -> Any:

@@ -597,3 +597,92 @@ def test_works_without_pyopencl():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+# ---- the eager dispatch (issue 16): its pieces against the plain definitions ----
+
+def test_strong_zero_ufuncs():
+    """The core's mul0/div0 ufuncs (the numpy backend's helpers) against numpy's masks, for
+    zeros against inf and NaN, signed zeros, strided and scalar operands, float32."""
+    from easyad import _core
+    special = np.array([0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, 3e-300, 1e300])
+    a, b = np.meshgrid(special, special)
+    a, b = a.ravel(), b.ravel()
+    with np.errstate(all="ignore"):
+        mul0 = np.where((a == 0) | (b == 0), 0.0, a * b)
+        div0 = np.where(a == 0, 0.0, a / np.where(a == 0, 1.0, b))
+        for got, want in ((_core._mul0_ufunc(a, b), mul0), (_core._div0_ufunc(a, b), div0),
+                          (_core._mul0_ufunc(a[::3], b[::3]), mul0[::3]),
+                          (_core._mul0_ufunc(a, 0.0), np.zeros_like(a)),
+                          (_core._mul0_ufunc(2.0, b), np.where(b == 0, 0.0, 2.0 * b)),
+                          (_core._div0_ufunc(a, 2.0), np.where(a == 0, 0.0, a / 2.0))):
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # zeros' signs
+        f = a.astype(np.float32)
+        assert _core._mul0_ufunc(f, 2.0).dtype == np.float32
+        assert _core._mul0_ufunc(f, b).dtype == np.float64
+
+
+def test_prepared_map_is_map(device, rng):
+    """Backend.prepared_map gives map's buffers (the elementwise operations call it)."""
+    be = ad.Tensor.constant(np.ones(1), device=device).device.backend
+    x, y = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    bx, by = be.asarray(x, np.float64), be.asarray(y, np.float64)
+    exprs = ("x * y + sin(x)", "mul0(x, div0(y, x))")
+    dtypes = (np.dtype(np.float64),) * 2
+    run = be.prepared_map("test", exprs, ("x", "y"))
+    for got, want in zip(run((bx, by), (3, 4), dtypes),
+                         be.map("test", exprs, {"x": bx, "y": by}, (3, 4), dtypes)):
+        np.testing.assert_array_equal(be.to_numpy(got), be.to_numpy(want))
+
+
+def test_host_buffers_counted_from_first_read():
+    """The numpy backend counts buffers only once live_buffers was read (no weakref per
+    buffer before), and from then on sees them released."""
+    from easyad.tensor._numpy import NumpyBackend
+    be = NumpyBackend(ad.Tensor.constant(np.ones(1)).device)
+    be.asarray(np.ones(3), np.float64)
+    assert be.live_buffers == 0
+    kept = be.asarray(np.ones(3), np.float64)
+    assert be.live_buffers == 1
+    del kept
+    gc.collect()
+    assert be.live_buffers == 0
+
+
+def test_elementwise_nodes_hold_no_closures():
+    """An elementwise operation's node carries its vjp as data (ElementwiseStep), and
+    Node is the core's class with the attributes the sweeps read."""
+    from easyad._core import Node
+    lst = ad.WengertList()
+    x = ad.Tensor.variable(np.array([1.0, 2.0]), lst)
+    y = ad.sin(x) * x
+    node = lst._node(y.handle.index)
+    assert type(node) is Node and node.label == "mul" and not node.retain
+    assert node.inputs == (lst._node(y.handle.index).inputs[0], x.handle.index)
+    assert type(node.vjp).__name__ == "ElementwiseStep" and node.graph.__self__ is node.vjp
+    np.testing.assert_allclose(ad.sum(y).derivatives()[x],
+                               np.sin([1.0, 2.0]) + np.cos([1.0, 2.0]) * [1.0, 2.0])
+
+
+def test_fused_elementwise_prototype(rng):
+    """The recorded elementwise program replayed as one C loop (tensor/_fusion.py): the
+    eager values and gradient to 1e-12 at a new input; programs it does not take refused."""
+    from easyad.tensor import _fusion
+
+    def f(x):
+        return ad.sum((ad.exp(-x) * ad.sin(x) + ad.sqrt(x) * 2.0) / (1.0 + x * x) - x ** 2)
+    x0, x1 = rng.uniform(0.1, 2.0, 50), rng.uniform(0.1, 2.0, 50)
+    fused = _fusion.fuse(f, x0)
+    if fused is None:
+        pytest.skip("no C compiler")
+    lst = ad.WengertList()
+    x = ad.Tensor.variable(x1, lst)
+    y = f(x)
+    total, g = fused.gradient(x1)
+    np.testing.assert_allclose(total, y.number, rtol=1e-12)
+    np.testing.assert_allclose(g, y.derivatives()[x], rtol=1e-12, atol=1e-300)
+    value = _fusion.fuse(lambda x: ad.sqrt(x) * x, x0)
+    np.testing.assert_allclose(value.value(x1), np.sqrt(x1) * x1, rtol=1e-15)
+    with pytest.raises(NotImplementedError):
+        _fusion.fuse(lambda x: ad.sum(x[1:] * x[:-1]), x0)

@@ -451,46 +451,63 @@ cdef class WengertList:
         # adjoint on through node.vjp(). Tensor adjoints live in d._node_adjoints.
         cdef double* adjoints = d._adjoints
         cdef dict tensor_adjoints = {}
-        cdef Py_ssize_t k, hi = output, inp
+        cdef dict nodes = self._nodes
+        cdef list order = self._node_order
+        cdef Py_ssize_t k, hi = output, inp, j, m
+        cdef Node node, other
+        cdef tuple inputs
+        cdef object g, c, previous, contributions
         d._node_adjoints = tensor_adjoints
-        node = self._nodes.get(output)
-        if node is not None and not node.scalar_output:
+        found = nodes.get(output)
+        if found is not None and not (<Node>found).scalar_output:
             if seed is None:
                 raise ValueError("the backward sweep from a tensor needs a seed (an array of "
                                  "its shape); take the derivatives of a scalar, e.g. t.sum()")
             tensor_adjoints[output] = seed
         else:
             adjoints[output] = 1.0 if seed is None else float(seed)
-        for k in reversed(self._node_order):
+        for j in range(len(order) - 1, -1, -1):
+            k = order[j]
             if k > output:
                 continue
             if k < hi:
                 self._sweep_range(adjoints, k + 1, hi)
             hi = k - 1
-            node = self._nodes[k]
+            node = <Node>nodes[k]
+            inputs = node.inputs
             if node.scalar_output:
-                g = adjoints[k]
-                if g == 0.0:
+                if adjoints[k] == 0.0:
                     continue
+                g = adjoints[k]
             else:
                 # inputs (nodes without inputs) keep their adjoint for d[t]; intermediate
                 # tensors give theirs up once passed on, so memory stays bounded
-                g = (tensor_adjoints.get(k) if not node.inputs or getattr(node, "retain", False)
-                     else tensor_adjoints.pop(k, None))
+                if not inputs or node.retain:
+                    g = tensor_adjoints.get(k)
+                else:
+                    g = tensor_adjoints.pop(k, None)
                 if g is None:
                     continue
             contributions = node.vjp(g)
+            g = None
             if _anomaly_mode:
                 _service("anomaly.check_node")(self, k, node, contributions)
-            for inp, c in zip(node.inputs, contributions):
+            m = 0
+            for c in contributions:
+                if m >= len(inputs):
+                    break
+                inp = <Py_ssize_t>inputs[m]
+                m += 1
                 if c is None or inp < 0:
                     continue
-                other = self._nodes.get(inp) if self._ops[inp] == OP_NODE else None
-                if other is not None and not other.scalar_output:
-                    previous = tensor_adjoints.get(inp)
-                    tensor_adjoints[inp] = c if previous is None else previous + c
-                else:
-                    adjoints[inp] += <double>c
+                if self._ops[inp] == OP_NODE:
+                    other = <Node>nodes[inp]
+                    if not other.scalar_output:
+                        previous = tensor_adjoints.get(inp)
+                        tensor_adjoints[inp] = c if previous is None else previous + c
+                        continue
+                adjoints[inp] += <double>c
+            contributions = None
         if hi >= 0:
             self._sweep_range(adjoints, 0, hi)
         return 0
@@ -521,7 +538,7 @@ cdef class WengertList:
                 self._partial0[i], self._partial1[i])
 
     # ---- hooks for Python operations recorded as single entries (tensors) ----
-    def _push_node(self, node, double number=0.0):
+    def _push_node(self, Node node not None, double number=0.0):
         """Append an entry for a Python node; return its Record (the entry's handle).
 
         ``node.inputs`` are entry indices of this list (-1: none), ``node.scalar_output``
@@ -531,7 +548,7 @@ cdef class WengertList:
         without inputs (a tensor variable) and of nodes with a true ``retain`` attribute.
         """
         cdef Py_ssize_t i
-        for i in node.inputs:
+        for i in node.inputs:     # a few ints: checked in C
             if i >= self._length:
                 raise ValueError(f"node input {i} is not an entry of {self!r}")
         if _anomaly_mode:

@@ -72,6 +72,13 @@ class Backend(Protocol):
         ``label`` names the kernel in errors and profiles. IEEE semantics: NaN and inf
         flow through, nothing raises."""
 
+    def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
+                     ) -> Any:
+        """``map`` prepared once: a callable ``run(args, shape, dtypes)`` that returns
+        ``map(label, exprs, dict(zip(names, args)), shape, dtypes)``. The elementwise
+        operations keep one per rule and backend, so an operation skips the lookup of its
+        expressions (a backend may simply close over ``map``)."""
+
     def reduce(self, op: str, buf: Any, axes: tuple[int, ...]) -> Any:
         """``op`` ("sum", "max" or "min") over ``axes`` of ``buf``; those axes dropped."""
 

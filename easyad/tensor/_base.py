@@ -20,12 +20,14 @@ from typing import Any, TypeVar
 import numpy as np
 
 from easyad import _expr
+from easyad._core import Node as _core_Node
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
 from easyad.tensor import _devices, _meta
 from easyad.tensor import _shapes as shapes
 
-FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+FLOAT64, FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
+FLOAT_DTYPES = (FLOAT64, FLOAT32)
 BOOL = np.dtype(np.bool_)
 T = TypeVar("T", bound="TensorBase")
 
@@ -37,29 +39,9 @@ def uses(expression: str, name: str) -> bool:
 
 # ---- tape nodes ----
 
-class Node:
-    """A tensor operation's tape entry: the entry indices it read (-1: a constant), and
-    ``vjp(g)``, one adjoint contribution per input (array, float or None).
-
-    ``graph(tape, index, g)`` is the same vjp written with recorded operations, for
-    ``create_graph=True``: ``g`` is the adjoint as a Tensor (a Record or float for a node
-    with a scalar output), ``index`` the node's own entry; it returns one contribution per
-    input (Tensor, Record, float or None) that can be differentiated again. None: the
-    operation has no second derivative here (the sweep says so)."""
-
-    __slots__ = ("label", "inputs", "scalar_output", "retain", "vjp", "graph")
-
-    def __init__(self, label: str, inputs: tuple[int, ...], vjp: Any,
-                 scalar_output: bool = False, graph: Any = None) -> None:
-        self.label = label
-        self.inputs = inputs
-        self.vjp = vjp
-        self.graph = graph
-        self.scalar_output = scalar_output
-        self.retain = False
-
-    def __repr__(self) -> str:
-        return f"<node {self.label} inputs={self.inputs}>"
+# Node (a tensor operation's tape entry: label, inputs, vjp, graph, scalar_output, retain)
+# is the core's cdef class: the mixed sweep reads its fields in C.
+Node = _core_Node
 
 
 def _no_vjp(g: Any) -> tuple[()]:
@@ -106,8 +88,15 @@ def live_tape(t: TensorBase) -> Any:
 
 def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
     """``v`` as an Operand for ``backend``, or None if tensors cannot take it."""
+    if type(v) is float:      # the commonest constants first
+        return Operand(v, (), None, -1, None)
     if isinstance(v, TensorBase):
-        if v._backend is not backend and backend.kind == "meta":
+        if v._backend is backend:
+            tape = v._tape
+            if tape is not None and tape.generation != v._generation:
+                live_tape(v)    # raises StaleRecordError
+            return Operand(v._data, v._shape, tape, v._index, v._dtype)
+        if backend.kind == "meta":
             # eval_shape: a tensor of any device counts by its shape (nothing is computed)
             return Operand(backend.full(v._shape, 0.0, v._dtype), v._shape, live_tape(v),
                            v._index, v._dtype)
@@ -162,6 +151,14 @@ def common_tape(op: str, operands: list[Operand]) -> Any:
 
 
 def result_dtype(operands: list[Operand]) -> np.dtype:
+    if len(operands) == 2:      # the binary operations' case, without a list and result_type
+        a, b = operands[0].dtype, operands[1].dtype
+        if a is None or a is BOOL:
+            a = b
+        elif b is None or b is BOOL or b is a:
+            b = a
+        if a is b and a is not None and a is not BOOL:
+            return a
     found = [o.dtype for o in operands if o.dtype is not None and o.dtype != BOOL]
     if not found:
         return np.dtype(np.float64)
@@ -170,11 +167,24 @@ def result_dtype(operands: list[Operand]) -> np.dtype:
 
 # ---- making tensors and recording operations ----
 
+# the dtype classes of float64 and float32 (numpy 2: one class per dtype), to skip np.dtype()
+_DTYPE_FLOAT64, _DTYPE_FLOAT32 = type(FLOAT64), type(FLOAT32)
+
+
+def _any_entry(inputs: tuple[int, ...]) -> bool:
+    for i in inputs:
+        if i >= 0:
+            return True
+    return False
+
 def wrap(cls: type[T], backend: Any, data: Any, shape: tuple[int, ...], dtype: np.dtype,
          tape: Any = None, handle: Any = None) -> T:
     """A new tensor of class ``cls`` (the caller's: operations make what they were given)."""
     t = cls.__new__(cls)
-    t._backend, t._data, t._shape, t._dtype = backend, data, tuple(shape), np.dtype(dtype)
+    t._backend, t._data = backend, data
+    t._shape = shape if type(shape) is tuple else tuple(shape)
+    t._dtype = dtype if type(dtype) is _DTYPE_FLOAT64 or type(dtype) is _DTYPE_FLOAT32 \
+        else np.dtype(dtype)
     t._tape, t._handle = tape, handle
     t._index = handle.index if handle is not None else -1
     t._generation = tape.generation if tape is not None else 0
@@ -188,7 +198,7 @@ def record(cls: type[T], label: str, backend: Any, data: Any, shape: tuple[int, 
            graph: Any = None) -> T:
     """The result tensor of an operation: recorded as one node when ``tape`` is not None
     (``graph``: its vjp in recorded operations, see ``Node``)."""
-    if tape is None or all(i < 0 for i in inputs):
+    if tape is None or not _any_entry(inputs):
         return wrap(cls, backend, data, shape, dtype)
     handle = tape._push_node(Node(label, inputs, vjp, graph=graph))
     return wrap(cls, backend, data, shape, dtype, tape, handle)
@@ -201,7 +211,7 @@ def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, t
     if backend.kind == "meta":
         return wrap(cls, backend, value, (), np.dtype(np.float64))
     number = float(np.asarray(backend.to_numpy(value)).reshape(()))
-    if tape is None or all(i < 0 for i in inputs):
+    if tape is None or not _any_entry(inputs):
         return number
     return tape._push_node(Node(label, inputs, vjp, scalar_output=True, graph=graph), number)
 

@@ -65,7 +65,9 @@ class Device:
 
     @property
     def live_buffers(self) -> int:
-        """Buffers allocated on this device and not yet released."""
+        """Buffers allocated on this device and not yet released. On the host (numpy)
+        device they are counted from the first read of this property on (counting costs
+        every operation a weak reference, so it starts when a memory check asks)."""
         return int(self.backend.live_buffers)
 
 

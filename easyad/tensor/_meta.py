@@ -64,6 +64,13 @@ class MetaBackend(ComposedKernels):
             dtypes: tuple[Any, ...]) -> list[MetaArray]:
         return [MetaArray(shape, dt) for dt in dtypes]
 
+    def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
+                     ) -> Any:
+        def run(args: tuple[Any, ...], shape: tuple[int, ...],
+                dtypes: tuple[Any, ...]) -> list[MetaArray]:
+            return [MetaArray(shape, dt) for dt in dtypes]
+        return run
+
     def reduce(self, op: str, buf: MetaArray, axes: tuple[int, ...]) -> MetaArray:
         return MetaArray(tuple(n for d, n in enumerate(buf.shape) if d not in axes), buf.dtype)
 

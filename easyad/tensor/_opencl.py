@@ -224,6 +224,13 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         return buf.reshape(shape) if buf.shape != tuple(shape) else buf
 
     # -- elementwise --
+    def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
+                     ) -> Any:
+        def run(args: tuple[Any, ...], shape: tuple[int, ...],
+                dtypes: tuple[Any, ...]) -> list[Any]:
+            return self.map(label, exprs, dict(zip(names, args)), shape, dtypes)
+        return run
+
     def map(self, label: str, exprs: tuple[str, ...], operands: Mapping[str, Any],
             shape: tuple[int, ...], dtypes: tuple[Any, ...]) -> list[Any]:
         out_dtypes = [np.dtype(d) for d in dtypes]

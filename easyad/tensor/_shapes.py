@@ -153,6 +153,10 @@ def stack(shapes: list[Shape], axis: int) -> int:
 def basic_index(shape: Shape, key: Any) -> tuple[int, Shape, Shape] | None:
     """``(offset, shape, strides)`` in elements of ``x[key]`` for basic indexing (ints,
     slices, None, Ellipsis) of a C-contiguous ``x``; None for advanced indexing."""
+    if type(key) is slice and len(shape) == 1:     # x[a:b:c] of a vector, the common case
+        start, stop, step = key.indices(shape[0])
+        length = len(range(start, stop, step))
+        return (start if length else 0), (length,), (step,)
     items = key if isinstance(key, tuple) else (key,)
     for item in items:
         if item is None or item is Ellipsis or isinstance(item, slice):
