@@ -158,7 +158,8 @@ def result_dtype(operands: list[Operand]) -> np.dtype:
         elif b is None or b is BOOL or b is a:
             b = a
         if a is b and a is not None and a is not BOOL:
-            return a
+            same: np.dtype = a
+            return same
     found = [o.dtype for o in operands if o.dtype is not None and o.dtype != BOOL]
     if not found:
         return np.dtype(np.float64)

@@ -40,11 +40,14 @@ _KERNELS: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[Any, ...]] = {}
 # ~1.8 us per use (it builds its state object each time), setting numpy's own context
 # variable to a state made once costs ~0.1 us. Falls back to errstate where numpy has no
 # such variable.
-try:
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
-    from numpy._core._ufunc_config import _make_extobj
-    _IGNORE: Any = _make_extobj(all="ignore")
-except ImportError:   # pragma: no cover (numpy < 2)
+_ERRSTATE: Any = None
+_IGNORE: Any = None
+try:   # numpy's private names: anything unexpected about them means np.errstate instead
+    from numpy._core import _ufunc_config
+    _ERRSTATE = vars(_ufunc_config)["_extobj_contextvar"]
+    _IGNORE = vars(_ufunc_config)["_make_extobj"](all="ignore")
+    _ERRSTATE.reset(_ERRSTATE.set(_IGNORE))            # proves the variable takes it
+except Exception:   # pragma: no cover (numpy < 2, or its internals changed)
     _ERRSTATE = None
 
 
@@ -67,8 +70,9 @@ def _view(buf: np.ndarray, offset: int, shape: tuple[int, ...],
     size = buf.itemsize
     byte_strides = tuple(s * size for s in strides)
     try:
-        return np.ndarray(shape, buf.dtype, buffer=buf, offset=offset * size,
-                          strides=byte_strides)
+        view: np.ndarray = np.ndarray(shape, buf.dtype, buffer=buf, offset=offset * size,
+                                      strides=byte_strides)
+        return view
     except (TypeError, ValueError):   # pragma: no cover (e.g. a read-only buffer)
         return np.lib.stride_tricks.as_strided(buf.reshape(-1)[offset:], shape,
                                                byte_strides)
