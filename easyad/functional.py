@@ -376,7 +376,7 @@ def _by_replay(f: Callable[..., Any], x: NDArray[np.float64], args: tuple[Any, .
     def flat(z: Any) -> Any:
         return f(z[0] if shape == () else z.reshape(shape), *args)
     try:
-        F = record(flat, x.reshape(-1))
+        F = record(flat, x.reshape(-1), tensor=False)
     except ObjectArrayOperand:
         return None
     except TypeError as e:      # an array primitive recorded a tensor node

@@ -73,6 +73,17 @@ def _as_input(x0: ArrayLike, what: str = "x0") -> NDArray[np.float64]:
     return x
 
 
+def _one_flat_array(x0: Any) -> bool:
+    """Whether x0 is one 1-D array of numbers (scalar code's input), not a structure."""
+    if isinstance(x0, dict) or hasattr(x0, "_backend"):
+        return False
+    try:
+        a = np.asarray(x0)
+    except ValueError:       # ragged: a structure
+        return False
+    return a.ndim == 1 and a.dtype != object
+
+
 def _output_records(lst: WengertList, y: Any) -> tuple[list[Record], bool]:
     """The output Records of f and whether f returned a scalar."""
     scalar = not isinstance(y, (list, tuple, np.ndarray))
@@ -98,8 +109,9 @@ def _output_records(lst: WengertList, y: Any) -> tuple[list[Record], bool]:
     return records, scalar
 
 
-def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
-           on_branch_change: str = "raise", strict: bool = False) -> Function:
+def record(f: Callable[..., Any], x0: Any, *args: Any, on_branch_change: str = "raise",
+           strict: bool = False, tensor: bool | None = None, device: Any = None,
+           fuse: bool = True) -> Any:
     """Record ``f`` once at ``x0``; return a ``Function`` that replays it at new points.
 
     ``f`` takes a 1-D array (of Records while recording) and returns a number or a sequence
@@ -108,6 +120,17 @@ def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
     a plain float (``x[0].number > 0``) records no guard, and replay silently follows the
     recorded branch: with ``strict=True``, reading ``.number`` of a recorded variable in
     ``f`` raises RuntimeError naming the line, so such branches are found.
+
+    **Tensor code** (``tensor=True``; chosen by itself when ``x0`` is not one 1-D array,
+    when arguments follow ``x0``, when ``device`` is given, or when ``f`` uses tensor
+    operations such as ``ad.nn``): ``f`` runs once on Tensors and its kernels, and those of
+    its backward sweep, are recorded as a program; the result is a ``TensorFunction``
+    (``F(x, *args)``, ``F.gradient``, ``F.value_and_gradient``, ``F.hvp``) that replays
+    the program with no Python per elementwise operation (fused generated C on the numpy
+    device, ``fuse=False`` to run the kernels one by one; the device's kernels on OpenCL).
+    ``x0`` may be any structure of arrays (a dict of parameters); float arrays in ``args``
+    are inputs too (not differentiated), other arguments are fixed by the recording. See
+    docs/replay.md.
 
     Examples
     --------
@@ -124,6 +147,14 @@ def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
     if on_branch_change not in _BRANCH_MODES:
         raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, "
                          f"got {on_branch_change!r}")
+    chosen = tensor
+    if tensor is None:
+        tensor = bool(args) or device is not None or not _one_flat_array(x0)
+    from easyad import _recorded
+    from easyad.tensor._base import ObjectArrayOperand
+    if tensor:
+        return _recorded.record_tensor(f, x0, *args, on_branch_change=on_branch_change,
+                                       device=device, fuse=fuse)
     x = _as_input(x0)
     lst = WengertList()
     xs = np.empty(x.shape[0], dtype=object)
@@ -132,6 +163,11 @@ def record(f: Callable[[NDArray[Any]], Any], x0: ArrayLike, *,
     previous = _core._set_strict_tape(lst) if strict else None
     try:
         y = f(xs)
+    except ObjectArrayOperand:      # tensor operations: record f as a tensor program
+        if chosen is False:
+            raise
+        return _recorded.record_tensor(f, x0, on_branch_change=on_branch_change,
+                                       device=device, fuse=fuse)
     finally:
         if strict:
             _core._set_strict_tape(previous)

@@ -183,8 +183,8 @@ def test_bad_shapes_and_inputs():
     F = ad.record(rosenbrock, np.ones(3))
     with pytest.raises(ValueError, match=r"shape \(3,\) or \(B, 3\)"):
         F([1.0, 2.0])
-    with pytest.raises(ValueError, match="1-D"):
-        ad.record(rosenbrock, np.ones((2, 2)))
+    with pytest.raises(ValueError, match="1-D"):     # scalar code takes one 1-D point
+        ad.record(rosenbrock, np.ones((2, 2)), tensor=False)
     with pytest.raises(ValueError, match="on_branch_change"):
         ad.record(rosenbrock, np.ones(3), on_branch_change="ignore")
     with pytest.raises(ValueError, match="v must have shape"):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad.tensor import Tensor
+from easyad.tensor import Tensor, recorded_parameter
 
 FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
@@ -90,6 +90,9 @@ class Parameter:
         parameter is frozen. Inside ``ad.nn.functional_call``: the value given there."""
         if self._override is not None:
             return self._override  # type: ignore[no-any-return]
+        recorded = self._recorded(tape)
+        if recorded is not None:
+            return recorded
         if tape is None or not self.requires_grad:
             return Tensor.constant(self.data, device=self.device)
         t = self._tensor
@@ -97,6 +100,19 @@ class Parameter:
             return t
         t = Tensor.variable(self.data, tape, device=self.device)
         self._tensor = t
+        return t
+
+    def _recorded(self, tape: Any) -> Tensor | None:
+        """While ``ad.record`` records tensor code: an input of the program that replay
+        reads from ``self.data`` at every call (so it sees the values of later training
+        steps); a variable on ``tape`` unless frozen. None when nothing is recorded."""
+        t = self._tensor
+        if t is not None and recorded_parameter.made(t) and \
+                (tape is None or not self.requires_grad or t.recorded_on(tape)):
+            return t
+        t = recorded_parameter(lambda: self.data, tape if self.requires_grad else None)
+        if t is not None:
+            self._tensor = t
         return t
 
     def bound(self, tape: Any) -> Tensor | None:

@@ -23,7 +23,7 @@ from easyad import _expr
 from easyad._core import Node as _core_Node
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
-from easyad.tensor import _devices, _meta
+from easyad.tensor import _devices, _meta, _program
 from easyad.tensor import _shapes as shapes
 
 FLOAT64, FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
@@ -101,6 +101,12 @@ def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
             return Operand(backend.full(v._shape, 0.0, v._dtype), v._shape, live_tape(v),
                            v._index, v._dtype)
         if v._backend is not backend:
+            if backend.kind == "program":
+                raise ValueError("ad.record of tensor code: a tensor made outside f (a "
+                                 "module's parameter, a constant) is used inside it, and "
+                                 "replay would not see its later values; pass it to f as an "
+                                 "argument (ad.nn.functional_call(model, params, x) for "
+                                 "a module's parameters)")
             if v._backend.kind == "meta":
                 raise ValueError(f"eval_shape: a tensor on {backend.device} made outside the "
                                  f"traced function comes first in an operation with traced "
@@ -211,6 +217,8 @@ def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, t
     a float for constants, or a 0-d tensor when only shapes are traced (eval_shape)."""
     if backend.kind == "meta":
         return wrap(cls, backend, value, (), np.dtype(np.float64))
+    if backend.kind == "program":   # ad.record of tensor code: numbers stay 0-d tensors
+        return record(cls, label, backend, value, (), value.dtype, tape, inputs, vjp, graph)
     number = float(np.asarray(backend.to_numpy(value)).reshape(()))
     if tape is None or not _any_entry(inputs):
         return number
@@ -292,7 +300,8 @@ class TensorBase:
     @staticmethod
     def _from_array(array: Any, device: Any, dtype: Any) -> tuple[Any, Any, np.dtype]:
         # while eval_shape runs, every tensor made from data has a shape only
-        be = _meta.META if _meta.tracing() else _devices.resolve(device)
+        be = _meta.META if _meta.tracing() else _program.capturing() or \
+            _devices.resolve(device)
         if isinstance(array, TensorBase):
             array = array.value
         a = np.asarray(array)
@@ -302,6 +311,7 @@ class TensorBase:
         if dtype not in FLOAT_DTYPES:
             raise TypeError(f"tensors hold float64 or float32, not {dtype}")
         if a.dtype.kind not in "biuf":
+            refuse_object_array(a)       # Records (ad.record's scalar recording): say so
             raise TypeError(f"a tensor is made from real numbers, got an array of {a.dtype}")
         return be, be.asarray(a, dtype), dtype
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from easyad import _rules
 from easyad.errors import TapeMismatchError
-from easyad.tensor import _elementwise, _generic, _structural
-from easyad.tensor._base import TensorBase, live_tape
+from easyad.tensor import _elementwise, _generic, _program, _structural
+from easyad.tensor._base import Node, TensorBase, _no_vjp, live_tape, wrap
 from easyad._generated.tensor_methods import RuleMethods
 
 
@@ -180,3 +180,29 @@ class Tensor(TensorBase, RuleMethods):
             if type(v).__name__ == "TraceTensor":
                 return type(v)._where(condition, a, b)
         return _structural.where(condition, a, b)
+
+
+class _RecordedParameter:
+    """``recorded_parameter(read, tape)``: while ``ad.record`` records tensor code, an
+    input of the program that replay fills from ``read()`` at every call (a module
+    parameter's current data), as a variable on ``tape`` (a constant when None); None
+    when nothing is being recorded. ``made(t)``: whether ``t`` is one of the recording
+    now under way (not of an earlier one)."""
+
+    def __call__(self, read: Any, tape: Any) -> Tensor | None:
+        be = _program.capturing()
+        if be is None:
+            return None
+        slot = be.live_input(read)
+        if tape is None:
+            return wrap(Tensor, be, slot, slot.shape, slot.dtype)
+        return wrap(Tensor, be, slot, slot.shape, slot.dtype, tape,
+                    tape._push_node(Node("variable", (), _no_vjp)))
+
+    @staticmethod
+    def made(t: Tensor) -> bool:
+        be = _program.capturing()
+        return be is not None and t._backend is be
+
+
+recorded_parameter = _RecordedParameter()

@@ -1,0 +1,403 @@
+"""``ad.record`` of tensor code: a ``TensorFunction``, recorded once and replayed at new
+inputs with no tape, no Tensor objects and no Python per elementwise operation.
+
+``f`` is called once, at ``x0`` (any structure of arrays: ``_trees``), on Tensors of a
+``ProgramBackend`` (``tensor/_program.py``): every kernel it runs, and every kernel of the
+backward sweep (and, for ``hvp``, of a second sweep over the first, recorded with
+``create_graph``), becomes an instruction of one program. Replay runs the instructions
+needed for what is asked (value; value and gradient; Hessian-vector product) on the
+device's backend: on the numpy device, runs of elementwise, indexing and reduction
+instructions are generated C (``tensor/_program_c.py``: one loop per fused group, all
+the group's values in registers), the rest (matmul, ``linear``) numpy's kernels; on an
+OpenCL device the backend's kernels.
+
+Arguments after ``x0`` are not differentiated: float arrays are inputs of the program
+(new values at each call); integer arrays, numbers and other objects are *static*, part
+of the recording: replay checks that they are the same (integer arrays by value, others
+by ``==``) and raises ValueError otherwise (class labels that change per batch: pass them
+one-hot, as floats).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from easyad import _trees
+from easyad._core import WengertList
+from easyad.errors import BranchChangedError
+from easyad.tensor import Tensor, _devices
+from easyad.tensor._base import FLOAT_DTYPES, Node, TensorBase, _no_vjp, wrap
+from easyad.tensor._program import BoundProgram, Program, ProgramBackend, captured
+
+_WHAT = ("value", "gradient", "hvp")
+
+
+def _float_leaf(v: Any) -> bool:
+    if isinstance(v, TensorBase):
+        return True
+    if isinstance(v, np.ndarray):
+        return v.dtype.kind == "f"
+    if isinstance(v, (list, tuple)):
+        return np.asarray(v).dtype.kind == "f"
+    return False
+
+
+def _flatten_args(args: tuple[Any, ...]) -> tuple[list[Any], tuple[Any, ...]]:
+    """The leaves of the arguments after x, each argument a structure of its own."""
+    leaves: list[Any] = []
+    trees = []
+    for a in args:
+        found, tree = _trees.flatten(a)
+        leaves += found
+        trees.append(tree)
+    return leaves, tuple(trees)
+
+
+def _unflatten_args(trees: tuple[Any, ...], leaves: list[Any]) -> list[Any]:
+    out, k = [], 0
+    for tree in trees:
+        n = tree.leaf_count
+        out.append(_trees.unflatten(tree, leaves[k:k + n]))
+        k += n
+    return out
+
+
+class _Static:
+    """A static argument: compared with what replay is given."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def same(self, other: Any) -> bool:
+        a = self.value
+        if isinstance(a, np.ndarray) or isinstance(other, np.ndarray):
+            return bool(np.array_equal(np.asarray(a), np.asarray(other)))
+        if a is other:
+            return True
+        try:
+            return bool(a == other)
+        except Exception:
+            return False
+
+
+class _Recording:
+    """One capture of f at a point: the program, its input slots in order (the
+    differentiated leaves, then the float arguments), the output slots and, per kind of
+    result, the slots that answer it."""
+
+    def __init__(self, f: Any, x_leaves: list[np.ndarray], x_tree: Any, arg_leaves: list[Any],
+                 arg_tree: Any, backend: Any, hvp: bool) -> None:
+        self.program = program = Program()
+        be = ProgramBackend(backend, program)
+        lst = WengertList()
+        tape: Any = lst
+        xs = []
+        for a in x_leaves:
+            slot = be.input(a, a.dtype)
+            handle = tape._push_node(Node("variable", (), _no_vjp))
+            xs.append(wrap(Tensor, be, slot, a.shape, a.dtype, lst, handle))
+        args = []
+        for v in arg_leaves:
+            if isinstance(v, _Static):
+                args.append(v.value)
+            else:
+                slot = be.input(v, v.dtype)
+                args.append(wrap(Tensor, be, slot, v.shape, v.dtype))
+        tangents = []
+        if hvp:
+            for a in x_leaves:
+                slot = be.input(a, a.dtype)
+                tangents.append(wrap(Tensor, be, slot, a.shape, a.dtype))
+        with captured(be):
+            y = f(_trees.unflatten(x_tree, xs), *_unflatten_args(arg_tree, args))
+            out_leaves, self.out_tree = _trees.flatten(y)
+            self.outputs = [self._output(be, v) for v in out_leaves]
+            self.n_forward = len(program.instructions)
+            self.gradient: list[int] | None = None
+            self.hvp: list[int] | None = None
+            if len(out_leaves) == 1 and isinstance(out_leaves[0], TensorBase) \
+                    and out_leaves[0].size == 1 and out_leaves[0].tape is lst:
+                z = out_leaves[0]
+                if hvp:
+                    self.hvp = self._hvp(be, lst, z, xs, tangents)
+                else:
+                    seed = be.full(z.shape, 1.0, z.dtype)
+                    d = tape._backward_from(z.handle, seed)
+                    self.gradient = [self._adjoint(be, d, t) for t in xs]
+            self.scalar_output = len(out_leaves) == 1 and np.ndim(out_leaves[0]) == 0
+        self.guards = sum(1 for i in program.instructions if i.op == "guard")
+
+    @staticmethod
+    def _output(be: ProgramBackend, v: Any) -> int:
+        if isinstance(v, TensorBase):
+            if v._backend is not be:
+                raise ValueError("f returned a tensor made outside it (not from its inputs)")
+            return int(v._data.index)
+        a = np.asarray(v, dtype=np.float64)
+        return be._constant(be.real.asarray(a, a.dtype)).index
+
+    @staticmethod
+    def _adjoint(be: ProgramBackend, d: Any, t: TensorBase) -> int:
+        found = d._node_adjoint(t._index)
+        if found is None:
+            found = be.full(t.shape, 0.0, t.dtype)
+        return int(found.index)
+
+    @staticmethod
+    def _hvp(be: ProgramBackend, lst: Any, z: TensorBase, xs: list[Any],
+             tangents: list[Any]) -> list[int]:
+        from easyad import _higher
+        seed = wrap(Tensor, be, be.full(z.shape, 1.0, z.dtype), z.shape, z.dtype)
+        d = _higher.backward_graph(z.handle, seed)
+        total: Any = None
+        for x, v in zip(xs, tangents):
+            g = d[x]
+            term = (g * v).sum() if isinstance(g, TensorBase) else None
+            if term is not None:
+                total = term if total is None else total + term
+        if not isinstance(total, TensorBase) or total.tape is None:
+            return [be.full(x.shape, 0.0, x.dtype).index for x in xs]
+        d2 = total.derivatives()
+        out = []
+        for x in xs:
+            found = d2._node_adjoint(x._index)
+            out.append(int((found if found is not None else be.full(x.shape, 0.0,
+                                                                    x.dtype)).index))
+        return out
+
+
+class TensorFunction:
+    """A tensor function recorded once by ``ad.record``: its value, gradient and
+    Hessian-vector products at new inputs of the recorded shapes, replayed from the
+    recorded program (see the module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np, easyad as ad
+    >>> F = ad.record(lambda x, w: ad.sum(w * x ** 2), np.zeros(3), np.ones(3))
+    >>> F(np.array([1.0, 2.0, 3.0]), np.ones(3))
+    14.0
+    >>> F.gradient(np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 2.0]))
+    array([ 2.,  0., 12.])
+    """
+
+    def __init__(self, f: Any, x0: Any, args: tuple[Any, ...], *,
+                 on_branch_change: str = "raise", device: Any = None,
+                 fuse: bool = True) -> None:
+        if on_branch_change not in ("raise", "retape"):
+            raise ValueError("tensor code replays with on_branch_change 'raise' or 'retape' "
+                             f"('mask' is for batches of scalar code), not {on_branch_change!r}")
+        self.f, self.on_branch_change, self.fuse = f, on_branch_change, fuse
+        self._backend = _devices.resolve(device)
+        leaves, self._x_tree = _trees.flatten(x0)
+        self._x_specs = [(a.shape, a.dtype) for a in (self._float(v) for v in leaves)]
+        arg_leaves, self._arg_tree = _flatten_args(args)
+        self._arg_kinds = [None if _float_leaf(v) else _Static(v) for v in arg_leaves]
+        self._arg_specs = [None if k is not None else self._float(v).shape
+                           for k, v in zip(self._arg_kinds, arg_leaves)]
+        self._simple = self._x_tree.is_leaf and not arg_leaves
+        self._fast = self._simple and self._backend.kind == "numpy"
+        self._recordings: dict[str, _Recording] = {}
+        self._bound: dict[str, BoundProgram] = {}
+        statics = [k if k is not None else self._float(v)
+                   for k, v in zip(self._arg_kinds, arg_leaves)]
+        self._record("gradient", [self._float(v) for v in leaves], statics)
+
+    # -- inputs --
+    @staticmethod
+    def _float(v: Any) -> np.ndarray:
+        if isinstance(v, TensorBase):
+            v = v.value
+        a = np.asarray(v)
+        if a.dtype.kind not in "biuf":
+            raise TypeError(f"a recorded tensor function takes arrays of numbers, not "
+                            f"{a.dtype}")
+        return a if a.dtype in FLOAT_DTYPES else a.astype(np.float64)
+
+    def _inputs(self, x: Any, args: tuple[Any, ...]) -> tuple[list[np.ndarray], list[Any]]:
+        if type(x) is np.ndarray and not args and self._simple:   # one array, no arguments
+            shape, dtype = self._x_specs[0]
+            if x.shape == shape and x.dtype == dtype:
+                return [x], []
+        leaves, tree = _trees.flatten(x)
+        if tree != self._x_tree:
+            raise ValueError(f"recorded for {self._x_tree.describe()} as x, got "
+                             f"{tree.describe()}")
+        xs = []
+        for v, (shape, dtype) in zip(leaves, self._x_specs):
+            a = np.asarray(v.value if isinstance(v, TensorBase) else v, dtype=dtype)
+            if a.shape != shape:
+                raise ValueError(f"recorded for an input of shape {shape}, got {a.shape}; "
+                                 f"record again for another shape")
+            xs.append(a)
+        arg_leaves, arg_tree = _flatten_args(args)
+        if arg_tree != self._arg_tree:
+            raise ValueError(f"recorded with {len(self._arg_tree)} arguments after x "
+                             f"({', '.join(t.describe() for t in self._arg_tree)}), got "
+                             f"{len(arg_tree)} ({', '.join(t.describe() for t in arg_tree)})")
+        out: list[Any] = []
+        for v, kind, shape in zip(arg_leaves, self._arg_kinds, self._arg_specs):
+            if kind is not None:
+                if not kind.same(v):
+                    raise ValueError(
+                        "an argument that is not a float array (integers, a number, an "
+                        "object) is part of the recording and changed; pass values that "
+                        "change as float arrays (class labels one-hot), or record again")
+                out.append(kind)
+            else:
+                a = self._float(v)
+                if a.shape != shape:
+                    raise ValueError(f"recorded for an argument of shape {shape}, got "
+                                     f"{a.shape}")
+                out.append(a)
+        return xs, out
+
+    # -- recording and binding --
+    def _record(self, what: str, xs: list[np.ndarray], statics: list[Any]) -> _Recording:
+        key = "hvp" if what == "hvp" else "first"
+        rec = _Recording(self.f, xs, self._x_tree, statics, self._arg_tree, self._backend,
+                         hvp=what == "hvp")
+        self._recordings[key] = rec
+        for k in [k for k in self._bound if (k == "hvp") == (key == "hvp")]:
+            del self._bound[k]
+        return rec
+
+    def _bind(self, what: str, xs: list[np.ndarray], args: list[Any]) -> Any:
+        bound = self._bound.get(what)
+        if bound is not None:
+            return bound
+        key = "hvp" if what == "hvp" else "first"
+        rec = self._recordings.get(key)
+        if rec is None:
+            rec = self._record(what, xs, args)
+        if what == "value":
+            outputs = rec.outputs
+        elif what == "gradient":
+            if rec.gradient is None:
+                raise ValueError("the gradient needs f to return one number (a tensor of "
+                                 "one element or a scalar); it returned "
+                                 f"{rec.out_tree.describe()}")
+            outputs = rec.outputs + rec.gradient
+        else:
+            if rec.hvp is None:
+                raise ValueError("hvp needs f to return one number")
+            outputs = rec.hvp
+        bound = None
+        if self.fuse and self._backend.kind == "numpy":
+            from easyad.tensor import _program_c
+            bound = _program_c.fused(rec.program, outputs, self._backend, self._guard_failed)
+        if bound is None:
+            bound = BoundProgram(rec.program, self._backend, outputs, self._guard_failed)
+        self._bound[what] = bound
+        return bound
+
+    @staticmethod
+    def _guard_failed(value: Any, recorded: Any) -> None:
+        raise _Retape(value, recorded)
+
+    def _run(self, what: str, x: Any, args: tuple[Any, ...], extra: list[Any]) -> list[Any]:
+        xs, statics = self._inputs(x, args)
+        floats = [a for a in statics if not isinstance(a, _Static)]
+        for attempt in range(2):
+            bound = self._bind(what, xs, statics)
+            be = self._backend
+            live = self._live(what)
+            inputs = [np.ascontiguousarray(a) if be.kind == "numpy" else be.asarray(a, a.dtype)
+                      for a in xs + floats + extra + live]
+            try:
+                return bound.run(inputs)
+            except _Retape:
+                if self.on_branch_change != "retape" or attempt:
+                    raise BranchChangedError(
+                        "a value f read while recorded (a branch on bool(t), float(t) or "
+                        "t.value) comes out differently at this input; record again here "
+                        "(ad.record(..., on_branch_change='retape') does it itself) or "
+                        "use ad.where for elementwise choices") from None
+                self._record(what, xs, statics)
+        raise AssertionError("unreachable")   # pragma: no cover
+
+    def _live(self, what: str) -> list[np.ndarray]:
+        """The current values of the module parameters f used (read at every call)."""
+        rec = self._recordings["hvp" if what == "hvp" else "first"]
+        out = []
+        for _, read, shape, dtype in rec.program.live:
+            a = np.asarray(read())
+            if a.shape != shape or a.dtype != dtype:
+                raise ValueError(f"a module parameter f uses changed from {shape} "
+                                 f"{dtype} to {a.shape} {a.dtype} since it was recorded; "
+                                 f"record again")
+            out.append(a)
+        return out
+
+    def _host(self, buf: Any) -> np.ndarray:
+        if type(buf) is np.ndarray:      # the numpy device: a new array already
+            return buf
+        return np.asarray(self._backend.to_numpy(buf))
+
+    # -- what it computes --
+    def __call__(self, x: Any, *args: Any) -> Any:
+        """f at ``x`` (the recorded structure and shapes), in f's output structure."""
+        out = self._run("value", x, args, [])
+        rec = self._recordings["first"]
+        values = [self._host(v) for v in out]
+        if rec.scalar_output:
+            return float(values[0].reshape(()))
+        return _trees.unflatten(rec.out_tree, values)
+
+    def value_and_gradient(self, x: Any, *args: Any) -> tuple[float, Any]:
+        """(f(x), its gradient in x's structure) for f returning one number."""
+        bound = self._bound.get("gradient")
+        if bound is not None and self._fast and type(x) is np.ndarray and not args \
+                and not self._recordings["first"].program.live \
+                and x.shape == self._x_specs[0][0] and x.dtype == self._x_specs[0][1]:
+            try:        # one array in, numpy device, bound already: straight to the program
+                value, g = bound.run((x,))
+                return value.item(), g.reshape(x.shape)
+            except _Retape:
+                pass    # the general path raises or records again
+        out = self._run("gradient", x, args, [])
+        value = float(self._host(out[0]).reshape(()))
+        grads = [self._host(g).reshape(s) for g, (s, _) in zip(out[1:], self._x_specs)]
+        return value, _trees.unflatten(self._x_tree, grads)
+
+    def gradient(self, x: Any, *args: Any) -> Any:
+        """The gradient of f (one number) at ``x``, in x's structure."""
+        return self.value_and_gradient(x, *args)[1]
+
+    def hvp(self, x: Any, v: Any, *args: Any) -> Any:
+        """The Hessian of f (one number) at ``x`` times ``v`` (x's structure)."""
+        vs, tree = _trees.flatten(v)
+        if tree != self._x_tree:
+            raise ValueError(f"v must have x's structure ({self._x_tree.describe()})")
+        tangents = [np.asarray(t, dtype=dt).reshape(s) for t, (s, dt) in
+                    zip(vs, self._x_specs)]
+        out = self._run("hvp", x, args, tangents)
+        return _trees.unflatten(self._x_tree, [self._host(g).reshape(s) for g, (s, _)
+                                               in zip(out, self._x_specs)])
+
+    @property
+    def program(self) -> Program:
+        """The recorded program (value and gradient): its instructions, for inspection."""
+        return self._recordings["first"].program
+
+    def __repr__(self) -> str:
+        rec = self._recordings["first"]
+        return (f"<TensorFunction of {self._x_tree.describe()}: "
+                f"{len(rec.program.instructions)} instructions, {rec.guards} guards>")
+
+
+class _Retape(Exception):
+    def __init__(self, value: Any, recorded: Any) -> None:
+        super().__init__("guard")
+        self.value, self.recorded = value, recorded
+
+
+def record_tensor(f: Any, x0: Any, *args: Any, on_branch_change: str = "raise",
+                  device: Any = None, fuse: bool = True) -> TensorFunction:
+    """See ``ad.record``."""
+    return TensorFunction(f, x0, args, on_branch_change=on_branch_change, device=device,
+                          fuse=fuse)
+

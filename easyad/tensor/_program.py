@@ -1,0 +1,497 @@
+"""Tensor programs: a tensor function recorded once as data, replayed at new inputs.
+
+``capture`` runs ``f`` on Tensors whose backend is a ``ProgramBackend``: a wrapper of a
+real backend that computes every kernel (so the recording sees real values, at ``x0``)
+and appends it to a ``Program`` as an ``Instruction``: the Backend Protocol's method, its
+static parameters (expressions, shapes, axes, strides, index arrays) and the slots it
+reads and writes. The tensor operations do not know: they call the Backend Protocol as
+always. The backward sweep runs the same way (each node's vjp calls the backend; the
+sweep's sums of adjoints are ``Slot.__add__``), so the gradient program is the forward
+program followed by the sweep's kernels: a source transformation of the tape for free,
+with no Python closure left in it. A Hessian-vector product is recorded the same way,
+reverse over reverse (the sweep with ``create_graph`` records tensor operations too).
+
+While capturing, single numbers stay 0-d tensors (no Records: their values would be
+floats baked into later kernels), and reading a value on the host (``bool(t)``,
+``float(t)``, ``t.value``) records a *guard*: replay checks that the value read there is
+the same at the new input (a branch taken the same way) and raises
+``ad.BranchChangedError`` (or records again) otherwise.
+
+``Program.bind(backend)`` prepares the instructions for one backend (numpy, OpenCL) as a
+list of steps; ``_program_c`` fuses runs of them into generated C for the numpy device.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+# ---- what capturing is doing (Tensor.constant and friends put new tensors on it) ----
+
+_CAPTURING: contextvars.ContextVar[Any] = contextvars.ContextVar("easyad_program",
+                                                                 default=None)
+
+
+def capturing() -> Any:
+    """The ProgramBackend a recording runs on (in this thread or task), or None."""
+    return _CAPTURING.get()
+
+
+@contextlib.contextmanager
+def captured(backend: ProgramBackend) -> Iterator[None]:
+    token = _CAPTURING.set(backend)
+    try:
+        yield
+    finally:
+        _CAPTURING.reset(token)
+
+
+class Slot:
+    """A buffer of a program being recorded: its slot number, shape, dtype and its value at
+    the recording point (the real backend's buffer). Arithmetic on slots (the backward
+    sweep adds adjoints with ``+``) records elementwise instructions."""
+
+    __slots__ = ("program", "index", "shape", "dtype", "value")
+
+    def __init__(self, program: Program, index: int, shape: tuple[int, ...], dtype: Any,
+                 value: Any) -> None:
+        self.program, self.index, self.shape, self.dtype, self.value = \
+            program, index, tuple(shape), np.dtype(dtype), value
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def _arith(self, expr: str, other: Any, swap: bool = False) -> Slot:
+        be = self.program.backend
+        if isinstance(other, Slot):
+            from easyad.tensor import _shapes
+            shape = _shapes.broadcast("+", self.shape, other.shape)
+            dtype = np.result_type(self.dtype, other.dtype)
+        elif isinstance(other, (int, float, np.number)):
+            other, shape, dtype = float(other), self.shape, self.dtype
+        else:
+            return NotImplemented
+        a, b = (other, self) if swap else (self, other)
+        (out,) = be.map("slot_arith", (expr,), {"x": a, "y": b}, shape, (dtype,))
+        return out   # type: ignore[no-any-return]
+
+    def __add__(self, other: Any) -> Slot:
+        return self._arith("x + y", other)
+
+    def __radd__(self, other: Any) -> Slot:
+        return self._arith("x + y", other, True)
+
+    def __sub__(self, other: Any) -> Slot:
+        return self._arith("x - y", other)
+
+    def __rsub__(self, other: Any) -> Slot:
+        return self._arith("x - y", other, True)
+
+    def __mul__(self, other: Any) -> Slot:
+        return self._arith("x * y", other)
+
+    def __rmul__(self, other: Any) -> Slot:
+        return self._arith("x * y", other, True)
+
+    def __truediv__(self, other: Any) -> Slot:
+        return self._arith("x / y", other)
+
+    def __neg__(self) -> Slot:
+        return self._arith("x * y", -1.0)
+
+    def __float__(self) -> float:
+        return float(np.asarray(self.program.backend.to_numpy(self)).reshape(()))
+
+    def __repr__(self) -> str:
+        return f"<slot {self.index} {self.shape} {self.dtype}>"
+
+
+class Opaque:
+    """A slot holding a kernel's private state (``cross_entropy``'s saved softmax parts)."""
+
+    __slots__ = ("index", "value")
+
+    def __init__(self, index: int, value: Any) -> None:
+        self.index, self.value = index, value
+
+
+class Instruction:
+    """One Backend Protocol call: ``op`` (the method's name), ``params`` (its static
+    arguments), ``ins`` (slots read: an int, or a float/None/array constant in place)
+    and ``outs`` (slots written)."""
+
+    __slots__ = ("op", "params", "ins", "outs")
+
+    def __init__(self, op: str, params: tuple[Any, ...], ins: tuple[Any, ...],
+                 outs: tuple[int, ...]) -> None:
+        self.op, self.params, self.ins, self.outs = op, params, ins, outs
+
+    def __repr__(self) -> str:
+        return f"{self.outs} = {self.op}{self.params!r:.60} {self.ins}"
+
+
+class Program:
+    """The recorded instructions over numbered slots: inputs, constants (values kept), and
+    what each instruction writes. ``shapes``/``dtypes`` per slot; ``guards``: (slot,
+    recorded host value) read while recording."""
+
+    def __init__(self) -> None:
+        self.instructions: list[Instruction] = []
+        self.shapes: list[tuple[int, ...]] = []
+        self.dtypes: list[Any] = []
+        self.values: list[Any] = []              # at the recording point (None for opaque)
+        self.inputs: list[int] = []
+        self.constants: dict[int, Any] = {}      # slot -> host array (float) or opaque
+        self.live: list[tuple[int, Any, tuple[int, ...], Any]] = []   # read at each replay
+        self.backend: Any = None
+
+    def _new(self, shape: tuple[int, ...], dtype: Any, value: Any) -> Slot:
+        s = Slot(self, len(self.shapes), shape, dtype, value)
+        self.shapes.append(s.shape)
+        self.dtypes.append(s.dtype)
+        self.values.append(value)
+        return s
+
+    def _opaque(self, value: Any) -> Opaque:
+        o = Opaque(len(self.shapes), value)
+        self.shapes.append(())
+        self.dtypes.append(None)
+        self.values.append(value)
+        return o
+
+    def emit(self, op: str, params: tuple[Any, ...], ins: tuple[Any, ...],
+             outs: Sequence[Any]) -> None:
+        self.instructions.append(Instruction(op, params, ins, tuple(o.index for o in outs)))
+
+    def __repr__(self) -> str:
+        return "\n".join(repr(i) for i in self.instructions)
+
+
+def _ref(v: Any) -> Any:
+    """An operand of an instruction: a slot's number, or the constant itself."""
+    if isinstance(v, (Slot, Opaque)):
+        return v.index
+    return v
+
+
+def _real(v: Any) -> Any:
+    if isinstance(v, (Slot, Opaque)):
+        return v.value
+    return v
+
+
+class ProgramBackend:
+    """The Backend Protocol recording every call into a ``Program`` (see the module's
+    docstring); the kernels themselves run on ``real``."""
+
+    kind = "program"
+    live_buffers = 0
+
+    def __init__(self, real: Any, program: Program) -> None:
+        self.real, self.program = real, program
+        program.backend = self
+        self.guards: list[tuple[int, np.ndarray]] = []
+
+    @property
+    def device(self) -> Any:
+        return self.real.device
+
+    # -- slots --
+    def _out(self, value: Any) -> Slot:
+        return self.program._new(tuple(value.shape), value.dtype, value)
+
+    def input(self, array: np.ndarray, dtype: Any) -> Slot:
+        value = self.real.asarray(array, dtype)
+        s = self._out(value)
+        self.program.inputs.append(s.index)
+        return s
+
+    def live_input(self, read: Any) -> Slot:
+        """An input read again at every replay by ``read()`` (a module parameter's data:
+        replay sees its current values, e.g. after an optimizer step)."""
+        array = np.asarray(read())
+        s = self.input(array, array.dtype)
+        self.program.live.append((s.index, read, array.shape, array.dtype))
+        return s
+
+    def _constant(self, value: Any) -> Slot:
+        s = self._out(value)
+        self.program.constants[s.index] = self.real.to_numpy(value)
+        return s
+
+    # -- buffers --
+    def asarray(self, array: Any, dtype: Any) -> Slot:
+        return self._constant(self.real.asarray(array, dtype))
+
+    def to_numpy(self, buf: Any) -> np.ndarray:
+        """A value read on the host: a guard (replay checks it reads the same)."""
+        if not isinstance(buf, Slot):
+            return np.asarray(self.real.to_numpy(buf))
+        value = np.asarray(self.real.to_numpy(buf.value))
+        self.program.emit("guard", (value.copy(),), (buf.index,), ())
+        return value
+
+    host_array = to_numpy
+
+    def full(self, shape: tuple[int, ...], value: Any, dtype: Any) -> Slot:
+        if isinstance(value, Slot):      # a 0-d slot broadcast (a scalar node's adjoint)
+            (out,) = self.map("full", ("x",), {"x": value}, shape, (dtype,))
+            return out   # type: ignore[no-any-return]
+        return self._constant(self.real.full(shape, value, dtype))
+
+    def reshape(self, buf: Slot, shape: tuple[int, ...]) -> Slot:
+        shape = tuple(shape)
+        if shape == buf.shape:
+            return buf
+        out = self._out(self.real.reshape(buf.value, shape))
+        self.program.emit("reshape", (shape,), (buf.index,), (out,))
+        return out
+
+    # -- kernels --
+    def map(self, label: str, exprs: tuple[str, ...], operands: Mapping[str, Any],
+            shape: tuple[int, ...], dtypes: tuple[Any, ...]) -> list[Slot]:
+        names = tuple(operands)
+        args = tuple(self._operand(v) for v in operands.values())
+        values = self.real.map(label, exprs, dict(zip(names, (_real(a) for a in args))),
+                               shape, dtypes)
+        outs = [self._out(v) for v in values]
+        self.program.emit("map", (label, tuple(exprs), names, tuple(shape), tuple(dtypes)),
+                          tuple(_ref(a) for a in args), outs)
+        return outs
+
+    def _operand(self, v: Any) -> Any:
+        if isinstance(v, Slot) or type(v) is float:
+            return v
+        if isinstance(v, (int, np.floating, np.integer)):
+            return float(v)
+        if isinstance(v, np.ndarray) or hasattr(v, "shape"):   # a buffer made elsewhere
+            return self._constant(self.real.asarray(np.asarray(self.real.to_numpy(v)
+                                                               if not isinstance(v, np.ndarray)
+                                                               else v), v.dtype))
+        raise TypeError(f"a recorded kernel got an operand of type {type(v).__name__}")
+
+    def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
+                     ) -> Any:
+        def run(args: tuple[Any, ...], shape: tuple[int, ...],
+                dtypes: tuple[Any, ...]) -> list[Slot]:
+            return self.map(label, exprs, dict(zip(names, args)), shape, dtypes)
+        return run
+
+    def reduce(self, op: str, buf: Slot, axes: tuple[int, ...]) -> Slot:
+        out = self._out(self.real.reduce(op, buf.value, tuple(axes)))
+        self.program.emit("reduce", (op, tuple(axes)), (buf.index,), (out,))
+        return out
+
+    def matmul(self, a: Slot, b: Slot, transpose_a: bool = False,
+               transpose_b: bool = False) -> Slot:
+        a, b = self._operand(a), self._operand(b)
+        out = self._out(self.real.matmul(a.value, b.value, transpose_a, transpose_b))
+        self.program.emit("matmul", (transpose_a, transpose_b), (a.index, b.index), (out,))
+        return out
+
+    def strided(self, buf: Slot, offset: int, shape: tuple[int, ...],
+                strides: tuple[int, ...]) -> Slot:
+        out = self._out(self.real.strided(buf.value, offset, shape, strides))
+        self.program.emit("strided", (offset, tuple(shape), tuple(strides)), (buf.index,),
+                          (out,))
+        return out
+
+    def assemble(self, shape: tuple[int, ...], dtype: Any,
+                 parts: Sequence[tuple[int, tuple[int, ...], tuple[int, ...], Any]]) -> Slot:
+        parts = [(o, ps, st, self._operand(b)) for o, ps, st, b in parts]
+        out = self._out(self.real.assemble(shape, dtype,
+                                           [(o, ps, st, b.value) for o, ps, st, b in parts]))
+        self.program.emit("assemble", (tuple(shape), np.dtype(dtype),
+                                       tuple((o, tuple(ps), tuple(st)) for o, ps, st, _ in parts)),
+                          tuple(b.index for *_, b in parts), (out,))
+        return out
+
+    def take(self, buf: Slot, index: np.ndarray) -> Slot:
+        index = np.array(index, dtype=np.int64)
+        out = self._out(self.real.take(buf.value, index))
+        self.program.emit("take", (index,), (buf.index,), (out,))
+        return out
+
+    def scatter_add(self, shape: tuple[int, ...], dtype: Any, index: np.ndarray, g: Any,
+                    unique: bool = False) -> Slot:
+        index = np.array(index, dtype=np.int64)
+        g = self._operand(g)
+        out = self._out(self.real.scatter_add(shape, dtype, index, g.value, unique))
+        self.program.emit("scatter_add", (tuple(shape), np.dtype(dtype), index, unique),
+                          (g.index,), (out,))
+        return out
+
+    # -- fused kernels --
+    def linear(self, x: Slot, w: Slot, b: Any) -> Slot:
+        x, w = self._operand(x), self._operand(w)
+        b = None if b is None else self._operand(b)
+        out = self._out(self.real.linear(x.value, w.value, _real(b)))
+        self.program.emit("linear", (), (x.index, w.index, _ref(b)), (out,))
+        return out
+
+    def linear_vjp(self, g: Slot, x: Any, w: Any, needs: tuple[bool, bool, bool]
+                   ) -> tuple[Any, Any, Any]:
+        g = self._operand(g)
+        x = None if x is None else self._operand(x)
+        w = None if w is None else self._operand(w)
+        found = self.real.linear_vjp(g.value, _real(x), _real(w), needs)
+        outs = [None if v is None else self._out(v) for v in found]
+        self.program.emit("linear_vjp", (tuple(needs),), (g.index, _ref(x), _ref(w)),
+                          [o for o in outs if o is not None])
+        return outs[0], outs[1], outs[2]
+
+    def cross_entropy(self, z: Slot, target: np.ndarray, divisor: float) -> tuple[Slot, Any]:
+        target = np.array(target, dtype=np.int64)
+        loss, saved = self.real.cross_entropy(z.value, target, divisor)
+        out = self._out(loss)
+        state = self.program._opaque(saved)
+        self.program.emit("cross_entropy", (target, float(divisor)), (z.index,),
+                          (out, state))
+        return out, state
+
+    def cross_entropy_vjp(self, saved: Opaque, target: np.ndarray, scale: Any) -> Slot:
+        target = np.array(target, dtype=np.int64)
+        scale = self._operand(scale)
+        value = self.real.cross_entropy_vjp(saved.value, target, float(np.asarray(
+            self.real.to_numpy(scale.value)).reshape(())) if isinstance(scale, Slot)
+            else scale)
+        out = self._out(value)
+        self.program.emit("cross_entropy_vjp", (target,), (saved.index, _ref(scale)), (out,))
+        return out
+
+
+# ---- replay: the instructions bound to one backend, run in order ----
+
+def live_instructions(program: Program, outputs: Sequence[int]) -> list[Instruction]:
+    """The instructions ``outputs`` need (and every guard before the last of them), in
+    order: the value alone skips the backward sweep's kernels."""
+    needed = set(outputs)
+    keep: list[Instruction] = []
+    for ins in reversed(program.instructions):
+        if ins.op == "guard" or any(o in needed for o in ins.outs):
+            keep.append(ins)
+            needed.update(i for i in ins.ins if type(i) is int)
+    keep.reverse()
+    return keep
+
+
+def _last_uses(instructions: list[Instruction], program: Program,
+               keep: set[int]) -> list[list[int]]:
+    """For each instruction, the slots read for the last time there (freed after it)."""
+    last: dict[int, int] = {}
+    for k, ins in enumerate(instructions):
+        for i in ins.ins:
+            if type(i) is int:
+                last[i] = k
+        for i in ins.outs:
+            last.setdefault(i, k)
+    free: list[list[int]] = [[] for _ in instructions]
+    for slot, k in last.items():
+        if slot not in keep and slot not in program.constants:
+            free[k].append(slot)
+    return free
+
+
+class BoundProgram:
+    """A Program's instructions prepared for one backend: each a Python call of the
+    backend's kernel (one per instruction, no tape, no Tensor objects); slots freed after
+    their last reader. ``run(inputs)`` returns the ``outputs`` slots' buffers."""
+
+    def __init__(self, program: Program, be: Any, outputs: Sequence[int],
+                 on_guard: Any) -> None:
+        self.program, self.be, self.outputs = program, be, tuple(outputs)
+        self.constants = {i: (v if program.dtypes[i] is None else be.asarray(v, v.dtype))
+                          for i, v in program.constants.items()}
+        self.instructions = live_instructions(program, self.outputs)
+        self.steps = [step(ins, be, on_guard) for ins in self.instructions]
+        self.free = _last_uses(self.instructions, program,
+                               set(self.outputs) | set(program.inputs))
+        self.size = len(program.shapes)
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        slots: list[Any] = [None] * self.size
+        for i, v in self.constants.items():
+            slots[i] = v
+        for i, v in zip(self.program.inputs, inputs):
+            slots[i] = v
+        for step, free in zip(self.steps, self.free):
+            step(slots)
+            for i in free:
+                slots[i] = None
+        return [slots[i] for i in self.outputs]
+
+
+def _arg(slots: list[Any], i: Any) -> Any:
+    return slots[i] if type(i) is int else i
+
+
+def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
+    """One instruction as a function of the slot list, on backend ``be``."""
+    op, p, a, o = ins.op, ins.params, ins.ins, ins.outs
+    if op == "map":
+        label, exprs, names, shape, dtypes = p
+        kernel = be.prepared_map(label, exprs, names)
+
+        def run_map(s: list[Any]) -> None:
+            outs = kernel(tuple(s[i] if type(i) is int else i for i in a), shape, dtypes)
+            for k, v in zip(o, outs):
+                s[k] = v
+        return run_map
+    if op == "guard":
+        (recorded,) = p
+
+        def run_guard(s: list[Any]) -> None:
+            value = np.asarray(be.to_numpy(s[a[0]]))
+            if not np.array_equal(value, recorded, equal_nan=True):
+                on_guard(value, recorded)
+        return run_guard
+    if op == "cross_entropy":
+        target, divisor = p
+
+        def run_ce(s: list[Any]) -> None:
+            s[o[0]], s[o[1]] = be.cross_entropy(s[a[0]], target, divisor)
+        return run_ce
+    if op == "cross_entropy_vjp":
+        (target,) = p
+
+        def run_ce_vjp(s: list[Any]) -> None:
+            scale = s[a[1]] if type(a[1]) is int else a[1]
+            if not isinstance(scale, float):
+                scale = float(np.asarray(be.to_numpy(scale)).reshape(()))
+            s[o[0]] = be.cross_entropy_vjp(s[a[0]], target, scale)
+        return run_ce_vjp
+    if op == "linear_vjp":
+        (needs,) = p
+
+        def run_linear_vjp(s: list[Any]) -> None:
+            found = be.linear_vjp(s[a[0]], _arg(s, a[1]), _arg(s, a[2]), needs)
+            for k, v in zip(o, (v for v in found if v is not None)):
+                s[k] = v
+        return run_linear_vjp
+    call = _SIMPLE[op]
+
+    def run(s: list[Any]) -> None:
+        s[o[0]] = call(be, p, [s[i] if type(i) is int else i for i in a])
+    return run
+
+
+_SIMPLE: dict[str, Any] = {
+    "reshape": lambda be, p, a: be.reshape(a[0], p[0]),
+    "reduce": lambda be, p, a: be.reduce(p[0], a[0], p[1]),
+    "matmul": lambda be, p, a: be.matmul(a[0], a[1], p[0], p[1]),
+    "strided": lambda be, p, a: be.strided(a[0], p[0], p[1], p[2]),
+    "assemble": lambda be, p, a: be.assemble(p[0], p[1], [part + (b,) for part, b in
+                                                          zip(p[2], a)]),
+    "take": lambda be, p, a: be.take(a[0], p[0]),
+    "scatter_add": lambda be, p, a: be.scatter_add(p[0], p[1], p[2], a[0], p[3]),
+    "linear": lambda be, p, a: be.linear(a[0], a[1], a[2]),
+}

@@ -1,0 +1,475 @@
+"""Recorded tensor programs as generated C on the numpy device: fusion and buffer planning.
+
+``fused(program, outputs, on_guard)`` turns the instructions a result needs
+(``_program.live_instructions``) into a schedule:
+
+- **C segments**: maximal runs of elementwise maps, strided and gathered reads,
+  reductions, assembles and scatter-adds, rendered into one C function each. Inside a
+  segment, instructions whose output has one shape form a *group*: one loop over the
+  elements, every value in a register (``v12``), each written to memory only where a later
+  group, a Python step or the caller reads it. A reduction of a value of the group
+  accumulates inside the same loop; a slice's adjoint (assemble) and a scatter write
+  straight from it. Expressions are the rule table's strings (the same the eager kernels
+  and the OpenCL kernels use), rendered by ``_expr`` over ``_helpers.h``.
+- **Python steps**: matmul and ``linear`` (BLAS through numpy), the cross-entropy kernels
+  and guards, as ``_program.step`` runs them.
+- **Buffers** are planned once: a reshape is the same memory; values stored for later
+  groups get workspace buffers, shared between values whose lives (in groups) do not
+  overlap; results are new arrays each call.
+
+The C is compiled by ``easyad._compile.build`` (gcc, cached on disk by the source's hash,
+``ad.CompilerWarning`` and the unfused program when there is no compiler). Reductions add
+in loop order (numpy adds pairwise), so sums can differ from eager execution in the last
+bits. Float32 values are computed in double and rounded when stored.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from easyad import _compile, _expr
+from easyad._core import _point_at, _segment_call
+from easyad.tensor._program import Instruction, Program, live_instructions, step
+
+_C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
+            np.dtype(np.bool_): "unsigned char"}
+_ELEMENTWISE = {"map", "strided", "take"}
+_SINKS = {"reduce", "assemble", "scatter_add"}
+_C_OPS = _ELEMENTWISE | _SINKS | {"reshape"}
+
+
+def _literal(v: float) -> str:
+    if math.isnan(v):
+        return "NAN"
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return repr(float(v))
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, step_ = [], 1
+    for n in reversed(shape):
+        out.append(step_)
+        step_ *= n
+    return out[::-1]
+
+
+def _offset(group: tuple[int, ...], strides: Sequence[int], base: int = 0) -> str:
+    """The element offset, for flat index i over ``group``, of a view with ``strides`` (in
+    elements, aligned to group's dims; 0 where broadcast) and ``base``."""
+    if list(strides) == _strides(group):
+        return f"{base} + i" if base else "i"
+    inner = _strides(group)
+    terms = [] if not base else [str(base)]
+    for d, (n, s) in enumerate(zip(group, strides)):
+        if s == 0 or n == 1:
+            continue
+        idx = f"i / {inner[d]}" if inner[d] != 1 else "i"
+        if d > 0:
+            idx = f"({idx}) % {n}"
+        terms.append(f"({idx}) * {s}" if s != 1 else f"({idx})")
+    return " + ".join(terms) if terms else "0"
+
+
+def _broadcast_strides(shape: tuple[int, ...], group: tuple[int, ...]) -> list[int]:
+    own = _strides(shape)
+    pad = len(group) - len(shape)
+    return [0] * pad + [0 if n == 1 else s for n, s in zip(shape, own)]
+
+
+class _Plan:
+    """What the renderer decided: per slot its root (reshapes share memory), where each
+    instruction went, and the C source."""
+
+    def __init__(self, program: Program, instructions: list[Instruction],
+                 outputs: Sequence[int]) -> None:
+        self.program = program
+        self.root: dict[int, int] = {}
+        for ins in instructions:
+            if ins.op == "reshape" and type(ins.ins[0]) is int:
+                self.root[ins.outs[0]] = self.root.get(ins.ins[0], ins.ins[0])
+        # schedule: segments of C-able instructions, Python steps between
+        self.schedule: list[tuple[str, Any]] = []
+        for ins in instructions:
+            if ins.op == "reshape":
+                continue
+            if ins.op in _C_OPS and self._renderable(ins):
+                if not self.schedule or self.schedule[-1][0] != "c":
+                    self.schedule.append(("c", []))
+                self.schedule[-1][1].append(ins)
+            else:
+                self.schedule.append(("py", ins))
+        self.outputs = list(outputs)
+        self.aux: list[np.ndarray] = []       # index arrays the C reads (after the slots)
+
+    def r(self, slot: int) -> int:
+        return self.root.get(slot, slot)
+
+    def _renderable(self, ins: Instruction) -> bool:
+        p = self.program
+        dts = [p.dtypes[o] for o in ins.outs] + [p.dtypes[i] for i in ins.ins
+                                                  if type(i) is int]
+        if any(dt not in _C_TYPES for dt in dts):
+            return False
+        if ins.op == "map":
+            return all(type(i) is int or type(i) is float for i in ins.ins)
+        if ins.op == "reduce":
+            return ins.params[0] in ("sum", "max", "min")
+        return True
+
+
+class _Renderer:
+    """C of one segment (see the module docstring)."""
+
+    def __init__(self, plan: _Plan, needed_later: set[int]) -> None:
+        self.plan, self.p = plan, plan.program
+        self.needed_later = needed_later          # slots read outside their group
+        self.lines: list[str] = []
+
+    def ptr(self, slot: int) -> str:
+        s = self.plan.r(slot)
+        return f"(({_C_TYPES[self.p.dtypes[slot]]}*)P[{s}])"
+
+    def aux(self, array: np.ndarray) -> str:
+        self.plan.aux.append(np.ascontiguousarray(array, dtype=np.int64))
+        return f"((const long*)P[{len(self.p.shapes) + len(self.plan.aux) - 1}])"
+
+    def render(self, instructions: list[Instruction], index: int) -> str:
+        groups: list[tuple[tuple[int, ...], list[Instruction]]] = []
+        for ins in instructions:
+            shape = self._loop_shape(ins)
+            if groups and groups[-1][0] == shape and self._joins(groups[-1][1], ins, shape):
+                groups[-1][1].append(ins)
+            else:
+                groups.append((shape, [ins]))
+        body = [self._group(shape, members) for shape, members in groups]
+        return (f"void easyad_segment_{index}(void** P) {{\n" + "\n".join(body) + "}\n")
+
+    def _loop_shape(self, ins: Instruction) -> tuple[int, ...]:
+        p = self.p
+        if ins.op in _ELEMENTWISE:
+            return p.shapes[ins.outs[0]]
+        if ins.op == "assemble":
+            return tuple(ins.params[2][0][1]) if len(ins.params[2]) == 1 else ("assemble",)
+        if ins.op == "scatter_add":
+            return tuple(ins.params[2].shape)  # over the index (g may broadcast to it)
+        return p.shapes[ins.ins[0]]           # reduce: over its input
+
+    def _joins(self, members: list[Instruction], ins: Instruction,
+               shape: tuple[int, ...]) -> bool:
+        made = set()
+        sunk = set()
+        for m in members:
+            (sunk if m.op in _SINKS else made).update(self.plan.r(o) for o in m.outs)
+        reads = [self.plan.r(i) for i in ins.ins if type(i) is int]
+        if any(r in sunk for r in reads):
+            return False
+        if ins.op in ("strided", "take") and any(r in made for r in reads):
+            return False          # read at other positions than i: needs the whole array
+        if ins.op == "map":
+            for i in ins.ins:
+                if type(i) is int and self.plan.r(i) in made and self.p.shapes[i] != shape:
+                    return False
+        if ins.op in _SINKS:
+            if ins.op == "assemble" and len(ins.params[2]) != 1:
+                return False
+            # a sink of a value made here: its input must be of the loop's shape
+            return all(self.p.shapes[i] == shape for i in ins.ins if type(i) is int)
+        return True
+
+    def _group(self, shape: Any, members: list[Instruction]) -> str:
+        if shape == ("assemble",):
+            return self._assemble_apart(members[0])
+        p, plan = self.p, self.plan
+        n = math.prod(shape)
+        regs: dict[int, str] = {}          # root slot -> register name
+        loads: dict[str, str] = {}         # memory read (or constant) -> its name
+        pre, loop, post = [], [], []
+        for ins in members:
+            op, params, outs = ins.op, ins.params, ins.outs
+
+            def value(i: Any) -> str:
+                """A name (or plain literal) for operand i inside the loop."""
+                if type(i) is float:
+                    if math.isfinite(i):
+                        return repr(i) if i >= 0 else f"({i!r})"
+                    name = f"k{len(loads)}"
+                    loads[name] = name
+                    pre.append(f"    const double {name} = {_literal(i)};")
+                    return name
+                s = plan.r(i)
+                if s in regs:
+                    return regs[s]
+                strides = _broadcast_strides(p.shapes[i], shape)
+                load = f"{self.ptr(i)}[{_offset(shape, strides)}]"
+                name = loads.get(load)
+                if name is None:
+                    name = loads[load] = f"l{len(loads)}"
+                    loop.append(f"        const {_C_TYPES[p.dtypes[i]]} {name} = {load};")
+                return name
+            if op == "map":
+                label, exprs, names, out_shape, dtypes = params
+                mapping = {name: value(i) for name, i in zip(names, ins.ins)}
+                for o, expr, dt in zip(outs, exprs, dtypes):
+                    text = _expr.render(_expr.substitute(expr, mapping), "c")
+                    reg = f"v{o}"
+                    loop.append(f"        const {_C_TYPES[np.dtype(dt)]} {reg} = "
+                                f"({_C_TYPES[np.dtype(dt)]})({text});")
+                    regs[plan.r(o)] = reg
+            elif op == "strided":
+                offset, _, strides = params
+                src = ins.ins[0]
+                o = outs[0]
+                loop.append(f"        const {_C_TYPES[p.dtypes[o]]} v{o} = "
+                            f"{self.ptr(src)}[{_offset(shape, strides, offset)}];")
+                regs[plan.r(o)] = f"v{o}"
+            elif op == "take":
+                (index,) = params
+                o = outs[0]
+                idx = self.aux(index.reshape(-1))
+                loop.append(f"        const {_C_TYPES[p.dtypes[o]]} v{o} = "
+                            f"{self.ptr(ins.ins[0])}[{idx}[i]];")
+                regs[plan.r(o)] = f"v{o}"
+            elif op == "reduce":
+                self._reduce(ins, shape, value(ins.ins[0]), pre, loop, post)
+            elif op == "assemble":
+                out_shape, dtype, parts = params
+                (offset, _, strides), = parts
+                o = outs[0]
+                pre.append(f"    memset(P[{plan.r(o)}], 0, {math.prod(out_shape)} * "
+                           f"sizeof({_C_TYPES[p.dtypes[o]]}));")
+                src = ins.ins[0]   # of the part's size (its own shape may differ)
+                read = regs.get(plan.r(src)) or f"{self.ptr(src)}[i]"
+                loop.append(f"        {self.ptr(o)}[{_offset(shape, strides, offset)}] = "
+                            f"{read};")
+            elif op == "scatter_add":
+                out_shape, dtype, index, unique = params
+                o = outs[0]
+                idx = self.aux(index.reshape(-1))
+                pre.append(f"    memset(P[{plan.r(o)}], 0, {math.prod(out_shape)} * "
+                           f"sizeof({_C_TYPES[p.dtypes[o]]}));")
+                loop.append(f"        {self.ptr(o)}[{idx}[i]] += {value(ins.ins[0])};")
+        # stores: values of the loop read after it
+        for ins in members:
+            if ins.op in _ELEMENTWISE:
+                for o in ins.outs:
+                    if plan.r(o) in self.needed_later:
+                        loop.append(f"        {self.ptr(o)}[i] = v{o};")
+        return ("    {\n" + "\n".join(pre) + ("\n" if pre else "")
+                + f"    for (long i = 0; i < {n}L; i++) {{\n" + "\n".join(loop)
+                + "\n    }\n" + "\n".join(post) + ("\n" if post else "") + "    }\n")
+
+    def _reduce(self, ins: Instruction, shape: tuple[int, ...], v: str, pre: list[str],
+                loop: list[str], post: list[str]) -> None:
+        op, axes = ins.params
+        o = ins.outs[0]
+        ctype = _C_TYPES[self.p.dtypes[o]]
+        init = {"sum": "0.0", "max": "(-INFINITY)", "min": "INFINITY"}[op]
+        if op == "sum":
+            update = "{acc} += {v};"
+        else:
+            cmp = ">" if op == "max" else "<"
+            update = f"{{{{ const double t_ = {{v}}; if (t_ != t_ || t_ {cmp} {{acc}}) " \
+                     f"{{acc}} = t_; }}}}"
+        out_size = math.prod(self.p.shapes[o])
+        if out_size == 1:
+            # eight running sums (fewer rounding steps in a row, as numpy's pairwise sum)
+            lanes = 8 if op == "sum" else 1
+            pre.append(f"    double acc{o}[{lanes}] = {{{', '.join([init] * lanes)}}};")
+            acc = f"acc{o}[i & {lanes - 1}]" if lanes > 1 else f"acc{o}[0]"
+            loop.append("        " + update.format(acc=acc, v=v))
+            total = " + ".join(f"acc{o}[{k}]" for k in range(lanes)) if lanes > 1 \
+                else f"acc{o}[0]"
+            if op != "sum":
+                total = f"acc{o}[0]"
+            post.append(f"    {self.ptr(o)}[0] = ({ctype})({total});")
+            return
+        kept = [0 if d in axes else s for d, s in
+                enumerate(_strides(tuple(1 if d in axes else n
+                                         for d, n in enumerate(shape))))]
+        pre.append(f"    for (long j = 0; j < {out_size}L; j++) {self.ptr(o)}[j] = {init};")
+        loop.append("        " + update.format(acc=f"{self.ptr(o)}[{_offset(shape, kept)}]",
+                                               v=v))
+
+    def _assemble_apart(self, ins: Instruction) -> str:
+        out_shape, dtype, parts = ins.params
+        o = ins.outs[0]
+        lines = [f"    memset(P[{self.plan.r(o)}], 0, {math.prod(out_shape)} * "
+                 f"sizeof({_C_TYPES[self.p.dtypes[o]]}));"]
+        for (offset, pshape, strides), src in zip(parts, ins.ins):
+            n = math.prod(pshape)
+            lines.append(f"    for (long i = 0; i < {n}L; i++) "
+                         f"{self.ptr(o)}[{_offset(tuple(pshape), strides, offset)}] = "
+                         f"{self.ptr(src)}[i];")
+        return "    {\n" + "\n".join(lines) + "\n    }\n"
+
+
+class FusedProgram:
+    """The schedule of ``_Plan`` bound to its compiled segments; ``run(inputs)`` as
+    ``BoundProgram.run`` (numpy arrays in, new numpy arrays out)."""
+
+    def __init__(self, plan: _Plan, library: Any, be: Any, on_guard: Any,
+                 stored: set[int], source: str) -> None:
+        p = plan.program
+        self.plan, self.source, self.be = plan, source, be
+        self.n_slots = len(p.shapes)
+        self.inputs = list(p.inputs)
+        self.outputs = plan.outputs
+        self._lock = threading.Lock()
+        # the slots written in C and read after: a fresh array for outputs, else workspace
+        fresh = {plan.r(o) for o in plan.outputs}
+        made_in_python = {plan.r(o) for kind, item in plan.schedule if kind == "py"
+                          for o in item.outs}
+        stored = {s for s in stored if s not in made_in_python and p.dtypes[s] is not None}
+        self.made_in_python = made_in_python
+        self.base: list[Any] = [None] * (self.n_slots + len(plan.aux))
+        for i, v in p.constants.items():
+            if p.dtypes[i] is not None:
+                self.base[i] = np.ascontiguousarray(v)
+        self.base[self.n_slots:] = plan.aux
+        self.fresh = sorted(s for s in stored if s in fresh and s not in p.inputs
+                            and s not in p.constants)
+        work = sorted(s for s in stored if s not in fresh and s not in p.inputs
+                      and s not in p.constants)
+        for s in work:
+            self.base[s] = np.empty(p.shapes[s], dtype=p.dtypes[s])
+        self.pointers = np.zeros(len(self.base), dtype=np.uint64)
+        for k, a in enumerate(self.base):
+            if isinstance(a, np.ndarray):
+                _point_at(self.pointers, k, a)
+        # the GIL is let go around segments that loop long enough to repay it
+        release = max((math.prod(sh) for sh in p.shapes), default=0) >= 1 << 14
+        self.steps: list[tuple[Any, Any, tuple[int, ...], tuple[int, ...]]] = []
+        n_segment = 0
+        for kind, item in plan.schedule:
+            if kind == "c":
+                fn = getattr(library, f"easyad_segment_{n_segment}")
+                address = ctypes.cast(fn, ctypes.c_void_p).value
+                n_segment += 1
+                self.steps.append((address, release, (), ()))
+            else:
+                aliases = tuple(i for i in item.ins if type(i) is int and plan.r(i) != i)
+                self.steps.append((None, step(item, be, on_guard), aliases, item.outs))
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        with self._lock:
+            return self._run(inputs)
+
+    def _run(self, inputs: Sequence[Any]) -> list[Any]:
+        plan, p = self.plan, self.plan.program
+        arrays = list(self.base)
+        pointers = self.pointers
+        for s, a in zip(self.inputs, inputs):
+            a = np.ascontiguousarray(a)
+            arrays[s] = a
+            _point_at(pointers, s, a)
+        for s in self.fresh:
+            a = np.empty(p.shapes[s], dtype=p.dtypes[s])
+            arrays[s] = a
+            _point_at(pointers, s, a)
+        for fn, run, aliases, outs in self.steps:
+            if fn is not None:
+                _segment_call(fn, pointers, run)
+                continue
+            for s in aliases:
+                arrays[s] = arrays[plan.r(s)].reshape(p.shapes[s])
+            run(arrays)
+            for s in outs:
+                a = arrays[s]
+                if isinstance(a, np.ndarray):
+                    if not a.flags.c_contiguous:
+                        a = arrays[s] = np.ascontiguousarray(a)
+                    _point_at(pointers, s, a)
+        out = []
+        fresh = set(self.fresh) | self.made_in_python
+        for s in self.outputs:
+            root = plan.r(s)
+            a = arrays[root]
+            if root not in fresh:
+                a = np.array(a)        # workspace, an input or a constant: a copy
+                arrays[root] = a
+                fresh.add(root)
+            out.append(a.reshape(p.shapes[s]))
+        return out
+
+
+def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
+          ) -> FusedProgram | None:
+    """The fused, compiled program for ``outputs`` on the numpy backend ``be``; None when
+    nothing would be compiled (no C-able instruction) or no compiler works."""
+    instructions = live_instructions(program, outputs)
+    plan = _Plan(program, instructions, outputs)
+    segments = [item for kind, item in plan.schedule if kind == "c"]
+    if not segments:
+        return None
+    # which values are read outside the group that makes them: by Python steps, outputs,
+    # other segments; computed by rendering once with everything stored, then again
+    stored = _stored(plan, outputs)
+    renderer = _Renderer(plan, stored)
+    source = ["/* GENERATED by easyad/tensor/_program_c.py from a recorded tensor program: "
+              "do not edit. */",
+              "#include <math.h>", "#include <string.h>", '#include "_ops.h"', ""]
+    source += [renderer.render(seg, k) for k, seg in enumerate(segments)]
+    text = "\n".join(source)
+    path = _compile.build(text, sum(len(s) for s in segments))
+    if path is None:
+        return None
+    return FusedProgram(plan, _compile._load(path), be, on_guard, stored, text)
+
+
+def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
+    """Slots (roots) that must be in memory: read by a Python step, a strided/take read, a
+    sink's later reader, an output, or by an instruction in another group. Conservative:
+    every slot read by an instruction other than an elementwise one of the same shape
+    right after, i.e. everything but values used only by later members of one group is
+    kept; the renderer decides groups, so this asks it."""
+    p = plan.program
+    r = plan.r
+    readers: dict[int, list[Instruction]] = {}
+    producer: dict[int, Instruction] = {}
+    for kind, item in plan.schedule:
+        members = item if kind == "c" else [item]
+        for ins in members:
+            for i in ins.ins:
+                if type(i) is int:
+                    readers.setdefault(r(i), []).append(ins)
+            for o in ins.outs:
+                producer[r(o)] = ins
+    # group membership, as the renderer will form groups
+    group_of: dict[int, int] = {}
+    probe = _Renderer(plan, set())
+    g = 0
+    for kind, item in plan.schedule:
+        if kind != "c":
+            g += 1
+            group_of[id(item)] = g
+            continue
+        current: list[Instruction] = []
+        shape: Any = None
+        for ins in item:
+            s = probe._loop_shape(ins)
+            if current and s == shape and probe._joins(current, ins, s):
+                current.append(ins)
+            else:
+                g += 1
+                current, shape = [ins], s
+            group_of[id(ins)] = g
+        g += 1
+    stored = {r(o) for o in outputs}
+    for slot, ins in producer.items():
+        if ins.op in _SINKS or slot in p.inputs:
+            stored.add(slot)
+            continue
+        for reader in readers.get(slot, []):
+            if group_of.get(id(reader)) != group_of.get(id(ins)) or reader.op not in _C_OPS:
+                stored.add(slot)
+                break
+    for ins in producer.values():
+        if ins.op not in _C_OPS or not plan._renderable(ins):
+            stored.update(r(o) for o in ins.outs)
+    return stored - set(p.inputs) - set(p.constants)
