@@ -102,6 +102,27 @@ def _like(*vs: Any) -> TensorBase | None:
     return next((v for v in vs if isinstance(v, TensorBase)), None)
 
 
+# where the strong zero applies, as kernels of the operands' values (a recorded program
+# cannot read values on the host: its masks are computed at every replay)
+_STRONG_MUL = ("choose(x == 0.0, choose(y - y == 0.0, 0.0, 1.0), "
+               "choose(y == 0.0, choose(x - x == 0.0, 0.0, 1.0), 0.0))")
+_STRONG_DIV = "choose(x == 0.0, choose(y == 0.0, 1.0, choose(y == y, 0.0, 1.0)), 0.0)"
+
+
+def _kernel_mask(expr: str, a: Any, b: Any, like: TensorBase) -> TensorBase:
+    """A constant boolean tensor: ``expr`` of the values of a and b, as a kernel."""
+    be = like._backend
+    shapes_ = [v._shape for v in (a, b) if isinstance(v, TensorBase)]
+    shape = shapes.broadcast("mul0", *shapes_) if len(shapes_) == 2 else shapes_[0]
+    data = [v._data if isinstance(v, TensorBase) else float(number_of(v)) for v in (a, b)]
+    (mask,) = be.map("strong_zero", (expr,), {"x": data[0], "y": data[1]}, shape, (BOOL,))
+    return wrap(type(like), be, mask, shape, BOOL)
+
+
+def _recording(like: TensorBase) -> bool:
+    return bool(like._backend.kind == "program")
+
+
 def _mul0(a: Any, b: Any) -> Any:
     # as the generic helper, elementwise: a zero factor against inf or NaN gives exactly 0;
     # elsewhere the plain product, so a factor whose value is 0 still passes on its
@@ -109,6 +130,8 @@ def _mul0(a: Any, b: Any) -> Any:
     like = _like(a, b)
     if like is None:
         return generic_namespace()["mul0"](a, b)
+    if _recording(like):
+        return where(_kernel_mask(_STRONG_MUL, a, b, like), 0.0, a * b)
     va, vb = _values(a), _values(b)
     with np.errstate(invalid="ignore"):
         strong = ((va == 0) & ~np.isfinite(vb)) | ((vb == 0) & ~np.isfinite(va))
@@ -123,6 +146,9 @@ def _div0(a: Any, b: Any) -> Any:
     like = _like(a, b)
     if like is None:
         return generic_namespace()["div0"](a, b)
+    if _recording(like):
+        mask = _kernel_mask(_STRONG_DIV, a, b, like)
+        return where(mask, 0.0, a / where(mask, 1.0, b))
     va, vb = _values(a), _values(b)
     zero = (va == 0) & ((vb == 0) | np.isnan(vb))
     if not zero.any():
@@ -131,11 +157,15 @@ def _div0(a: Any, b: Any) -> Any:
     return where(mask, 0.0, a / where(mask, 1.0, b))
 
 
-def _piecewise(function: Any, generic: Any) -> Any:
+def _piecewise(name: str, function: Any, generic: Any) -> Any:
     # a piecewise-constant helper: its value as a constant (no derivative)
     def apply(t: Any) -> Any:
         if not isinstance(t, TensorBase):
             return generic(t)
+        if _recording(t):
+            (data,) = t._backend.map(name, (f"{name}(x)",), {"x": t._data}, t._shape,
+                                     (t._dtype,))
+            return wrap(type(t), t._backend, data, t._shape, t._dtype)
         out = function(t.value)
         return wrap(type(t), t._backend, t._backend.asarray(out, t._dtype), t._shape,
                     t._dtype)
@@ -147,8 +177,9 @@ def tensor_namespace() -> Mapping[str, Any]:
     """The generic namespace with the value-reading helpers made elementwise."""
     ns = dict(generic_namespace())
     ns.update(mul0=_mul0, div0=_div0, choose=where,
-              sign=_piecewise(np.sign, ns["sign"]),
-              heaviside=_piecewise(lambda v: np.heaviside(v, 0.5), ns["heaviside"]))
+              sign=_piecewise("sign", np.sign, ns["sign"]),
+              heaviside=_piecewise("heaviside", lambda v: np.heaviside(v, 0.5),
+                                   ns["heaviside"]))
     return ns
 
 
