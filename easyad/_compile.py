@@ -777,9 +777,10 @@ def _headers() -> list[str] | None:
     return [f"-I{folder}" for folder in folders]
 
 
-def build(source: str, entries: int) -> str | None:
+def build(source: str, entries: int, extra: tuple[str, ...] = ()) -> str | None:
     """The path of the shared object compiled from source (from the cache when there),
-    or None, with a CompilerWarning, when it cannot be compiled."""
+    or None, with a CompilerWarning, when it cannot be compiled. ``extra``: more flags
+    (tried first; the build is tried again without them if the compiler refuses)."""
     argv = compiler()
     if argv is None:
         tried = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
@@ -796,8 +797,9 @@ def build(source: str, entries: int) -> str | None:
         return None
     level = ["-O1", "-ftree-loop-vectorize"] if entries >= _BIG else ["-O3"]
     choices = []
-    for native in (True, False):
-        flags = [*level, *_FLAGS, *([_NATIVE] if native else [])]
+    tries = [(True, extra)] + ([(True, ())] if extra else []) + [(False, ())]
+    for native, more in tries:
+        flags = [*level, *_FLAGS, *more, *([_NATIVE] if native else [])]
         digest = hashlib.sha256("\0".join(
             [str(_FORMAT), source, " ".join(argv), " ".join(flags), platform.machine(),
              _cpu() if native else "", sys.platform, sys.implementation.cache_tag or ""]

@@ -276,7 +276,7 @@ def test_wrong_inputs_say_what_was_recorded():
 
 
 def test_without_a_compiler_the_kernels_run_one_by_one(monkeypatch):
-    monkeypatch.setattr(_compile, "build", lambda source, entries: None)
+    monkeypatch.setattr(_compile, "build", lambda *args, **kwargs: None)
     F = ad.record(rosen, np.zeros(6), tensor=True)
     x = RNG.normal(size=6)
     close(F.gradient(x), rosen_gradient(x))

@@ -132,12 +132,18 @@ class _Renderer:
         self.lines: list[str] = []
 
     def ptr(self, slot: int) -> str:
+        """The slot's memory as a local pointer of the segment (loaded from P once, so
+        the compiler knows no store of the loop changes it, and vectorises)."""
         s = self.plan.r(slot)
-        return f"(({_C_TYPES[self.p.dtypes[slot]]}*)P[{s}])"
+        self.used[s] = f"    {_C_TYPES[self.p.dtypes[slot]]}* const p{s} = " \
+                       f"({_C_TYPES[self.p.dtypes[slot]]}*)P[{s}];"
+        return f"p{s}"
 
     def aux(self, array: np.ndarray) -> str:
         self.plan.aux.append(np.ascontiguousarray(array, dtype=np.int64))
-        return f"((const long*)P[{len(self.p.shapes) + len(self.plan.aux) - 1}])"
+        k = len(self.p.shapes) + len(self.plan.aux) - 1
+        self.used[k] = f"    const long* const p{k} = (const long*)P[{k}];"
+        return f"p{k}"
 
     def render(self, instructions: list[Instruction], index: int) -> str:
         groups: list[tuple[tuple[int, ...], list[Instruction]]] = []
@@ -147,8 +153,11 @@ class _Renderer:
                 groups[-1][1].append(ins)
             else:
                 groups.append((shape, [ins]))
+        self.used: dict[int, str] = {}
         body = [self._group(shape, members) for shape, members in groups]
-        return (f"void easyad_segment_{index}(void** P) {{\n" + "\n".join(body) + "}\n")
+        pointers = [self.used[k] for k in sorted(self.used)]
+        return (f"void easyad_segment_{index}(void** P) {{\n" + "\n".join(pointers) + "\n"
+                + "\n".join(body) + "}\n")
 
     def _loop_shape(self, ins: Instruction) -> tuple[int, ...]:
         p = self.p
@@ -254,13 +263,21 @@ class _Renderer:
                 pre.append(f"    memset(P[{plan.r(o)}], 0, {math.prod(out_shape)} * "
                            f"sizeof({_C_TYPES[p.dtypes[o]]}));")
                 loop.append(f"        {self.ptr(o)}[{idx}[i]] += {value(ins.ins[0])};")
+        # lanes may run together (vectorised) unless two iterations write one place:
+        # scatters, reductions along axes, max/min (whose NaN rule is not a reduction)
+        sums = [f"acc{ins.outs[0]}" for ins in members if ins.op == "reduce"
+                and ins.params[0] == "sum" and math.prod(p.shapes[ins.outs[0]]) == 1]
+        simd = all(ins.op not in ("scatter_add", "reduce") or f"acc{ins.outs[0]}" in sums
+                   for ins in members)
+        pragma = ["    #pragma omp simd" + (f" reduction(+:{', '.join(sums)})" if sums else "")] \
+            if simd else []
         # stores: values of the loop read after it
         for ins in members:
             if ins.op in _ELEMENTWISE:
                 for o in ins.outs:
                     if plan.r(o) in self.needed_later:
                         loop.append(f"        {self.ptr(o)}[i] = v{o};")
-        return ("    {\n" + "\n".join(pre) + ("\n" if pre else "")
+        return ("    {\n" + "\n".join(pre + pragma) + ("\n" if pre or pragma else "")
                 + f"    for (long i = 0; i < {n}L; i++) {{\n" + "\n".join(loop)
                 + "\n    }\n" + "\n".join(post) + ("\n" if post else "") + "    }\n")
 
@@ -278,16 +295,11 @@ class _Renderer:
                      f"{{acc}} = t_; }}}}"
         out_size = math.prod(self.p.shapes[o])
         if out_size == 1:
-            # eight running sums (fewer rounding steps in a row, as numpy's pairwise sum)
-            lanes = 8 if op == "sum" else 1
-            pre.append(f"    double acc{o}[{lanes}] = {{{', '.join([init] * lanes)}}};")
-            acc = f"acc{o}[i & {lanes - 1}]" if lanes > 1 else f"acc{o}[0]"
-            loop.append("        " + update.format(acc=acc, v=v))
-            total = " + ".join(f"acc{o}[{k}]" for k in range(lanes)) if lanes > 1 \
-                else f"acc{o}[0]"
-            if op != "sum":
-                total = f"acc{o}[0]"
-            post.append(f"    {self.ptr(o)}[0] = ({ctype})({total});")
+            # a sum's accumulator is a reduction of the simd loop: one running sum per
+            # vector lane (fewer rounding steps in a row, as numpy's pairwise sum)
+            pre.append(f"    double acc{o} = {init};")
+            loop.append("        " + update.format(acc=f"acc{o}", v=v))
+            post.append(f"    {self.ptr(o)}[0] = ({ctype})(acc{o});")
             return
         kept = [0 if d in axes else s for d, s in
                 enumerate(_strides(tuple(1 if d in axes else n
@@ -416,7 +428,7 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
               "#include <math.h>", "#include <string.h>", '#include "_ops.h"', ""]
     source += [renderer.render(seg, k) for k, seg in enumerate(segments)]
     text = "\n".join(source)
-    path = _compile.build(text, sum(len(s) for s in segments))
+    path = _compile.build(text, sum(len(s) for s in segments), ("-fopenmp-simd",))
     if path is None:
         return None
     return FusedProgram(plan, _compile._load(path), be, on_guard, stored, text)
