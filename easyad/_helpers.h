@@ -31,7 +31,8 @@ static inline real_t easyad_fn_heaviside(real_t t) {
 /* Strong zero: a zero partial or a zero tangent/adjoint contributes nothing, even against
  * inf or NaN. This is what keeps an unselected where() branch from leaking NaN. */
 static inline real_t easyad_fn_mul0(real_t a, real_t b) {
-    return (a == (real_t)0 || b == (real_t)0) ? (real_t)0 : a * b;
+    /* | rather than ||: no branch, so loops of it vectorise (a select per lane) */
+    return ((a == (real_t)0) | (b == (real_t)0)) ? (real_t)0 : a * b;
 }
 #define mul0 easyad_fn_mul0
 
