@@ -335,17 +335,15 @@ def bench_chain(ctx, torch, jax):
             c = jax.jit(fn).lower(jx).compile()
             compile_s[kind] = time.perf_counter() - started
             table["jax"] = lambda c=c: c(jx).block_until_ready()
-    fused_s = None
-    try:     # issue 16 item 2's first step: the recorded chain replayed as one C loop
-        from easyad.tensor import _fusion
-        started = time.perf_counter()
-        fused = _fusion.fuse(lambda x: chain(x, ad).sum(), x0)
-        fused_s = time.perf_counter() - started
-    except (ImportError, NotImplementedError):
-        fused = None
-    if fused is not None:
-        value["fused"] = lambda: fused.value(x0)
-        grad["fused"] = lambda: fused.gradient(x0)[1]
+    # the chain recorded once (ad.record) and replayed fused: benchmarks/bench_tensor_replay
+    # times it against the others; this column keeps the eager table's comparison
+    started = time.perf_counter()
+    fused_value = ad.record(lambda x: chain(x, ad), x0, tensor=True)
+    fused_grad = ad.record(lambda x: chain(x, ad).sum(), x0, tensor=True)
+    value["fused"] = lambda: fused_value(x0)
+    grad["fused"] = lambda: fused_grad.gradient(x0)
+    fused_grad.gradient(x0)
+    fused_s = time.perf_counter() - started
     ref_value = chain(x0, np)
     for name, v in value.items():
         got = v()
@@ -357,8 +355,8 @@ def bench_chain(ctx, torch, jax):
         _check(f"chain gradient {name}", np.asarray(got), ref_grad)
     rounds = max(5, ctx.rounds // 3)
     lines = [f"### Elementwise chain of 9 operations on {n:.0e} float64 values", "",
-             "easyad fused: the prototype of a recorded program replayed as one C loop "
-             "(`easyad/tensor/_fusion.py`; record + render + gcc: "
+             "easyad fused: the chain recorded once by `ad.record` and replayed as one C "
+             "loop (record + render + gcc: "
              f"{f'{fused_s:.2f} s' if fused_s is not None else 'n/a'}).", "",
              "| part | numpy | easyad | easyad fused | torch eager | jax.jit | jax compile | "
              "easyad / torch | easyad / jax.jit | easyad / fused | fused / torch | "

@@ -663,26 +663,3 @@ def test_elementwise_nodes_hold_no_closures():
     assert type(node.vjp).__name__ == "ElementwiseStep" and node.graph.__self__ is node.vjp
     np.testing.assert_allclose(ad.sum(y).derivatives()[x],
                                np.sin([1.0, 2.0]) + np.cos([1.0, 2.0]) * [1.0, 2.0])
-
-
-def test_fused_elementwise_prototype(rng):
-    """The recorded elementwise program replayed as one C loop (tensor/_fusion.py): the
-    eager values and gradient to 1e-12 at a new input; programs it does not take refused."""
-    from easyad.tensor import _fusion
-
-    def f(x):
-        return ad.sum((ad.exp(-x) * ad.sin(x) + ad.sqrt(x) * 2.0) / (1.0 + x * x) - x ** 2)
-    x0, x1 = rng.uniform(0.1, 2.0, 50), rng.uniform(0.1, 2.0, 50)
-    fused = _fusion.fuse(f, x0)
-    if fused is None:
-        pytest.skip("no C compiler")
-    lst = ad.WengertList()
-    x = ad.Tensor.variable(x1, lst)
-    y = f(x)
-    total, g = fused.gradient(x1)
-    np.testing.assert_allclose(total, y.number, rtol=1e-12)
-    np.testing.assert_allclose(g, y.derivatives()[x], rtol=1e-12, atol=1e-300)
-    value = _fusion.fuse(lambda x: ad.sqrt(x) * x, x0)
-    np.testing.assert_allclose(value.value(x1), np.sqrt(x1) * x1, rtol=1e-15)
-    with pytest.raises(NotImplementedError):
-        _fusion.fuse(lambda x: ad.sum(x[1:] * x[:-1]), x0)

@@ -76,6 +76,38 @@ def _offset(group: tuple[int, ...], strides: Sequence[int], base: int = 0) -> st
     return " + ".join(terms) if terms else "0"
 
 
+def _slice_of(out_shape: tuple[int, ...], offset: int, part: tuple[int, ...],
+              strides: tuple[int, ...]) -> list[tuple[int, int, int, int]] | None:
+    """The view (offset, part, strides) of a C-contiguous array of ``out_shape`` as a basic
+    slice: per output dim (start, step, count, the part's dim or -1 where the part has
+    none); None where it is not one (checked element by element)."""
+    cs = _strides(out_shape)
+    start, rest = [], offset
+    for c in cs:
+        start.append(rest // c)
+        rest %= c
+    spec = [(s, 1, 1, -1) for s in start]
+    d = 0
+    for k, (n, st) in enumerate(zip(part, strides)):
+        while d < len(out_shape) and not (st > 0 and st % cs[d] == 0 and
+                                          start[d] + (n - 1) * (st // cs[d]) < out_shape[d]):
+            d += 1
+        if d == len(out_shape):
+            return None
+        spec[d] = (start[d], st // cs[d], n, k)
+        d += 1
+    # the same positions as the view itself
+    want = np.asarray(offset + sum(np.indices(part).reshape(len(part), -1)[k] * st
+                                   for k, st in enumerate(strides))).reshape(-1) \
+        if part else np.array([offset])
+    grids = np.meshgrid(*[np.arange(s0, s0 + step * n, step) for s0, step, n, _ in spec],
+                        indexing="ij")
+    got = sum(g.reshape(-1) * c for g, c in zip(grids, cs)) if grids else np.array([0])
+    if want.size != np.size(got) or not np.array_equal(np.sort(want), np.sort(got)):
+        return None
+    return spec
+
+
 def _broadcast_strides(shape: tuple[int, ...], group: tuple[int, ...]) -> list[int]:
     own = _strides(shape)
     pad = len(group) - len(shape)
@@ -106,6 +138,22 @@ class _Plan:
                 self.schedule.append(("py", ins))
         self.outputs = list(outputs)
         self.aux: list[np.ndarray] = []       # index arrays the C reads (after the slots)
+        # a slice's adjoint (one part written into zeros) as an elementwise value over
+        # its output: zero outside the slice, so sums of such adjoints fuse into one loop
+        self.pads: dict[int, list[tuple[int, int, int, int]]] = {}
+        for ins in instructions:
+            if ins.op == "assemble" and len(ins.params[2]) == 1:
+                (offset, part, strides), = ins.params[2]
+                spec = _slice_of(tuple(ins.params[0]), offset, tuple(part), tuple(strides))
+                if spec is not None:
+                    self.pads[id(ins)] = spec
+
+        # workspace buffers read past their ends by pads (zeros there): root -> (lo, hi)
+        self.margins: dict[int, tuple[int, int]] = {}
+        self.workspace: set[int] = set()      # set by fused(): roots in planned buffers
+
+    def is_pad(self, ins: Instruction) -> bool:
+        return id(ins) in self.pads
 
     def r(self, slot: int) -> int:
         return self.root.get(slot, slot)
@@ -145,14 +193,32 @@ class _Renderer:
         self.used[k] = f"    const long* const p{k} = (const long*)P[{k}];"
         return f"p{k}"
 
-    def render(self, instructions: list[Instruction], index: int) -> str:
-        groups: list[tuple[tuple[int, ...], list[Instruction]]] = []
+    def groups(self, instructions: list[Instruction]) -> list[tuple[Any, list[Instruction]]]:
+        """The loops of a segment: each instruction joins the last loop of its shape when
+        every value it reads is made by then (moved up past loops of other shapes: a
+        slice's adjoint between two parts of one sweep does not split it), else starts
+        a loop of its own at the end."""
+        groups: list[tuple[Any, list[Instruction]]] = []
+        made_in: dict[int, int] = {}            # root slot -> its group
+        r = self.plan.r
         for ins in instructions:
             shape = self._loop_shape(ins)
-            if groups and groups[-1][0] == shape and self._joins(groups[-1][1], ins, shape):
-                groups[-1][1].append(ins)
+            last = max((made_in.get(r(i), -1) for i in ins.ins if type(i) is int),
+                       default=-1)
+            target = next((k for k in range(len(groups) - 1, last - 1, -1)
+                           if groups[k][0] == shape), None) if last >= 0 or groups else None
+            if target is not None and target >= last and \
+                    self._joins(groups[target][1], ins, shape):
+                groups[target][1].append(ins)
             else:
+                target = len(groups)
                 groups.append((shape, [ins]))
+            for o in ins.outs:
+                made_in[r(o)] = target
+        return groups
+
+    def render(self, instructions: list[Instruction], index: int) -> str:
+        groups = self.groups(instructions)
         self.used: dict[int, str] = {}
         body = [self._group(shape, members) for shape, members in groups]
         pointers = [self.used[k] for k in sorted(self.used)]
@@ -161,7 +227,7 @@ class _Renderer:
 
     def _loop_shape(self, ins: Instruction) -> tuple[int, ...]:
         p = self.p
-        if ins.op in _ELEMENTWISE:
+        if ins.op in _ELEMENTWISE or self.plan.is_pad(ins):
             return p.shapes[ins.outs[0]]
         if ins.op == "assemble":
             return tuple(ins.params[2][0][1]) if len(ins.params[2]) == 1 else ("assemble",)
@@ -174,12 +240,16 @@ class _Renderer:
         made = set()
         sunk = set()
         for m in members:
-            (sunk if m.op in _SINKS else made).update(self.plan.r(o) for o in m.outs)
+            (sunk if m.op in _SINKS and not self.plan.is_pad(m) else made).update(
+                self.plan.r(o) for o in m.outs)
         reads = [self.plan.r(i) for i in ins.ins if type(i) is int]
         if any(r in sunk for r in reads):
             return False
-        if ins.op in ("strided", "take") and any(r in made for r in reads):
+        if (ins.op in ("strided", "take") or self.plan.is_pad(ins)) and \
+                any(r in made for r in reads):
             return False          # read at other positions than i: needs the whole array
+        if self.plan.is_pad(ins):
+            return True
         if ins.op == "map":
             for i in ins.ins:
                 if type(i) is int and self.plan.r(i) in made and self.p.shapes[i] != shape:
@@ -246,6 +316,45 @@ class _Renderer:
                 regs[plan.r(o)] = f"v{o}"
             elif op == "reduce":
                 self._reduce(ins, shape, value(ins.ins[0]), pre, loop, post)
+            elif op == "assemble" and plan.is_pad(ins) and len(shape) == 1 and \
+                    plan.pads[id(ins)][0][1] == 1 and plan.r(ins.ins[0]) in plan.workspace:
+                # a 1-D slice of step 1 read from a workspace buffer with zeros around
+                # it: a plain load, no condition (the loop stays a run of vector loads)
+                o, src = outs[0], ins.ins[0]
+                start, _, count, _ = plan.pads[id(ins)][0]
+                lo, hi = plan.margins.get(plan.r(src), (0, 0))
+                plan.margins[plan.r(src)] = (max(lo, start), max(hi, shape[0] - start - count))
+                index = f"i - {start}" if start else "i"
+                loop.append(f"        const {_C_TYPES[p.dtypes[o]]} v{o} = "
+                            f"{self.ptr(src)}[{index}];")
+                regs[plan.r(o)] = f"v{o}"
+            elif op == "assemble" and plan.is_pad(ins):
+                o, src = outs[0], ins.ins[0]
+                inner = _strides(shape)
+                part_strides = _strides(tuple(params[2][0][1]))
+                conds, offsets = [], []
+                for d, (start, step_, count, k) in enumerate(plan.pads[id(ins)]):
+                    if shape[d] == 1:
+                        continue
+                    idx = f"(i / {inner[d]})" if inner[d] != 1 else "i"
+                    if d > 0:
+                        idx = f"({idx} % {shape[d]})"
+                    q = f"({idx} - {start})" if start else idx
+                    if count != shape[d] or step_ != 1:
+                        conds.append(f"{q} >= 0" if start else "1")
+                        if step_ != 1:
+                            conds.append(f"{q} % {step_} == 0")
+                        conds.append(f"{q} < {step_ * (count - 1) + 1}")
+                    if k >= 0 and part_strides[k] and count > 1:
+                        term = f"({q} / {step_})" if step_ != 1 else q
+                        offsets.append(f"{term} * {part_strides[k]}")
+                cond = " && ".join(c for c in conds if c != "1") or "1"
+                offset = " + ".join(offsets) or "0"
+                ctype = _C_TYPES[p.dtypes[o]]
+                loop.append(f"        const int in{o} = {cond};")
+                loop.append(f"        const {ctype} v{o} = in{o} ? "
+                            f"{self.ptr(src)}[in{o} ? {offset} : 0] : ({ctype})0;")
+                regs[plan.r(o)] = f"v{o}"
             elif op == "assemble":
                 out_shape, dtype, parts = params
                 (offset, _, strides), = parts
@@ -273,7 +382,7 @@ class _Renderer:
             if simd else []
         # stores: values of the loop read after it
         for ins in members:
-            if ins.op in _ELEMENTWISE:
+            if ins.op in _ELEMENTWISE or plan.is_pad(ins):
                 for o in ins.outs:
                     if plan.r(o) in self.needed_later:
                         loop.append(f"        {self.ptr(o)}[i] = v{o};")
@@ -349,7 +458,13 @@ class FusedProgram:
         work = sorted(s for s in stored if s not in fresh and s not in p.inputs
                       and s not in p.constants)
         for s in work:
-            self.base[s] = np.empty(p.shapes[s], dtype=p.dtypes[s])
+            lo, hi = plan.margins.get(s, (0, 0))
+            if lo or hi:       # zeros around it, which pads read (never written)
+                size = math.prod(p.shapes[s])
+                whole = np.zeros(lo + size + hi, dtype=p.dtypes[s])
+                self.base[s] = whole[lo:lo + size].reshape(p.shapes[s])
+            else:
+                self.base[s] = np.empty(p.shapes[s], dtype=p.dtypes[s])
         self.pointers = np.zeros(len(self.base), dtype=np.uint64)
         for k, a in enumerate(self.base):
             if isinstance(a, np.ndarray):
@@ -457,6 +572,10 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     # which values are read outside the group that makes them: by Python steps, outputs,
     # other segments; computed by rendering once with everything stored, then again
     stored = _stored(plan, outputs)
+    made_in_python = {plan.r(o) for kind, item in plan.schedule if kind == "py"
+                      for o in item.outs}
+    plan.workspace = {s for s in stored if s not in {plan.r(o) for o in outputs}
+                      and s not in made_in_python and program.dtypes[s] is not None}
     renderer = _Renderer(plan, stored)
     source = _header() + [renderer.render(seg, k) for k, seg in enumerate(segments)]
     text = "\n".join(source)
@@ -495,20 +614,14 @@ def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
             g += 1
             group_of[id(item)] = g
             continue
-        current: list[Instruction] = []
-        shape: Any = None
-        for ins in item:
-            s = probe._loop_shape(ins)
-            if current and s == shape and probe._joins(current, ins, s):
-                current.append(ins)
-            else:
-                g += 1
-                current, shape = [ins], s
-            group_of[id(ins)] = g
+        for _, members in probe.groups(item):
+            g += 1
+            for ins in members:
+                group_of[id(ins)] = g
         g += 1
     stored = {r(o) for o in outputs}
     for slot, ins in producer.items():
-        if ins.op in _SINKS or slot in p.inputs:
+        if (ins.op in _SINKS and not plan.is_pad(ins)) or slot in p.inputs:
             stored.add(slot)
             continue
         for reader in readers.get(slot, []):
