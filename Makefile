@@ -5,7 +5,8 @@
 #   make docs    the documentation site, strict (warnings are errors) -> docs/_build/html
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench); prints
 #                only: `make bench-write` also rewrites the committed benchmarks/results/*.md
-#   make examples  the nn examples (regression, classifier), plots in examples/out/
+#   make examples  the nn examples (regression, classifier, replayed training), plots in
+#                  examples/out/
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -64,6 +65,7 @@ $(VENV)/.examples: pyproject.toml $(VENV)/.deps-test
 examples: build $(VENV)/.examples
 	$(BIN)/python examples/regression.py --out examples/out
 	$(BIN)/python examples/classifier.py --out examples/out
+	$(BIN)/python examples/replayed_training.py
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml
