@@ -378,3 +378,39 @@ def test_the_replayed_training_example_matches_eager_training():
     first = module.main(["--steps", "1", "--batch", "32"])
     last = module.main(["--steps", "40", "--batch", "32"])
     assert last < first
+
+
+# ---- user array primitives inside a recorded program: host calls, replayed ----
+
+def test_array_primitives_replay_with_their_vjps():
+    cube = ad.primitive(vjp=lambda g, x, out: 3 * x ** 2 * g)(lambda x: x ** 3)
+
+    def f(x):
+        return ad.sum(ad.sin(cube(x)) * x)
+    F = ad.record(f, np.ones(5), tensor=True)
+    x = RNG.normal(size=5)
+    close(F(x), np.sum(np.sin(x ** 3) * x))
+    close(F.gradient(x), np.cos(x ** 3) * 3 * x ** 2 * x + np.sin(x ** 3))
+    with pytest.raises(NotImplementedError, match="no recorded vjp"):
+        F.hvp(x, x)       # its vjp is host code: no second derivative
+
+
+def test_array_primitive_with_a_differentiable_vjp_has_hvps():
+    cube = ad.primitive(vjp=lambda g, x, out: 3 * x * x * g, differentiable=True)(
+        lambda x: x ** 3)
+
+    def f(x):
+        return ad.sum(cube(x) * x)
+    F = ad.record(f, np.ones(4), tensor=True)
+    x, v = RNG.normal(size=4), RNG.normal(size=4)
+    close(F.gradient(x), 4 * x ** 3)
+    close(F.hvp(x, v), 12 * x ** 2 * v)
+
+
+def test_array_primitive_with_numeric_vjp_replays():
+    cumsum = ad.primitive(vjp="numeric")(lambda x: np.cumsum(x))
+    F = ad.record(lambda x: ad.sum(cumsum(x) ** 2), np.ones(4), tensor=True)
+    x = RNG.normal(size=4)
+    c = np.cumsum(x)
+    expected = np.cumsum((2 * c)[::-1])[::-1]        # by hand: d/dx_i sum_j c_j^2
+    np.testing.assert_allclose(F.gradient(x), expected, rtol=1e-6, atol=1e-6)

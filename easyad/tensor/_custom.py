@@ -227,6 +227,8 @@ class ArrayPrimitive:
         dtype = result_dtype(operands)
         if be.kind == "meta":
             return self._meta(args, ops, dtype, cls, kwargs)
+        if be.kind == "program":
+            return self._program(args, ops, dtype, cls, kwargs, be)
         f, user_vjp, _ = self._bound(kwargs)
         xs = [a if o is None else (float(o.data) if o.dtype is None else be.to_numpy(o.data))
               for a, o in zip(args, ops)]
@@ -269,6 +271,53 @@ class ArrayPrimitive:
         if shape == ():
             return record_scalar(cls, self.name, be, data, tape, inputs, vjp, graph)
         return record(cls, self.name, be, data, shape, dtype, tape, inputs, vjp, graph)
+
+    def _program(self, args: tuple[Any, ...], ops: list[Any], dtype: Any, cls: type,
+                 kwargs: dict[str, Any], be: Any) -> Any:
+        """While ``ad.record`` records tensor code: f and its vjp as host calls of the
+        program (replay calls them again on the new values); no second derivative."""
+        f, user_vjp, _ = self._bound(kwargs)
+        refs = [a if o is None else o.data for a, o in zip(args, ops)]
+        name = self.name
+
+        def forward(*xs: Any) -> list[np.ndarray]:
+            out = np.asarray(f(*xs))
+            if out.dtype.kind not in "biuf":
+                raise TypeError(f"primitive {name!r} returned an array of {out.dtype}")
+            return [out.astype(dtype, copy=False)]
+        (data,) = be.host_call(f"primitive {name}", forward, refs)
+        shape = data.shape
+        operands = [o for o in ops if o is not None]
+        tape = common_tape(name, operands)
+        wanted = [k for k, o in enumerate(ops) if o is not None and o.needs_adjoint]
+        inputs = tuple(o.index if o is not None else -1 for o in ops)
+        if tape is None or not wanted:
+            return record(cls, name, be, data, shape, dtype, None, (), None)
+        vjp_host = self._numeric_vjp(f, wanted) if not callable(user_vjp) else user_vjp
+        meta = [(o.shape, o.dtype) if o is not None else None for o in ops]
+        cotangents, check = self._cotangents, self._check
+
+        def backward(g: Any, out: Any, *xs: Any) -> list[np.ndarray]:
+            cts = cotangents(vjp_host(np.asarray(g).reshape(shape), *xs, out), len(xs))
+            result = []
+            for k in wanted:
+                s, dt = meta[k]  # type: ignore[misc]
+                ct = cts[k]
+                ct = np.zeros(s, dtype=dt or np.float64) if ct is None else ct
+                check(ct, s, k)
+                result.append(np.asarray(ct, dtype=dt or np.float64))
+            return result
+
+        def vjp(g: Any) -> tuple[Any, ...]:
+            outs = be.host_call(f"primitive {name} vjp", backward, [g, data, *refs])
+            result: list[Any] = [None] * len(args)
+            for k, o in zip(wanted, outs):
+                result[k] = o
+            return tuple(result)
+        graph = None    # second derivatives: a vjp written in easyad operations records
+        if self.differentiable and callable(user_vjp):
+            graph = self._graph(user_vjp, args, ops, wanted, cls, be, data, shape, dtype)
+        return record(cls, name, be, data, shape, dtype, tape, inputs, vjp, graph)
 
     def _handles(self, tape: Any, args: tuple[Any, ...], ops: list[Any], cls: type,
                  be: Any) -> list[Any]:

@@ -330,6 +330,21 @@ class ProgramBackend:
                           (g.index,), (out,))
         return out
 
+    # -- host code (user array primitives): a Python call of host arrays --
+    def host_call(self, label: str, fn: Any, args: Sequence[Any]) -> list[Slot]:
+        """``fn(*host values of args)`` -> a list of host arrays, as one instruction that
+        replay calls again with the new values (slots read to the host, the results put
+        on the device). Arguments that are not slots are passed as they are."""
+        hosts = [np.asarray(self.real.to_numpy(a.value)) if isinstance(a, Slot) else a
+                 for a in args]
+        results = [np.asarray(r) for r in fn(*hosts)]
+        outs = [self._out(self.real.asarray(r, r.dtype)) for r in results]
+        template = tuple(("slot", None) if isinstance(a, Slot) else ("const", a)
+                         for a in args)
+        self.program.emit("host", (label, fn, template, tuple(r.dtype for r in results)),
+                          tuple(a.index for a in args if isinstance(a, Slot)), outs)
+        return outs
+
     # -- fused kernels --
     def linear(self, x: Slot, w: Slot, b: Any) -> Slot:
         x, w = self._operand(x), self._operand(w)
@@ -469,6 +484,16 @@ def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
                 scale = float(np.asarray(be.to_numpy(scale)).reshape(()))
             s[o[0]] = be.cross_entropy_vjp(s[a[0]], target, scale)
         return run_ce_vjp
+    if op == "host":
+        label, fn, template, dtypes = p
+
+        def run_host(s: list[Any]) -> None:
+            slots = iter(a)
+            hosts = [np.asarray(be.to_numpy(s[next(slots)])) if kind == "slot" else value
+                     for kind, value in template]
+            for k, r, dt in zip(o, fn(*hosts), dtypes):
+                s[k] = be.asarray(np.asarray(r, dtype=dt), dt)
+        return run_host
     if op == "linear_vjp":
         (needs,) = p
 
