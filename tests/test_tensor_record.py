@@ -414,3 +414,20 @@ def test_array_primitive_with_numeric_vjp_replays():
     c = np.cumsum(x)
     expected = np.cumsum((2 * c)[::-1])[::-1]        # by hand: d/dx_i sum_j c_j^2
     np.testing.assert_allclose(F.gradient(x), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_workspace_buffers_are_shared_between_values_whose_lives_do_not_overlap():
+    def f(x):
+        for _ in range(6):      # each step: a loop over x, a sum, a loop over the result
+            x = ad.sin(x) * (ad.sum(x * x) / x.shape[0]) * 0.3 + x[::-1] * 0.5
+        return ad.sum(x)
+    F = ad.record(f, np.ones(50), tensor=True)
+    x = RNG.normal(size=50)
+    value, g = F.value_and_gradient(x)
+    ref_value, ref_g = ad.value_and_grad(f)(x)
+    close(value, ref_value)
+    close(g, ref_g)
+    bound = F._bound["gradient"]
+    planned = [s for s, a in enumerate(bound.base[:bound.n_slots])
+               if isinstance(a, np.ndarray) and s not in F.program.constants]
+    assert len({id(bound.base[s]) for s in planned}) < len(planned)

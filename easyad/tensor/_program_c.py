@@ -457,7 +457,10 @@ class FusedProgram:
                             and s not in p.constants)
         work = sorted(s for s in stored if s not in fresh and s not in p.inputs
                       and s not in p.constants)
+        shared = _share_buffers(plan, work)
         for s in work:
+            if s in shared:
+                continue
             lo, hi = plan.margins.get(s, (0, 0))
             if lo or hi:       # zeros around it, which pads read (never written)
                 size = math.prod(p.shapes[s])
@@ -465,6 +468,8 @@ class FusedProgram:
                 self.base[s] = whole[lo:lo + size].reshape(p.shapes[s])
             else:
                 self.base[s] = np.empty(p.shapes[s], dtype=p.dtypes[s])
+        for s, holder in shared.items():
+            self.base[s] = self.base[holder]
         self.pointers = np.zeros(len(self.base), dtype=np.uint64)
         for k, a in enumerate(self.base):
             if isinstance(a, np.ndarray):
@@ -587,25 +592,9 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     return FusedProgram(plan, _compile._load(path), be, on_guard, stored, text)
 
 
-def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
-    """Slots (roots) that must be in memory: read by a Python step, a strided/take read, a
-    sink's later reader, an output, or by an instruction in another group. Conservative:
-    every slot read by an instruction other than an elementwise one of the same shape
-    right after, i.e. everything but values used only by later members of one group is
-    kept; the renderer decides groups, so this asks it."""
-    p = plan.program
-    r = plan.r
-    readers: dict[int, list[Instruction]] = {}
-    producer: dict[int, Instruction] = {}
-    for kind, item in plan.schedule:
-        members = item if kind == "c" else [item]
-        for ins in members:
-            for i in ins.ins:
-                if type(i) is int:
-                    readers.setdefault(r(i), []).append(ins)
-            for o in ins.outs:
-                producer[r(o)] = ins
-    # group membership, as the renderer will form groups
+def _group_numbers(plan: _Plan) -> dict[int, int]:
+    """The loop (or Python step) each instruction runs in, numbered in running order, by
+    ``id`` of the instruction: the renderer's grouping, asked of it."""
     group_of: dict[int, int] = {}
     probe = _Renderer(plan, set())
     g = 0
@@ -618,7 +607,26 @@ def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
             g += 1
             for ins in members:
                 group_of[id(ins)] = g
-        g += 1
+    return group_of
+
+
+def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
+    """Slots (roots) that must be in memory: outputs, what sinks and Python steps make,
+    and every value read by another loop than the one that makes it (or by a Python
+    step); the rest live in registers only."""
+    p = plan.program
+    r = plan.r
+    readers: dict[int, list[Instruction]] = {}
+    producer: dict[int, Instruction] = {}
+    for kind, item in plan.schedule:
+        members = item if kind == "c" else [item]
+        for ins in members:
+            for i in ins.ins:
+                if type(i) is int:
+                    readers.setdefault(r(i), []).append(ins)
+            for o in ins.outs:
+                producer[r(o)] = ins
+    group_of = _group_numbers(plan)
     stored = {r(o) for o in outputs}
     for slot, ins in producer.items():
         if (ins.op in _SINKS and not plan.is_pad(ins)) or slot in p.inputs:
@@ -632,3 +640,37 @@ def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
         if ins.op not in _C_OPS or not plan._renderable(ins):
             stored.update(r(o) for o in ins.outs)
     return stored - set(p.inputs) - set(p.constants)
+
+
+def _share_buffers(plan: _Plan, work: list[int]) -> dict[int, int]:
+    """Workspace slots that can live in another's buffer: the other's last reader runs in
+    an earlier loop than this one's first writer (loops run one after another), same
+    dtype and size. Slots with zero margins (pads read past them) keep their own."""
+    p, r = plan.program, plan.r
+    group_of = _group_numbers(plan)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for kind, item in plan.schedule:
+        for ins in (item if kind == "c" else [item]):
+            g = group_of[id(ins)]
+            for o in ins.outs:
+                first.setdefault(r(o), g)
+                last[r(o)] = max(last.get(r(o), g), g)
+            for i in ins.ins:
+                if type(i) is int:
+                    last[r(i)] = max(last.get(r(i), g), g)
+    owner: dict[int, int] = {}
+    free: dict[tuple[Any, tuple[int, ...]], list[tuple[int, int]]] = {}   # -> (free after, slot)
+    for s in sorted(work, key=lambda s: first.get(s, 0)):
+        if s in plan.margins:
+            continue
+        key = (p.dtypes[s], p.shapes[s])
+        pool = free.setdefault(key, [])
+        found = next((k for k, (after, _) in enumerate(pool) if after < first.get(s, 0)), None)
+        if found is not None:
+            _, holder = pool.pop(found)
+            owner[s] = holder
+        else:
+            holder = s
+        pool.append((last.get(s, first.get(s, 0)), holder))
+    return owner
