@@ -431,3 +431,22 @@ def test_workspace_buffers_are_shared_between_values_whose_lives_do_not_overlap(
     planned = [s for s, a in enumerate(bound.base[:bound.n_slots])
                if isinstance(a, np.ndarray) and s not in F.program.constants]
     assert len({id(bound.base[s]) for s in planned}) < len(planned)
+
+
+def test_nan_inf_and_the_strong_zero_as_eager():
+    """Kinks, infinities and NaN: the fused C (vector math, the strong zero as a mask)
+    gives eager execution's values and gradients, NaN where eager has NaN."""
+    def f(x):
+        y = ad.where(x > 0, ad.sqrt(x), 0.0) + ad.abs(x) * ad.exp(-x * x)
+        return ad.sum(y * ad.log(ad.abs(x) + 1.0) + ad.maximum(x, 0.0) ** 2)
+    x = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 1e-300, 4.0])
+    for fuse in (True, False):
+        F = ad.record(f, np.ones(x.size), tensor=True, fuse=fuse)
+        value, g = F.value_and_gradient(x)
+        ref_value, ref_g = ad.value_and_grad(f)(x)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-12, equal_nan=True)
+        np.testing.assert_allclose(g, ref_g, rtol=1e-12, equal_nan=True)
+    finite = np.array([0.0, 1.5, -2.0, 0.25, 4.0])
+    F = ad.record(f, np.ones(5), tensor=True)
+    g = F.gradient(finite)
+    assert g[0] == 0.0 and np.isfinite(g).all()   # sqrt's inf partial is not selected
