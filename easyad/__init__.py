@@ -35,6 +35,7 @@ from easyad.functional import (derivative, grad, hessian, hvp, jacobian, jvp, va
 from easyad.numeric import Numeric, Real
 from easyad.primitives import Primitive, define, primitive
 from easyad.replay import Function, load, record
+from easyad._recorded import TensorFunction
 from easyad.taylor import Taylor, taylor  # after the module: ad.taylor is the function
 from easyad.tensor import (
     ArrayPrimitive,
@@ -64,7 +65,8 @@ from easyad import nn, optim, random  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "BranchChangedError", "Comparison", "Derivatives", "Function", "GradientCheckError",
+    "BranchChangedError", "Comparison", "Derivatives", "Function", "TensorFunction",
+    "GradientCheckError",
     "Numeric", "Real", "Record", "ShapeError", "DeviceError", "StaleRecordError",
     "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
