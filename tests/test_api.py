@@ -38,7 +38,7 @@ CONTRACT = {
     "Trace", "Record", "WengertList", "Derivatives", "Numeric", "Real",
     "TapeMismatchError", "StaleRecordError",
     # record once, replay many; second order; errors of the toolbox and tensors
-    "Comparison", "Function", "record", "load", "hessian", "hvp",
+    "Comparison", "Function", "TensorFunction", "record", "load", "hessian", "hvp",
     "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly",
     "BranchChangedError", "GradientCheckError", "ShapeError", "DeviceError",
     "TapeFormatError", "where", "CompilerWarning",
