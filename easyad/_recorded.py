@@ -199,6 +199,8 @@ class TensorFunction:
         self._arg_specs = [None if k is not None else self._float(v).shape
                            for k, v in zip(self._arg_kinds, arg_leaves)]
         self._simple = self._x_tree.is_leaf and not arg_leaves
+        self._flat_keys = self._x_tree.keys if self._x_tree.kind == "dict" and all(
+            c.is_leaf for c in self._x_tree.children) else None
         self._fast = self._simple and self._backend.kind == "numpy"
         self._recordings: dict[str, _Recording] = {}
         self._bound: dict[str, BoundProgram] = {}
@@ -222,6 +224,9 @@ class TensorFunction:
             shape, dtype = self._x_specs[0]
             if x.shape == shape and x.dtype == dtype:
                 return [x], []
+        found = self._plain_inputs(x, args)
+        if found is not None:
+            return found
         leaves, tree = _trees.flatten(x)
         if tree != self._x_tree:
             raise ValueError(f"recorded for {self._x_tree.describe()} as x, got "
@@ -254,6 +259,36 @@ class TensorFunction:
                                      f"{a.shape}")
                 out.append(a)
         return xs, out
+
+    def _plain_inputs(self, x: Any, args: tuple[Any, ...]
+                      ) -> tuple[list[np.ndarray], list[Any]] | None:
+        """The common call of a training step, without walking structures: x an array or a
+        flat dict of arrays (the recorded keys, in order), every argument an array, all of
+        the recorded shapes and dtypes. None: take the general path (which explains)."""
+        keys = self._flat_keys
+        if type(x) is dict and keys is not None and tuple(x) == keys:
+            values = list(x.values())
+        elif type(x) is np.ndarray and self._x_tree.is_leaf:
+            values = [x]
+        else:
+            return None
+        if len(args) != len(self._arg_tree) or any(
+                type(a) is not np.ndarray or not t.is_leaf for a, t in zip(args, self._arg_tree)):
+            return None
+        for v, (shape, dtype) in zip(values, self._x_specs):
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+                return None
+        out: list[Any] = []
+        for a, kind, shape in zip(args, self._arg_kinds, self._arg_specs):
+            if kind is not None:
+                if not kind.same(a):
+                    return None
+                out.append(kind)
+            elif a.shape != shape or a.dtype.kind != "f":
+                return None
+            else:
+                out.append(a)
+        return values, out
 
     # -- recording and binding --
     def _record(self, what: str, xs: list[np.ndarray], statics: list[Any]) -> _Recording:
