@@ -269,14 +269,15 @@ class ProgramBackend:
         return outs
 
     def _operand(self, v: Any) -> Any:
+        """A kernel's operand as the program holds it: a slot, or a float constant; a
+        buffer made elsewhere (a host array) becomes a constant slot."""
         if isinstance(v, Slot) or type(v) is float:
             return v
         if isinstance(v, (int, np.floating, np.integer)):
             return float(v)
-        if isinstance(v, np.ndarray) or hasattr(v, "shape"):   # a buffer made elsewhere
-            return self._constant(self.real.asarray(np.asarray(self.real.to_numpy(v)
-                                                               if not isinstance(v, np.ndarray)
-                                                               else v), v.dtype))
+        if hasattr(v, "shape") and hasattr(v, "dtype"):
+            host = v if isinstance(v, np.ndarray) else np.asarray(self.real.to_numpy(v))
+            return self._constant(self.real.asarray(host, host.dtype))
         raise TypeError(f"a recorded kernel got an operand of type {type(v).__name__}")
 
     def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
