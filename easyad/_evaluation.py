@@ -287,10 +287,7 @@ class _Reverse:
     def _make(self, a: NDArray[np.float64], scalar: bool, device: Any, elements: bool) -> Any:
         if scalar:
             return self.tape.variable(float(a))
-        device = device if device is not None else get_device()
-        if elements:
-            return Tensor._input(a, self.tape, device=device)
-        return Tensor.variable(a, self.tape, device=device)
+        return _input_tensor(a, self.tape, elements, device)
 
     def _copy(self, v: Any) -> Any:
         # a new entry for the inner transform to differentiate by (its adjoint is the
@@ -356,12 +353,14 @@ class _Reverse:
         return _trees.unflatten(self.tree, cotangents)
 
 
-def _input_tensor(a: NDArray[Any], tape: WengertList, elements: bool) -> Tensor:
-    """A transform's input tensor on ``tape`` for the array ``a``: on the host (numpy) a
-    float64 C-contiguous ``a`` is read in place, through a read-only view (no copy: the
-    tensor layer never writes into an operand's buffer, and the view makes sure of it)."""
-    device = get_device()
-    be = device.backend
+def _input_tensor(a: NDArray[Any], tape: WengertList, elements: bool,
+                  device: Any = None) -> Tensor:
+    """A transform's input tensor on ``tape`` for the array ``a`` (on ``device``, None: the
+    default): on the host (numpy) a float64 C-contiguous ``a`` is read in place, through a
+    read-only view (no copy: the tensor layer never writes into an operand's buffer, and
+    the view makes sure of it)."""
+    device = get_device() if device is None else device
+    be = resolve(device)
     if be.kind != "numpy" or _meta.tracing():
         array = np.asarray(a, dtype=np.float64)
         return (Tensor._input(array, tape, device=device) if elements
