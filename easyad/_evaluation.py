@@ -370,7 +370,7 @@ def _input_tensor(a: NDArray[Any], tape: WengertList, elements: bool,
         data.flags.writeable = False
     else:
         data = np.array(a, dtype=np.float64, order="C")
-    handle = tape._push_node(Node("variable", (), _no_vjp))  # type: ignore[attr-defined]
+    handle = tape._push_node(Node("variable", (), _no_vjp))
     x: Tensor = wrap(Tensor, be, be._track(data), a.shape, FLOAT64, tape, handle)
     if elements:
         x._elements = Elements(data)
