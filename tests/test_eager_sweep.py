@@ -50,6 +50,33 @@ def test_grad_of_one_array_matches_the_hand_written_gradient(rng, n):
     np.testing.assert_array_equal(g2, g)
 
 
+@pytest.fixture
+def on_device(device):
+    previous = ad.get_device()
+    ad.set_device(device)
+    yield device
+    ad.set_device(previous)
+
+
+def test_grad_of_one_array_on_every_device(rng, on_device):
+    """The fast path on the default device (OpenCL: the input copied to the device, the
+    gradient read back once), scalar code on elements included; released as it goes."""
+    x0 = rng.uniform(-1.0, 1.5, 33)
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return rosen(x) + x[0] * x[32]
+    want = rosen_grad(x0)
+    want[0] += x0[32]
+    want[32] += x0[0]
+    value, g = ad.value_and_grad(f)(x0)
+    np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-12)
+    assert value == pytest.approx(float(rosen(x0)) + x0[0] * x0[32], rel=1e-13)
+    assert leaked[0].device == ad.get_device()
+    assert g.flags.writeable and not np.shares_memory(g, x0)
+
+
 def test_grad_hands_over_a_fresh_writeable_array(rng):
     """The gradient is the sweep's own buffer (not copied again), so it must be an array
     the caller owns: writeable, C-contiguous, sharing memory with neither the input nor
