@@ -18,6 +18,8 @@ middle 50% of the per-round ratios):
 4. Elementwise chain of 9 operations (``bench_tensor.chain``) on 10^7 values (10^6 with
    --quick): the value (constant tensors) and value + gradient of ``sum(chain)``, against
    numpy, torch eager and jax.jit.
+5. The core's strong-zero ufuncs mul0 and div0 (in every elementwise vjp) against numpy's
+   multiply and divide on 10^6 values (``EASYAD_EAGER_PARTS=ufuncs``).
 
 Threads: torch 1 intra-op thread, numpy's BLAS 1 (threadpoolctl), XLA's CPU backend single
 threaded (``XLA_FLAGS`` set before jax is imported), so every library gets one core.
@@ -185,8 +187,9 @@ def bench_rosen(ctx, torch, jax):
     lines = ["### Vectorized Rosenbrock gradient (float64)", "",
              "time per gradient; ratios are medians of per-round ratios (middle 50%)", "",
              "| n | numpy by hand | ad.grad | Tensor + derivatives | torch eager | jax.jit "
-             "| jax compile | ad.grad / torch | Tensor / torch | ad.grad / jax.jit |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| jax compile | ad.grad / torch | Tensor / torch | ad.grad / Tensor | "
+             "ad.grad / jax.jit |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     sizes = ROSEN_SIZES if not ctx.quick else ROSEN_SIZES
     for n in sizes:
         x0 = np.random.default_rng(n).uniform(-1.0, 1.5, n)
@@ -228,7 +231,7 @@ def bench_rosen(ctx, torch, jax):
             f"| {n} | {ms('numpy')} | {ms('ad.grad')} | {ms('Tensor')} | {ms('torch')} | "
             f"{ms('jax')} | {f'{compile_s:.3f} s' if compile_s is not None else 'n/a'} | "
             f"{_ratio(timings, 'ad.grad', 'torch')} | {_ratio(timings, 'Tensor', 'torch')} | "
-            f"{_ratio(timings, 'ad.grad', 'jax')} |")
+            f"{_ratio(timings, 'ad.grad', 'Tensor')} | {_ratio(timings, 'ad.grad', 'jax')} |")
         ctx.log(f"   rosenbrock n={n} done")
     return lines
 
@@ -379,6 +382,42 @@ def bench_chain(ctx, torch, jax):
     return lines
 
 
+# ---- 5. the strong-zero ufuncs ----
+
+def bench_ufuncs(ctx):
+    """The core's mul0/div0 ufuncs (every elementwise vjp's ``mul0(g, partial)``) against
+    numpy's multiply and divide, on 10^6 values, fresh outputs and ``out=``."""
+    from easyad import _core
+    mul0, div0 = _core._mul0_ufunc, _core._div0_ufunc
+    rng = np.random.default_rng(ctx.seed)
+    lines = ["### Strong-zero ufuncs (mul0, div0) against numpy's multiply and divide, "
+             "10^6 values", "",
+             "| dtype | operands | mul0 | np.multiply | mul0 / multiply | div0 | np.divide | "
+             "div0 / divide |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for dtype in (np.float64, np.float32):
+        a = rng.standard_normal(10**6).astype(dtype)
+        b = rng.standard_normal(10**6).astype(dtype)
+        a[::7] = 0.0
+        out = np.empty_like(a)
+        for label, args, kwargs in (("two arrays", (a, b), {}),
+                                    ("two arrays, out=", (a, b), {"out": out}),
+                                    ("array, scalar, out=", (a, dtype(3.0)), {"out": out})):
+            with np.errstate(all="ignore"):
+                _check(f"mul0 {label}", mul0(*args), np.where(
+                    (args[0] == 0) | (args[1] == 0), 0.0, np.multiply(*args)), 0.0)
+                variants = {name: (lambda f=f, args=args, kwargs=kwargs: f(*args, **kwargs))
+                            for name, f in (("mul0", mul0), ("multiply", np.multiply),
+                                            ("div0", div0), ("divide", np.divide))}
+                timings = ctx.measure(variants)
+
+            def ms(name, timings=timings):
+                return _ms(timings, name, ".3f")
+            lines.append(f"| {np.dtype(dtype).name} | {label} | {ms('mul0')} | "
+                         f"{ms('multiply')} | {_ratio(timings, 'mul0', 'multiply')} | "
+                         f"{ms('div0')} | {ms('divide')} | {_ratio(timings, 'div0', 'divide')} |")
+    return lines
+
+
 def run(ctx):
     torch = _optional("torch")
     jax = _jax()
@@ -401,6 +440,8 @@ def run(ctx):
             lines += bench_mlp(ctx, torch, jax) + [""]
         if not only or "chain" in only:
             lines += bench_chain(ctx, torch, jax) + [""]
+        if not only or "ufuncs" in only:
+            lines += bench_ufuncs(ctx) + [""]
     finally:
         if limiter is not None:
             limiter.restore_original_limits()

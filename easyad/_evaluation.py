@@ -14,6 +14,7 @@ back from f's outputs (the machinery under ``functional.py``'s API).
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +22,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from easyad import _trees
-from easyad._core import Record, Trace, WengertList
-from easyad._trees import TreeDef
+from easyad._core import Node, Record, Trace, WengertList
+from easyad._trees import LEAF, TreeDef
 from easyad.errors import TapeMismatchError
-from easyad.tensor import Tensor, TraceTensor, get_device, stack
+from easyad.tensor import Tensor, TraceTensor, _meta, get_device, stack
+from easyad.tensor._base import FLOAT64, Elements, _no_vjp, wrap
 from easyad.tensor._devices import resolve
 from easyad.tensor._structural import from_scalars
 
@@ -175,6 +177,8 @@ def _is_scalar_output(leaves: list[Any], tree: TreeDef) -> bool:
 
 def _scalar_output(result: Any, f: Callable[..., Any], caller: str,
                    mode: str = "reverse") -> Any:
+    if type(result) is Record or type(result) is float:     # the common case
+        return result
     leaves, tree = _output_leaves(result, f, mode)
     if not _is_scalar_output(leaves, tree):
         got = (f"a structure ({tree.describe()})" if not tree.is_leaf
@@ -223,6 +227,9 @@ class _Reverse:
 
     def __init__(self, f: Callable[..., Any], x0: Any, args: tuple[Any, ...],
                  elements: bool = True) -> None:
+        if type(x0) is np.ndarray and x0.ndim and x0.dtype.kind in "biuf":
+            self._one_array(f, x0, args, elements)
+            return
         leaves, tree = _trees.flatten(x0)
         # under a forward transform (Traces reach us): forward over reverse. The inputs
         # are variables carrying the outer tangents, f runs on TraceTensors over recorded
@@ -257,6 +264,21 @@ class _Reverse:
             given = [x if t is None else _lift(x, t) for x, t in zip(self.inputs, self.tangents)]
         self.result = _call(f, _trees.unflatten(tree, given), args)
 
+    def _one_array(self, f: Callable[..., Any], x0: NDArray[Any], args: tuple[Any, ...],
+                   elements: bool) -> None:
+        """The common case, set up without the structure machinery: one plain array of
+        reals (no structure, nothing recorded or traced) on a fresh list."""
+        self.tangents = None
+        self.nested = False
+        self.tape = WengertList()
+        self.point = None
+        self.tree = LEAF
+        self.scalar = [False]
+        self.shapes = [x0.shape]
+        x = _input_tensor(x0, self.tape, elements)
+        self.inputs = [x]
+        self.result = f(x, *args)
+
     @property
     def mode(self) -> str:
         """What f's outputs may hold: Traces too under a forward transform."""
@@ -265,10 +287,7 @@ class _Reverse:
     def _make(self, a: NDArray[np.float64], scalar: bool, device: Any, elements: bool) -> Any:
         if scalar:
             return self.tape.variable(float(a))
-        device = device if device is not None else get_device()
-        if elements:
-            return Tensor._input(a, self.tape, device=device)
-        return Tensor.variable(a, self.tape, device=device)
+        return _input_tensor(a, self.tape, elements, device)
 
     def _copy(self, v: Any) -> Any:
         # a new entry for the inner transform to differentiate by (its adjoint is the
@@ -286,19 +305,24 @@ class _Reverse:
         return self.tape.variable(float(a)) if a.ndim == 0 else \
             Tensor.variable(a, self.tape, device=get_device())
 
-    def sweep(self, z: Any, seed: Any = None) -> list[Any]:
+    def sweep(self, z: Any, seed: Any = None, last: bool = False) -> list[Any]:
         """d z / d inputs: arrays and floats at the top level, recorded values inside.
         A tensor ``z`` at the top level sweeps with adjoint ``seed`` (ones: its sum).
-        Under a forward transform: Traces/TraceTensors (derivative, its tangent)."""
+        Under a forward transform: Traces/TraceTensors (derivative, its tangent).
+        ``last``: no sweep of this evaluation follows, so a list of its own (top level)
+        releases the values tensor operations saved as the sweep passes them."""
         if self.tangents is not None:
             if isinstance(z, TraceTensor):
                 z = z.sum()
             primal, tangent = (z.number, z.derivative) if isinstance(z, Trace) else (z, 0.0)
-            return [_lift(g0, g1) for g0, g1 in zip(self._plain_sweep(primal),
-                                                     self._plain_sweep(tangent))]
-        return self._plain_sweep(z, seed)
+            first = self._plain_sweep(primal)
+            return [_lift(g0, g1) for g0, g1 in zip(first, self._plain_sweep(tangent,
+                                                                             last=last))]
+        return self._plain_sweep(z, seed, last)
 
-    def _plain_sweep(self, z: Any, seed: Any = None) -> list[Any]:
+    def _plain_sweep(self, z: Any, seed: Any = None, last: bool = False) -> list[Any]:
+        if type(z) is Record and z.tape is self.tape and not self.nested:   # the common case
+            return self._read(self.tape._backward_from(z, None, last))
         if isinstance(z, Tensor) and not self.nested and z.tape is self.tape:
             d = z.derivatives(np.ones(z.shape) if seed is None else seed)
             return self._read(d)
@@ -312,10 +336,12 @@ class _Reverse:
         if self.nested:
             d = z.derivatives(create_graph=True)
             return [d[x] for x in self.inputs]
-        return self._read(z.derivatives())
+        return self._read(self.tape._backward_from(z, None, last))
 
     def _read(self, d: Any) -> list[Any]:
-        return [d[x] if s else x.input_derivative(d) for x, s in zip(self.inputs, self.scalar)]
+        # top level only: each sweep's Derivatives are read once, so the gradients are
+        # taken out of them (uncopied where nothing else holds them)
+        return [d[x] if s else _input_gradient(x, d) for x, s in zip(self.inputs, self.scalar)]
 
     def _zero(self, k: int) -> Any:
         if self.nested:
@@ -325,6 +351,57 @@ class _Reverse:
 
     def gradient(self, cotangents: list[Any]) -> Any:
         return _trees.unflatten(self.tree, cotangents)
+
+
+def _input_tensor(a: NDArray[Any], tape: WengertList, elements: bool,
+                  device: Any = None) -> Tensor:
+    """A transform's input tensor on ``tape`` for the array ``a`` (on ``device``, None: the
+    default): on the host (numpy) a float64 C-contiguous ``a`` is read in place, through a
+    read-only view (no copy: the tensor layer never writes into an operand's buffer, and
+    the view makes sure of it)."""
+    device = get_device() if device is None else device
+    be = resolve(device)
+    if be.kind != "numpy" or _meta.tracing():
+        array = np.asarray(a, dtype=np.float64)
+        return (Tensor._input(array, tape, device=device) if elements
+                else Tensor.variable(array, tape, device=device))
+    if a.dtype == np.float64 and a.flags.c_contiguous:
+        data = a.view()
+        data.flags.writeable = False
+    else:
+        data = np.array(a, dtype=np.float64, order="C")
+    handle = tape._push_node(Node("variable", (), _no_vjp))
+    x: Tensor = wrap(Tensor, be, be._track(data), a.shape, FLOAT64, tape, handle)
+    if elements:
+        x._elements = Elements(data)
+    return x
+
+
+def _input_gradient(x: Tensor, d: Any) -> NDArray[np.float64]:
+    """The derivative of a transform's input ``x`` in the sweep ``d`` (of its own list,
+    read once): its tensor adjoint plus its elements' adjoints, as an array the caller
+    owns. On the host the adjoint's own buffer is handed over when nothing else holds it
+    (a fresh C-contiguous float64 array: the sum the sweep made), not copied again."""
+    if x._backend.kind != "numpy":
+        return x.input_derivative(d)
+    elements = x._elements
+    extra = None
+    if elements is not None and elements.records is not None:
+        extra = np.fromiter((d[r] for r in elements.records.reshape(-1)), dtype=np.float64,
+                            count=x.size).reshape(x._shape)
+    a = d._take_node_adjoint(x._index)
+    if a is None:
+        return extra if extra is not None else np.zeros(x._shape)
+    # two references: ``a`` and getrefcount's argument. Anything more (a buffer a custom
+    # vjp also keeps, one adjoint given to two inputs) or a view, a broadcast, another
+    # dtype: copied
+    if (type(a) is not np.ndarray or a.base is not None or a.dtype != np.float64
+            or a.shape != x._shape or not a.flags.c_contiguous or not a.flags.writeable
+            or sys.getrefcount(a) > 2):
+        a = np.array(a, dtype=np.float64).reshape(x._shape)
+    if extra is not None:
+        a += extra
+    return a
 
 
 def _nested_trace(v: Any) -> bool:

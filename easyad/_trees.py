@@ -68,48 +68,56 @@ def _is_sequence_leaf(x: list[Any] | tuple[Any, ...]) -> bool:
 
 
 def flatten(x: Any) -> tuple[list[Any], TreeDef]:
+    if type(x) is np.ndarray:          # the common case: one array
+        return [x], LEAF
     leaves: list[Any] = []
+    return leaves, _visit(x, leaves)
 
-    def visit(v: Any) -> TreeDef:
-        if isinstance(v, dict):
-            keys = tuple(v)
-            return TreeDef("dict", tuple(visit(v[k]) for k in keys), keys)
-        if isinstance(v, (list, tuple)) and not _is_sequence_leaf(v):
-            kind = "tuple" if isinstance(v, tuple) else "list"
-            return TreeDef(kind, tuple(visit(item) for item in v))
-        leaves.append(v)
-        return LEAF
-    return leaves, visit(x)
+
+# module-level recursion, not closures: a closure that calls itself is a reference cycle,
+# garbage left to the cyclic collector on every call of a transform
+def _visit(v: Any, leaves: list[Any]) -> TreeDef:
+    if isinstance(v, dict):
+        keys = tuple(v)
+        return TreeDef("dict", tuple(_visit(v[k], leaves) for k in keys), keys)
+    if isinstance(v, (list, tuple)) and not _is_sequence_leaf(v):
+        kind = "tuple" if isinstance(v, tuple) else "list"
+        return TreeDef(kind, tuple(_visit(item, leaves) for item in v))
+    leaves.append(v)
+    return LEAF
 
 
 def unflatten(tree: TreeDef, leaves: list[Any]) -> Any:
-    items = iter(leaves)
+    if tree.is_leaf:
+        return leaves[0]
+    return _build(tree, iter(leaves))
 
-    def build(t: TreeDef) -> Any:
-        if t.is_leaf:
-            return next(items)
-        built = [build(c) for c in t.children]
-        if t.kind == "dict":
-            return dict(zip(t.keys, built))
-        return tuple(built) if t.kind == "tuple" else built
-    return build(tree)
+
+def _build(t: TreeDef, items: Any) -> Any:
+    if t.is_leaf:
+        return next(items)
+    built = [_build(c, items) for c in t.children]
+    if t.kind == "dict":
+        return dict(zip(t.keys, built))
+    return tuple(built) if t.kind == "tuple" else built
 
 
 def paths(tree: TreeDef, root: str) -> list[str]:
     """A name for each leaf, for error messages: ``x0['W'][1]``."""
     out: list[str] = []
-
-    def visit(t: TreeDef, name: str) -> None:
-        if t.is_leaf:
-            out.append(name)
-        elif t.kind == "dict":
-            for k, c in zip(t.keys, t.children):
-                visit(c, f"{name}[{k!r}]")
-        else:
-            for i, c in enumerate(t.children):
-                visit(c, f"{name}[{i}]")
-    visit(tree, root)
+    _name_leaves(tree, root, out)
     return out
+
+
+def _name_leaves(t: TreeDef, name: str, out: list[str]) -> None:
+    if t.is_leaf:
+        out.append(name)
+    elif t.kind == "dict":
+        for k, c in zip(t.keys, t.children):
+            _name_leaves(c, f"{name}[{k!r}]", out)
+    else:
+        for i, c in enumerate(t.children):
+            _name_leaves(c, f"{name}[{i}]", out)
 
 
 def map_leaves(function: Callable[[Any], Any], x: Any) -> Any:

@@ -148,7 +148,7 @@ def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
         run = _Reverse(f, x0, _arguments(extra, args))
         out = _scalar_output(run.result, f, "grad", run.mode)
         value = out if run.nested else _forward_value(out) if run.tangents else _value(out)
-        return value, run.gradient(run.sweep(out))
+        return value, run.gradient(run.sweep(out, last=True))
 
     vg.__doc__ = f"The value and gradient of {_name(f)} (made by easyad.value_and_grad)."
     return vg
@@ -340,7 +340,7 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
         total = total + _weighted(leaf, w.reshape(shape))
     value = _trees.unflatten(tree, [e if run.nested else _forward_value(e) if run.tangents
                                     else _value(e) for e in leaves])
-    return value, run.gradient(run.sweep(total))
+    return value, run.gradient(run.sweep(total, last=True))
 
 
 def _weighted(leaf: Any, w: NDArray[np.float64]) -> Any:

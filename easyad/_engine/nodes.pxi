@@ -16,6 +16,12 @@ cdef class Node:
     entry's adjoint is a float; ``retain``: the sweep keeps this node's adjoint for
     ``d[t]`` (inputs, nodes without inputs, always keep theirs).
 
+    A sweep that releases (``lst._backward_from(handle, seed, release=True)``, as
+    ``ad.grad``, ``ad.value_and_grad`` and ``ad.vjp`` sweep their own lists) sets ``vjp``
+    and ``graph`` of every node with inputs it passes to a function that raises
+    RuntimeError, dropping what they saved (the operands' values) there and then; a later
+    sweep that reaches such a node raises instead of reading stale data.
+
     Examples
     --------
     >>> import easyad as ad

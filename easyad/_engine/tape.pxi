@@ -411,21 +411,7 @@ cdef class WengertList:
         return f"WengertList(#{self.serial}, {self._length} entries)"
 
     cdef Derivatives _backward(self, Py_ssize_t output, object seed=None):
-        cdef Py_ssize_t n = output + 1
-        cdef double* adjoints = <double*>calloc(n, sizeof(double))
-        if adjoints == NULL:
-            raise MemoryError(f"cannot allocate {n} adjoints for a backward sweep")
-        cdef Derivatives d = Derivatives.__new__(Derivatives)
-        d._adjoints = adjoints
-        d._length = n
-        d.tape = self
-        d.generation = self.generation
-        if self._node_order and self._node_order[0] <= output:
-            self._mixed_sweep(d, output, seed)
-            return d
-        adjoints[output] = 1.0 if seed is None else <double>seed
-        self._sweep_range(adjoints, 0, output)
-        return d
+        return _sweep_from(self, output, seed, False)
 
     cdef int _sweep_range(self, double* adjoints, Py_ssize_t lo, Py_ssize_t hi) except -1:
         # the scalar entries lo..hi, without the GIL when that pays for itself
@@ -447,70 +433,7 @@ cdef class WengertList:
         return 0
 
     cdef int _mixed_sweep(self, Derivatives d, Py_ssize_t output, object seed) except -1:
-        # Scalar runs between nodes sweep in C; each node (a tensor operation) passes its
-        # adjoint on through node.vjp(). Tensor adjoints live in d._node_adjoints.
-        cdef double* adjoints = d._adjoints
-        cdef dict tensor_adjoints = {}
-        cdef dict nodes = self._nodes
-        cdef list order = self._node_order
-        cdef Py_ssize_t k, hi = output, inp, j, m
-        cdef Node node, other
-        cdef tuple inputs
-        cdef object g, c, previous, contributions
-        d._node_adjoints = tensor_adjoints
-        found = nodes.get(output)
-        if found is not None and not (<Node>found).scalar_output:
-            if seed is None:
-                raise ValueError("the backward sweep from a tensor needs a seed (an array of "
-                                 "its shape); take the derivatives of a scalar, e.g. t.sum()")
-            tensor_adjoints[output] = seed
-        else:
-            adjoints[output] = 1.0 if seed is None else float(seed)
-        for j in range(len(order) - 1, -1, -1):
-            k = order[j]
-            if k > output:
-                continue
-            if k < hi:
-                self._sweep_range(adjoints, k + 1, hi)
-            hi = k - 1
-            node = <Node>nodes[k]
-            inputs = node.inputs
-            if node.scalar_output:
-                if adjoints[k] == 0.0:
-                    continue
-                g = adjoints[k]
-            else:
-                # inputs (nodes without inputs) keep their adjoint for d[t]; intermediate
-                # tensors give theirs up once passed on, so memory stays bounded
-                if not inputs or node.retain:
-                    g = tensor_adjoints.get(k)
-                else:
-                    g = tensor_adjoints.pop(k, None)
-                if g is None:
-                    continue
-            contributions = node.vjp(g)
-            g = None
-            if _anomaly_mode:
-                _service("anomaly.check_node")(self, k, node, contributions)
-            m = 0
-            for c in contributions:
-                if m >= len(inputs):
-                    break
-                inp = <Py_ssize_t>inputs[m]
-                m += 1
-                if c is None or inp < 0:
-                    continue
-                if self._ops[inp] == OP_NODE:
-                    other = <Node>nodes[inp]
-                    if not other.scalar_output:
-                        previous = tensor_adjoints.get(inp)
-                        tensor_adjoints[inp] = c if previous is None else previous + c
-                        continue
-                adjoints[inp] += <double>c
-            contributions = None
-        if hi >= 0:
-            self._sweep_range(adjoints, 0, hi)
-        return 0
+        return _sweep_nodes(self, d, output, seed, False)
 
     def _arrays(self):
         """Copies of the entries as numpy arrays: a dict of ``ops`` (uint8 opcodes, see
@@ -596,12 +519,18 @@ cdef class WengertList:
         """The Python node of an OP_NODE entry."""
         return self._nodes[index]
 
-    def _backward_from(self, Record handle not None, seed=None):
-        """One backward sweep from any entry (a tensor's handle) with an adjoint seed."""
+    def _backward_from(self, Record handle not None, seed=None, bint release=False):
+        """One backward sweep from any entry (a tensor's handle) with an adjoint seed.
+
+        ``release``: each tensor operation the sweep passes drops its vjp, and so the values
+        it saved for it, once its adjoint has gone on (memory of intermediates is given
+        back during the sweep, not at ``clear()``). For a list swept once (the transforms'
+        own lists); a later sweep that reaches a released operation raises RuntimeError.
+        """
         _live_tape(handle)
         if handle.tape is not self:
             _raise_tape_mismatch(self, handle.tape, "backward sweep")
-        d = self._backward(handle.index, seed)
+        d = _sweep_from(self, handle.index, seed, release)
         if _anomaly_mode:
             _service("anomaly.check_backward")(self, d, handle.index)
         return d
@@ -626,6 +555,109 @@ cdef class WengertList:
         customs = dict(self._customs)
         checksum = _tape_digest(parts, (n, sorted(names.items()), max_entries, sorted(customs)))
         return (_rebuild_wengert_list, (n, parts, names, max_entries, customs, checksum))
+
+
+# ---- the backward sweep (module-level: WengertList's cdef methods are declared in
+# _core.pxd; these take the extra ``release`` switch) ----
+
+cdef Derivatives _sweep_from(WengertList lst, Py_ssize_t output, object seed, bint release):
+    cdef Py_ssize_t n = output + 1
+    cdef double* adjoints = <double*>calloc(n, sizeof(double))
+    if adjoints == NULL:
+        raise MemoryError(f"cannot allocate {n} adjoints for a backward sweep")
+    cdef Derivatives d = Derivatives.__new__(Derivatives)
+    d._adjoints = adjoints
+    d._length = n
+    d.tape = lst
+    d.generation = lst.generation
+    if lst._node_order and lst._node_order[0] <= output:
+        _sweep_nodes(lst, d, output, seed, release)
+        return d
+    adjoints[output] = 1.0 if seed is None else <double>seed
+    lst._sweep_range(adjoints, 0, output)
+    return d
+
+
+def _released_vjp(*args):
+    """What a released node's vjp and graph become (a sweep with release=True passed it)."""
+    raise RuntimeError(_RELEASED)
+
+
+_RELEASED = ("this tensor operation's saved values were released by an earlier backward "
+             "sweep that released them as it passed (release=True, as ad.grad, "
+             "ad.value_and_grad and ad.vjp sweep their own lists), so the list cannot be "
+             "swept through it again; record the computation again for another sweep")
+
+
+cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object seed,
+                      bint release) except -1:
+    # Scalar runs between nodes sweep in C; each node (a tensor operation) passes its
+    # adjoint on through node.vjp(). Tensor adjoints live in d._node_adjoints.
+    # ``release``: every node with inputs the sweep passes gives up its vjp and graph (and
+    # so the values they saved) once passed; a later sweep that reaches it raises.
+    cdef double* adjoints = d._adjoints
+    cdef dict tensor_adjoints = {}
+    cdef dict nodes = lst._nodes
+    cdef list order = lst._node_order
+    cdef Py_ssize_t k, hi = output, inp, j, m
+    cdef Node node, other
+    cdef tuple inputs
+    cdef object g, c, previous, contributions
+    d._node_adjoints = tensor_adjoints
+    found = nodes.get(output)
+    if found is not None and not (<Node>found).scalar_output:
+        if seed is None:
+            raise ValueError("the backward sweep from a tensor needs a seed (an array of "
+                             "its shape); take the derivatives of a scalar, e.g. t.sum()")
+        tensor_adjoints[output] = seed
+    else:
+        adjoints[output] = 1.0 if seed is None else float(seed)
+    for j in range(len(order) - 1, -1, -1):
+        k = order[j]
+        if k > output:
+            continue
+        if k < hi:
+            lst._sweep_range(adjoints, k + 1, hi)
+        hi = k - 1
+        node = <Node>nodes[k]
+        inputs = node.inputs
+        if node.scalar_output:
+            g = adjoints[k] if adjoints[k] != 0.0 else None
+        elif not inputs or node.retain:
+            # inputs (nodes without inputs) keep their adjoint for d[t]; intermediate
+            # tensors give theirs up once passed on, so memory stays bounded
+            g = tensor_adjoints.get(k)
+        else:
+            g = tensor_adjoints.pop(k, None)
+        if g is not None:
+            if node.vjp is _released_vjp:
+                raise RuntimeError(f"entry {k} of {lst!r} ({node.label}): {_RELEASED}")
+            contributions = node.vjp(g)
+            g = None
+            if _anomaly_mode:
+                _service("anomaly.check_node")(lst, k, node, contributions)
+            m = 0
+            for c in contributions:
+                if m >= len(inputs):
+                    break
+                inp = <Py_ssize_t>inputs[m]
+                m += 1
+                if c is None or inp < 0:
+                    continue
+                if lst._ops[inp] == OP_NODE:
+                    other = <Node>nodes[inp]
+                    if not other.scalar_output:
+                        previous = tensor_adjoints.get(inp)
+                        tensor_adjoints[inp] = c if previous is None else previous + c
+                        continue
+                adjoints[inp] += <double>c
+            contributions = None
+        if release and inputs:
+            node.vjp = _released_vjp
+            node.graph = _released_vjp
+    if hi >= 0:
+        lst._sweep_range(adjoints, 0, hi)
+    return 0
 
 
 def _rebuild_wengert_list(*state, source="pickled WengertList"):
@@ -754,6 +786,13 @@ cdef class Derivatives:
         """The adjoint of a tensor entry (None when nothing flowed into it)."""
         self._checked_tape()
         return None if self._node_adjoints is None else self._node_adjoints.get(index)
+
+    def _take_node_adjoint(self, Py_ssize_t index):
+        """The adjoint of a tensor entry, handed over: these Derivatives no longer hold it
+        (``d[t]`` then reads nothing for it). None when nothing flowed into it. A
+        transform that owns the sweep takes its inputs' gradients this way, uncopied."""
+        self._checked_tape()
+        return None if self._node_adjoints is None else self._node_adjoints.pop(index, None)
 
     def __getitem__(self, x):
         if type(x) is not Record:

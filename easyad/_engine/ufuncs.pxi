@@ -3,11 +3,23 @@
 # float32 and float64 loops; numpy casts other inputs. The loops are written so GCC
 # vectorises them (the product computed, then selected: no short-circuit), with the
 # contiguous and the scalar-operand cases apart; mul0/div0 are _helpers.h's, as in C.
+# On x86-64 Linux (glibc) each loop is also compiled for AVX2 and AVX-512, chosen when the
+# module loads (target_clones): the baseline build has SSE2 only, half numpy's vector width
+# (its own loops dispatch the same way), and div0 is bound by the divider's throughput.
+# Every clone computes the same IEEE products and quotients (no FMA): identical results.
 
 cdef extern from *:
     """
+    #if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && defined(__has_attribute)
+    #if __has_attribute(target_clones)
+    #define EASYAD_UFUNC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+    #endif
+    #endif
+    #ifndef EASYAD_UFUNC_CLONES
+    #define EASYAD_UFUNC_CLONES
+    #endif
     #define EASYAD_UFUNC_LOOP(NAME, T, EXPR)                                              \
-    static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *d) { \
+    EASYAD_UFUNC_CLONES static void NAME(char **args, npy_intp const *dims, npy_intp const *steps, void *d) { \
         npy_intp i, n = dims[0];                                                        \
         char *pa = args[0], *pb = args[1], *po = args[2];                               \
         npy_intp sa = steps[0], sb = steps[1], so = steps[2];                           \
@@ -27,7 +39,10 @@ cdef extern from *:
             }                                                                           \
         }                                                                               \
     }
-    /* mul0 and div0 of _helpers.h, as selects of computed values (vectorisable) */
+    /* mul0 and div0 of _helpers.h, as selects of computed values (vectorisable). The
+       product or quotient is computed in every lane, so a lane the helper zeroes
+       (0 * inf, 0 / 0) may raise a floating-point flag: the backend runs its kernels with
+       numpy's errors ignored, and a caller that does not may see a RuntimeWarning */
     EASYAD_UFUNC_LOOP(easyad_loop_mul0_d, double, ((a == 0.0) | (b == 0.0)) ? 0.0 : a * b)
     EASYAD_UFUNC_LOOP(easyad_loop_mul0_f, float, ((a == 0.0f) | (b == 0.0f)) ? 0.0f : a * b)
     EASYAD_UFUNC_LOOP(easyad_loop_div0_d, double, (a == 0.0) ? 0.0 : a / b)
