@@ -450,3 +450,20 @@ def test_nan_inf_and_the_strong_zero_as_eager():
     F = ad.record(f, np.ones(5), tensor=True)
     g = F.gradient(finite)
     assert g[0] == 0.0 and np.isfinite(g).all()   # sqrt's inf partial is not selected
+
+
+@pytest.mark.skipif(not _opencl_usable(), reason="no usable OpenCL device")
+@pytest.mark.parametrize("name", ["axis reductions", "mlp by a dict"])
+def test_hvp_on_opencl_matches_numpy(name):
+    """0-d buffers (a bool condition among them) in OpenCL kernels are read on the device;
+    they used to be read to the host as a real scalar, which a condition cannot be."""
+    f, make = PROGRAMS[name]
+    args = make()
+    F = ad.record(f, *args, device="opencl", tensor=True)
+    G = ad.record(f, *args, tensor=True)
+    x, rest = args[0], args[1:]
+    leaves, tree = ad._trees.flatten(x)
+    v = ad._trees.unflatten(tree, [RNG.normal(size=np.shape(a)) for a in leaves])
+    for a, b in zip(ad._trees.flatten(F.hvp(x, v, *rest))[0],
+                    ad._trees.flatten(G.hvp(x, v, *rest))[0]):
+        close(a, b, 1e-10)

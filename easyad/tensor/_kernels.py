@@ -56,8 +56,8 @@ def render_map(label: str, exprs: tuple[str, ...], operands: tuple[tuple[str, st
 
     ``operands`` are ``(name, kind, ctype)``: kind "same" (a buffer of the output's shape),
     "strided" (a buffer read through strides S_<name>_d over ``ndim`` collapsed output dims,
-    0 where it is broadcast) or "scalar" (a kernel argument). The expressions read the
-    operands by name.
+    0 where it is broadcast), "first" (a 0-d buffer: its one element, for every output)
+    or "scalar" (a kernel argument). The expressions read the operands by name.
     """
     params = [f"__global {t}* out{k}" for k, t in enumerate(outs)]
     body = []
@@ -78,6 +78,8 @@ def render_map(label: str, exprs: tuple[str, ...], operands: tuple[tuple[str, st
     for name, kind, ctype in operands:
         if kind == "same":
             body.append(f"    const {ctype} {name} = P_{name}[I_];")
+        elif kind == "first":
+            body.append(f"    const {ctype} {name} = P_{name}[0];")
         elif kind == "strided":
             offset = " + ".join(f"K_{d} * S_{name}_{d}" for d in range(ndim))
             body.append(f"    const {ctype} {name} = P_{name}[{offset}];")

@@ -260,17 +260,18 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         outs = [self._empty(shape, d) for d in out_dtypes]
         args += [o.data for o in outs]
         scalar_dtypes += [None] * len(outs)
-        scalars = []
         for name, v in operands.items():
             if isinstance(v, float):
                 spec.append((name, "scalar", real))
                 args.append(v)
                 scalar_dtypes.append(real_dtype)
-            elif v.shape == () and v.size == 1:
-                spec.append((name, "scalar", real))
-                scalars.append(name)
-                args.append(float(self.to_numpy(v)))   # a 0-d buffer read as a scalar
-                scalar_dtypes.append(real_dtype)
+            elif v.shape == ():
+                # a 0-d buffer: every work-item reads its one element on the device (no
+                # read back to the host; a bool stays a bool, as a condition must)
+                ctype = kernels.c_type(_STORAGE.get(np.dtype(v.dtype), np.dtype(v.dtype)))
+                spec.append((name, "first", ctype))
+                args.append(v.data)
+                scalar_dtypes.append(None)
             else:
                 ctype = kernels.c_type(_STORAGE.get(np.dtype(v.dtype), np.dtype(v.dtype)))
                 spec.append((name, "strided" if name in strided else "same", ctype))
