@@ -418,6 +418,11 @@ class TensorFunction:
         """The recorded program (value and gradient): its instructions, for inspection."""
         return self._recordings["first"].program
 
+    def __reduce__(self) -> Any:
+        raise TypeError("a TensorFunction does not pickle: it holds compiled code, and the "
+                        "module parameters and host functions f used; record f again in the "
+                        "other process (ad.record is fast, and its C is cached on disk)")
+
     def __repr__(self) -> str:
         rec = self._recordings["first"]
         return (f"<TensorFunction of {self._x_tree.describe()}: "

@@ -467,3 +467,10 @@ def test_hvp_on_opencl_matches_numpy(name):
     for a, b in zip(ad._trees.flatten(F.hvp(x, v, *rest))[0],
                     ad._trees.flatten(G.hvp(x, v, *rest))[0]):
         close(a, b, 1e-10)
+
+
+def test_a_tensor_function_says_it_does_not_pickle():
+    import pickle
+    F = ad.record(rosen, np.zeros(4), tensor=True)
+    with pytest.raises(TypeError, match="record f again"):
+        pickle.dumps(F)
