@@ -474,3 +474,21 @@ def test_a_tensor_function_says_it_does_not_pickle():
     F = ad.record(rosen, np.zeros(4), tensor=True)
     with pytest.raises(TypeError, match="record f again"):
         pickle.dumps(F)
+
+
+def test_dropout_draws_a_new_mask_at_every_replay():
+    model = ad.nn.Sequential(ad.nn.Linear(6, 16, generator=5), ad.nn.Dropout(0.5),
+                             ad.nn.Linear(16, 1, generator=6))
+    f = lambda x: ad.sum(model(x) ** 2)   # noqa: E731
+    F = ad.record(f, np.ones((4, 6)), tensor=True)
+    x = RNG.normal(size=(4, 6))
+    assert F(x) != F(x)                    # two masks
+    ad.random.seed(11)
+    replayed = F.value_and_gradient(x)
+    ad.random.seed(11)
+    eager = ad.value_and_grad(f)(x)       # the same draws, in the same order
+    close(replayed[0], eager[0])
+    close(replayed[1], eager[1])
+    model.eval()
+    G = ad.record(f, np.ones((4, 6)), tensor=True)
+    assert G(x) == G(x)

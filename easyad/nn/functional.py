@@ -24,7 +24,7 @@ from easyad import _core
 from easyad import random as _random
 from easyad import tensor as _tensor
 from easyad.errors import ShapeError
-from easyad.tensor import Tensor
+from easyad.tensor import Tensor, recorded_host_value
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
            "dropout", "gelu", "l1_loss", "linear", "log_softmax", "mse_loss", "nll_loss",
@@ -116,10 +116,16 @@ def dropout(x: Any, p: float = 0.5, training: bool = True, generator: Any = None
         raise ValueError(f"dropout probability has to be between 0 and 1, not {p}")
     if not training or p == 0.0:
         return x
-    keep = _random.resolve(generator).random(np.shape(x)) < 1.0 - p
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
     dtype = x.dtype if isinstance(x, (Tensor, np.ndarray)) else np.float64
-    return x * (keep * scale).astype(dtype)
+    shape = np.shape(x)
+
+    def mask() -> np.ndarray:
+        keep = _random.resolve(generator).random(shape) < 1.0 - p
+        return (keep * scale).astype(dtype)
+    # in a recorded program a new mask is drawn at every replay, as eager execution does
+    drawn = recorded_host_value(mask, dtype) if isinstance(x, Tensor) else None
+    return x * (drawn if drawn is not None else mask())
 
 
 # ---- losses ----

@@ -22,12 +22,13 @@ from easyad.tensor._devices import Device, device_report, devices, get_device, s
 from easyad.tensor._fused import cross_entropy, linear, sigmoid
 from easyad.tensor._functions import (ShapeDtype, amax, amin, concatenate, eval_shape,
                                       log_softmax, logsumexp, mean, softmax, stack, sum)
-from easyad.tensor._tensor import Tensor, recorded_parameter
+from easyad.tensor._tensor import Tensor, recorded_host_value, recorded_parameter
 from easyad.tensor._trace import TraceTensor
 
 __all__ = ["ArrayPrimitive", "Device", "ShapeDtype", "Tensor", "amax", "amin", "concatenate",
            "cross_entropy",
            "device_report", "devices", "eval_shape", "linear", "sigmoid",
-           "get_device", "log_softmax", "logsumexp", "mean", "recorded_parameter",
+           "get_device", "log_softmax", "logsumexp", "mean", "recorded_host_value",
+           "recorded_parameter",
            "set_device", "softmax", "stack",
            "sum", "TraceTensor"]

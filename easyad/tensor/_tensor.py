@@ -206,3 +206,14 @@ class _RecordedParameter:
 
 
 recorded_parameter = _RecordedParameter()
+
+
+def recorded_host_value(make: Any, dtype: Any) -> Tensor | None:
+    """While ``ad.record`` records tensor code: a constant tensor whose values ``make()``
+    (host code: a random mask) computes again at every replay, as a host call of the
+    program; None when nothing is being recorded (the caller computes it once)."""
+    be = _program.capturing()
+    if be is None:
+        return None
+    (slot,) = be.host_call("host value", lambda: [np.asarray(make(), dtype=dtype)], [])
+    return wrap(Tensor, be, slot, slot.shape, slot.dtype)
