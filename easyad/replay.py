@@ -266,7 +266,7 @@ class Function:
                 value[0] = result[0]
             g[:] = result[1]
 
-        return _core._BoundGradient(self._native, x, g, value, fallback)
+        return _core._BoundGradient(self._native, x, g, value, fallback, self._replayer)
 
     @property
     def compiled(self) -> bool:
@@ -321,9 +321,10 @@ class Function:
         ``out``: an array of the result's shape to write it into (returned); for one point
         of a compiled Function this skips allocating (see also ``bind_gradient``)."""
         if out is not None:
-            if self._native is not None and on_branch_change is None \
-                    and self.on_branch_change != "mask" and type(x) is np.ndarray \
-                    and type(out) is np.ndarray and self._native.gradient_into(x, out):
+            if on_branch_change is None and self.on_branch_change != "mask" \
+                    and type(x) is np.ndarray and type(out) is np.ndarray \
+                    and (self._native.gradient_into(x, out) if self._native is not None
+                         else self._replayer.gradient_into(x, out)):
                 return out
             result = self.gradient(x, on_branch_change=on_branch_change, device=device)
             if isinstance(result, tuple):   # mask mode: (gradient, mask)
@@ -335,7 +336,7 @@ class Function:
                 and self.scalar and type(x) is np.ndarray:  # one point: one C call
             point = self._native.point(x, True) if self._native is not None else None
             if point is None:
-                point = self._replayer.point(x, True)
+                point = self._replayer.point(x, True, False)
             if point is not None:
                 return point[1]
         self._need_scalar("gradient")

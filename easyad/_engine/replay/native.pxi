@@ -235,12 +235,14 @@ cdef enum:
 @cython.final
 cdef class _BoundGradient:
     """A gradient bound once to its arrays (``Function.bind_gradient``): each call runs the
-    compiled code on the current contents of x into g (and value), with the checks done at
-    binding, no allocation and no Python in between; a point the compiled code flags (or
-    anomaly mode, or a Function not compiled) goes to ``fallback`` (the Function's own
-    path, which raises, re-records or masks as asked)."""
+    compiled code (or, given no compiled code, the VM's program: replayer) on the current
+    contents of x into g (and value), with the checks done at binding, no allocation and
+    no Python in between; a point the code flags (or anomaly mode, user primitives) goes
+    to ``fallback`` (the Function's own path, which raises, re-records or masks as
+    asked)."""
     cdef _native_point_fn fn
     cdef object native, x, g, value, fallback
+    cdef _Replayer vm            # the VM's program, where no compiled code is given
     cdef const double* X
     cdef double* G
     cdef double* O
@@ -249,10 +251,12 @@ cdef class _BoundGradient:
     cdef bint release, busy
 
     def __cinit__(self, _Native native, cnp.ndarray x not None, cnp.ndarray g not None,
-                  cnp.ndarray value, fallback not None):
+                  cnp.ndarray value, fallback not None, _Replayer replayer=None):
         cdef Py_ssize_t n = cnp.PyArray_DIM(x, 0) if cnp.PyArray_NDIM(x) == 1 else -1
         if native is not None:
             n = native.n_inputs
+        elif replayer is not None:
+            n = replayer.n_inputs
         for name, array, size in (("x", x, n), ("g", g, n), ("value", value, 1)):
             if array is None:
                 continue
@@ -276,6 +280,11 @@ cdef class _BoundGradient:
             if self.work == NULL:
                 raise MemoryError("cannot allocate the compiled replay's work space")
             self.release = n >= _NATIVE_NOGIL_INPUTS
+        elif native is None and replayer is not None and replayer.n_outputs == 1:
+            # the VM: its program straight from here, with a work buffer of its own
+            self.vm = replayer
+            self.work = replayer._take_work()
+            self.release = replayer.program.length >= _VM_NOGIL_ENTRIES
 
     def __dealloc__(self):
         free(self.work)
@@ -286,7 +295,17 @@ cdef class _BoundGradient:
     def __call__(self):
         """g (and value) at the current x."""
         cdef int flags = 1
-        if self.fn != NULL and not _anomaly_mode and not self.busy:
+        cdef double* O
+        if self.vm is not None and not self.busy and self.vm._plain():
+            self.busy = True
+            O = self.O if self.value is not None else NULL   # no value: skip the sums
+            if self.release:
+                with nogil:
+                    flags = _point_row(&self.vm.program, self.X, O, self.G, self.work)
+            else:
+                flags = _point_row(&self.vm.program, self.X, O, self.G, self.work)
+            self.busy = False
+        elif self.fn != NULL and not _anomaly_mode and not self.busy:
             self.busy = True     # another thread inside this call: the slow path
             if self.release:
                 with nogil:

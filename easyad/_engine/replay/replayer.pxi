@@ -1,6 +1,34 @@
 # _Replayer: the Python class replay.py holds; builds the program once and runs rows
 # (single points in one call, batches split over threads), keeping its work buffer.
 
+cdef enum:
+    _VM_NOGIL_ENTRIES = 20000   # a one-point call of the VM releases the GIL from this
+                                # many entries on (below, the release costs more than it frees)
+
+
+cdef int _point_row(const _Program* P, const double* X, double* out, double* G,
+                    double* work) noexcept nogil:
+    # one point: the outputs into out (NULL: not wanted), the gradient of output 0 into G
+    # (NULL: none) with the work buffer of _take_work; 0, or 1 when an entry failed or a
+    # branch changed (the general path then raises, re-records or masks)
+    cdef int32_t guard = -1, status_entry = -1
+    cdef Py_ssize_t k
+    cdef size_t slots = P.length + P.n_constants
+    cdef double* v = work
+    cdef double* adj = v + slots
+    cdef double* p0 = adj + slots
+    cdef double* p1 = p0 + (P.length if P.length > 0 else 1)
+    cdef int code = _forward_row(P, X, v, p0, p1, &guard, &status_entry,
+                                 out == NULL and G != NULL)
+    if code or guard >= 0:
+        return 1
+    if out != NULL:
+        for k in range(P.n_outputs):
+            out[k] = v[P.outputs[k]]
+    if G != NULL:
+        _reverse_row(P, p0, p1, adj, P.outputs[0], G, False)
+    return 0
+
 @cython.final
 cdef class _Replayer:
     """A WengertList frozen as a program: inputs and outputs marked (used by replay.py)."""
@@ -119,47 +147,67 @@ cdef class _Replayer:
             inputs=copy(<size_t>P.inputs, P.n_inputs, np.int32),
             outputs=copy(<size_t>P.outputs, P.n_outputs, np.int32))
 
-    def point(self, cnp.ndarray x, bint gradient):
+    cdef bint _plain(self):
+        # whether one point may run in C alone: no user primitives, no anomaly mode, the
+        # tape not cleared (else the general path, run, handles the call)
+        return not (self.tape._customs or _anomaly_mode
+                    or self.tape._length < self.program.length)
+
+    def point(self, cnp.ndarray x, bint gradient, bint value=True):
         """The common case in one call: ``(outputs (m,), gradient (n,) of output 0 or None)``
         at one point x, or None when the general path (run) must handle it: x not a
         float64 vector of n, a non-scalar gradient, user primitives, anomaly mode, an
-        error or a changed branch at x (run then raises or re-records as asked)."""
-        cdef WengertList tape = self.tape
+        error or a changed branch at x (run then raises or re-records as asked). With
+        gradient and not value: ``(None, gradient)``, skipping values only outputs read."""
         cdef const _Program* P = &self.program
         cdef Py_ssize_t n = self.n_inputs, m = self.n_outputs, k
-        cdef int32_t guard = -1, status_entry = -1
         cdef int code = 0
         if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
                 or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
-                or (gradient and m != 1) or tape._customs or _anomaly_mode
-                or tape._length < P.length):
+                or (gradient and m != 1) or not self._plain()):
             return None
+        if not gradient:
+            value = True
         cdef cnp.npy_intp size = m
-        cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0)
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0) if value else None
         cdef cnp.ndarray g = None
         size = n
         if gradient:
             g = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0)
         cdef const double* X = <const double*>cnp.PyArray_DATA(x)
-        cdef double* o = <double*>cnp.PyArray_DATA(out)
+        cdef double* o = <double*>cnp.PyArray_DATA(out) if value else NULL
         cdef double* G = <double*>cnp.PyArray_DATA(g) if gradient else NULL
         cdef double* work = self._take_work()
-        cdef size_t slots = P.length + P.n_constants
-        cdef double* v = work
-        cdef double* adj = v + slots
-        cdef double* p0 = adj + slots
-        cdef double* p1 = p0 + (P.length if P.length > 0 else 1)
         with nogil:
-            code = _forward_row(P, X, v, p0, p1, &guard, &status_entry)
-            if code == 0 and guard < 0:
-                for k in range(m):
-                    o[k] = v[P.outputs[k]]
-                if gradient:
-                    _reverse_row(P, p0, p1, adj, P.outputs[0], G, False)
+            code = _point_row(P, X, o, G, work)
         self._give_work(work)
-        if code or guard >= 0:
+        if code:
             return None
         return out, g
+
+    def gradient_into(self, cnp.ndarray x, cnp.ndarray g):
+        """The gradient at x written into g (both C-contiguous float64 (n,), g writable, not
+        sharing memory): True, or False (g untouched) when the general path must do this
+        call (as point)."""
+        cdef Py_ssize_t n = self.n_inputs
+        cdef int code
+        if not (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
+                and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)
+                and cnp.PyArray_TYPE(g) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(g) == 1
+                and cnp.PyArray_DIM(g, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(g)
+                and cnp.PyArray_ISWRITEABLE(g)) \
+                or self.n_outputs != 1 or not self._plain() or _overlap(x, g, n):
+            return False
+        cdef double* work = self._take_work()
+        cdef double* G = <double*>cnp.PyArray_DATA(g)
+        cdef const double* X = <const double*>cnp.PyArray_DATA(x)
+        if self.program.length >= _VM_NOGIL_ENTRIES:
+            with nogil:
+                code = _point_row(&self.program, X, NULL, G, work)
+        else:
+            code = _point_row(&self.program, X, NULL, G, work)
+        self._give_work(work)
+        return code == 0
 
     def hessian_point(self, cnp.ndarray x, cnp.ndarray seeds, cnp.ndarray target,
                       cnp.ndarray source):
