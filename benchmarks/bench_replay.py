@@ -148,9 +148,23 @@ def run(ctx):
         for F_ca, out in ((vm, vm_out), (jit, jit_out)):
             got = out if what == "gradient" else _dense(F_ca, out)
             np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
-        label = f"easyad F.{what}(x)"
-        variants = {label: lambda mine=mine, x=x: mine(x), "casadi VM (buffer)": vm_call,
+        plain = f"easyad F.{what}(x)"
+        variants = {plain: lambda mine=mine, x=x: mine(x), "casadi VM (buffer)": vm_call,
                     "casadi JIT (buffer)": jit_call}
+        # the comparable call (CasADi's buffer call writes into preallocated arrays):
+        # the gradient bound once; the Hessian's nonzeros into a preallocated array
+        if what == "gradient":
+            label = "easyad VM, bound"
+            xv, gv = x.copy(), np.empty(n)
+            variants[label] = F.bind_gradient(xv, gv)
+            variants[label]()
+            np.testing.assert_array_equal(gv, expected)
+        else:
+            label = "easyad VM, F.hessian(x, sparse=True, out=h)"
+            hv = np.empty(len(F.hessian_pattern()[0]))
+            variants[label] = lambda F=F, x=x, hv=hv: F.hessian(x, sparse=True, out=hv)
+            variants[label]()
+            np.testing.assert_allclose(hv, vm_out, rtol=1e-10, atol=1e-10)   # casadi's order
         # F.compile(): C from the tape, gcc, a fresh cache; Hessians: compile(hessian=True)
         C, compile_time = _compiled(rosenbrock, n, hessian=what == "hessian")
         if what == "gradient":
@@ -165,20 +179,29 @@ def run(ctx):
             variants["easyad compiled, bound"] = bound
         else:
             np.testing.assert_array_equal(C.hessian(x), expected)    # bit for bit
-            variants["easyad compiled"] = lambda C=C, x=x: C.hessian(x)
+            hc = np.empty_like(hv)
+            C.hessian(x, sparse=True, out=hc)
+            np.testing.assert_array_equal(hc, hv)
+            variants["easyad compiled"] = lambda C=C, x=x, hc=hc: C.hessian(x, sparse=True,
+                                                                           out=hc)
+            variants["easyad compiled, dense"] = lambda C=C, x=x: C.hessian(x)
         t = ctx.measure(variants)
         r_vm, r_jit = t.ratio(label, "casadi VM (buffer)"), t.ratio(label, "casadi JIT (buffer)")
         q = t.ratio_quartiles(label, "casadi VM (buffer)")
-        rows.append((f"{what} n={n}: easyad / casadi VM time",
+        rows.append((f"{what} n={n}: easyad ({label[7:]}) / casadi VM time",
                      f"{r_vm:.2f} (middle 50%: {q[0]:.2f}-{q[1]:.2f}; "
                      f"{t.median(label) * 1e6:.2f} us vs "
                      f"{t.median('casadi VM (buffer)') * 1e6:.2f} us; casadi build "
                      f"{built:.2f} s)", "<= 1", verdict(r_vm <= 1, f"{what} n={n} vs casadi VM")))
+        kind = "allocating, dense" if what == "hessian" else "allocating"
+        rows.append((f"{what} n={n}: easyad F.{what}(x) ({kind}) / casadi VM time",
+                     f"{t.ratio(plain, 'casadi VM (buffer)'):.2f} "
+                     f"({t.median(plain) * 1e6:.2f} us)", "(reported)", ""))
         rows.append((f"{what} n={n}: easyad / casadi JIT time",
                      f"{r_jit:.2f} (casadi JIT {t.median('casadi JIT (buffer)') * 1e6:.2f} us; "
                      f"build + gcc {compiled:.2f} s)", "(the VM)", ""))
         r_c = t.ratio("easyad compiled", "casadi JIT (buffer)")
-        call = "F.compile()" if what == "gradient" else "F.compile(hessian=True)"
+        call = "F.compile()" if what == "gradient" else "F.compile(hessian=True), sparse out="
         rows.append((f"{what} n={n}: easyad compiled / casadi JIT time",
                      f"{r_c:.2f} ({t.median('easyad compiled') * 1e6:.2f} us; "
                      f"{t.ratio('easyad compiled', 'casadi VM (buffer)'):.2f} casadi VM; "

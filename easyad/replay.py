@@ -232,6 +232,12 @@ class Function:
                                    optimised=optimise, seeds=seeds)
             if made is not None or self._native is None:
                 self._native = made
+        if hessian and self.scalar and self._native is not None:
+            second = self._second()      # the Hessian's own program, compiled too
+            if second is not None and second[1] is None:
+                from easyad import _compile
+                tape, ins, outs = second[3]
+                second[1] = _compile.native(tape, tuple(ins), tuple(outs))
         return self
 
     def bind_gradient(self, x: NDArray[np.float64], g: NDArray[np.float64],
@@ -373,10 +379,93 @@ class Function:
         _, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "jacobian", ())
         return self._masked(jac if batch else jac[0], mask, batch)
 
-    def hessian(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
-        """The Hessian (n, n) of a scalar function at x, by forward-over-reverse sweeps
-        (blocks of directions per sweep); (B, n, n) for a batch."""
+    def hessian(self, x: ArrayLike, *, on_branch_change: str | None = None,
+                sparse: bool = False, out: NDArray[np.float64] | None = None) -> Any:
+        """The Hessian (n, n) of a scalar function at x; (B, n, n) for a batch.
+
+        ``sparse=True``: only the structurally non-zero entries, (nnz,) ((B, nnz) for a
+        batch), in the order of ``hessian_pattern()`` (rows, then columns: for a
+        symmetric matrix the order of CasADi's column-major nonzeros too). ``out``: an
+        array of the result's shape to write it into (returned; with ``sparse=True`` at one
+        point, no allocation at all).
+
+        One point is computed by the Hessian's own program (``second_order_program`` in
+        easyad/_compile.py: forward-over-reverse done once, symbolically, simplified, over
+        the nonzeros only; compiled by ``compile(hessian=True)``); batches, a point where
+        that program flags something or gives a non-finite entry, and functions it cannot
+        express (selects, abs, maximum, minimum, user primitives), by forward-over-reverse
+        sweeps (blocks of directions per sweep)."""
         self._need_scalar("hessian")
+        if on_branch_change is None and self.on_branch_change != "mask" \
+                and type(x) is np.ndarray:      # one point: the second-order program
+            second = self._second()
+            if second is not None:
+                program, native, target = second[:3]
+                into = out if sparse and type(out) is np.ndarray else None
+                where = None if sparse else target
+                H1 = native.second_point(x, where, into) if native is not None else None
+                if H1 is None:
+                    H1 = program.second_point(x, where, into)
+                if H1 is not None:
+                    if out is not None and H1 is not out:
+                        out[...] = H1
+                        return out
+                    return H1
+        result = self._hessian_dense(x, on_branch_change)
+        if sparse:
+            rows, cols = self.hessian_pattern()
+            if isinstance(result, tuple):
+                result = (result[0][..., rows, cols], result[1])
+            else:
+                result = result[..., rows, cols]
+        if out is not None:
+            if isinstance(result, tuple):
+                out[...] = result[0]
+                return out, result[1]
+            out[...] = result
+            return out
+        return result
+
+    def hessian_pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+        """(rows, cols) of the Hessian's structurally non-zero entries, row by row (every
+        entry where the sparsity is not found): the order of ``hessian(x, sparse=True)``."""
+        rows, cols, _ = self._pattern()
+        return rows.copy(), cols.copy()
+
+    def _pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
+        """(rows, cols, colour of each column), found once."""
+        if not hasattr(self, "_pattern_cache"):
+            from easyad import _sparsity
+            n = self.n_inputs
+            pattern = _sparsity.hessian_pattern(self.tape._arrays(), self.inputs,
+                                                self.outputs[0])
+            if pattern is None:      # dense: every entry, one colour per column
+                rows, cols = np.divmod(np.arange(n * n, dtype=np.intp), n)
+                colour = np.arange(n, dtype=np.intp)
+            else:
+                rows, cols = pattern
+                colour = _sparsity.colour_columns(n, rows, cols)
+            self._pattern_cache = (rows, cols, colour)
+        return self._pattern_cache
+
+    def _second(self) -> list[Any] | None:
+        """[VM of the second-order program, its compiled code or None, flat indices of the
+        nonzeros (int64), (tape, inputs, outputs)], built once; None where there is none."""
+        if not hasattr(self, "_second_cache"):
+            from easyad import _compile
+            made = None
+            if not self.tape._customs_count():
+                rows, cols, colour = self._pattern()
+                program = _compile.second_order_program(self.tape, self.inputs,
+                                                        self.outputs[0], rows, cols, colour)
+                if program is not None:
+                    made = [_core._Replayer(*program), None,
+                            (rows * self.n_inputs + cols).astype(np.int64), program]
+            self._second_cache = made
+        return self._second_cache
+
+    def _hessian_dense(self, x: ArrayLike, on_branch_change: str | None) -> Any:
+        """The Hessian by the sweeps (see hessian)."""
         plan = self._hessian_plan()
         native = self._native
         if native is not None and native.second_order and on_branch_change is None \

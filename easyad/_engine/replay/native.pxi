@@ -104,6 +104,30 @@ cdef class _Native:
             return None
         return out, g
 
+    def second_point(self, cnp.ndarray x, cnp.ndarray target, cnp.ndarray out):
+        """``_Replayer.second_point`` by the compiled code of a second-order program."""
+        cdef Py_ssize_t n = self.n_inputs, count = self.n_outputs - 1
+        cdef int flags
+        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
+                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+                or _anomaly_mode):
+            return None
+        cdef double* vals = <double*>malloc((count + 1) * sizeof(double))
+        if vals == NULL:
+            raise MemoryError("cannot allocate the Hessian's values")
+        cdef double* work
+        try:
+            work = self._take()
+            with nogil:
+                flags = self.value_fn(<const double*>cnp.PyArray_DATA(x), vals, NULL, work)
+            if self._spare == NULL:
+                self._spare = work
+            else:
+                free(work)
+            return None if flags else _second_result(&vals[1], count, target, out, n)
+        finally:
+            free(vals)
+
     cdef bint _vector(self, cnp.ndarray x, Py_ssize_t n):
         return (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
                 and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)

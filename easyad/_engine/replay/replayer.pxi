@@ -209,6 +209,33 @@ cdef class _Replayer:
         self._give_work(work)
         return code == 0
 
+    def second_point(self, cnp.ndarray x, cnp.ndarray target, cnp.ndarray out):
+        """For a second-order program (``_compile.second_order_program``: output 0 is f,
+        outputs 1.. the Hessian's nonzeros): the nonzeros at x into out ((nnz,) float64,
+        C-contiguous, writable; returned) or a new array, or, with target (int64 (nnz,):
+        flat indices), scattered into a new dense (n, n) array of zeros. None when the
+        general path must answer: x not a float64 vector of n, a flagged point (an error,
+        a changed branch), a nonzero that is not finite (the sweeps' strong zeros decide
+        there), user primitives or anomaly mode."""
+        cdef const _Program* P = &self.program
+        cdef Py_ssize_t n = self.n_inputs, count = self.n_outputs - 1, k
+        cdef int code
+        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
+                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+                or not self._plain()):
+            return None
+        cdef double* work = self._take_work()
+        cdef double* vals = <double*>malloc((count + 1) * sizeof(double))
+        if vals == NULL:
+            self._give_work(work)
+            raise MemoryError("cannot allocate the Hessian's values")
+        code = _point_row(P, <const double*>cnp.PyArray_DATA(x), vals, NULL, work)
+        self._give_work(work)
+        try:
+            return None if code else _second_result(&vals[1], count, target, out, n)
+        finally:
+            free(vals)
+
     def hessian_point(self, cnp.ndarray x, cnp.ndarray seeds, cnp.ndarray target,
                       cnp.ndarray source):
         """The Hessian (n, n) at one point in one call, from the sweep in the seed
@@ -330,3 +357,39 @@ cdef class _Replayer:
             raise MemoryError("cannot allocate the replay's work space")
         # the first row that raised and the first that took another branch (-1: none)
         return first_error, first_changed
+
+
+cdef object _second_result(const double* vals, Py_ssize_t count, cnp.ndarray target,
+                           cnp.ndarray out, Py_ssize_t n):
+    # the nonzeros of a second-order program's point as second_point returns them
+    cdef Py_ssize_t k
+    cdef cnp.npy_intp dims[2]
+    cdef double* h
+    cdef const int64_t* to
+    for k in range(count):
+        if not isfinite(vals[k]):
+            return None
+    if target is not None:
+        if (cnp.PyArray_TYPE(target) != cnp.NPY_INT64 or cnp.PyArray_SIZE(target) != count
+                or not cnp.PyArray_IS_C_CONTIGUOUS(target)):
+            raise ValueError("second_point: target must be int64 of the nonzeros' count")
+        dims[0] = n
+        dims[1] = n
+        H = cnp.PyArray_ZEROS(2, dims, cnp.NPY_DOUBLE, 0)
+        h = <double*>cnp.PyArray_DATA(H)
+        to = <const int64_t*>cnp.PyArray_DATA(target)
+        for k in range(count):
+            if 0 <= to[k] < n * n:
+                h[to[k]] = vals[k]
+        return H
+    if out is None:
+        dims[0] = count
+        out = cnp.PyArray_EMPTY(1, dims, cnp.NPY_DOUBLE, 0)
+    elif (cnp.PyArray_TYPE(out) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(out) != 1
+            or cnp.PyArray_DIM(out, 0) != count or not cnp.PyArray_IS_C_CONTIGUOUS(out)
+            or not cnp.PyArray_ISWRITEABLE(out)):
+        raise ValueError(f"out must be a writable C-contiguous float64 array of shape "
+                         f"({count},)")
+    if count:
+        memcpy(cnp.PyArray_DATA(out), vals, count * sizeof(double))
+    return out
