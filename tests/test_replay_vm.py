@@ -168,3 +168,161 @@ def test_bound_vm_gradient_with_anomaly_mode_and_user_primitives():
     call = P.bind_gradient(x, g)
     call()
     np.testing.assert_allclose(g, [3 * 4.0 * 3.0, 8.0])
+
+
+# ---- Hessians: the second-order program (built once, simplified, nonzeros only) ----
+
+def smooth_program(seed, n):
+    """A random f of n inputs over every rule the second-order program expresses (all but
+    abs, maximum, minimum), constants in both operand places, a guard (an if on a
+    comparison of Records) and a loop: no selects."""
+    import operator
+
+    from easyad import _rules as rules
+    from test_replay import _bounded
+    table = [r for r in rules.RULES if r.name not in ("abs", "maximum", "minimum")]
+    plan = np.random.default_rng(seed)
+    steps = []
+    for _ in range(40):
+        rule = table[plan.integers(len(table))]
+        steps.append((rule, plan.integers(0, 10**6, size=2),
+                      [plan.random() < 0.2, plan.random() < 0.2], float(plan.uniform(-0.9, 0.9))))
+
+    def f(x):
+        nodes = list(x)
+        total = 0.0
+        for rule, operands, constant, c in steps:
+            args = []
+            for k in range(rule.arity):
+                t = c if constant[k] else ad.tanh(nodes[operands[k] % len(nodes)])
+                domain = (0.5, np.inf) if (rule.name, k) == ("div", 1) else rule.domain[k]
+                args.append(_bounded(t, domain))
+            function = getattr(operator, rule.operator) if rule.operator else getattr(ad, rule.name)
+            nodes.append(function(*args))
+            total = total + nodes[-1] * nodes[len(nodes) // 2]
+        total = total * 2.0 if x[0] > -5.0 else total      # a guard
+        for i in range(len(x) - 1):
+            total = total + 0.5 * (x[i + 1] - ad.sin(x[i]) ** 2) ** 2 + ad.exp(-x[i] * x[i])
+        return total
+
+    return f
+
+
+def same_as_sweeps(F, x):
+    """F.hessian(x) (the second-order program) against the sweeps, to 1e-12 relative."""
+    H = F.hessian(x)
+    reference = F._hessian_dense(x, None)
+    scale = max(1.0, float(np.abs(reference).max()))
+    np.testing.assert_allclose(H, reference, rtol=1e-12, atol=1e-12 * scale)
+    return H
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_second_order_program_equals_the_sweeps_on_random_programs(seed):
+    n = 6
+    f = smooth_program(seed, n)
+    rng = np.random.default_rng(seed)
+    F = ad.record(f, rng.uniform(-1, 1, n))
+    assert F._second() is not None                       # built, not declined
+    rows, cols = F.hessian_pattern()
+    for x in rng.uniform(-1, 1, (3, n)):
+        H = same_as_sweeps(F, x)
+        np.testing.assert_allclose(H, H.T, rtol=1e-13, atol=1e-13)
+        nz = F.hessian(x, sparse=True)
+        np.testing.assert_array_equal(nz, H[rows, cols])
+        out = np.empty(len(rows))
+        assert F.hessian(x, sparse=True, out=out) is out
+        np.testing.assert_array_equal(out, nz)
+        # central differences of the (independently swept) gradient
+        eps = 1e-6
+        fd = np.array([(F.gradient(x + eps * e) - F.gradient(x - eps * e)) / (2 * eps)
+                       for e in np.eye(n)])
+        np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-5)
+    X = rng.uniform(-1, 1, (3, n))
+    np.testing.assert_array_equal(F.hessian(X, sparse=True), F.hessian(X)[:, rows, cols])
+    with pytest.raises(ad.BranchChangedError):         # the guard x[0] > -5
+        F.hessian(np.full(n, -6.0))
+
+
+def rosenbrock_hessian(x):
+    """Rosenbrock's Hessian derived by hand: tridiagonal."""
+    n = len(x)
+    H = np.zeros((n, n))
+    for i in range(n - 1):
+        H[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        H[i + 1, i + 1] += 200
+        H[i, i + 1] = H[i + 1, i] = -400 * x[i]
+    return H
+
+
+def test_second_order_program_of_rosenbrock_is_its_tridiagonal_hessian():
+    n = 40
+    F = ad.record(rosenbrock, np.ones(n))
+    rows, cols = F.hessian_pattern()
+    assert len(rows) == 3 * n - 2 and np.all(np.abs(rows - cols) <= 1)
+    program = F._second()[3][0]
+    assert len(program) < 25 * n          # the adjoints of the sum folded away
+    rng = np.random.default_rng(3)
+    for x in rng.uniform(-2, 2, (4, n)):
+        expected = rosenbrock_hessian(x)
+        np.testing.assert_allclose(F.hessian(x), expected, rtol=1e-13, atol=1e-9)
+        np.testing.assert_allclose(F.hessian(x, sparse=True), expected[rows, cols],
+                                   rtol=1e-13, atol=1e-9)
+
+
+def test_second_order_program_hands_non_finite_points_to_the_sweeps():
+    def f(x):
+        return x[0] * x[0] * ad.sqrt(x[1]) + ad.log(x[2]) * x[0]
+    F = ad.record(f, [1.0, 1.0, 1.0])
+    assert F._second() is not None
+    # sqrt'(0) = inf: the sweeps' strong zero makes 2 x0 * inf = 0 at x0 = 0 (the program,
+    # with plain products, would give NaN there and hands the point over)
+    for x in ([0.0, 0.0, 1.0], [1.0, 0.0, 1.0], [2.0, 3.0, 0.5]):
+        x = np.array(x)
+        np.testing.assert_array_equal(F.hessian(x), F._hessian_dense(x, None))
+    with pytest.raises(ValueError, match="math domain error"):
+        F.hessian(np.array([1.0, 1.0, -1.0]))
+    with pytest.raises(ValueError, match="math domain error"):
+        F.hessian(np.array([1.0, 1.0, -1.0]), sparse=True)
+
+
+def test_functions_the_program_cannot_express_use_the_sweeps():
+    G = ad.record(lambda x: abs(x[0]) * x[1] ** 2 + ad.where(x[1] > 0, x[0] * x[1], x[0]),
+                  [1.0, 2.0])
+    assert G._second() is None
+    x = np.array([-1.5, 2.0])
+    # d2f/dx0dx1 = 2 sign(x0) x1 + 1, d2f/dx1dx1 = 2 |x0|
+    np.testing.assert_allclose(G.hessian(x), [[0.0, -4.0 + 1.0], [-4.0 + 1.0, 3.0]])
+    rows, cols = G.hessian_pattern()
+    np.testing.assert_array_equal(G.hessian(x, sparse=True), G.hessian(x)[rows, cols])
+
+
+@pytest.mark.parametrize("name", ["rosenbrock", "powell", "wood", "beale", "mixed"])
+def test_second_order_program_of_classic_functions(name):
+    from test_replay import FUNCTIONS
+    f, n = FUNCTIONS[name]
+    F = ad.record(f, np.full(n, 0.9))
+    assert F._second() is not None
+    for x in np.random.default_rng(7).uniform(0.3, 1.7, (4, n)):
+        same_as_sweeps(F, x)
+
+
+def test_compiled_second_order_program_is_the_vms():
+    import shutil
+    import warnings
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler")
+    n = 8
+    f = smooth_program(11, n)
+    rng = np.random.default_rng(11)
+    F = ad.record(f, rng.uniform(-1, 1, n))
+    C = ad.record(f, rng.uniform(-1, 1, n))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ad.CompilerWarning)
+        C.compile(hessian=True)
+    assert C._second()[1] is not None
+    for x in rng.uniform(-1, 1, (3, n)):
+        assert bits(C.hessian(x, sparse=True)) == bits(F.hessian(x, sparse=True))
+        assert bits(C.hessian(x)) == bits(F.hessian(x))
+    with pytest.raises(ad.BranchChangedError):
+        C.hessian(np.full(n, -6.0))
