@@ -237,7 +237,7 @@ class Function:
             if second is not None and second[1] is None:
                 from easyad import _compile
                 tape, ins, outs = second[3]
-                second[1] = _compile.native(tape, tuple(ins), tuple(outs))
+                second[1] = _compile.native(tape, tuple(ins), tuple(outs), gradient=False)
         return self
 
     def bind_gradient(self, x: NDArray[np.float64], g: NDArray[np.float64],
