@@ -425,7 +425,8 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
                          rows: np.ndarray, cols: np.ndarray, colour: np.ndarray
                          ) -> tuple[Any, list[int], list[int]] | None:
     """The Hessian's nonzeros as a program of their own, built once: a WengertList whose
-    outputs are f and H[rows[t], cols[t]] for each t (the sparsity pattern's order). It is
+    outputs are H[rows[t], cols[t]] for each t with rows[t] <= cols[t] (the upper triangle
+    in the pattern's order: the Hessian is symmetric), then f. It is
     forward-over-reverse done symbolically, over the tape: the adjoints of the reverse
     sweep and, per colour k of the columns (``colour``: no row has two columns of one
     colour), the tangents of values, partials and adjoints along the colour's seed (the
@@ -550,8 +551,9 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
     except _Decline:
         return None
     outs = []
-    for r in [value[output]] + [result[int(colour[cc])][int(rr)]
-                                 for rr, cc in zip(rows.tolist(), cols.tolist())]:
+    upper = [result[int(colour[cc])][int(rr)]
+             for rr, cc in zip(rows.tolist(), cols.tolist()) if rr <= cc]
+    for r in upper + [value[output]]:
         outs.append(r[1] if r[0] == "e" else E.raw(_rules.OP_VARIABLE, ("c", 0.0), ("c", 0.0),
                                                    r[1]))
     assert len(ins) == n

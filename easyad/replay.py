@@ -400,12 +400,13 @@ class Function:
                 and type(x) is np.ndarray:      # one point: the second-order program
             second = self._second()
             if second is not None:
-                program, native, target = second[:3]
+                program, native, target, _, source = second
                 into = out if sparse and type(out) is np.ndarray else None
                 where = None if sparse else target
-                H1 = native.second_point(x, where, into) if native is not None else None
+                H1 = native.second_point(x, source, where, into) if native is not None \
+                    else None
                 if H1 is None:
-                    H1 = program.second_point(x, where, into)
+                    H1 = program.second_point(x, source, where, into)
                 if H1 is not None:
                     if out is not None and H1 is not out:
                         out[...] = H1
@@ -448,9 +449,47 @@ class Function:
             self._pattern_cache = (rows, cols, colour)
         return self._pattern_cache
 
+    def bind_hessian(self, x: NDArray[np.float64], h: NDArray[np.float64]
+                     ) -> Callable[[], None]:
+        """A call with no arguments that writes the Hessian's nonzeros at the current
+        contents of x into h (the order of ``hessian_pattern()``, as
+        ``hessian(x, sparse=True)``): arrays bound once, like CasADi's
+        ``Function.buffer()``. The call runs the Hessian's own program (compiled by
+        ``compile(hessian=True)``, else in the VM) straight from C; a point it flags (a
+        changed branch, a failed entry), a nonzero that is not finite there, anomaly mode,
+        or a function that program cannot express, goes through ``hessian`` (which raises,
+        re-records or masks as ``on_branch_change`` says; "mask" writes NaN). x: C-contiguous
+        float64 (n,), h (nnz,), not sharing memory; write x in place between calls.
+
+        Examples
+        --------
+        >>> import numpy as np, easyad as ad
+        >>> F = ad.record(lambda x: x[0] ** 2 * x[1], [1.0, 2.0])
+        >>> x, h = np.array([3.0, 1.0]), np.empty(4)
+        >>> F.hessian_pattern()
+        (array([0, 0, 1, 1]), array([0, 1, 0, 1]))
+        >>> call = F.bind_hessian(x, h)
+        >>> call(); h
+        array([2., 6., 6., 0.])
+        """
+        self._need_scalar("bind_hessian")
+
+        def fallback() -> None:
+            result = self.hessian(x, sparse=True)
+            h[:] = result[0] if isinstance(result, tuple) else result
+
+        second = self._second()
+        if second is None:
+            rows = len(self.hessian_pattern()[0])
+            if not (isinstance(h, np.ndarray) and h.shape == (rows,)):
+                raise ValueError(f"h must be a C-contiguous float64 array of shape ({rows},)")
+            return fallback
+        return _core._BoundSecond(second[1], second[0], x, h, second[4], fallback)
+
     def _second(self) -> list[Any] | None:
         """[VM of the second-order program, its compiled code or None, flat indices of the
-        nonzeros (int64), (tape, inputs, outputs)], built once; None where there is none."""
+        nonzeros (int64), (tape, inputs, outputs), the output of each nonzero (int64)],
+        built once; None where there is none."""
         if not hasattr(self, "_second_cache"):
             from easyad import _compile
             made = None
@@ -459,8 +498,16 @@ class Function:
                 program = _compile.second_order_program(self.tape, self.inputs,
                                                         self.outputs[0], rows, cols, colour)
                 if program is not None:
+                    # the program computes the upper triangle: H[r, c] is output k of the
+                    # k-th (r <= c) pair, H[c, r] the same
+                    upper = rows <= cols
+                    number = np.full(self.n_inputs * self.n_inputs, -1, dtype=np.int64)
+                    number[(rows * self.n_inputs + cols)[upper]] = np.arange(int(upper.sum()))
+                    source = number[np.minimum(rows, cols) * self.n_inputs
+                                    + np.maximum(rows, cols)]
                     made = [_core._Replayer(*program), None,
-                            (rows * self.n_inputs + cols).astype(np.int64), program]
+                            (rows * self.n_inputs + cols).astype(np.int64), program,
+                            np.ascontiguousarray(source, dtype=np.int64)]
             self._second_cache = made
         return self._second_cache
 

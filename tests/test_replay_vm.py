@@ -321,8 +321,48 @@ def test_compiled_second_order_program_is_the_vms():
         warnings.simplefilter("error", ad.CompilerWarning)
         C.compile(hessian=True)
     assert C._second()[1] is not None
+    xb, hb = np.empty(n), np.empty(len(C.hessian_pattern()[0]))
+    bound = C.bind_hessian(xb, hb)
     for x in rng.uniform(-1, 1, (3, n)):
         assert bits(C.hessian(x, sparse=True)) == bits(F.hessian(x, sparse=True))
         assert bits(C.hessian(x)) == bits(F.hessian(x))
+        xb[:] = x
+        bound()
+        assert bits(hb) == bits(F.hessian(x, sparse=True))
     with pytest.raises(ad.BranchChangedError):
         C.hessian(np.full(n, -6.0))
+
+
+def test_bound_hessian_writes_the_nonzeros_and_falls_back_where_flagged():
+    n = 6
+    f = smooth_program(4, n)
+    rng = np.random.default_rng(4)
+    F = ad.record(f, rng.uniform(-1, 1, n))
+    rows, cols = F.hessian_pattern()
+    x, h = np.empty(n), np.empty(len(rows))
+    call = F.bind_hessian(x, h)
+    for point in rng.uniform(-1, 1, (3, n)):
+        x[:] = point
+        assert call() is None
+        np.testing.assert_array_equal(h, F.hessian(point, sparse=True))
+        np.testing.assert_allclose(h, F._hessian_dense(point, None)[rows, cols], rtol=1e-12,
+                                   atol=1e-12)
+    x[:] = -6.0
+    with pytest.raises(ad.BranchChangedError):           # the guard: through hessian()
+        call()
+    with pytest.raises(ValueError, match="shape"):
+        F.bind_hessian(x, np.empty(len(rows) + 1))
+    with pytest.raises(ValueError, match="share memory"):
+        F.bind_hessian(h[:n], h)
+    # a non-finite nonzero: the sweeps' answer (strong zero) written instead
+    S = ad.record(lambda v: v[0] * v[0] * ad.sqrt(v[1]), [1.0, 1.0])
+    x, h = np.array([0.0, 0.0]), np.empty(len(S.hessian_pattern()[0]))
+    S.bind_hessian(x, h)()
+    r, c = S.hessian_pattern()
+    np.testing.assert_array_equal(h, S._hessian_dense(x, None)[r, c])
+    # a function the program cannot express: the bound call is hessian() itself
+    A = ad.record(lambda v: abs(v[0]) * v[1] ** 2, [1.0, 2.0])
+    x, h = np.array([-1.0, 3.0]), np.empty(len(A.hessian_pattern()[0]))
+    A.bind_hessian(x, h)()
+    r, c = A.hessian_pattern()
+    np.testing.assert_array_equal(h, A.hessian(x)[r, c])

@@ -104,15 +104,17 @@ cdef class _Native:
             return None
         return out, g
 
-    def second_point(self, cnp.ndarray x, cnp.ndarray target, cnp.ndarray out):
+    def second_point(self, cnp.ndarray x, cnp.ndarray source, cnp.ndarray target,
+                     cnp.ndarray out):
         """``_Replayer.second_point`` by the compiled code of a second-order program."""
-        cdef Py_ssize_t n = self.n_inputs, count = self.n_outputs - 1
+        cdef Py_ssize_t n = self.n_inputs
         cdef int flags
         if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
                 or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
                 or _anomaly_mode):
             return None
-        cdef double* vals = <double*>malloc((count + 1) * sizeof(double))
+        _check_source(source, self.n_outputs)
+        cdef double* vals = <double*>malloc(self.n_outputs * sizeof(double))
         if vals == NULL:
             raise MemoryError("cannot allocate the Hessian's values")
         cdef double* work
@@ -124,7 +126,7 @@ cdef class _Native:
                 self._spare = work
             else:
                 free(work)
-            return None if flags else _second_result(&vals[1], count, target, out, n)
+            return None if flags else _second_result(vals, source, target, out, n)
         finally:
             free(vals)
 
@@ -339,3 +341,87 @@ cdef class _BoundGradient:
             self.busy = False
         if flags:
             self.fallback()
+
+
+@cython.final
+cdef class _BoundSecond:
+    """A Hessian's nonzeros bound once to their arrays (``Function.bind_hessian``): each
+    call runs the second-order program (compiled, else in the VM) at the current contents
+    of x and writes nonzero k, output source[k] of the program, into h[k]; no checks, no
+    allocation, no Python in between. A flagged point, a nonzero that is not finite,
+    anomaly mode: ``fallback`` (the Function's own path)."""
+    cdef _native_point_fn fn
+    cdef _Replayer vm
+    cdef const _Program* program
+    cdef object native, x, h, source, fallback
+    cdef const double* X
+    cdef double* H
+    cdef const int64_t* frm
+    cdef double* vals
+    cdef double* work
+    cdef Py_ssize_t count
+    cdef bint busy, release
+
+    def __cinit__(self, _Native native, _Replayer replayer not None, cnp.ndarray x not None,
+                  cnp.ndarray h not None, cnp.ndarray source not None, fallback not None):
+        cdef Py_ssize_t n = replayer.n_inputs
+        _check_source(source, replayer.n_outputs)
+        self.count = cnp.PyArray_SIZE(source)
+        for name, array, size in (("x", x, n), ("h", h, self.count)):
+            if (cnp.PyArray_TYPE(array) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(array) != 1
+                    or cnp.PyArray_DIM(array, 0) != size
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(array)
+                    or (name == "h" and not cnp.PyArray_ISWRITEABLE(array))):
+                raise ValueError(f"{name} must be a C-contiguous float64 array of shape "
+                                 f"({size},){'' if name == 'x' else ', writable'}")
+        if _overlap(x, h, n):
+            raise ValueError("x and h must not share memory")
+        self.vm = replayer
+        self.program = &replayer.program
+        self.native = native
+        self.x, self.h, self.source, self.fallback = x, h, source, fallback
+        self.X = <const double*>cnp.PyArray_DATA(x)
+        self.H = <double*>cnp.PyArray_DATA(h)
+        self.frm = <const int64_t*>cnp.PyArray_DATA(source)
+        self.vals = <double*>malloc(replayer.n_outputs * sizeof(double))
+        if self.vals == NULL:
+            raise MemoryError("cannot allocate the Hessian's values")
+        if native is not None:
+            self.fn = native.value_fn
+            self.work = <double*>malloc(native.work_size * sizeof(double))
+            if self.work == NULL:
+                raise MemoryError("cannot allocate the compiled replay's work space")
+        else:
+            self.work = replayer._take_work()
+        self.release = replayer.program.length >= _VM_NOGIL_ENTRIES
+
+    def __dealloc__(self):
+        free(self.work)
+        free(self.vals)
+
+    def __reduce__(self):
+        raise TypeError("a bound Hessian holds raw pointers; bind again after unpickling")
+
+    def __call__(self):
+        """h at the current x."""
+        cdef int flags = 1
+        if not self.busy and not _anomaly_mode and (self.fn != NULL or self.vm._plain()):
+            self.busy = True     # another thread inside this call: the slow path
+            if self.release:
+                with nogil:
+                    flags = self._run()
+            else:
+                flags = self._run()
+            self.busy = False
+        if flags:
+            self.fallback()
+
+    cdef int _run(self) noexcept nogil:
+        cdef int flags
+        if self.fn != NULL:
+            flags = self.fn(self.X, self.vals, NULL, self.work)
+        else:
+            flags = _point_row(self.program, self.X, self.vals, NULL, self.work)
+        if flags == 0 and not _gather_finite(self.vals, self.frm, self.count, self.H):
+            flags = 1
+        return flags

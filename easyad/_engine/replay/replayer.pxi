@@ -209,30 +209,32 @@ cdef class _Replayer:
         self._give_work(work)
         return code == 0
 
-    def second_point(self, cnp.ndarray x, cnp.ndarray target, cnp.ndarray out):
-        """For a second-order program (``_compile.second_order_program``: output 0 is f,
-        outputs 1.. the Hessian's nonzeros): the nonzeros at x into out ((nnz,) float64,
+    def second_point(self, cnp.ndarray x, cnp.ndarray source, cnp.ndarray target,
+                     cnp.ndarray out):
+        """For a second-order program (``_compile.second_order_program``): the Hessian's
+        nonzeros at x, nonzero k being output source[k] (int64), into out ((nnz,) float64,
         C-contiguous, writable; returned) or a new array, or, with target (int64 (nnz,):
         flat indices), scattered into a new dense (n, n) array of zeros. None when the
         general path must answer: x not a float64 vector of n, a flagged point (an error,
         a changed branch), a nonzero that is not finite (the sweeps' strong zeros decide
         there), user primitives or anomaly mode."""
         cdef const _Program* P = &self.program
-        cdef Py_ssize_t n = self.n_inputs, count = self.n_outputs - 1, k
+        cdef Py_ssize_t n = self.n_inputs
         cdef int code
         if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
                 or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
                 or not self._plain()):
             return None
+        _check_source(source, self.n_outputs)
         cdef double* work = self._take_work()
-        cdef double* vals = <double*>malloc((count + 1) * sizeof(double))
+        cdef double* vals = <double*>malloc(self.n_outputs * sizeof(double))
         if vals == NULL:
             self._give_work(work)
             raise MemoryError("cannot allocate the Hessian's values")
         code = _point_row(P, <const double*>cnp.PyArray_DATA(x), vals, NULL, work)
         self._give_work(work)
         try:
-            return None if code else _second_result(&vals[1], count, target, out, n)
+            return None if code else _second_result(vals, source, target, out, n)
         finally:
             free(vals)
 
@@ -359,20 +361,47 @@ cdef class _Replayer:
         return first_error, first_changed
 
 
-cdef object _second_result(const double* vals, Py_ssize_t count, cnp.ndarray target,
+cdef int _check_source(cnp.ndarray source, Py_ssize_t m) except -1:
+    cdef Py_ssize_t k
+    cdef const int64_t* frm
+    if (source is None or cnp.PyArray_TYPE(source) != cnp.NPY_INT64
+            or not cnp.PyArray_IS_C_CONTIGUOUS(source)):
+        raise ValueError("source must be a C-contiguous int64 array")
+    frm = <const int64_t*>cnp.PyArray_DATA(source)
+    for k in range(cnp.PyArray_SIZE(source)):
+        if not 0 <= frm[k] < m:
+            raise ValueError("source: an index outside the program's outputs")
+    return 0
+
+
+cdef inline bint _gather_finite(const double* vals, const int64_t* frm, Py_ssize_t count,
+                                double* into) noexcept nogil:
+    # into[k] = vals[frm[k]]; False (into partly written) at a value that is not finite
+    cdef Py_ssize_t k
+    cdef double v
+    for k in range(count):
+        v = vals[frm[k]]
+        if not isfinite(v):
+            return False
+        into[k] = v
+    return True
+
+
+cdef object _second_result(const double* vals, cnp.ndarray source, cnp.ndarray target,
                            cnp.ndarray out, Py_ssize_t n):
     # the nonzeros of a second-order program's point as second_point returns them
-    cdef Py_ssize_t k
+    cdef Py_ssize_t k, count = cnp.PyArray_SIZE(source)
     cdef cnp.npy_intp dims[2]
     cdef double* h
     cdef const int64_t* to
-    for k in range(count):
-        if not isfinite(vals[k]):
-            return None
+    cdef const int64_t* frm = <const int64_t*>cnp.PyArray_DATA(source)
     if target is not None:
         if (cnp.PyArray_TYPE(target) != cnp.NPY_INT64 or cnp.PyArray_SIZE(target) != count
                 or not cnp.PyArray_IS_C_CONTIGUOUS(target)):
             raise ValueError("second_point: target must be int64 of the nonzeros' count")
+        for k in range(count):
+            if not isfinite(vals[frm[k]]):
+                return None
         dims[0] = n
         dims[1] = n
         H = cnp.PyArray_ZEROS(2, dims, cnp.NPY_DOUBLE, 0)
@@ -380,16 +409,18 @@ cdef object _second_result(const double* vals, Py_ssize_t count, cnp.ndarray tar
         to = <const int64_t*>cnp.PyArray_DATA(target)
         for k in range(count):
             if 0 <= to[k] < n * n:
-                h[to[k]] = vals[k]
+                h[to[k]] = vals[frm[k]]
         return H
     if out is None:
         dims[0] = count
-        out = cnp.PyArray_EMPTY(1, dims, cnp.NPY_DOUBLE, 0)
+        result = cnp.PyArray_EMPTY(1, dims, cnp.NPY_DOUBLE, 0)
     elif (cnp.PyArray_TYPE(out) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(out) != 1
             or cnp.PyArray_DIM(out, 0) != count or not cnp.PyArray_IS_C_CONTIGUOUS(out)
             or not cnp.PyArray_ISWRITEABLE(out)):
         raise ValueError(f"out must be a writable C-contiguous float64 array of shape "
                          f"({count},)")
-    if count:
-        memcpy(cnp.PyArray_DATA(out), vals, count * sizeof(double))
-    return out
+    else:
+        result = out
+    if not _gather_finite(vals, frm, count, <double*>cnp.PyArray_DATA(result)):
+        return None      # (out may be partly written: the caller's path writes it again)
+    return result
