@@ -596,10 +596,11 @@ class _Program:
 
 
 def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
-           gradient: bool = True) -> str:
+           gradient: bool = True, hvp: bool = False) -> str:
     """C source of the program laid out by the VM (``_Replayer._layout()``); with seeds
     (n, K), the Hessian and HVP too (``render_second``); with gradient=False values only
-    (the gradient function then flags every point, bit 2, for the VM: a shorter compile)."""
+    (the gradient function then flags every point, bit 2, for the VM: a shorter compile);
+    hvp without seeds: the HVP alone (``render_second``)."""
     P = _Program(layout)
     L = P.L
     runs = list(zip(P.run_start[:-1].tolist(), P.run_start[1:].tolist(), P.run_op.tolist(),
@@ -685,14 +686,14 @@ int64_t easyad_native_rows(int gradient, int64_t r0, int64_t r1, const double* X
     return bad;
 }}
 """)
-    if seeds is not None:
+    if seeds is not None or hvp:
         out.append(render_second(layout, seeds, len(rparts)))
     return "".join(out)
 
 
 # ---- render: second order (forward-over-reverse), the VM's _second_order_row ----
 
-def render_second(layout: dict[str, Any], seeds: np.ndarray, n_rev: int) -> str:
+def render_second(layout: dict[str, Any], seeds: np.ndarray | None, n_rev: int) -> str:
     """C of the Hessian and the HVP, appended to ``render``'s source (which defines
     ``forward``, ``rev*`` and includes the headers): the VM's forward-over-reverse sweep
     (``_second_order_row``, ``easyad_rule_tangents_run``) as straight-line code. Tangents
@@ -714,6 +715,11 @@ def render_second(layout: dict[str, Any], seeds: np.ndarray, n_rev: int) -> str:
     runs = list(zip(P.run_start[:-1].tolist(), P.run_start[1:].tolist(), P.run_op.tolist(),
                     P.run_need.tolist(), P.run_affine.tolist(), P.run_base0.tolist(),
                     P.run_base1.tolist()))
+    # seeds None: the HVP alone (the Hessian is the second-order program's,
+    # second_order_program; easyad_native_hessian then hands every point to the VM)
+    sweep = seeds is not None
+    if seeds is None:
+        seeds = np.zeros((len(inputs), 1))
     n, K = len(inputs), int(seeds.shape[1])
     # (-O1 for these functions alone, by attribute, was tried: gcc then inlines none of
     # _ops.h's functions into them, 3x slower; -O1 for the whole file costs the gradient)
@@ -721,6 +727,12 @@ def render_second(layout: dict[str, Any], seeds: np.ndarray, n_rev: int) -> str:
            f"static const double S[{max(1, n * K)}] = "
            f"{{{', '.join(_literal(float(c)) for c in seeds.ravel()) or '0.0'}}};\n"]
     for name, k_dirs in (("hessian", K), ("hvp", 1)):
+        if name == "hessian" and not sweep:
+            out.append("\nint easyad_native_hessian(const double* restrict x, const double* "
+                       "restrict dir,\n    double* restrict result, double* restrict work) {\n"
+                       "    (void)x; (void)dir; (void)result; (void)work;\n"
+                       "    return 4;   /* not compiled: the VM's */\n}\n")
+            continue
         lines: list[str] = []
         first = int(P.first)
         if Lo:
@@ -1211,7 +1223,7 @@ def _load(path: str) -> Any:
 
 def native(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...], *,
            optimised: bool = False, seeds: np.ndarray | None = None,
-           gradient: bool = True) -> Any:
+           gradient: bool = True, hvp: bool = False) -> Any:
     """A ``_core._Native`` calling the compiled program of the tape, or None where it
     cannot be compiled (user primitives, tensor nodes: silently; no compiler: warned).
     With seeds (n, K: the Hessian's directions) the Hessian and the HVP are compiled
@@ -1227,7 +1239,7 @@ def native(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...], *,
     layout = _core._Replayer(tape, list(inputs), list(outputs))._layout()
     try:
         source = render(layout, f"{len(inputs)} inputs, {len(outputs)} outputs", seeds,
-                        gradient)
+                        gradient, hvp)
     except ValueError:
         return None
     path = build(source, int(layout["length"]))
@@ -1238,10 +1250,10 @@ def native(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...], *,
     def address(name: str) -> int:
         return int(ctypes.cast(getattr(library, name), ctypes.c_void_p).value or 0)
 
-    second = {} if seeds is None else dict(
+    K = 1 if seeds is None else int(seeds.shape[1])
+    second = {} if seeds is None and not hvp else dict(
         hessian=address("easyad_native_hessian"), hvp=address("easyad_native_hvp"),
-        colours=int(seeds.shape[1]),
-        second_work_size=second_work_size(layout, max(1, int(seeds.shape[1]))))
+        colours=K, second_work_size=second_work_size(layout, max(1, K)))
     return _core._Native(library, address("easyad_native_value"),
                          address("easyad_native_gradient"), address("easyad_native_rows"),
                          len(inputs), len(outputs), 2 * int(layout["length"]) + 1, **second)

@@ -219,17 +219,23 @@ class Function:
                                     and not self._native.second_order):
             from easyad import _compile
             seeds = None
+            hvp = False
             if hessian and self.scalar:
                 plan = self._hessian_plan()
                 n = self.n_inputs
-                if plan is not None:
+                if self._second() is not None:
+                    # Hessians by the second-order program (compiled below); the sweeps
+                    # compiled for the HVP alone (their Hessian is left to the VM)
+                    hvp = True
+                    self._native_map = (np.zeros(0, dtype=np.int64),) * 2
+                elif plan is not None:
                     seeds, self._native_map = plan[3], (plan[4], plan[5])
                 elif n <= _COMPILED_DENSE_HESSIAN:
                     seeds = np.eye(n)
                     every = np.arange(n * n, dtype=np.int64)
                     self._native_map = (every, every)
             made = _compile.native(self.tape, self.inputs, self.outputs,
-                                   optimised=optimise, seeds=seeds)
+                                   optimised=optimise, seeds=seeds, hvp=hvp)
             if made is not None or self._native is None:
                 self._native = made
         if hessian and self.scalar and self._native is not None:
