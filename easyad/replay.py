@@ -174,6 +174,7 @@ class Function:
         self.f = f
         self.on_branch_change = on_branch_change
         self._native: Any = None    # the compiled program (Function.compile), or None
+        self._hessian_calls = 0     # one-point Hessians so far (see hessian)
 
     def compile(self, *, optimise: bool = False, hessian: bool = False) -> Function:
         """Compile this Function to native code; return it (now compiled).
@@ -239,6 +240,7 @@ class Function:
             if made is not None or self._native is None:
                 self._native = made
         if hessian and self.scalar and self._native is not None:
+            self._hessian_calls += 1     # hessian() uses the program from the first call on
             second = self._second()      # the Hessian's own program, compiled too
             if second is not None and second[1] is None:
                 from easyad import _compile
@@ -395,16 +397,22 @@ class Function:
         array of the result's shape to write it into (returned; with ``sparse=True`` at one
         point, no allocation at all).
 
-        One point is computed by the Hessian's own program (``second_order_program`` in
-        easyad/_compile.py: forward-over-reverse done once, symbolically, simplified, over
-        the nonzeros only; compiled by ``compile(hessian=True)``); batches, a point where
-        that program flags something or gives a non-finite entry, and functions it cannot
-        express (selects, abs, maximum, minimum, user primitives), by forward-over-reverse
-        sweeps (blocks of directions per sweep)."""
+        One point is computed, from the second one-point call on (or after
+        ``bind_hessian`` or ``compile(hessian=True)``), by the Hessian's own program
+        (``second_order_program`` in easyad/_compile.py: forward-over-reverse done once,
+        symbolically, simplified, over the nonzeros only; compiled by
+        ``compile(hessian=True)``); the first call, batches, a point where that program
+        flags something or gives a non-finite entry, and functions it cannot express
+        (selects, abs, maximum, minimum, user primitives), by forward-over-reverse sweeps
+        (blocks of directions per sweep). The two agree to rounding (1e-12 relative in the
+        tests), not always bit for bit."""
         self._need_scalar("hessian")
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:      # one point: the second-order program
-            second = self._second()
+            # built from the second one-point call on (a one-off Hessian, ad.hessian,
+            # costs less by the sweeps than building the program)
+            second = self._second() if self._hessian_calls else None
+            self._hessian_calls += 1
             if second is not None:
                 program, native, target, _, source = second
                 into = out if sparse and type(out) is np.ndarray else None
@@ -485,6 +493,7 @@ class Function:
             h[:] = result[0] if isinstance(result, tuple) else result
 
         second = self._second()
+        self._hessian_calls += 1         # hessian() now uses the program too
         if second is None:
             rows = len(self.hessian_pattern()[0])
             if not (isinstance(h, np.ndarray) and h.shape == (rows,)):

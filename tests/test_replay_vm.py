@@ -208,9 +208,21 @@ def smooth_program(seed, n):
     return f
 
 
+def by_program(F, x):
+    """The second-order program's nonzeros at x, called directly (None: handed over)."""
+    second = F._second()
+    return second[0].second_point(x, second[4], None, None)
+
+
 def same_as_sweeps(F, x):
-    """F.hessian(x) (the second-order program) against the sweeps, to 1e-12 relative."""
+    """F.hessian(x) (the second-order program, from the second call on) against the
+    sweeps, to 1e-12 relative."""
+    F.hessian(x)
     H = F.hessian(x)
+    rows, cols = F.hessian_pattern()
+    program = by_program(F, x)
+    if program is not None:
+        np.testing.assert_array_equal(H[rows, cols], program)    # the program's numbers
     reference = F._hessian_dense(x, None)
     scale = max(1.0, float(np.abs(reference).max()))
     np.testing.assert_allclose(H, reference, rtol=1e-12, atol=1e-12 * scale)
@@ -263,11 +275,23 @@ def test_second_order_program_of_rosenbrock_is_its_tridiagonal_hessian():
     program = F._second()[3][0]
     assert len(program) < 25 * n          # the adjoints of the sum folded away
     rng = np.random.default_rng(3)
+    F.hessian(np.ones(n))
     for x in rng.uniform(-2, 2, (4, n)):
         expected = rosenbrock_hessian(x)
+        np.testing.assert_array_equal(by_program(F, x), F.hessian(x, sparse=True))
         np.testing.assert_allclose(F.hessian(x), expected, rtol=1e-13, atol=1e-9)
         np.testing.assert_allclose(F.hessian(x, sparse=True), expected[rows, cols],
                                    rtol=1e-13, atol=1e-9)
+
+
+def test_a_one_off_hessian_does_not_build_the_program():
+    F = ad.record(rosenbrock, np.ones(5))
+    x = np.full(5, 0.3)
+    first = F.hessian(x)                 # by the sweeps (ad.hessian records and calls once)
+    assert not hasattr(F, "_second_cache")
+    second = F.hessian(x)                # from the second call: the program
+    assert hasattr(F, "_second_cache")
+    np.testing.assert_allclose(second, first, rtol=1e-13)
 
 
 def test_second_order_program_hands_non_finite_points_to_the_sweeps():
@@ -275,6 +299,8 @@ def test_second_order_program_hands_non_finite_points_to_the_sweeps():
         return x[0] * x[0] * ad.sqrt(x[1]) + ad.log(x[2]) * x[0]
     F = ad.record(f, [1.0, 1.0, 1.0])
     assert F._second() is not None
+    F.hessian(np.array([2.0, 3.0, 0.5]))          # the next calls: the program
+    assert by_program(F, np.array([0.0, 0.0, 1.0])) is None      # 0 * inf: NaN there
     # sqrt'(0) = inf: the sweeps' strong zero makes 2 x0 * inf = 0 at x0 = 0 (the program,
     # with plain products, would give NaN there and hands the point over)
     for x in ([0.0, 0.0, 1.0], [1.0, 0.0, 1.0], [2.0, 3.0, 0.5]):
@@ -321,6 +347,7 @@ def test_compiled_second_order_program_is_the_vms():
         warnings.simplefilter("error", ad.CompilerWarning)
         C.compile(hessian=True)
     assert C._second()[1] is not None
+    F.hessian(np.zeros(n))                 # the VM's next calls: its program too
     xb, hb = np.empty(n), np.empty(len(C.hessian_pattern()[0]))
     bound = C.bind_hessian(xb, hb)
     for x in rng.uniform(-1, 1, (3, n)):

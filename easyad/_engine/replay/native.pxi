@@ -309,7 +309,7 @@ cdef class _BoundGradient:
         elif native is None and replayer is not None and replayer.n_outputs == 1:
             # the VM: its program straight from here, with a work buffer of its own
             self.vm = replayer
-            self.work = replayer._take_work()
+            self.work = replayer._new_work()
             self.release = replayer.program.length >= _VM_NOGIL_ENTRIES
 
     def __dealloc__(self):
@@ -392,7 +392,7 @@ cdef class _BoundSecond:
             if self.work == NULL:
                 raise MemoryError("cannot allocate the compiled replay's work space")
         else:
-            self.work = replayer._take_work()
+            self.work = replayer._new_work()
         self.release = replayer.program.length >= _VM_NOGIL_ENTRIES
 
     def __dealloc__(self):

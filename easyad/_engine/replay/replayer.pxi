@@ -77,12 +77,18 @@ cdef class _Replayer:
         # inputs and the constant slots in v, zero partials where nothing writes them. A
         # call keeps its buffer to itself (threads each take one) and gives it back after.
         cdef double* work = self._spare
-        cdef Py_ssize_t L = self.program.length
-        cdef size_t width = L if L > 0 else 1
-        cdef size_t slots = L + self.program.n_constants
         if work != NULL:
             self._spare = NULL
             return work
+        return self._new_work()
+
+    cdef double* _new_work(self) except NULL:
+        # (GIL held) a work buffer set up as _take_work's, of the caller's own (a bound call
+        # keeps one: the spare stays for the other calls)
+        cdef double* work
+        cdef Py_ssize_t L = self.program.length
+        cdef size_t width = L if L > 0 else 1
+        cdef size_t slots = L + self.program.n_constants
         work = <double*>malloc((2 * slots + 2 * width) * sizeof(double))
         if work == NULL:
             raise MemoryError("cannot allocate the replay's work space")
