@@ -278,6 +278,12 @@ class _Emitter:
             folded = _fold(name, a[1], b[1])
             if folded is not None:
                 return ("c", folded)
+        if name in ("add", "sub") and b[0] == "c" and b[1] == 0.0:
+            return a            # u + 0 = u - 0 = u (but for the sign of a zero)
+        if name == "add" and a[0] == "c" and a[1] == 0.0:
+            return b
+        if name == "sub" and a[0] == "c" and a[1] == 0.0 and b[0] == "e":
+            return self.neg(b)
         if name == "pow" and b[0] == "c" and a[0] == "e":
             if b[1] == 1.0:     # the table's pow: x for the exponent 1, 1 for 0, exactly
                 return a
@@ -426,7 +432,8 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
                          ) -> tuple[Any, list[int], list[int]] | None:
     """The Hessian's nonzeros as a program of their own, built once: a WengertList whose
     outputs are H[rows[t], cols[t]] for each t with rows[t] <= cols[t] (the upper triangle
-    in the pattern's order: the Hessian is symmetric), then f. It is
+    in the pattern's order: the Hessian is symmetric), then the values of the entries with
+    an error policy (log, pow...) that f reads but the nonzeros do not. It is
     forward-over-reverse done symbolically, over the tape: the adjoints of the reverse
     sweep and, per colour k of the columns (``colour``: no row has two columns of one
     colour), the tangents of values, partials and adjoints along the colour's seed (the
@@ -553,11 +560,19 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
     outs = []
     upper = [result[int(colour[cc])][int(rr)]
              for rr, cc in zip(rows.tolist(), cols.tolist()) if rr <= cc]
-    for r in upper + [value[output]]:
+    for r in upper:
         outs.append(r[1] if r[0] == "e" else E.raw(_rules.OP_VARIABLE, ("c", 0.0), ("c", 0.0),
                                                    r[1]))
     assert len(ins) == n
     keep = _live(E.ops, E.args, outs, ins)
+    # entries with an error policy that f reads and the nonzeros do not: outputs too, so
+    # the program fails (and hands the point to the sweeps) wherever f's replay would
+    for e in range(output + 1):
+        if live[e] and kinds[e] == _tapeview.RULE and value[e][0] == "e" \
+                and _RULE_OF[ops[e]].errors != _rules.NO_CHECK and not keep[value[e][1]]:
+            outs.append(value[e][1])
+    if len(outs) > len(upper):
+        keep = _live(E.ops, E.args, outs, ins)
     return _rebuild(keep, E.ops, E.args, E.values, E.partials, ins, outs)
 
 
