@@ -11,8 +11,11 @@ easyad has no step beyond recording.
 Targets:
 - replay gradient at a new point at least 30x faster than recording it again (n = 1000);
 - issue 15 (replay at compiled speed): every gradient (n = 10, 100, 1000, 10^4), Hessian
-  (n = 10, 50) and batch row at most CasADi's VM time; compiled replay (not built yet) at
-  most CasADi's JIT time (the JIT column is shown for that);
+  (n = 10, 50) and batch row at most CasADi's VM time; compiled replay at most CasADi's
+  JIT time. Each row is timed at the call comparable to CasADi's buffer call, which runs on
+  preallocated arrays and returns a Hessian's nonzeros: ``F.bind_gradient(x, g)`` and
+  ``F.bind_hessian(x, h)`` (bound once); the allocating calls (``F.gradient(x)``, the
+  dense ``F.hessian(x)``) are reported beside them;
 - batched gradients, B = 10^4 rows of n = 100: at most CasADi's ``map`` (buffer call),
   and at least 1.6x faster on 2 cores than on 1;
 - ``ad.hessian`` (record + Hessian, n = 50) faster than torch.autograd.functional.hessian;
@@ -148,9 +151,26 @@ def run(ctx):
         for F_ca, out in ((vm, vm_out), (jit, jit_out)):
             got = out if what == "gradient" else _dense(F_ca, out)
             np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
-        label = f"easyad F.{what}(x)"
-        variants = {label: lambda mine=mine, x=x: mine(x), "casadi VM (buffer)": vm_call,
+        plain = f"easyad F.{what}(x)"
+        variants = {plain: lambda mine=mine, x=x: mine(x), "casadi VM (buffer)": vm_call,
                     "casadi JIT (buffer)": jit_call}
+        # the comparable call (CasADi's buffer call writes into preallocated arrays):
+        # the gradient bound once; the Hessian's nonzeros into a preallocated array
+        if what == "gradient":
+            label = "easyad VM, bound"
+            xv, gv = x.copy(), np.empty(n)
+            variants[label] = F.bind_gradient(xv, gv)
+            variants[label]()
+            np.testing.assert_array_equal(gv, expected)
+        else:
+            label = "easyad VM, bound"
+            xv, hv = x.copy(), np.empty(len(F.hessian_pattern()[0]))
+            variants[label] = F.bind_hessian(xv, hv)
+            variants[label]()
+            np.testing.assert_allclose(hv, vm_out, rtol=1e-10, atol=1e-10)   # casadi's order
+            hs = np.empty_like(hv)
+            variants["easyad VM, sparse out="] = lambda F=F, x=x, hs=hs: F.hessian(
+                x, sparse=True, out=hs)
         # F.compile(): C from the tape, gcc, a fresh cache; Hessians: compile(hessian=True)
         C, compile_time = _compiled(rosenbrock, n, hessian=what == "hessian")
         if what == "gradient":
@@ -165,20 +185,28 @@ def run(ctx):
             variants["easyad compiled, bound"] = bound
         else:
             np.testing.assert_array_equal(C.hessian(x), expected)    # bit for bit
-            variants["easyad compiled"] = lambda C=C, x=x: C.hessian(x)
+            xc, hc = x.copy(), np.empty_like(hv)
+            variants["easyad compiled"] = C.bind_hessian(xc, hc)
+            variants["easyad compiled"]()
+            np.testing.assert_array_equal(hc, hv)
+            variants["easyad compiled, dense"] = lambda C=C, x=x: C.hessian(x)
         t = ctx.measure(variants)
         r_vm, r_jit = t.ratio(label, "casadi VM (buffer)"), t.ratio(label, "casadi JIT (buffer)")
         q = t.ratio_quartiles(label, "casadi VM (buffer)")
-        rows.append((f"{what} n={n}: easyad / casadi VM time",
+        rows.append((f"{what} n={n}: easyad ({label[7:]}) / casadi VM time",
                      f"{r_vm:.2f} (middle 50%: {q[0]:.2f}-{q[1]:.2f}; "
                      f"{t.median(label) * 1e6:.2f} us vs "
                      f"{t.median('casadi VM (buffer)') * 1e6:.2f} us; casadi build "
                      f"{built:.2f} s)", "<= 1", verdict(r_vm <= 1, f"{what} n={n} vs casadi VM")))
+        kind = "allocating, dense" if what == "hessian" else "allocating"
+        rows.append((f"{what} n={n}: easyad F.{what}(x) ({kind}) / casadi VM time",
+                     f"{t.ratio(plain, 'casadi VM (buffer)'):.2f} "
+                     f"({t.median(plain) * 1e6:.2f} us)", "(reported)", ""))
         rows.append((f"{what} n={n}: easyad / casadi JIT time",
                      f"{r_jit:.2f} (casadi JIT {t.median('casadi JIT (buffer)') * 1e6:.2f} us; "
                      f"build + gcc {compiled:.2f} s)", "(the VM)", ""))
         r_c = t.ratio("easyad compiled", "casadi JIT (buffer)")
-        call = "F.compile()" if what == "gradient" else "F.compile(hessian=True)"
+        call = "F.compile()" if what == "gradient" else "F.compile(hessian=True), bound"
         rows.append((f"{what} n={n}: easyad compiled / casadi JIT time",
                      f"{r_c:.2f} ({t.median('easyad compiled') * 1e6:.2f} us; "
                      f"{t.ratio('easyad compiled', 'casadi VM (buffer)'):.2f} casadi VM; "
@@ -186,6 +214,12 @@ def run(ctx):
                      f"{compiled:.2f} s)", "<= 1, compile <= casadi's",
                      verdict(r_c <= 1 and compile_time <= compiled,
                              f"compiled {what} n={n} vs casadi JIT")))
+        if what == "hessian":
+            rows.append((f"hessian n={n}: easyad VM, F.hessian(x, sparse=True, out=h) / "
+                         f"casadi VM time",
+                         f"{t.ratio('easyad VM, sparse out=', 'casadi VM (buffer)'):.2f} "
+                         f"({t.median('easyad VM, sparse out=') * 1e6:.2f} us)",
+                         "(reported)", ""))
         if what == "gradient":
             for name, how in (("easyad compiled, out=", "F.gradient(x, out=g)"),
                               ("easyad compiled, bound", "F.bind_gradient(x, g) once")):

@@ -210,6 +210,7 @@ class Function:
         self.f = f
         self.on_branch_change = on_branch_change
         self._native: Any = None    # the compiled program (Function.compile), or None
+        self._hessian_calls = 0     # one-point Hessians so far (see hessian)
 
     def compile(self, *, optimise: bool = False, hessian: bool = False) -> Function:
         """Compile this Function to native code; return it (now compiled).
@@ -255,19 +256,32 @@ class Function:
                                     and not self._native.second_order):
             from easyad import _compile
             seeds = None
+            hvp = False
             if hessian and self.scalar:
                 plan = self._hessian_plan()
                 n = self.n_inputs
-                if plan is not None:
+                if self._second() is not None:
+                    # Hessians by the second-order program (compiled below); the sweeps
+                    # compiled for the HVP alone (their Hessian is left to the VM)
+                    hvp = True
+                    self._native_map = (np.zeros(0, dtype=np.int64),) * 2
+                elif plan is not None:
                     seeds, self._native_map = plan[3], (plan[4], plan[5])
                 elif n <= _COMPILED_DENSE_HESSIAN:
                     seeds = np.eye(n)
                     every = np.arange(n * n, dtype=np.int64)
                     self._native_map = (every, every)
             made = _compile.native(self.tape, self.inputs, self.outputs,
-                                   optimised=optimise, seeds=seeds)
+                                   optimised=optimise, seeds=seeds, hvp=hvp)
             if made is not None or self._native is None:
                 self._native = made
+        if hessian and self.scalar and self._native is not None:
+            self._hessian_calls += 1     # hessian() uses the program from the first call on
+            second = self._second()      # the Hessian's own program, compiled too
+            if second is not None and second[1] is None:
+                from easyad import _compile
+                tape, ins, outs = second[3]
+                second[1] = _compile.native(tape, tuple(ins), tuple(outs), gradient=False)
         return self
 
     def bind_gradient(self, x: NDArray[np.float64], g: NDArray[np.float64],
@@ -302,7 +316,7 @@ class Function:
                 value[0] = result[0]
             g[:] = result[1]
 
-        return _core._BoundGradient(self._native, x, g, value, fallback)
+        return _core._BoundGradient(self._native, x, g, value, fallback, self._replayer)
 
     @property
     def compiled(self) -> bool:
@@ -357,9 +371,10 @@ class Function:
         ``out``: an array of the result's shape to write it into (returned); for one point
         of a compiled Function this skips allocating (see also ``bind_gradient``)."""
         if out is not None:
-            if self._native is not None and on_branch_change is None \
-                    and self.on_branch_change != "mask" and type(x) is np.ndarray \
-                    and type(out) is np.ndarray and self._native.gradient_into(x, out):
+            if on_branch_change is None and self.on_branch_change != "mask" \
+                    and type(x) is np.ndarray and type(out) is np.ndarray \
+                    and (self._native.gradient_into(x, out) if self._native is not None
+                         else self._replayer.gradient_into(x, out)):
                 return out
             result = self.gradient(x, on_branch_change=on_branch_change, device=device)
             if isinstance(result, tuple):   # mask mode: (gradient, mask)
@@ -371,7 +386,7 @@ class Function:
                 and self.scalar and type(x) is np.ndarray:  # one point: one C call
             point = self._native.point(x, True) if self._native is not None else None
             if point is None:
-                point = self._replayer.point(x, True)
+                point = self._replayer.point(x, True, False)
             if point is not None:
                 return point[1]
         self._need_scalar("gradient")
@@ -408,10 +423,147 @@ class Function:
         _, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "jacobian", ())
         return self._masked(jac if batch else jac[0], mask, batch)
 
-    def hessian(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
-        """The Hessian (n, n) of a scalar function at x, by forward-over-reverse sweeps
-        (blocks of directions per sweep); (B, n, n) for a batch."""
+    def hessian(self, x: ArrayLike, *, on_branch_change: str | None = None,
+                sparse: bool = False, out: NDArray[np.float64] | None = None) -> Any:
+        """The Hessian (n, n) of a scalar function at x; (B, n, n) for a batch.
+
+        ``sparse=True``: only the structurally non-zero entries, (nnz,) ((B, nnz) for a
+        batch), in the order of ``hessian_pattern()`` (rows, then columns: for a
+        symmetric matrix the order of CasADi's column-major nonzeros too). ``out``: an
+        array of the result's shape to write it into (returned; with ``sparse=True`` at one
+        point, no allocation at all).
+
+        One point is computed, from the second one-point call on (or after
+        ``bind_hessian`` or ``compile(hessian=True)``), by the Hessian's own program
+        (``second_order_program`` in easyad/_compile.py: forward-over-reverse done once,
+        symbolically, simplified, over the nonzeros only; compiled by
+        ``compile(hessian=True)``); the first call, batches, a point where that program
+        flags something or gives a non-finite entry, and functions it cannot express
+        (selects, abs, maximum, minimum, user primitives), by forward-over-reverse sweeps
+        (blocks of directions per sweep). The two agree to rounding (1e-12 relative in the
+        tests), not always bit for bit."""
         self._need_scalar("hessian")
+        if on_branch_change is None and self.on_branch_change != "mask" \
+                and type(x) is np.ndarray:      # one point: the second-order program
+            # built from the second one-point call on (a one-off Hessian, ad.hessian,
+            # costs less by the sweeps than building the program)
+            second = self._second() if self._hessian_calls else None
+            self._hessian_calls += 1
+            if second is not None:
+                program, native, target, _, source = second
+                into = out if sparse and type(out) is np.ndarray else None
+                where = None if sparse else target
+                H1 = native.second_point(x, source, where, into) if native is not None \
+                    else None
+                if H1 is None:
+                    H1 = program.second_point(x, source, where, into)
+                if H1 is not None:
+                    if out is not None and H1 is not out:
+                        out[...] = H1
+                        return out
+                    return H1
+        result = self._hessian_dense(x, on_branch_change)
+        if sparse:
+            rows, cols = self.hessian_pattern()
+            if isinstance(result, tuple):
+                result = (result[0][..., rows, cols], result[1])
+            else:
+                result = result[..., rows, cols]
+        if out is not None:
+            if isinstance(result, tuple):
+                out[...] = result[0]
+                return out, result[1]
+            out[...] = result
+            return out
+        return result
+
+    def hessian_pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+        """(rows, cols) of the Hessian's structurally non-zero entries, row by row (every
+        entry where the sparsity is not found): the order of ``hessian(x, sparse=True)``."""
+        rows, cols, _ = self._pattern()
+        return rows.copy(), cols.copy()
+
+    def _pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
+        """(rows, cols, colour of each column), found once."""
+        if not hasattr(self, "_pattern_cache"):
+            from easyad import _sparsity
+            n = self.n_inputs
+            pattern = _sparsity.hessian_pattern(self.tape._arrays(), self.inputs,
+                                                self.outputs[0])
+            if pattern is None:      # dense: every entry, one colour per column
+                rows, cols = np.divmod(np.arange(n * n, dtype=np.intp), n)
+                colour = np.arange(n, dtype=np.intp)
+            else:
+                rows, cols = pattern
+                colour = _sparsity.colour_columns(n, rows, cols)
+            self._pattern_cache = (rows, cols, colour)
+        return self._pattern_cache
+
+    def bind_hessian(self, x: NDArray[np.float64], h: NDArray[np.float64]
+                     ) -> Callable[[], None]:
+        """A call with no arguments that writes the Hessian's nonzeros at the current
+        contents of x into h (the order of ``hessian_pattern()``, as
+        ``hessian(x, sparse=True)``): arrays bound once, like CasADi's
+        ``Function.buffer()``. The call runs the Hessian's own program (compiled by
+        ``compile(hessian=True)``, else in the VM) straight from C; a point it flags (a
+        changed branch, a failed entry), a nonzero that is not finite there, anomaly mode,
+        or a function that program cannot express, goes through ``hessian`` (which raises,
+        re-records or masks as ``on_branch_change`` says; "mask" writes NaN). x: C-contiguous
+        float64 (n,), h (nnz,), not sharing memory; write x in place between calls.
+
+        Examples
+        --------
+        >>> import numpy as np, easyad as ad
+        >>> F = ad.record(lambda x: x[0] ** 2 * x[1], [1.0, 2.0])
+        >>> x, h = np.array([3.0, 1.0]), np.empty(4)
+        >>> F.hessian_pattern()
+        (array([0, 0, 1, 1]), array([0, 1, 0, 1]))
+        >>> call = F.bind_hessian(x, h)
+        >>> call(); h
+        array([2., 6., 6., 0.])
+        """
+        self._need_scalar("bind_hessian")
+
+        def fallback() -> None:
+            result = self.hessian(x, sparse=True)
+            h[:] = result[0] if isinstance(result, tuple) else result
+
+        second = self._second()
+        self._hessian_calls += 1         # hessian() now uses the program too
+        if second is None:
+            rows = len(self.hessian_pattern()[0])
+            if not (isinstance(h, np.ndarray) and h.shape == (rows,)):
+                raise ValueError(f"h must be a C-contiguous float64 array of shape ({rows},)")
+            return fallback
+        return _core._BoundSecond(second[1], second[0], x, h, second[4], fallback)
+
+    def _second(self) -> list[Any] | None:
+        """[VM of the second-order program, its compiled code or None, flat indices of the
+        nonzeros (int64), (tape, inputs, outputs), the output of each nonzero (int64)],
+        built once; None where there is none."""
+        if not hasattr(self, "_second_cache"):
+            from easyad import _compile
+            made = None
+            if not self.tape._customs_count():
+                rows, cols, colour = self._pattern()
+                program = _compile.second_order_program(self.tape, self.inputs,
+                                                        self.outputs[0], rows, cols, colour)
+                if program is not None:
+                    # the program computes the upper triangle: H[r, c] is output k of the
+                    # k-th (r <= c) pair, H[c, r] the same
+                    upper = rows <= cols
+                    number = np.full(self.n_inputs * self.n_inputs, -1, dtype=np.int64)
+                    number[(rows * self.n_inputs + cols)[upper]] = np.arange(int(upper.sum()))
+                    source = number[np.minimum(rows, cols) * self.n_inputs
+                                    + np.maximum(rows, cols)]
+                    made = [_core._Replayer(*program), None,
+                            (rows * self.n_inputs + cols).astype(np.int64), program,
+                            np.ascontiguousarray(source, dtype=np.int64)]
+            self._second_cache = made
+        return self._second_cache
+
+    def _hessian_dense(self, x: ArrayLike, on_branch_change: str | None) -> Any:
+        """The Hessian by the sweeps (see hessian)."""
         plan = self._hessian_plan()
         native = self._native
         if native is not None and native.second_order and on_branch_change is None \

@@ -128,6 +128,8 @@ cdef int _build_program(const uint8_t* ops, const int32_t* arg0, const int32_t* 
     P.run_affine = <uint8_t*>malloc(L + 1)
     P.run_base0 = <int32_t*>malloc((L + 1) * sizeof(int32_t))
     P.run_base1 = <int32_t*>malloc((L + 1) * sizeof(int32_t))
+    P.run_special = <uint8_t*>calloc(L + 1, 1)
+    P.run_dead = <uint8_t*>calloc(L + 1, 1)
     P.inputs = <int32_t*>malloc((n_inputs + 1) * sizeof(int32_t))
     P.outputs = <int32_t*>malloc((n_outputs + 1) * sizeof(int32_t))
     if (P.ops == NULL or P.arg0 == NULL or P.arg1 == NULL or P.values == NULL
@@ -135,6 +137,7 @@ cdef int _build_program(const uint8_t* ops, const int32_t* arg0, const int32_t* 
             or P.constants == NULL or P.original == NULL or P.position == NULL
             or P.run_start == NULL or P.run_op == NULL or P.run_need == NULL
             or P.run_affine == NULL or P.run_base0 == NULL or P.run_base1 == NULL
+            or P.run_special == NULL or P.run_dead == NULL
             or P.inputs == NULL or P.outputs == NULL):
         _free_program(P)
         return -1
@@ -186,6 +189,15 @@ cdef int _build_program(const uint8_t* ops, const int32_t* arg0, const int32_t* 
     if _split_affine(P):
         _free_program(P)
         return -1
+    for r in range(P.n_runs):
+        # x ** 2.0 with the exponent a constant: its own loop, which vectorises (the
+        # table's pow tests the exponent per entry); the same numbers (see _square_affine)
+        if (P.run_affine[r] and P.run_op[r] == OP_POW and (P.run_affine[r] >> 2) == 0
+                and P.run_base1[r] >= L and P.constants[P.run_base1[r] - L] == 2.0):
+            P.run_special[r] = _SPECIAL_SQUARE
+    if _dead_runs(P):
+        _free_program(P)
+        return -1
     for i in range(P.first, L):
         # the layout keeps a select's condition right before it (_schedule attaches it)
         if P.ops[i] == OP_SELECT and (P.original[_select_condition(i)]
@@ -198,4 +210,44 @@ cdef int _build_program(const uint8_t* ops, const int32_t* arg0, const int32_t* 
     for i in range(n_outputs):
         P.outputs[i] = P.position[outputs[i]]
     P.n_outputs = n_outputs
+    return 0
+
+
+cdef inline bint _free_value(int op) noexcept nogil:
+    # rules whose value no error policy checks and whose partials are constants of the
+    # table: their value is needed only by whoever reads it
+    return op == OP_ADD or op == OP_SUB or op == OP_NEG
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int _dead_runs(_Program* P) noexcept nogil:
+    # P.run_dead: runs a gradient alone (no output value asked for) may skip in the
+    # forward sweep: every entry a sum, difference or negation whose value nothing reads
+    # but other such entries (no partial, guard, select, comparison or user primitive,
+    # and no output: the caller asks for none). Their values are then left as they were
+    # (stale); nothing reads them, and their rules raise no errors. -1: out of memory.
+    cdef Py_ssize_t L = P.length, i, r
+    cdef int op
+    cdef bint dead
+    cdef uint8_t* wanted = <uint8_t*>calloc(L + 1, 1)
+    if wanted == NULL:
+        return -1
+    for i in range(L - 1, P.first - 1, -1):
+        op = P.ops[i]
+        if wanted[i] or not _free_value(op):
+            if P.arg0[i] >= 0:
+                wanted[P.arg0[i]] = 1
+            if P.arg1[i] >= 0:
+                wanted[P.arg1[i]] = 1
+            if op == OP_SELECT:
+                wanted[_select_condition(i)] = 1
+    for r in range(P.n_runs):
+        dead = P.run_op[r] != _RUN_ONE_BY_ONE and P.run_special[r] == 0
+        i = P.run_start[r]
+        while dead and i < P.run_start[r + 1]:
+            dead = _free_value(P.ops[i]) and not wanted[i]
+            i += 1
+        P.run_dead[r] = dead
+    free(wanted)
     return 0

@@ -104,6 +104,32 @@ cdef class _Native:
             return None
         return out, g
 
+    def second_point(self, cnp.ndarray x, cnp.ndarray source, cnp.ndarray target,
+                     cnp.ndarray out):
+        """``_Replayer.second_point`` by the compiled code of a second-order program."""
+        cdef Py_ssize_t n = self.n_inputs
+        cdef int flags
+        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
+                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+                or _anomaly_mode):
+            return None
+        _check_source(source, self.n_outputs)
+        cdef double* vals = <double*>malloc(self.n_outputs * sizeof(double))
+        if vals == NULL:
+            raise MemoryError("cannot allocate the Hessian's values")
+        cdef double* work
+        try:
+            work = self._take()
+            with nogil:
+                flags = self.value_fn(<const double*>cnp.PyArray_DATA(x), vals, NULL, work)
+            if self._spare == NULL:
+                self._spare = work
+            else:
+                free(work)
+            return None if flags else _second_result(vals, source, target, out, n)
+        finally:
+            free(vals)
+
     cdef bint _vector(self, cnp.ndarray x, Py_ssize_t n):
         return (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
                 and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)
@@ -235,12 +261,14 @@ cdef enum:
 @cython.final
 cdef class _BoundGradient:
     """A gradient bound once to its arrays (``Function.bind_gradient``): each call runs the
-    compiled code on the current contents of x into g (and value), with the checks done at
-    binding, no allocation and no Python in between; a point the compiled code flags (or
-    anomaly mode, or a Function not compiled) goes to ``fallback`` (the Function's own
-    path, which raises, re-records or masks as asked)."""
+    compiled code (or, given no compiled code, the VM's program: replayer) on the current
+    contents of x into g (and value), with the checks done at binding, no allocation and
+    no Python in between; a point the code flags (or anomaly mode, user primitives) goes
+    to ``fallback`` (the Function's own path, which raises, re-records or masks as
+    asked)."""
     cdef _native_point_fn fn
     cdef object native, x, g, value, fallback
+    cdef _Replayer vm            # the VM's program, where no compiled code is given
     cdef const double* X
     cdef double* G
     cdef double* O
@@ -249,10 +277,12 @@ cdef class _BoundGradient:
     cdef bint release, busy
 
     def __cinit__(self, _Native native, cnp.ndarray x not None, cnp.ndarray g not None,
-                  cnp.ndarray value, fallback not None):
+                  cnp.ndarray value, fallback not None, _Replayer replayer=None):
         cdef Py_ssize_t n = cnp.PyArray_DIM(x, 0) if cnp.PyArray_NDIM(x) == 1 else -1
         if native is not None:
             n = native.n_inputs
+        elif replayer is not None:
+            n = replayer.n_inputs
         for name, array, size in (("x", x, n), ("g", g, n), ("value", value, 1)):
             if array is None:
                 continue
@@ -276,6 +306,11 @@ cdef class _BoundGradient:
             if self.work == NULL:
                 raise MemoryError("cannot allocate the compiled replay's work space")
             self.release = n >= _NATIVE_NOGIL_INPUTS
+        elif native is None and replayer is not None and replayer.n_outputs == 1:
+            # the VM: its program straight from here, with a work buffer of its own
+            self.vm = replayer
+            self.work = replayer._new_work()
+            self.release = replayer.program.length >= _VM_NOGIL_ENTRIES
 
     def __dealloc__(self):
         free(self.work)
@@ -286,7 +321,17 @@ cdef class _BoundGradient:
     def __call__(self):
         """g (and value) at the current x."""
         cdef int flags = 1
-        if self.fn != NULL and not _anomaly_mode and not self.busy:
+        cdef double* O
+        if self.vm is not None and not self.busy and self.vm._plain():
+            self.busy = True
+            O = self.O if self.value is not None else NULL   # no value: skip the sums
+            if self.release:
+                with nogil:
+                    flags = _point_row(&self.vm.program, self.X, O, self.G, self.work)
+            else:
+                flags = _point_row(&self.vm.program, self.X, O, self.G, self.work)
+            self.busy = False
+        elif self.fn != NULL and not _anomaly_mode and not self.busy:
             self.busy = True     # another thread inside this call: the slow path
             if self.release:
                 with nogil:
@@ -296,3 +341,87 @@ cdef class _BoundGradient:
             self.busy = False
         if flags:
             self.fallback()
+
+
+@cython.final
+cdef class _BoundSecond:
+    """A Hessian's nonzeros bound once to their arrays (``Function.bind_hessian``): each
+    call runs the second-order program (compiled, else in the VM) at the current contents
+    of x and writes nonzero k, output source[k] of the program, into h[k]; no checks, no
+    allocation, no Python in between. A flagged point, a nonzero that is not finite,
+    anomaly mode: ``fallback`` (the Function's own path)."""
+    cdef _native_point_fn fn
+    cdef _Replayer vm
+    cdef const _Program* program
+    cdef object native, x, h, source, fallback
+    cdef const double* X
+    cdef double* H
+    cdef const int64_t* frm
+    cdef double* vals
+    cdef double* work
+    cdef Py_ssize_t count
+    cdef bint busy, release
+
+    def __cinit__(self, _Native native, _Replayer replayer not None, cnp.ndarray x not None,
+                  cnp.ndarray h not None, cnp.ndarray source not None, fallback not None):
+        cdef Py_ssize_t n = replayer.n_inputs
+        _check_source(source, replayer.n_outputs)
+        self.count = cnp.PyArray_SIZE(source)
+        for name, array, size in (("x", x, n), ("h", h, self.count)):
+            if (cnp.PyArray_TYPE(array) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(array) != 1
+                    or cnp.PyArray_DIM(array, 0) != size
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(array)
+                    or (name == "h" and not cnp.PyArray_ISWRITEABLE(array))):
+                raise ValueError(f"{name} must be a C-contiguous float64 array of shape "
+                                 f"({size},){'' if name == 'x' else ', writable'}")
+        if _overlap(x, h, n):
+            raise ValueError("x and h must not share memory")
+        self.vm = replayer
+        self.program = &replayer.program
+        self.native = native
+        self.x, self.h, self.source, self.fallback = x, h, source, fallback
+        self.X = <const double*>cnp.PyArray_DATA(x)
+        self.H = <double*>cnp.PyArray_DATA(h)
+        self.frm = <const int64_t*>cnp.PyArray_DATA(source)
+        self.vals = <double*>malloc(replayer.n_outputs * sizeof(double))
+        if self.vals == NULL:
+            raise MemoryError("cannot allocate the Hessian's values")
+        if native is not None:
+            self.fn = native.value_fn
+            self.work = <double*>malloc(native.work_size * sizeof(double))
+            if self.work == NULL:
+                raise MemoryError("cannot allocate the compiled replay's work space")
+        else:
+            self.work = replayer._new_work()
+        self.release = replayer.program.length >= _VM_NOGIL_ENTRIES
+
+    def __dealloc__(self):
+        free(self.work)
+        free(self.vals)
+
+    def __reduce__(self):
+        raise TypeError("a bound Hessian holds raw pointers; bind again after unpickling")
+
+    def __call__(self):
+        """h at the current x."""
+        cdef int flags = 1
+        if not self.busy and not _anomaly_mode and (self.fn != NULL or self.vm._plain()):
+            self.busy = True     # another thread inside this call: the slow path
+            if self.release:
+                with nogil:
+                    flags = self._run()
+            else:
+                flags = self._run()
+            self.busy = False
+        if flags:
+            self.fallback()
+
+    cdef int _run(self) noexcept nogil:
+        cdef int flags
+        if self.fn != NULL:
+            flags = self.fn(self.X, self.vals, NULL, self.work)
+        else:
+            flags = _point_row(self.program, self.X, self.vals, NULL, self.work)
+        if flags == 0 and not _gather_finite(self.vals, self.frm, self.count, self.H):
+            flags = 1
+        return flags

@@ -21,6 +21,7 @@ cdef enum:
     _STATUS_NO_SECOND = 5   # a user primitive without d2f met a second-order sweep
     _STATUS_PYTHON = 6      # a user primitive raised
     _RUN_ONE_BY_ONE = 0     # run_op of a run of structural entries (select, comparison, custom)
+    _SPECIAL_SQUARE = 1     # an affine pow run whose exponent is the constant 2.0: x * x
 
 
 cdef struct _Program:
@@ -46,6 +47,9 @@ cdef struct _Program:
     uint8_t* run_affine      # 0: operands by slot; else operand k of entry start + j is at
     int32_t* run_base0       # run_base_k + j * stride_k, stride_k = bit k+1 (1, or 0 for one slot)
     int32_t* run_base1
+    uint8_t* run_special     # 0, or a kernel of the VM's own for this affine run (_SPECIAL_*)
+    uint8_t* run_dead        # 1: a gradient alone needs none of the run's values (sums and
+                             # differences only feeding sums, differences and no output)
     int32_t* inputs          # positions
     Py_ssize_t n_inputs
     int32_t* outputs
@@ -86,6 +90,8 @@ cdef void _free_program(_Program* P) noexcept nogil:
     free(P.run_affine)
     free(P.run_base0)
     free(P.run_base1)
+    free(P.run_special)
+    free(P.run_dead)
     free(P.inputs)
     free(P.outputs)
     memset(P, 0, sizeof(_Program))

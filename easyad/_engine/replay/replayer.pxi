@@ -1,6 +1,34 @@
 # _Replayer: the Python class replay.py holds; builds the program once and runs rows
 # (single points in one call, batches split over threads), keeping its work buffer.
 
+cdef enum:
+    _VM_NOGIL_ENTRIES = 20000   # a one-point call of the VM releases the GIL from this
+                                # many entries on (below, the release costs more than it frees)
+
+
+cdef int _point_row(const _Program* P, const double* X, double* out, double* G,
+                    double* work) noexcept nogil:
+    # one point: the outputs into out (NULL: not wanted), the gradient of output 0 into G
+    # (NULL: none) with the work buffer of _take_work; 0, or 1 when an entry failed or a
+    # branch changed (the general path then raises, re-records or masks)
+    cdef int32_t guard = -1, status_entry = -1
+    cdef Py_ssize_t k
+    cdef size_t slots = P.length + P.n_constants
+    cdef double* v = work
+    cdef double* adj = v + slots
+    cdef double* p0 = adj + slots
+    cdef double* p1 = p0 + (P.length if P.length > 0 else 1)
+    cdef int code = _forward_row(P, X, v, p0, p1, &guard, &status_entry,
+                                 out == NULL and G != NULL)
+    if code or guard >= 0:
+        return 1
+    if out != NULL:
+        for k in range(P.n_outputs):
+            out[k] = v[P.outputs[k]]
+    if G != NULL:
+        _reverse_row(P, p0, p1, adj, P.outputs[0], G, False)
+    return 0
+
 @cython.final
 cdef class _Replayer:
     """A WengertList frozen as a program: inputs and outputs marked (used by replay.py)."""
@@ -49,12 +77,18 @@ cdef class _Replayer:
         # inputs and the constant slots in v, zero partials where nothing writes them. A
         # call keeps its buffer to itself (threads each take one) and gives it back after.
         cdef double* work = self._spare
-        cdef Py_ssize_t L = self.program.length
-        cdef size_t width = L if L > 0 else 1
-        cdef size_t slots = L + self.program.n_constants
         if work != NULL:
             self._spare = NULL
             return work
+        return self._new_work()
+
+    cdef double* _new_work(self) except NULL:
+        # (GIL held) a work buffer set up as _take_work's, of the caller's own (a bound call
+        # keeps one: the spare stays for the other calls)
+        cdef double* work
+        cdef Py_ssize_t L = self.program.length
+        cdef size_t width = L if L > 0 else 1
+        cdef size_t slots = L + self.program.n_constants
         work = <double*>malloc((2 * slots + 2 * width) * sizeof(double))
         if work == NULL:
             raise MemoryError("cannot allocate the replay's work space")
@@ -119,47 +153,96 @@ cdef class _Replayer:
             inputs=copy(<size_t>P.inputs, P.n_inputs, np.int32),
             outputs=copy(<size_t>P.outputs, P.n_outputs, np.int32))
 
-    def point(self, cnp.ndarray x, bint gradient):
+    cdef bint _plain(self):
+        # whether one point may run in C alone: no user primitives, no anomaly mode, the
+        # tape not cleared (else the general path, run, handles the call)
+        return not (self.tape._customs or _anomaly_mode
+                    or self.tape._length < self.program.length)
+
+    def point(self, cnp.ndarray x, bint gradient, bint value=True):
         """The common case in one call: ``(outputs (m,), gradient (n,) of output 0 or None)``
         at one point x, or None when the general path (run) must handle it: x not a
         float64 vector of n, a non-scalar gradient, user primitives, anomaly mode, an
-        error or a changed branch at x (run then raises or re-records as asked)."""
-        cdef WengertList tape = self.tape
+        error or a changed branch at x (run then raises or re-records as asked). With
+        gradient and not value: ``(None, gradient)``, skipping values only outputs read."""
         cdef const _Program* P = &self.program
         cdef Py_ssize_t n = self.n_inputs, m = self.n_outputs, k
-        cdef int32_t guard = -1, status_entry = -1
         cdef int code = 0
         if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
                 or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
-                or (gradient and m != 1) or tape._customs or _anomaly_mode
-                or tape._length < P.length):
+                or (gradient and m != 1) or not self._plain()):
             return None
+        if not gradient:
+            value = True
         cdef cnp.npy_intp size = m
-        cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0)
+        cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0) if value else None
         cdef cnp.ndarray g = None
         size = n
         if gradient:
             g = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0)
         cdef const double* X = <const double*>cnp.PyArray_DATA(x)
-        cdef double* o = <double*>cnp.PyArray_DATA(out)
+        cdef double* o = <double*>cnp.PyArray_DATA(out) if value else NULL
         cdef double* G = <double*>cnp.PyArray_DATA(g) if gradient else NULL
         cdef double* work = self._take_work()
-        cdef size_t slots = P.length + P.n_constants
-        cdef double* v = work
-        cdef double* adj = v + slots
-        cdef double* p0 = adj + slots
-        cdef double* p1 = p0 + (P.length if P.length > 0 else 1)
         with nogil:
-            code = _forward_row(P, X, v, p0, p1, &guard, &status_entry)
-            if code == 0 and guard < 0:
-                for k in range(m):
-                    o[k] = v[P.outputs[k]]
-                if gradient:
-                    _reverse_row(P, p0, p1, adj, P.outputs[0], G, False)
+            code = _point_row(P, X, o, G, work)
         self._give_work(work)
-        if code or guard >= 0:
+        if code:
             return None
         return out, g
+
+    def gradient_into(self, cnp.ndarray x, cnp.ndarray g):
+        """The gradient at x written into g (both C-contiguous float64 (n,), g writable, not
+        sharing memory): True, or False (g untouched) when the general path must do this
+        call (as point)."""
+        cdef Py_ssize_t n = self.n_inputs
+        cdef int code
+        if not (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
+                and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)
+                and cnp.PyArray_TYPE(g) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(g) == 1
+                and cnp.PyArray_DIM(g, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(g)
+                and cnp.PyArray_ISWRITEABLE(g)) \
+                or self.n_outputs != 1 or not self._plain() or _overlap(x, g, n):
+            return False
+        cdef double* work = self._take_work()
+        cdef double* G = <double*>cnp.PyArray_DATA(g)
+        cdef const double* X = <const double*>cnp.PyArray_DATA(x)
+        if self.program.length >= _VM_NOGIL_ENTRIES:
+            with nogil:
+                code = _point_row(&self.program, X, NULL, G, work)
+        else:
+            code = _point_row(&self.program, X, NULL, G, work)
+        self._give_work(work)
+        return code == 0
+
+    def second_point(self, cnp.ndarray x, cnp.ndarray source, cnp.ndarray target,
+                     cnp.ndarray out):
+        """For a second-order program (``_compile.second_order_program``): the Hessian's
+        nonzeros at x, nonzero k being output source[k] (int64), into out ((nnz,) float64,
+        C-contiguous, writable; returned) or a new array, or, with target (int64 (nnz,):
+        flat indices), scattered into a new dense (n, n) array of zeros. None when the
+        general path must answer: x not a float64 vector of n, a flagged point (an error,
+        a changed branch), a nonzero that is not finite (the sweeps' strong zeros decide
+        there), user primitives or anomaly mode."""
+        cdef const _Program* P = &self.program
+        cdef Py_ssize_t n = self.n_inputs
+        cdef int code
+        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
+                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+                or not self._plain()):
+            return None
+        _check_source(source, self.n_outputs)
+        cdef double* work = self._take_work()
+        cdef double* vals = <double*>malloc(self.n_outputs * sizeof(double))
+        if vals == NULL:
+            self._give_work(work)
+            raise MemoryError("cannot allocate the Hessian's values")
+        code = _point_row(P, <const double*>cnp.PyArray_DATA(x), vals, NULL, work)
+        self._give_work(work)
+        try:
+            return None if code else _second_result(vals, source, target, out, n)
+        finally:
+            free(vals)
 
     def hessian_point(self, cnp.ndarray x, cnp.ndarray seeds, cnp.ndarray target,
                       cnp.ndarray source):
@@ -282,3 +365,68 @@ cdef class _Replayer:
             raise MemoryError("cannot allocate the replay's work space")
         # the first row that raised and the first that took another branch (-1: none)
         return first_error, first_changed
+
+
+cdef int _check_source(cnp.ndarray source, Py_ssize_t m) except -1:
+    cdef Py_ssize_t k
+    cdef const int64_t* frm
+    if (source is None or cnp.PyArray_TYPE(source) != cnp.NPY_INT64
+            or not cnp.PyArray_IS_C_CONTIGUOUS(source)):
+        raise ValueError("source must be a C-contiguous int64 array")
+    frm = <const int64_t*>cnp.PyArray_DATA(source)
+    for k in range(cnp.PyArray_SIZE(source)):
+        if not 0 <= frm[k] < m:
+            raise ValueError("source: an index outside the program's outputs")
+    return 0
+
+
+cdef inline bint _gather_finite(const double* vals, const int64_t* frm, Py_ssize_t count,
+                                double* into) noexcept nogil:
+    # into[k] = vals[frm[k]]; False (into partly written) at a value that is not finite
+    cdef Py_ssize_t k
+    cdef double v
+    for k in range(count):
+        v = vals[frm[k]]
+        if not isfinite(v):
+            return False
+        into[k] = v
+    return True
+
+
+cdef object _second_result(const double* vals, cnp.ndarray source, cnp.ndarray target,
+                           cnp.ndarray out, Py_ssize_t n):
+    # the nonzeros of a second-order program's point as second_point returns them
+    cdef Py_ssize_t k, count = cnp.PyArray_SIZE(source)
+    cdef cnp.npy_intp dims[2]
+    cdef double* h
+    cdef const int64_t* to
+    cdef const int64_t* frm = <const int64_t*>cnp.PyArray_DATA(source)
+    if target is not None:
+        if (cnp.PyArray_TYPE(target) != cnp.NPY_INT64 or cnp.PyArray_SIZE(target) != count
+                or not cnp.PyArray_IS_C_CONTIGUOUS(target)):
+            raise ValueError("second_point: target must be int64 of the nonzeros' count")
+        for k in range(count):
+            if not isfinite(vals[frm[k]]):
+                return None
+        dims[0] = n
+        dims[1] = n
+        H = cnp.PyArray_ZEROS(2, dims, cnp.NPY_DOUBLE, 0)
+        h = <double*>cnp.PyArray_DATA(H)
+        to = <const int64_t*>cnp.PyArray_DATA(target)
+        for k in range(count):
+            if 0 <= to[k] < n * n:
+                h[to[k]] = vals[frm[k]]
+        return H
+    if out is None:
+        dims[0] = count
+        result = cnp.PyArray_EMPTY(1, dims, cnp.NPY_DOUBLE, 0)
+    elif (cnp.PyArray_TYPE(out) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(out) != 1
+            or cnp.PyArray_DIM(out, 0) != count or not cnp.PyArray_IS_C_CONTIGUOUS(out)
+            or not cnp.PyArray_ISWRITEABLE(out)):
+        raise ValueError(f"out must be a writable C-contiguous float64 array of shape "
+                         f"({count},)")
+    else:
+        result = out
+    if not _gather_finite(vals, frm, count, <double*>cnp.PyArray_DATA(result)):
+        return None      # (out may be partly written: the caller's path writes it again)
+    return result

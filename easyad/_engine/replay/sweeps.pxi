@@ -2,6 +2,45 @@
 # partials, reverse adjoints, errors on live entries only, second order (tangents of the
 # partials) and the row loop a thread runs for a batch.
 
+cdef extern from *:
+    """
+    /* x ** 2.0 over an affine segment (_SPECIAL_SQUARE): the table's pow with the exponent
+     * 2.0 known, so the same numbers bit for bit (its pow returns x * x for the exponent
+     * 2, and its partial mul0(y, pow(x, y - 1)) is then mul0(2.0, x)); the exponent's
+     * partial is not needed (a constant) and stays 0. Without the per-entry test of the
+     * exponent the loop vectorises. */
+    static int easyad_square_affine(long len, const double* xs, long sx, double* out,
+                                    double* p0, int need0) {
+        long j;
+        double bad = 0.0;
+        if (need0) {
+            EASYAD_IVDEP for (j = 0; j < len; j++) {
+                const double x = xs[j * sx];
+                const double z = x * x;
+                out[j] = z;
+                p0[j] = (x == 0.0) ? 0.0 : 2.0 * x;
+                bad = (z - z == 0.0) ? bad : 1.0;
+            }
+        } else {
+            EASYAD_IVDEP for (j = 0; j < len; j++) {
+                const double x = xs[j * sx];
+                const double z = x * x;
+                out[j] = z;
+                bad = (z - z == 0.0) ? bad : 1.0;
+            }
+        }
+        return bad == 0.0;
+    }
+
+    static inline int64_t easyad_claim(int64_t* counter, int64_t n) {
+        return __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+    }
+    """
+    int64_t easyad_claim(int64_t* counter, int64_t n) nogil
+    int easyad_square_affine(long len, const double* xs, long sx, double* out, double* p0,
+                             int need0) nogil
+
+
 _custom_errors = []  # the exception a user primitive raised during replay, for the caller
 
 
@@ -31,10 +70,13 @@ cdef int _custom_second(void* customs, Py_ssize_t i, double x, double y, double*
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int _forward_row(const _Program* P, const double* x_row, double* v, double* p0,
-                      double* p1, int32_t* guard, int32_t* status_entry) noexcept nogil:
+                      double* p1, int32_t* guard, int32_t* status_entry,
+                      bint gradient_only=False) noexcept nogil:
     # values and partials of every entry at one point, run by run; returns an error status
     # (0: none). v holds the recorded values of the variables that are not inputs and the
     # constant slots; p0/p1 are 0 where nothing writes them (both set up by _take_work).
+    # gradient_only: for a reverse sweep alone, no output value read after (P.run_dead
+    # runs are skipped).
     cdef Py_ssize_t r, i, lo
     cdef int op, code, finite = 1
     cdef int32_t e
@@ -43,8 +85,15 @@ cdef int _forward_row(const _Program* P, const double* x_row, double* v, double*
         v[P.inputs[i]] = x_row[i]
     guard[0] = -1
     for r in range(P.n_runs):
+        if gradient_only and P.run_dead[r]:
+            continue
         op = P.run_op[r]
         lo = P.run_start[r]
+        if P.run_special[r] == _SPECIAL_SQUARE:
+            finite &= easyad_square_affine(P.run_start[r + 1] - lo, &v[P.run_base0[r]],
+                                           (P.run_affine[r] >> 1) & 1, &v[lo], &p0[lo],
+                                           P.run_need[r] & 1)
+            continue
         if P.run_affine[r]:
             # every error of the table's policies shows as a non-finite value, so statuses
             # are only looked at then (_live_error)
@@ -322,12 +371,3 @@ cdef void _fixed_partials(const _Program* P, double* p0, double* p1) noexcept no
                 p0[i] = c0
             if fixed & 2 and P.run_need[r] & 2:
                 p1[i] = c1
-
-
-cdef extern from *:
-    """
-    static inline int64_t easyad_claim(int64_t* counter, int64_t n) {
-        return __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
-    }
-    """
-    int64_t easyad_claim(int64_t* counter, int64_t n) nogil
