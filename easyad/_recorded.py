@@ -9,7 +9,8 @@ needed for what is asked (value; value and gradient; Hessian-vector product) on 
 device's backend: on the numpy device, runs of elementwise, indexing and reduction
 instructions are generated C (``tensor/_program_c.py``: one loop per fused group, all
 the group's values in registers), the rest (matmul, ``linear``) numpy's kernels; on an
-OpenCL device the backend's kernels.
+OpenCL device each such group is one generated kernel (``tensor/_program_cl.py``), the
+rest the backend's kernels. ``fuse=False``: every instruction the backend's kernel.
 
 Arguments after ``x0`` are not differentiated: float arrays are inputs of the program
 (new values at each call); integer arrays, numbers and other objects are *static*, part
@@ -324,6 +325,9 @@ class TensorFunction:
         if self.fuse and self._backend.kind == "numpy":
             from easyad.tensor import _program_c
             bound = _program_c.fused(rec.program, outputs, self._backend, self._guard_failed)
+        elif self.fuse and self._backend.kind == "opencl":
+            from easyad.tensor import _program_cl
+            bound = _program_cl.fused(rec.program, outputs, self._backend, self._guard_failed)
         if bound is None:
             bound = BoundProgram(rec.program, self._backend, outputs, self._guard_failed)
         self._bound[what] = bound

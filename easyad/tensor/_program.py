@@ -18,7 +18,8 @@ the same at the new input (a branch taken the same way) and raises
 ``ad.BranchChangedError`` (or records again) otherwise.
 
 ``Program.bind(backend)`` prepares the instructions for one backend (numpy, OpenCL) as a
-list of steps; ``_program_c`` fuses runs of them into generated C for the numpy device.
+list of steps; ``_program_c`` fuses runs of them into generated C for the numpy device,
+``_program_cl`` into generated OpenCL kernels for an OpenCL device.
 """
 from __future__ import annotations
 

@@ -116,7 +116,8 @@ def _broadcast_strides(shape: tuple[int, ...], group: tuple[int, ...]) -> list[i
 
 class _Plan:
     """What the renderer decided: per slot its root (reshapes share memory), where each
-    instruction went, and the C source."""
+    instruction went (segments, and in a segment the loops: ``groups``, which the OpenCL
+    renderer forms kernels of too), and the C source."""
 
     def __init__(self, program: Program, instructions: list[Instruction],
                  outputs: Sequence[int]) -> None:
@@ -158,11 +159,13 @@ class _Plan:
     def r(self, slot: int) -> int:
         return self.root.get(slot, slot)
 
+    types = _C_TYPES      # the dtypes the generated code handles
+
     def _renderable(self, ins: Instruction) -> bool:
         p = self.program
         dts = [p.dtypes[o] for o in ins.outs] + [p.dtypes[i] for i in ins.ins
                                                   if type(i) is int]
-        if any(dt not in _C_TYPES for dt in dts):
+        if any(dt not in self.types for dt in dts):
             return False
         if ins.op == "map":
             return all(type(i) is int or type(i) is float for i in ins.ins)
@@ -170,18 +173,86 @@ class _Plan:
             return ins.params[0] in ("sum", "max", "min")
         return True
 
+    def groups(self, instructions: list[Instruction]) -> list[tuple[Any, list[Instruction]]]:
+        """The loops of a segment: each instruction joins the last loop of its shape when
+        every value it reads is made by then (moved up past loops of other shapes: a
+        slice's adjoint between two parts of one sweep does not split it), else starts
+        a loop of its own at the end."""
+        groups: list[tuple[Any, list[Instruction]]] = []
+        made_in: dict[int, int] = {}            # root slot -> its group
+        r = self.r
+        for ins in instructions:
+            shape = self.loop_shape(ins)
+            last = max((made_in.get(r(i), -1) for i in ins.ins if type(i) is int),
+                       default=-1)
+            target = next((k for k in range(len(groups) - 1, last - 1, -1)
+                           if groups[k][0] == shape), None) if last >= 0 or groups else None
+            if target is not None and target >= last and \
+                    self.joins(groups[target][1], ins, shape):
+                groups[target][1].append(ins)
+            else:
+                target = len(groups)
+                groups.append((shape, [ins]))
+            for o in ins.outs:
+                made_in[r(o)] = target
+        return groups
+
+    def loop_shape(self, ins: Instruction) -> Any:
+        """The shape a group's loop runs over (("assemble",) for a several-part assemble)."""
+        p = self.program
+        if ins.op in _ELEMENTWISE or self.is_pad(ins):
+            return p.shapes[ins.outs[0]]
+        if ins.op == "assemble":
+            return tuple(ins.params[2][0][1]) if len(ins.params[2]) == 1 else ("assemble",)
+        if ins.op == "scatter_add":
+            return tuple(ins.params[2].shape)  # over the index (g may broadcast to it)
+        return p.shapes[ins.ins[0]]           # reduce: over its input
+
+    def joins(self, members: list[Instruction], ins: Instruction,
+              shape: tuple[int, ...]) -> bool:
+        made: set[int] = set()
+        sunk: set[int] = set()
+        for m in members:
+            (sunk if m.op in _SINKS and not self.is_pad(m) else made).update(
+                self.r(o) for o in m.outs)
+        reads = [self.r(i) for i in ins.ins if type(i) is int]
+        if any(r in sunk for r in reads):
+            return False
+        if (ins.op in ("strided", "take") or self.is_pad(ins)) and \
+                any(r in made for r in reads):
+            return False          # read at other positions than i: needs the whole array
+        if self.is_pad(ins):
+            return True
+        if ins.op == "map":
+            for i in ins.ins:
+                if type(i) is int and self.r(i) in made and self.program.shapes[i] != shape:
+                    return False
+        if ins.op in _SINKS:
+            if ins.op == "assemble" and len(ins.params[2]) != 1:
+                return False
+            # a sink of a value made here: its input must be of the loop's shape
+            return all(self.program.shapes[i] == shape for i in ins.ins if type(i) is int)
+        return True
+
 
 class _Renderer:
-    """C of one segment (see the module docstring)."""
+    """C of one segment (see the module docstring). The loop body of a group (``_body``) is
+    shared with the OpenCL renderer (``_program_cl``), which changes the types, the
+    expressions' target, the memory (``ptr``, ``aux``, ``_zero``) and the reductions."""
+
+    types = _C_TYPES
+    target = "c"          # of _expr.render
+    real = "double"       # the type of constants and accumulators
 
     def __init__(self, plan: _Plan, needed_later: set[int]) -> None:
         self.plan, self.p = plan, plan.program
         self.needed_later = needed_later          # slots read outside their group
         self.lines: list[str] = []
 
-    def ptr(self, slot: int) -> str:
+    def ptr(self, slot: int, write: bool = False) -> str:
         """The slot's memory as a local pointer of the segment (loaded from P once, so
-        the compiler knows no store of the loop changes it, and vectorises)."""
+        the compiler knows no store of the loop changes it, and vectorises); ``write``:
+        the loop stores to it (which the OpenCL renderer's parameters say)."""
         s = self.plan.r(slot)
         self.used[s] = f"    {_C_TYPES[self.p.dtypes[slot]]}* const p{s} = " \
                        f"({_C_TYPES[self.p.dtypes[slot]]}*)P[{s}];"
@@ -193,82 +264,46 @@ class _Renderer:
         self.used[k] = f"    const long* const p{k} = (const long*)P[{k}];"
         return f"p{k}"
 
-    def groups(self, instructions: list[Instruction]) -> list[tuple[Any, list[Instruction]]]:
-        """The loops of a segment: each instruction joins the last loop of its shape when
-        every value it reads is made by then (moved up past loops of other shapes: a
-        slice's adjoint between two parts of one sweep does not split it), else starts
-        a loop of its own at the end."""
-        groups: list[tuple[Any, list[Instruction]]] = []
-        made_in: dict[int, int] = {}            # root slot -> its group
-        r = self.plan.r
-        for ins in instructions:
-            shape = self._loop_shape(ins)
-            last = max((made_in.get(r(i), -1) for i in ins.ins if type(i) is int),
-                       default=-1)
-            target = next((k for k in range(len(groups) - 1, last - 1, -1)
-                           if groups[k][0] == shape), None) if last >= 0 or groups else None
-            if target is not None and target >= last and \
-                    self._joins(groups[target][1], ins, shape):
-                groups[target][1].append(ins)
-            else:
-                target = len(groups)
-                groups.append((shape, [ins]))
-            for o in ins.outs:
-                made_in[r(o)] = target
-        return groups
-
     def render(self, instructions: list[Instruction], index: int) -> str:
-        groups = self.groups(instructions)
+        groups = self.plan.groups(instructions)
         self.used: dict[int, str] = {}
         body = [self._group(shape, members) for shape, members in groups]
         pointers = [self.used[k] for k in sorted(self.used)]
         return (f"void easyad_segment_{index}(void** P) {{\n" + "\n".join(pointers) + "\n"
                 + "\n".join(body) + "}\n")
 
-    def _loop_shape(self, ins: Instruction) -> tuple[int, ...]:
-        p = self.p
-        if ins.op in _ELEMENTWISE or self.plan.is_pad(ins):
-            return p.shapes[ins.outs[0]]
-        if ins.op == "assemble":
-            return tuple(ins.params[2][0][1]) if len(ins.params[2]) == 1 else ("assemble",)
-        if ins.op == "scatter_add":
-            return tuple(ins.params[2].shape)  # over the index (g may broadcast to it)
-        return p.shapes[ins.ins[0]]           # reduce: over its input
-
-    def _joins(self, members: list[Instruction], ins: Instruction,
-               shape: tuple[int, ...]) -> bool:
-        made = set()
-        sunk = set()
-        for m in members:
-            (sunk if m.op in _SINKS and not self.plan.is_pad(m) else made).update(
-                self.plan.r(o) for o in m.outs)
-        reads = [self.plan.r(i) for i in ins.ins if type(i) is int]
-        if any(r in sunk for r in reads):
-            return False
-        if (ins.op in ("strided", "take") or self.plan.is_pad(ins)) and \
-                any(r in made for r in reads):
-            return False          # read at other positions than i: needs the whole array
-        if self.plan.is_pad(ins):
-            return True
-        if ins.op == "map":
-            for i in ins.ins:
-                if type(i) is int and self.plan.r(i) in made and self.p.shapes[i] != shape:
-                    return False
-        if ins.op in _SINKS:
-            if ins.op == "assemble" and len(ins.params[2]) != 1:
-                return False
-            # a sink of a value made here: its input must be of the loop's shape
-            return all(self.p.shapes[i] == shape for i in ins.ins if type(i) is int)
-        return True
-
     def _group(self, shape: Any, members: list[Instruction]) -> str:
         if shape == ("assemble",):
             return self._assemble_apart(members[0])
-        p, plan = self.p, self.plan
+        p = self.p
+        pre, loop, post = self._body(shape, members)
         n = math.prod(shape)
+        # lanes may run together (vectorised) unless two iterations write one place:
+        # scatters, reductions along axes, max/min (whose NaN rule is not a reduction)
+        sums = [f"acc{ins.outs[0]}" for ins in members if ins.op == "reduce"
+                and ins.params[0] == "sum" and math.prod(p.shapes[ins.outs[0]]) == 1]
+        simd = all(ins.op not in ("scatter_add", "reduce") or f"acc{ins.outs[0]}" in sums
+                   for ins in members)
+        pragma = ["    #pragma omp simd" + (f" reduction(+:{', '.join(sums)})" if sums else "")] \
+            if simd else []
+        return ("    {\n" + "\n".join(pre + pragma) + ("\n" if pre or pragma else "")
+                + f"    for (long i = 0; i < {n}L; i++) {{\n" + "\n".join(loop)
+                + "\n    }\n" + "\n".join(post) + ("\n" if post else "") + "    }\n")
+
+    def _zero(self, o: int, pre: list[str]) -> None:
+        """Slot o (a sink's output) set to 0 before the loop."""
+        pre.append(f"    memset(P[{self.plan.r(o)}], 0, {math.prod(self.p.shapes[o])} * "
+                   f"sizeof({_C_TYPES[self.p.dtypes[o]]}));")
+
+    def _body(self, shape: Any, members: list[Instruction]
+              ) -> tuple[list[str], list[str], list[str]]:
+        """The lines before the loop over ``shape`` (flat index i), in it and after it."""
+        p, plan, types = self.p, self.plan, self.types
         regs: dict[int, str] = {}          # root slot -> register name
         loads: dict[str, str] = {}         # memory read (or constant) -> its name
-        pre, loop, post = [], [], []
+        pre: list[str] = []
+        loop: list[str] = []
+        post: list[str] = []
         for ins in members:
             op, params, outs = ins.op, ins.params, ins.outs
 
@@ -279,39 +314,39 @@ class _Renderer:
                         return repr(i) if i >= 0 else f"({i!r})"
                     name = f"k{len(loads)}"
                     loads[name] = name
-                    pre.append(f"    const double {name} = {_literal(i)};")
+                    pre.append(f"    const {self.real} {name} = {_literal(i)};")
                     return name
                 s = plan.r(i)
                 if s in regs:
                     return regs[s]
                 strides = _broadcast_strides(p.shapes[i], shape)
                 load = f"{self.ptr(i)}[{_offset(shape, strides)}]"
-                name = loads.get(load)
-                if name is None:
-                    name = loads[load] = f"l{len(loads)}"
-                    loop.append(f"        const {_C_TYPES[p.dtypes[i]]} {name} = {load};")
-                return name
+                found = loads.get(load)
+                if found is None:
+                    found = loads[load] = f"l{len(loads)}"
+                    loop.append(f"        const {types[p.dtypes[i]]} {found} = {load};")
+                return found
             if op == "map":
                 label, exprs, names, out_shape, dtypes = params
                 mapping = {name: value(i) for name, i in zip(names, ins.ins)}
                 for o, expr, dt in zip(outs, exprs, dtypes):
-                    text = _expr.render(_expr.substitute(expr, mapping), "c")
+                    text = _expr.render(_expr.substitute(expr, mapping), self.target)
                     reg = f"v{o}"
-                    loop.append(f"        const {_C_TYPES[np.dtype(dt)]} {reg} = "
-                                f"({_C_TYPES[np.dtype(dt)]})({text});")
+                    loop.append(f"        const {types[np.dtype(dt)]} {reg} = "
+                                f"({types[np.dtype(dt)]})({text});")
                     regs[plan.r(o)] = reg
             elif op == "strided":
                 offset, _, strides = params
                 src = ins.ins[0]
                 o = outs[0]
-                loop.append(f"        const {_C_TYPES[p.dtypes[o]]} v{o} = "
+                loop.append(f"        const {types[p.dtypes[o]]} v{o} = "
                             f"{self.ptr(src)}[{_offset(shape, strides, offset)}];")
                 regs[plan.r(o)] = f"v{o}"
             elif op == "take":
                 (index,) = params
                 o = outs[0]
                 idx = self.aux(index.reshape(-1))
-                loop.append(f"        const {_C_TYPES[p.dtypes[o]]} v{o} = "
+                loop.append(f"        const {types[p.dtypes[o]]} v{o} = "
                             f"{self.ptr(ins.ins[0])}[{idx}[i]];")
                 regs[plan.r(o)] = f"v{o}"
             elif op == "reduce":
@@ -325,7 +360,7 @@ class _Renderer:
                 lo, hi = plan.margins.get(plan.r(src), (0, 0))
                 plan.margins[plan.r(src)] = (max(lo, start), max(hi, shape[0] - start - count))
                 index = f"i - {start}" if start else "i"
-                loop.append(f"        const {_C_TYPES[p.dtypes[o]]} v{o} = "
+                loop.append(f"        const {types[p.dtypes[o]]} v{o} = "
                             f"{self.ptr(src)}[{index}];")
                 regs[plan.r(o)] = f"v{o}"
             elif op == "assemble" and plan.is_pad(ins):
@@ -350,7 +385,7 @@ class _Renderer:
                         offsets.append(f"{term} * {part_strides[k]}")
                 cond = " && ".join(c for c in conds if c != "1") or "1"
                 offset = " + ".join(offsets) or "0"
-                ctype = _C_TYPES[p.dtypes[o]]
+                ctype = types[p.dtypes[o]]
                 loop.append(f"        const int in{o} = {cond};")
                 loop.append(f"        const {ctype} v{o} = in{o} ? "
                             f"{self.ptr(src)}[in{o} ? {offset} : 0] : ({ctype})0;")
@@ -359,36 +394,24 @@ class _Renderer:
                 out_shape, dtype, parts = params
                 (offset, _, strides), = parts
                 o = outs[0]
-                pre.append(f"    memset(P[{plan.r(o)}], 0, {math.prod(out_shape)} * "
-                           f"sizeof({_C_TYPES[p.dtypes[o]]}));")
+                self._zero(o, pre)
                 src = ins.ins[0]   # of the part's size (its own shape may differ)
                 read = regs.get(plan.r(src)) or f"{self.ptr(src)}[i]"
-                loop.append(f"        {self.ptr(o)}[{_offset(shape, strides, offset)}] = "
-                            f"{read};")
+                loop.append(f"        {self.ptr(o, True)}[{_offset(shape, strides, offset)}]"
+                            f" = {read};")
             elif op == "scatter_add":
                 out_shape, dtype, index, unique = params
                 o = outs[0]
                 idx = self.aux(index.reshape(-1))
-                pre.append(f"    memset(P[{plan.r(o)}], 0, {math.prod(out_shape)} * "
-                           f"sizeof({_C_TYPES[p.dtypes[o]]}));")
-                loop.append(f"        {self.ptr(o)}[{idx}[i]] += {value(ins.ins[0])};")
-        # lanes may run together (vectorised) unless two iterations write one place:
-        # scatters, reductions along axes, max/min (whose NaN rule is not a reduction)
-        sums = [f"acc{ins.outs[0]}" for ins in members if ins.op == "reduce"
-                and ins.params[0] == "sum" and math.prod(p.shapes[ins.outs[0]]) == 1]
-        simd = all(ins.op not in ("scatter_add", "reduce") or f"acc{ins.outs[0]}" in sums
-                   for ins in members)
-        pragma = ["    #pragma omp simd" + (f" reduction(+:{', '.join(sums)})" if sums else "")] \
-            if simd else []
+                self._zero(o, pre)
+                loop.append(f"        {self.ptr(o, True)}[{idx}[i]] += {value(ins.ins[0])};")
         # stores: values of the loop read after it
         for ins in members:
             if ins.op in _ELEMENTWISE or plan.is_pad(ins):
                 for o in ins.outs:
                     if plan.r(o) in self.needed_later:
-                        loop.append(f"        {self.ptr(o)}[i] = v{o};")
-        return ("    {\n" + "\n".join(pre + pragma) + ("\n" if pre or pragma else "")
-                + f"    for (long i = 0; i < {n}L; i++) {{\n" + "\n".join(loop)
-                + "\n    }\n" + "\n".join(post) + ("\n" if post else "") + "    }\n")
+                        loop.append(f"        {self.ptr(o, True)}[i] = v{o};")
+        return pre, loop, post
 
     def _reduce(self, ins: Instruction, shape: tuple[int, ...], v: str, pre: list[str],
                 loop: list[str], post: list[str]) -> None:
@@ -517,17 +540,21 @@ class FusedProgram:
                     if not a.flags.c_contiguous:
                         a = arrays[s] = np.ascontiguousarray(a)
                     _point_at(pointers, s, a)
-        out = []
-        fresh = set(self.fresh) | self.made_in_python
-        for s in self.outputs:
-            root = plan.r(s)
-            a = arrays[root]
-            if root not in fresh:
-                a = np.array(a)        # workspace, an input or a constant: a copy
-                arrays[root] = a
-                fresh.add(root)
-            out.append(a.reshape(p.shapes[s]))
-        return out
+        return _results(plan, arrays, set(self.fresh) | self.made_in_python, np.array)
+
+
+def _results(plan: _Plan, arrays: list[Any], fresh: set[int], copy: Any) -> list[Any]:
+    """The outputs' buffers: those made new by this call as they are, others (workspace,
+    an input, a constant) by ``copy``."""
+    out = []
+    for s in plan.outputs:
+        root = plan.r(s)
+        a = arrays[root]
+        if root not in fresh:
+            a = arrays[root] = copy(a)
+            fresh.add(root)
+        out.append(a.reshape(plan.program.shapes[s]))
+    return out
 
 
 # libm's functions that glibc's libmvec has vector versions of (x86-64): declared
@@ -620,16 +647,15 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
 
 def _group_numbers(plan: _Plan) -> dict[int, int]:
     """The loop (or Python step) each instruction runs in, numbered in running order, by
-    ``id`` of the instruction: the renderer's grouping, asked of it."""
+    ``id`` of the instruction: the plan's grouping, as the renderer forms its loops."""
     group_of: dict[int, int] = {}
-    probe = _Renderer(plan, set())
     g = 0
     for kind, item in plan.schedule:
         if kind != "c":
             g += 1
             group_of[id(item)] = g
             continue
-        for _, members in probe.groups(item):
+        for _, members in plan.groups(item):
             g += 1
             for ins in members:
                 group_of[id(ins)] = g
