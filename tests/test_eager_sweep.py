@@ -406,3 +406,16 @@ def test_strong_zero_ufunc_dtypes():
     assert isinstance(_core._mul0_ufunc(0.0, np.inf), np.float64)
     assert _core._mul0_ufunc(0.0, np.inf) == 0.0 and _core._div0_ufunc(0.0, 0.0) == 0.0
 
+
+
+def test_public_release_on_tensor_derivatives(rng):
+    """``t.derivatives(release=True)``: the same gradient, and a second sweep through the
+    released operations raises instead of giving wrong numbers."""
+    x0 = rng.normal(size=7)
+    lst = ad.WengertList()
+    x = ad.Tensor.variable(x0, lst)
+    y = ad.sin(x) * x
+    g = y.derivatives(np.ones(7), release=True)[x]
+    np.testing.assert_allclose(g, np.cos(x0) * x0 + np.sin(x0), rtol=1e-14)
+    with pytest.raises(RuntimeError, match="released"):
+        y.derivatives(np.ones(7))

@@ -57,9 +57,14 @@ class Tensor(TensorBase, RuleMethods):
             self._tape._node(self._index).retain = True
         return self
 
-    def derivatives(self, seed: Any = None) -> Any:
+    def derivatives(self, seed: Any = None, *, release: bool = False) -> Any:
         """One backward sweep from this tensor with adjoint ``seed`` (an array of its shape;
-        may be left out for a tensor of one element). Returns the ``Derivatives``."""
+        may be left out for a tensor of one element). Returns the ``Derivatives``.
+
+        ``release=True`` frees the values each tensor operation saved for its vjp as the
+        sweep passes it (memory of intermediates comes back during the sweep, not at
+        ``lst.clear()``); a later sweep through those operations then raises RuntimeError.
+        For a list swept once, as in a training step."""
         tape = live_tape(self)
         if tape is None:
             raise ValueError("a constant tensor has no derivatives")
@@ -69,7 +74,8 @@ class Tensor(TensorBase, RuleMethods):
                                  f"needs a seed of that shape; or sweep from ad.sum(t)")
             seed = np.ones(self._shape)
         seed = np.broadcast_to(np.asarray(seed, dtype=self._dtype), self._shape)
-        return tape._backward_from(self._handle, self._backend.asarray(seed, self._dtype))
+        return tape._backward_from(self._handle, self._backend.asarray(seed, self._dtype),
+                                   release=release)
 
     def _derivative_from(self, d: Any) -> np.ndarray:
         """``d[t]``: the adjoint of this tensor in the sweep ``d``, as a numpy array."""
