@@ -53,6 +53,7 @@ cdef class WengertList:
                             double pa, double pb) except -1
     cdef Record _push(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
                       double pa, double pb)
+    cdef Py_ssize_t _push_node_entry(self, object node, double number) except -1
     cdef Derivatives _backward(self, Py_ssize_t output, object seed=*)
     cdef int _sweep_range(self, double* adjoints, Py_ssize_t lo, Py_ssize_t hi) except -1
     cdef int _mixed_sweep(self, Derivatives d, Py_ssize_t output, object seed) except -1

@@ -45,13 +45,14 @@ def backward_graph(z: Record, seed: float = 1.0) -> GraphDerivatives:
             node = tape._node(i)
             if not node.inputs:         # a tensor input: its adjoint stays for d[t]
                 continue
-            if node.graph is None:
+            graph = node.graph if node.graph is not None else getattr(node.vjp, "graph", None)
+            if graph is None:
                 raise NotImplementedError(
                     f"create_graph=True cannot differentiate through the tensor operation "
                     f"{node.label!r} again: it has no recorded vjp (for a custom array "
                     f"operation, write its vjp with easyad operations and pass "
                     f"differentiable=True to ad.primitive/ad.define, or use vjp='numeric')")
-            for j, c in zip(node.inputs, node.graph(tape, i, g)):
+            for j, c in zip(node.inputs, graph(tape, i, g)):
                 if j >= 0 and c is not None:
                     adjoints[j] = _add(adjoints.get(j), c)
             continue

@@ -660,6 +660,6 @@ def test_elementwise_nodes_hold_no_closures():
     node = lst._node(y.handle.index)
     assert type(node) is Node and node.label == "mul" and not node.retain
     assert node.inputs == (lst._node(y.handle.index).inputs[0], x.handle.index)
-    assert type(node.vjp).__name__ == "ElementwiseStep" and node.graph.__self__ is node.vjp
+    assert type(node.vjp).__name__ == "ElementwiseStep" and node.graph is None  # vjp.graph
     np.testing.assert_allclose(ad.sum(y).derivatives()[x],
                                np.sin([1.0, 2.0]) + np.cos([1.0, 2.0]) * [1.0, 2.0])

@@ -12,9 +12,10 @@ cdef class Node:
     ``create_graph=True``: ``g`` is the adjoint as a Tensor (a Record or float for a node
     with a scalar output), ``index`` the node's own entry; it returns one contribution per
     input (Tensor, Record, float or None) that can be differentiated again. None: the
-    operation has no second derivative here (the sweep says so). ``scalar_output``: the
-    entry's adjoint is a float; ``retain``: the sweep keeps this node's adjoint for
-    ``d[t]`` (inputs, nodes without inputs, always keep theirs).
+    operation has no second derivative here (the sweep says so), unless ``vjp`` is a step
+    object with a ``graph`` method (an ElementwiseStep), which is then used.
+    ``scalar_output``: the entry's adjoint is a float; ``retain``: the sweep keeps this
+    node's adjoint for ``d[t]`` (inputs, nodes without inputs, always keep theirs).
 
     A sweep that releases (``lst._backward_from(handle, seed, release=True)``, as
     ``ad.grad``, ``ad.value_and_grad`` and ``ad.vjp`` sweep their own lists) sets ``vjp``

@@ -470,16 +470,26 @@ cdef class WengertList:
         After a sweep, ``Derivatives._node_adjoint(i)`` holds the adjoint of every node
         without inputs (a tensor variable) and of nodes with a true ``retain`` attribute.
         """
+        cdef Py_ssize_t index = self._push_node_entry(node, number)
+        cdef Record r = Record.__new__(Record)
+        r._number = number
+        r.tape = self
+        r.index = index
+        r.generation = self.generation
+        return r
+
+    cdef Py_ssize_t _push_node_entry(self, object node, double number) except -1:
+        # _push_node without the Record: the tensor dispatch makes handles only on demand
         cdef Py_ssize_t i
-        for i in node.inputs:     # a few ints: checked in C
+        for i in (<Node>node).inputs:     # a few ints: checked in C
             if i >= self._length:
                 raise ValueError(f"node input {i} is not an entry of {self!r}")
         if _anomaly_mode:
             self._lines[self._length] = _service("anomaly.user_line")()
-        cdef Record r = self._push(OP_NODE, -1, -1, number, 0.0, 0.0)
-        self._nodes[r.index] = node
-        self._node_order.append(r.index)
-        return r
+        cdef Py_ssize_t n = self._append(OP_NODE, -1, -1, number, 0.0, 0.0)
+        self._nodes[n] = node
+        self._node_order.append(n)
+        return n
 
     def _push_custom(self, primitive, Py_ssize_t a, Py_ssize_t b, double z, double p0,
                      double p1):
@@ -602,7 +612,7 @@ cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object 
     cdef Py_ssize_t k, hi = output, inp, j, m
     cdef Node node, other
     cdef tuple inputs
-    cdef object g, c, previous, contributions
+    cdef object g, c, previous, contributions, vjp
     d._node_adjoints = tensor_adjoints
     found = nodes.get(output)
     if found is not None and not (<Node>found).scalar_output:
@@ -630,9 +640,14 @@ cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object 
         else:
             g = tensor_adjoints.pop(k, None)
         if g is not None:
-            if node.vjp is _released_vjp:
+            vjp = node.vjp
+            if vjp is _released_vjp:
                 raise RuntimeError(f"entry {k} of {lst!r} ({node.label}): {_RELEASED}")
-            contributions = node.vjp(g)
+            if type(vjp) is ElementwiseStep:     # the commonest node: its kernels from C
+                contributions = (<ElementwiseStep>vjp).adjoints(g)
+            else:
+                contributions = vjp(g)
+            vjp = None
             g = None
             if _anomaly_mode:
                 _service("anomaly.check_node")(lst, k, node, contributions)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from easyad import _expr
+from easyad import _core
 from easyad._core import Node as _core_Node
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
@@ -174,8 +175,10 @@ def result_dtype(operands: list[Operand]) -> np.dtype:
 
 # ---- making tensors and recording operations ----
 
-# the dtype classes of float64 and float32 (numpy 2: one class per dtype), to skip np.dtype()
-_DTYPE_FLOAT64, _DTYPE_FLOAT32 = type(FLOAT64), type(FLOAT32)
+# ``wrap`` (a new tensor of the caller's class) and ``record`` (the same, recorded as one
+# node) are the core's: every operation makes its result through them, in C.
+wrap = _core.wrap
+record = _core.record
 
 
 def _any_entry(inputs: tuple[int, ...]) -> bool:
@@ -183,32 +186,6 @@ def _any_entry(inputs: tuple[int, ...]) -> bool:
         if i >= 0:
             return True
     return False
-
-def wrap(cls: type[T], backend: Any, data: Any, shape: tuple[int, ...], dtype: np.dtype,
-         tape: Any = None, handle: Any = None) -> T:
-    """A new tensor of class ``cls`` (the caller's: operations make what they were given)."""
-    t = cls.__new__(cls)
-    t._backend, t._data = backend, data
-    t._shape = shape if type(shape) is tuple else tuple(shape)
-    t._dtype = dtype if type(dtype) is _DTYPE_FLOAT64 or type(dtype) is _DTYPE_FLOAT32 \
-        else np.dtype(dtype)
-    t._tape, t._handle = tape, handle
-    t._index = handle.index if handle is not None else -1
-    t._generation = tape.generation if tape is not None else 0
-    t._name = None
-    t._elements = t._records = None
-    return t
-
-
-def record(cls: type[T], label: str, backend: Any, data: Any, shape: tuple[int, ...],
-           dtype: np.dtype, tape: Any, inputs: tuple[int, ...], vjp: Any,
-           graph: Any = None) -> T:
-    """The result tensor of an operation: recorded as one node when ``tape`` is not None
-    (``graph``: its vjp in recorded operations, see ``Node``)."""
-    if tape is None or not _any_entry(inputs):
-        return wrap(cls, backend, data, shape, dtype)
-    handle = tape._push_node(Node(label, inputs, vjp, graph=graph))
-    return wrap(cls, backend, data, shape, dtype, tape, handle)
 
 
 def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, tape: Any,
@@ -238,6 +215,8 @@ def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...]
         return buf
     axes = shapes.reduced_axes(shape, target)
     return backend.reshape(backend.reduce("sum", buf, axes), target)
+
+_core._register_service("tensor.fold", fold)   # an ElementwiseStep's broadcast adjoints
 
 
 
@@ -271,14 +250,13 @@ class Elements:
 
 # ---- the storage class ----
 
-class TensorBase:
+class TensorBase(_core.TensorCore):
     """A tensor's storage and recording: its buffer on a backend, shape, dtype and tape
-    entry, the constructors, conversions and the backward sweep. ``Tensor`` adds the
-    operations; everything here is what the operation modules below it need."""
+    entry (fields of the core's ``TensorCore``, which the dispatch reads in C), the
+    constructors, conversions and the backward sweep. ``Tensor`` adds the operations;
+    everything here is what the operation modules below it need."""
 
-
-    __slots__ = ("_backend", "_data", "_shape", "_dtype", "_tape", "_handle", "_index",
-                 "_generation", "_name", "_elements", "_records", "__weakref__")
+    __slots__ = ()
     _backend: Any          # the device's backend (NumpyBackend, OpenCLBackend, meta)
     _data: Any             # the backend's buffer
     _shape: tuple[int, ...]
@@ -427,6 +405,11 @@ class TensorBase:
         return float(self)
 
     __hash__ = None  # type: ignore[assignment]  # == is elementwise
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Tensor does not pickle: it lives on a device and a WengertList; "
+                        "pickle t.value (a numpy array) and make the tensor again with "
+                        "Tensor.constant or Tensor.variable")
 
     # -- conversions --
     def astype(self: T, dtype: Any) -> T:

@@ -12,19 +12,19 @@ class LiveBuffers:
     """Mixin for backends: ``_track(buffer)`` counts it until it is garbage-collected.
 
     A plain weak reference per buffer, kept in a dict until its callback drops it: a
-    fraction of ``weakref.finalize``'s cost. A backend whose class sets ``count_always``
+    fraction of ``weakref.finalize``'s cost. A backend whose class sets ``tracking``
     False (the host's numpy) counts only from the first read of ``live_buffers`` on: an
     eager operation on small arrays then pays no bookkeeping at all until a memory check
     asks (which compares counts taken after its first read).
     """
 
-    count_always = True
+    tracking = True     # whether _track counts now (the core's dispatch reads it first)
     __refs: dict[int, Any] | None = None
 
     def _track(self, buffer: _T) -> _T:
         refs = self.__refs
         if refs is None:
-            if not self.count_always:
+            if not self.tracking:
                 return buffer
             refs = self.__refs = {}
         ref = weakref.ref(buffer, self._release)
@@ -39,7 +39,8 @@ class LiveBuffers:
     @property
     def live_buffers(self) -> int:
         """Buffers this backend made that are still alive (counted from the first read,
-        where ``count_always`` is False)."""
+        where ``tracking`` starts False)."""
         if self.__refs is None:
             self.__refs = {}
+            self.tracking = True
         return len(self.__refs)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _core
 from easyad._expressions import compile_expression as _compile
 from easyad._expressions import numpy_namespace
 from easyad.tensor._buffers import LiveBuffers
@@ -49,6 +50,8 @@ try:   # numpy's private names: anything unexpected about them means np.errstate
     _ERRSTATE.reset(_ERRSTATE.set(_IGNORE))            # proves the variable takes it
 except Exception:   # pragma: no cover (numpy < 2, or its internals changed)
     _ERRSTATE = None
+if _ERRSTATE is not None:    # the core's dispatch calls ``functions`` under this state
+    _core._register_numpy_errstate(_ERRSTATE, _IGNORE)
 
 
 def _run_quietly(functions: tuple[Any, ...], args: tuple[Any, ...]) -> list[Any]:
@@ -84,7 +87,7 @@ class NumpyBackend(LiveBuffers):
     """Tensor storage and kernels on the host, with numpy."""
 
     kind = "numpy"
-    count_always = False    # host arrays: counted only once a memory check reads the count
+    tracking = False    # host arrays: counted only once a memory check reads the count
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -116,6 +119,12 @@ class NumpyBackend(LiveBuffers):
             functions = _KERNELS[key] = tuple(compile_expression(t, names) for t in exprs)
         results = _run_quietly(functions, args)
         return [self._fresh(r, shape, dtype, args) for r, dtype in zip(results, dtypes)]
+
+    def functions(self, expression: str, names: tuple[str, ...]) -> Any:
+        """The expression as a plain function of ``names`` over numpy arrays: the core's
+        elementwise dispatch calls it directly (under numpy's "ignore" error state) and
+        makes its result a buffer as ``_fresh`` would."""
+        return compile_expression(expression, names)
 
     def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
                      ) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _rules
+from easyad import _core
 from easyad.errors import TapeMismatchError
 from easyad.tensor import _elementwise, _generic, _program, _structural
 from easyad.tensor._base import Node, TensorBase, _no_vjp, live_tape, wrap
@@ -41,14 +41,10 @@ class Tensor(TensorBase, RuleMethods):
 
     __slots__ = ()
 
-    # -- the rule table's hooks (RuleMethods calls them) --
-    def _unary_rule(self, rule: _rules.Rule) -> Tensor:
-        return _elementwise.unary(rule, self)
-
-    def _binary_rule(self, rule: _rules.Rule, other: Any, reflected: bool) -> Any:
-        if reflected:
-            return _elementwise.binary(rule, other, self)
-        return _elementwise.binary(rule, self, other)
+    # -- the rule table's hooks (RuleMethods calls them): the core's dispatch, in C for
+    # the common cases, the rest through _elementwise.unary / binary --
+    _unary_rule = _core.tensor_unary_rule
+    _binary_rule = _core.tensor_binary_rule
 
     # -- reverse mode --
     def retain(self) -> "Tensor":
