@@ -135,31 +135,35 @@ cdef inline object _quiet(object f, tuple args):
         PyContextVar_Reset(_errstate_var, token)
 
 
-cdef inline bint _fresh(object r, tuple shape, object dtype, tuple args):
-    # whether r is a new C-contiguous ndarray of exactly shape and dtype, none of args:
-    # what a kernel's result must be to become a tensor's buffer without a copy
+cdef inline int _fit(object r, tuple shape, object dtype, tuple args):
+    # 2: r is a new C-contiguous ndarray of exactly shape and dtype, none of args (it
+    # becomes a tensor's buffer as it is); 1: an ndarray of that shape and dtype to copy
+    # (an operand handed back, a view); 0: anything else (the backend's _fresh converts)
     if type(r) is not _NDARRAY:
-        return False
+        return 0
     cdef cnp.ndarray a = <cnp.ndarray>r
-    if (cnp.PyArray_BASE(a) != NULL or not cnp.PyArray_IS_C_CONTIGUOUS(a)
-            or <object>cnp.PyArray_DESCR(a) is not dtype
-            or cnp.PyArray_NDIM(a) != len(shape)):
-        return False
+    if <object>cnp.PyArray_DESCR(a) is not dtype or cnp.PyArray_NDIM(a) != len(shape):
+        return 0
     cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(a)
     cdef Py_ssize_t k
     for k in range(len(shape)):
         if dims[k] != <cnp.npy_intp>shape[k]:
-            return False
+            return 0
+    if cnp.PyArray_BASE(a) != NULL or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        return 1
     for k in range(len(args)):
         if args[k] is r:
-            return False
-    return True
+            return 1
+    return 2
 
 
 cdef object _own(object be, object r, tuple shape, object dtype, tuple args):
     # a kernel's result as a new buffer of the backend (copied only where it must be)
-    if not _fresh(r, shape, dtype, args):
+    cdef int fit = _fit(r, shape, dtype, args)
+    if fit == 0:
         return be._fresh(r, shape, dtype, args)
+    if fit == 1:
+        r = cnp.PyArray_NewCopy(<cnp.ndarray>r, cnp.NPY_CORDER)
     if be.tracking:
         be._track(r)
     return r
