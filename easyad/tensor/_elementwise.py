@@ -17,6 +17,7 @@ from easyad.tensor import _graph
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, T, TensorBase, common_tape, fold,
                                  live_tape, operand, record, result_dtype, uses, wrap)
+from easyad.tensor._steps import Step
 
 
 def _first_tensor(values: tuple[Any, ...]) -> TensorBase:
@@ -66,7 +67,7 @@ def _plan(rule: _rules.Rule, wanted: tuple[int, ...]) -> _Plan:
     return plan
 
 
-class ElementwiseStep:
+class ElementwiseStep(Step):
     """One recorded elementwise operation as data (its node's ``vjp``; ``graph`` is its
     method): the rule's plan, the operands' shapes, dtypes (None: a scalar, whose adjoint
     is a float) and entries, the output's shape and dtype, and the values the adjoint
