@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from easyad import _core
-from easyad._core import Record, WengertList
+from easyad._core import ElementwiseStep, Record, WengertList
 from easyad._expressions import _mul0, generic_rules
 from easyad._tapeview import CUSTOM, NODE, SELECT, TapeView
 from easyad.errors import StaleRecordError, TapeMismatchError
@@ -45,7 +45,9 @@ def backward_graph(z: Record, seed: float = 1.0) -> GraphDerivatives:
             node = tape._node(i)
             if not node.inputs:         # a tensor input: its adjoint stays for d[t]
                 continue
-            graph = node.graph if node.graph is not None else getattr(node.vjp, "graph", None)
+            graph = node.graph
+            if graph is None and type(node.vjp) is ElementwiseStep:   # the core's step
+                graph = node.vjp.graph
             if graph is None:
                 raise NotImplementedError(
                     f"create_graph=True cannot differentiate through the tensor operation "

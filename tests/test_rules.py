@@ -616,4 +616,7 @@ def test_random_compositions_forward_equals_reverse(tree, values):
         forward = number_and_derivative(evaluate_tree(tree, traces)[0], None, "Trace")
         reverse = number_and_derivative(z, records[k], "Record", d)
         assert same_float(forward[0], value) and same_float(reverse[0], value)
-        assert abs(forward[1] - reverse[1]) <= 1e-9 * bound[k], (k, forward, reverse, bound)
+        # (+ a few of the smallest subnormal: a path product landing among subnormals
+        # rounds to a multiple of it, whatever the order, e.g. 5e-324 against 1e-323)
+        assert abs(forward[1] - reverse[1]) <= 1e-9 * bound[k] + 16 * 5e-324, \
+            (k, forward, reverse, bound)

@@ -12,8 +12,9 @@ cdef class Node:
     ``create_graph=True``: ``g`` is the adjoint as a Tensor (a Record or float for a node
     with a scalar output), ``index`` the node's own entry; it returns one contribution per
     input (Tensor, Record, float or None) that can be differentiated again. None: the
-    operation has no second derivative here (the sweep says so), unless ``vjp`` is a step
-    object with a ``graph`` method (an ElementwiseStep), which is then used.
+    operation has no second derivative here (the sweep says so), unless ``vjp`` is an
+    ElementwiseStep, whose ``graph`` method is then used (the dispatch makes no bound
+    method per operation).
     ``scalar_output``: the entry's adjoint is a float; ``retain``: the sweep keeps this
     node's adjoint for ``d[t]`` (inputs, nodes without inputs, always keep theirs).
 

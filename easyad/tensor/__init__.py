@@ -2,7 +2,8 @@
 scalar Records, or in forward mode as TraceTensors.
 
 Layers, each importing only those before it (``tests/test_layers.py`` checks):
-``_shapes`` (shape arithmetic, ShapeError), ``_buffers``, ``_composed`` -> backends
+``_shapes`` (shape arithmetic, ShapeError), ``_steps`` (Step: a recorded operation's vjp
+as data), ``_buffers``, ``_composed`` -> backends
 ``_meta`` / ``_numpy`` / ``_opencl`` (kernels rendered by ``_kernels`` from the rule table),
 all conforming to ``_backend.Backend`` -> ``_devices`` (device choice; imports a backend
 when first asked for it) -> ``_base`` (TensorBase: storage, recording) -> the operations

@@ -419,17 +419,10 @@ class TensorBase(_core.TensorCore):
             return self
         be, tape = self._backend, live_tape(self)
         (out,) = be.map("astype", ("x",), {"x": self._data}, self._shape, (dtype,))
-        src_dtype, shape = self._dtype, self._shape
-
-        def vjp(g: Any) -> tuple[Any]:
-            if src_dtype == BOOL:
-                return (None,)
-            return tuple(be.map("astype", ("g",), {"g": g}, shape, (src_dtype,)))
-
-        def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-            return (None,) if src_dtype == BOOL else (g.astype(src_dtype),)
-        return record(type(self), "astype", be, out, shape, dtype, tape, (self._index,), vjp,
-                      graph)
+        from easyad.tensor._steps import AstypeStep
+        step = AstypeStep(be, self._shape, self._dtype)
+        return record(type(self), "astype", be, out, self._shape, dtype, tape, (self._index,),
+                      step, step.graph)
 
     def to(self: T, device: Any) -> T:
         """This tensor on another device (recorded: derivatives flow back)."""
@@ -438,15 +431,10 @@ class TensorBase(_core.TensorCore):
             return self
         source, tape = self._backend, live_tape(self)
         data = target.asarray(self.value, self._dtype)
-        shape, dtype = self._shape, self._dtype
-
-        def vjp(g: Any) -> tuple[Any]:
-            return (source.asarray(target.to_numpy(g), dtype),)
-
-        def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-            return (g.to(source.device),)
-        return record(type(self), "to", target, data, shape, dtype, tape, (self._index,), vjp,
-                      graph)
+        from easyad.tensor._steps import ToStep
+        step = ToStep(source, target, self._dtype)
+        return record(type(self), "to", target, data, self._shape, self._dtype, tape,
+                      (self._index,), step, step.graph)
 
     def detach(self: T) -> T:
         """The same values as a constant (no derivative flows through)."""

@@ -5,11 +5,12 @@ with a user vjp (and optionally a jvp), and makes it an operation of every mode:
 
 - numpy arrays and numbers: just ``f``;
 - Tensors (any device): ``f`` on host copies (OpenCL buffers are read to the host and the
-  result written back), recorded as ONE node whose vjp calls the user's vjp on host
-  arrays; when the primitive is ``differentiable=True`` the node's ``graph`` calls the
-  same vjp on recorded tensors (handles of the operands' entries), so ``create_graph``
-  and Hessians go through it; without a vjp the node differentiates ``f`` by central
-  differences, and its graph does so again (approximate second derivatives);
+  result written back), recorded as ONE node whose vjp (a step, ``HostStep``) calls the
+  user's vjp on host arrays; when the primitive is ``differentiable=True`` the node's
+  ``graph`` calls the same vjp on recorded tensors (handles of the operands' entries), so
+  ``create_graph`` and Hessians go through it; without a vjp the node differentiates
+  ``f`` by central differences, and its graph does so again (approximate second
+  derivatives);
 - object arrays of Records (the functional API): packed into a Tensor, the node above,
   unpacked into Records; Records alone are scalar operands of the node;
 - TraceTensors, Traces and object arrays of Traces (forward mode): the user's jvp; else
@@ -34,9 +35,10 @@ from easyad import primitives
 from easyad._core import Record, Trace
 from easyad.errors import ShapeError
 from easyad.tensor import _devices, _graph, _structural
-from easyad.tensor._base import (TensorBase, common_tape, operand, record,
+from easyad.tensor._base import (Operand, TensorBase, common_tape, operand, record,
                                  record_scalar, result_dtype, wrap)
 from easyad.tensor._meta import META, MetaArray, ShapeDtype
+from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor
 
@@ -246,31 +248,13 @@ class ArrayPrimitive:
                 else record_scalar(cls, self.name, be, data, None, (), None)
         numeric = not callable(user_vjp)
         vjp_host = self._numeric_vjp(f, wanted) if numeric else user_vjp
-        meta = [(o.shape, o.dtype) if o is not None else None for o in ops]
-        cotangents, check = self._cotangents, self._check
-
-        def vjp(g: Any) -> tuple[Any, ...]:
-            gh = float(g) if isinstance(g, float) else \
-                np.asarray(be.to_numpy(g)).reshape(shape)
-            cts = cotangents(vjp_host(gh, *xs, out), len(xs))
-            result: list[Any] = [None] * len(xs)
-            for k in wanted:
-                ct = cts[k]
-                if ct is None:
-                    continue
-                s, dt = meta[k]  # type: ignore[misc]
-                check(ct, s, k)
-                result[k] = float(np.asarray(ct).reshape(())) if dt is None else \
-                    be.asarray(np.asarray(ct, dtype=dt), dt)
-            return tuple(result)
-        graph = None
-        if self.differentiable and not numeric:
-            graph = self._graph(user_vjp, args, ops, wanted, cls, be, data, shape, dtype)
-        elif numeric:
-            graph = self._numeric_graph(f, args, ops, wanted, cls, be, data, shape, dtype)
+        step = HostStep(self, f, user_vjp, args, ops, wanted, cls, be, data, shape, dtype,
+                        vjp_host, (xs, out))
+        # a second derivative: the user's vjp recorded, or central differences again
+        graph = step.graph if self.differentiable or numeric else None
         if shape == ():
-            return record_scalar(cls, self.name, be, data, tape, inputs, vjp, graph)
-        return record(cls, self.name, be, data, shape, dtype, tape, inputs, vjp, graph)
+            return record_scalar(cls, self.name, be, data, tape, inputs, step, graph)
+        return record(cls, self.name, be, data, shape, dtype, tape, inputs, step, graph)
 
     def _program(self, args: tuple[Any, ...], ops: list[Any], dtype: Any, cls: type,
                  kwargs: dict[str, Any], be: Any) -> Any:
@@ -294,89 +278,11 @@ class ArrayPrimitive:
         if tape is None or not wanted:
             return record(cls, name, be, data, shape, dtype, None, (), None)
         vjp_host = self._numeric_vjp(f, wanted) if not callable(user_vjp) else user_vjp
-        meta = [(o.shape, o.dtype) if o is not None else None for o in ops]
-        cotangents, check = self._cotangents, self._check
-
-        def backward(g: Any, out: Any, *xs: Any) -> list[np.ndarray]:
-            cts = cotangents(vjp_host(np.asarray(g).reshape(shape), *xs, out), len(xs))
-            result = []
-            for k in wanted:
-                s, dt = meta[k]  # type: ignore[misc]
-                ct = cts[k]
-                ct = np.zeros(s, dtype=dt or np.float64) if ct is None else ct
-                check(ct, s, k)
-                result.append(np.asarray(ct, dtype=dt or np.float64))
-            return result
-
-        def vjp(g: Any) -> tuple[Any, ...]:
-            outs = be.host_call(f"primitive {name} vjp", backward, [g, data, *refs])
-            result: list[Any] = [None] * len(args)
-            for k, o in zip(wanted, outs):
-                result[k] = o
-            return tuple(result)
-        graph = None    # second derivatives: a vjp written in easyad operations records
-        if self.differentiable and callable(user_vjp):
-            graph = self._graph(user_vjp, args, ops, wanted, cls, be, data, shape, dtype)
-        return record(cls, name, be, data, shape, dtype, tape, inputs, vjp, graph)
-
-    def _handles(self, tape: Any, args: tuple[Any, ...], ops: list[Any], cls: type,
-                 be: Any) -> list[Any]:
-        return [a if o is None else _graph.handle(cls, be, o.data, o.shape, o.dtype, tape,
-                                                  o.index)
-                for a, o in zip(args, ops)]
-
-    def _graph(self, user_vjp: Any, args: tuple[Any, ...], ops: list[Any], wanted: list[int],
-               cls: type, be: Any, data: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-        """The node's vjp in recorded operations: the user's vjp on handles."""
-        def graph(tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-            xs = self._handles(tape, args, ops, cls, be)
-            out = _graph.handle(cls, be, data, shape, dtype if shape else None, tape, index)
-            cts = self._cotangents(user_vjp(g, *xs, out), len(xs))
-            return tuple(self._recorded(cts[k], ops[k], k, cls, be, dtype) if k in wanted
-                         else None for k in range(len(xs)))
-        return graph
-
-    def _numeric_graph(self, f: Any, args: tuple[Any, ...], ops: list[Any],
-                       wanted: list[int], cls: type, be: Any, data: Any,
-                       shape: tuple[int, ...], dtype: Any) -> Any:
-        """Central differences of central differences: each cotangent is itself a
-        primitive of (g, *xs) without a vjp, so it records, approximately."""
-        n = len(args)
-
-        def graph(tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-            xs = self._handles(tape, args, ops, cls, be)
-            result: list[Any] = [None] * n
-            for k in wanted:
-                part = ArrayPrimitive(
-                    f"{self.name}_vjp{k}",
-                    (lambda gv, *xv, k=k: _fd_vjp(f, gv, list(xv), [k])[k]), vjp=_NUMERIC)
-                result[k] = self._recorded(part(g, *xs), ops[k], k, cls, be, dtype)
-            return tuple(result)
-        return graph
-
-    def _recorded(self, ct: Any, o: Any, k: int, cls: type, be: Any, dtype: Any) -> Any:
-        """A cotangent from a recorded vjp as the node's graph returns it."""
-        if ct is None:
-            return None
-        if o.dtype is None:                       # a scalar operand: a Record or float
-            if isinstance(ct, TensorBase):
-                self._check(ct, (), k)
-                total: Any = ct             # a Tensor: sum is the subclass's
-                return total.sum()
-            if isinstance(ct, np.ndarray):
-                self._check(ct, (), k)
-                return float(ct.reshape(()))
-            return ct
-        if isinstance(ct, TensorBase):
-            self._check(ct, o.shape, k)
-            return ct
-        if isinstance(ct, (Record, float, int)):
-            if o.shape != ():
-                self._check(ct, o.shape, k)
-            return _graph.as_tensor(ct, cls, be, o.dtype)
-        a = np.asarray(ct, dtype=o.dtype)
-        self._check(a, o.shape, k)
-        return wrap(cls, be, be.asarray(a, o.dtype), o.shape, o.dtype)
+        step = ProgramStep(self, f, user_vjp, args, ops, wanted, cls, be, data, shape, dtype,
+                           vjp_host, refs)
+        # second derivatives: a vjp written in easyad operations records
+        graph = step.graph if self.differentiable and callable(user_vjp) else None
+        return record(cls, name, be, data, shape, dtype, tape, inputs, step, graph)
 
     def _meta(self, args: tuple[Any, ...], ops: list[Any], dtype: Any, cls: type,
               kwargs: dict[str, Any]) -> Any:
@@ -445,6 +351,141 @@ class ArrayPrimitive:
         device = trace.device if trace is not None else "numpy"
         dt = trace.dtype if trace is not None else np.float64
         return TraceTensor(Tensor.constant(out, device=device, dtype=dt), tangent)
+
+
+# ---- the node of a call ----
+
+class _PrimitiveStep(Step):
+    """A primitive's node, vjp and graph, as data: the call's ``statics`` (the arguments
+    that are no operand, None in the places of the operands), ``ops`` (the operands'
+    Operands without their tape, None for statics), the inputs that want an adjoint, the
+    output (``data``, ``shape``, ``dtype``), the vjp on host arrays ``vjp_host`` (the
+    user's, or central differences) and what it reads (``saved``: see the subclasses).
+    The graph calls the user's vjp on handles of the operands' entries, or for a
+    ``numeric`` vjp differentiates again by central differences."""
+
+    __slots__ = ("primitive", "f", "user_vjp", "numeric", "statics", "ops", "wanted", "cls",
+                 "be", "data", "shape", "dtype", "vjp_host", "saved")
+
+    def __init__(self, primitive: ArrayPrimitive, f: Any, user_vjp: Any,
+                 args: tuple[Any, ...], ops: list[Any], wanted: list[int], cls: type, be: Any,
+                 data: Any, shape: tuple[int, ...], dtype: Any, vjp_host: Any,
+                 saved: Any) -> None:
+        self.primitive, self.f, self.user_vjp = primitive, f, user_vjp
+        self.numeric = not callable(user_vjp)
+        self.statics = tuple(a if o is None else None for a, o in zip(args, ops))
+        self.ops = tuple(None if o is None else Operand(o.data, o.shape, None, o.index, o.dtype)
+                         for o in ops)
+        self.wanted, self.cls, self.be, self.data, self.shape, self.dtype = \
+            wanted, cls, be, data, shape, dtype
+        self.vjp_host, self.saved = vjp_host, saved
+
+    def _meta(self, k: int) -> tuple[tuple[int, ...], Any]:
+        o: Any = self.ops[k]       # an Operand: k wants an adjoint
+        return o.shape, o.dtype
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        """The node's vjp in recorded operations."""
+        cls, be, ops, wanted = self.cls, self.be, self.ops, self.wanted
+        xs = [a if o is None else _graph.handle(cls, be, o.data, o.shape, o.dtype, tape,
+                                                o.index)
+              for a, o in zip(self.statics, ops)]
+        if self.numeric:
+            return self._numeric_graph(g, xs)
+        out = _graph.handle(cls, be, self.data, self.shape, self.dtype if self.shape else None,
+                            tape, index)
+        cts = self.primitive._cotangents(self.user_vjp(g, *xs, out), len(xs))
+        return tuple(self._recorded(cts[k], ops[k], k) if k in wanted else None
+                     for k in range(len(xs)))
+
+    def _numeric_graph(self, g: Any, xs: list[Any]) -> tuple[Any, ...]:
+        """Central differences of central differences: each cotangent is itself a
+        primitive of (g, *xs) without a vjp, so it records, approximately."""
+        f = self.f
+        result: list[Any] = [None] * len(xs)
+        for k in self.wanted:
+            part = ArrayPrimitive(
+                f"{self.primitive.name}_vjp{k}",
+                (lambda gv, *xv, k=k: _fd_vjp(f, gv, list(xv), [k])[k]), vjp=_NUMERIC)
+            result[k] = self._recorded(part(g, *xs), self.ops[k], k)
+        return tuple(result)
+
+    def _recorded(self, ct: Any, o: Any, k: int) -> Any:
+        """A cotangent from a recorded vjp as the node's graph returns it."""
+        check = self.primitive._check
+        if ct is None:
+            return None
+        if o.dtype is None:                       # a scalar operand: a Record or float
+            if isinstance(ct, TensorBase):
+                check(ct, (), k)
+                total: Any = ct             # a Tensor: sum is the subclass's
+                return total.sum()
+            if isinstance(ct, np.ndarray):
+                check(ct, (), k)
+                return float(ct.reshape(()))
+            return ct
+        if isinstance(ct, TensorBase):
+            check(ct, o.shape, k)
+            return ct
+        if isinstance(ct, (Record, float, int)):
+            if o.shape != ():
+                check(ct, o.shape, k)
+            return _graph.as_tensor(ct, self.cls, self.be, o.dtype)
+        a = np.asarray(ct, dtype=o.dtype)
+        check(a, o.shape, k)
+        return wrap(self.cls, self.be, self.be.asarray(a, o.dtype), o.shape, o.dtype)
+
+
+class HostStep(_PrimitiveStep):
+    """A primitive's node on a device's tensors: ``vjp_host`` on the host values of the
+    call (``saved``: the arguments ``xs`` as f saw them, and ``out``)."""
+
+    __slots__ = ()
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        be, (xs, out) = self.be, self.saved
+        gh = float(g) if isinstance(g, float) else \
+            np.asarray(be.to_numpy(g)).reshape(self.shape)
+        cts = self.primitive._cotangents(self.vjp_host(gh, *xs, out), len(xs))
+        result: list[Any] = [None] * len(xs)
+        for k in self.wanted:
+            ct = cts[k]
+            if ct is None:
+                continue
+            s, dt = self._meta(k)
+            self.primitive._check(ct, s, k)
+            result[k] = float(np.asarray(ct).reshape(())) if dt is None else \
+                be.asarray(np.asarray(ct, dtype=dt), dt)
+        return tuple(result)
+
+
+class ProgramStep(_PrimitiveStep):
+    """A primitive's node while ``ad.record`` records tensor code: the vjp is a host call
+    of the program (``backward`` on the values of ``saved``, the call's arguments as the
+    program's slots), so replay calls it again on new values."""
+
+    __slots__ = ()
+
+    def backward(self, g: Any, out: Any, *xs: Any) -> list[np.ndarray]:
+        """The cotangents of the inputs that want one, on host arrays (zeros for None)."""
+        cts = self.primitive._cotangents(self.vjp_host(np.asarray(g).reshape(self.shape), *xs,
+                                                       out), len(xs))
+        result = []
+        for k in self.wanted:
+            s, dt = self._meta(k)
+            ct = cts[k]
+            ct = np.zeros(s, dtype=dt or np.float64) if ct is None else ct
+            self.primitive._check(ct, s, k)
+            result.append(np.asarray(ct, dtype=dt or np.float64))
+        return result
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        outs = self.be.host_call(f"primitive {self.primitive.name} vjp", self.backward,
+                                 [g, self.data, *self.saved])
+        result: list[Any] = [None] * len(self.ops)
+        for k, o in zip(self.wanted, outs):
+            result[k] = o
+        return tuple(result)
 
 
 # ---- operands ----

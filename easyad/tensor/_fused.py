@@ -13,7 +13,8 @@ out once:
 
 They run through the Backend Protocol (``_backend.py``): ``linear`` and ``cross_entropy``
 through its fused kernels (numpy's own, written with numpy; OpenCL and meta compose them
-of their primitives, ``_composed.py``), ``sigmoid`` as one ``map``.
+of their primitives, ``_composed.py``), ``sigmoid`` as one ``map``. Each vjp is a step
+(``_steps.Step``): ``LinearStep``, ``CrossEntropyStep``, ``SigmoidStep``.
 """
 from __future__ import annotations
 
@@ -26,9 +27,56 @@ from easyad.errors import ShapeError
 from easyad.tensor import _graph
 from easyad.tensor._base import (BOOL, TensorBase, common_tape, live_tape, operand, record,
                                  record_scalar, result_dtype)
+from easyad.tensor._steps import Step
 
 # the logistic function, from exp(-|x|) on each side of 0, so neither branch overflows
 _SIGMOID = "choose(x >= 0.0, 1.0 / (1.0 + exp(-x)), exp(x) / (1.0 + exp(x)))"
+
+
+class LinearStep(Step):
+    """linear's vjp: dx = g W, dW = gᵀ x, db = Σₙ g, for the operands that ``needs`` one
+    (x, W, bias). ``nok``: (n, o, k), x as (n, k) and W (o, k); ``keep_x``/``keep_w``: x
+    as (n, k) and W, each kept only where the other needs its adjoint; ``x_part``,
+    ``w_part``: their (data, shape, entry), for the graph's handles; ``b_shape``: () for
+    one bias for every output (a float adjoint for a ``b_scalar``); ``has_b``: whether
+    there is a bias at all."""
+
+    __slots__ = ("cls", "be", "dtype", "nok", "needs", "keep_x", "keep_w", "x_part", "w_part",
+                 "b_shape", "b_scalar", "has_b")
+
+    def __init__(self, cls: type, be: Any, dtype: Any, nok: tuple[int, int, int],
+                 needs: tuple[bool, bool, bool], keep_x: Any, keep_w: Any,
+                 x_part: tuple[Any, ...], w_part: tuple[Any, ...], b_shape: tuple[int, ...],
+                 b_scalar: bool, has_b: bool) -> None:
+        self.cls, self.be, self.dtype, self.nok, self.needs = cls, be, dtype, nok, needs
+        self.keep_x, self.keep_w, self.x_part, self.w_part = keep_x, keep_w, x_part, w_part
+        self.b_shape, self.b_scalar, self.has_b = b_shape, b_scalar, has_b
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        be, (n, o, _) = self.be, self.nok
+        gx, gw, gb = be.linear_vjp(be.reshape(g, (n, o)), self.keep_x, self.keep_w,
+                                   self.needs)
+        if gx is not None:
+            gx = be.reshape(gx, self.x_part[1])
+        if gb is not None and self.b_shape == ():         # one bias for every output
+            gb = be.reduce("sum", gb, (0,))
+            if self.b_scalar:
+                gb = float(np.asarray(be.to_numpy(gb)).reshape(()))
+        return (gx, gw, gb) if self.has_b else (gx, gw)
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        cls, be, dtype, needs, (n, o, k) = self.cls, self.be, self.dtype, self.needs, self.nok
+        xh, wh = (_graph.handle(cls, be, d, s, dtype, tape, i)
+                  for d, s, i in (self.x_part, self.w_part))
+        g2 = g.reshape((n, o))
+        gx = (g2 @ wh).reshape(self.x_part[1]) if needs[0] else None
+        gw = _swap(g2) @ xh.reshape((n, k)) if needs[1] else None
+        gb = None
+        if needs[2]:
+            gb = g2.sum(axis=0) if self.b_shape != () else g2.sum()
+            if self.b_shape == () and not self.b_scalar:
+                gb = _graph.as_tensor(gb, cls, be, dtype)
+        return (gx, gw, gb) if self.has_b else (gx, gw)
 
 
 def linear(x: Any, weight: Any, bias: Any = None) -> Any:
@@ -59,42 +107,41 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Any:
     if tape is None or not any(v.needs_adjoint for v in ops):
         return record(cls, "linear", be, out, out_shape, dtype, None, (), None)
     needs = (X.needs_adjoint, W.needs_adjoint, B is not None and B.needs_adjoint)
-    b_shape = B.shape if B is not None else ()
-    b_scalar = B is not None and B.dtype is None
-    keep_x: Any = x2 if needs[1] else None
-    keep_w: Any = wd if needs[0] else None
-    x_shape, has_b = X.shape, B is not None
-    # the vjp closes over plain values only: an Operand holds the tape, and a tape whose
-    # nodes point back at it is a reference cycle, freed only by the garbage collector
-
-    def vjp(g: Any) -> tuple[Any, ...]:
-        gx, gw, gb = be.linear_vjp(be.reshape(g, (n, o)), keep_x, keep_w, needs)
-        if gx is not None:
-            gx = be.reshape(gx, x_shape)
-        if gb is not None and b_shape == ():              # one bias for every output
-            gb = be.reduce("sum", gb, (0,))
-            if b_scalar:
-                gb = float(np.asarray(be.to_numpy(gb)).reshape(()))
-        return (gx, gw, gb) if has_b else (gx, gw)
-    x_part, w_part = (X.data, X.shape, X.index), (W.data, W.shape, W.index)
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-        xh, wh = (_graph.handle(cls, be, d, s, dtype, tape, i) for d, s, i in (x_part, w_part))
-        g2 = g.reshape((n, o))
-        gx = (g2 @ wh).reshape(x_shape) if needs[0] else None
-        gw = _swap(g2) @ xh.reshape((n, k)) if needs[1] else None
-        gb = None
-        if needs[2]:
-            gb = g2.sum(axis=0) if b_shape != () else g2.sum()
-            if b_shape == () and not b_scalar:
-                gb = _graph.as_tensor(gb, cls, be, dtype)
-        return (gx, gw, gb) if has_b else (gx, gw)
+    step = LinearStep(cls, be, dtype, (n, o, k), needs, x2 if needs[1] else None,
+                      wd if needs[0] else None, (X.data, X.shape, X.index),
+                      (W.data, W.shape, W.index), B.shape if B is not None else (),
+                      B is not None and B.dtype is None, B is not None)
     inputs = tuple(v.index for v in ops)
-    return record(cls, "linear", be, out, out_shape, dtype, tape, inputs, vjp, graph)
+    return record(cls, "linear", be, out, out_shape, dtype, tape, inputs, step, step.graph)
 
 
 def _swap(t: Any) -> Any:
     return t.transpose((1, 0))
+
+
+class CrossEntropyStep(Step):
+    """cross_entropy's vjp: (softmax(z) - onehot(target)) · g · ``scale``, from what the
+    forward kernel ``saved``; ``logits``: (data, shape, dtype, entry), for the graph."""
+
+    __slots__ = ("cls", "be", "saved", "target", "scale", "logits")
+
+    def __init__(self, cls: type[TensorBase], be: Any, saved: Any, target: np.ndarray,
+                 scale: float, logits: tuple[Any, ...]) -> None:
+        self.cls, self.be, self.saved, self.target, self.scale, self.logits = \
+            cls, be, saved, target, scale, logits
+
+    def __call__(self, g: float) -> tuple[Any]:
+        return (self.be.cross_entropy_vjp(self.saved, self.target, g * self.scale),)
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        # softmax recorded (shifted by the constant row maximum)
+        cls, be, (data, shape, dtype, entry) = self.cls, self.be, self.logits
+        z = _graph.handle(cls, be, data, shape, dtype, tape, entry)
+        e = (z - z.detach().max(axis=1, keepdims=True)).exp()
+        onehot = np.zeros(shape)
+        onehot[np.arange(shape[0]), self.target] = 1.0
+        hot = cls.constant(onehot, device=be.device, dtype=dtype)
+        return ((e / e.sum(axis=1, keepdims=True) - hot) * (g * self.scale),)
 
 
 def cross_entropy(logits: TensorBase, target: np.ndarray, reduction: str = "mean") -> Any:
@@ -114,23 +161,27 @@ def cross_entropy(logits: TensorBase, target: np.ndarray, reduction: str = "mean
     divisor = float(n) if reduction == "mean" else 1.0
     loss, saved = be.cross_entropy(logits._data, target, divisor)
     scale = (1.0 / n if n else math.nan) if reduction == "mean" else 1.0
+    step = CrossEntropyStep(type(logits), be, saved, target, scale,
+                            (logits._data, logits.shape, logits.dtype, logits._index))
+    return record_scalar(type(logits), "cross_entropy", be, loss, tape, (logits._index,), step,
+                         step.graph)
 
-    def vjp(g: float) -> tuple[Any]:
-        return (be.cross_entropy_vjp(saved, target, g * scale),)
-    cls, data, shape, dtype = type(logits), logits._data, logits.shape, logits.dtype
-    index_ = logits._index
 
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        # (softmax(z) - onehot(target)) * g * scale, softmax recorded (shifted by the
-        # constant row maximum)
-        z = _graph.handle(cls, be, data, shape, dtype, tape, index_)
-        e = (z - z.detach().max(axis=1, keepdims=True)).exp()
-        onehot = np.zeros(shape)
-        onehot[np.arange(n), target] = 1.0
-        hot = cls.constant(onehot, device=be.device, dtype=dtype)
-        return ((e / e.sum(axis=1, keepdims=True) - hot) * (g * scale),)
-    return record_scalar(type(logits), "cross_entropy", be, loss, tape, (logits._index,), vjp,
-                         graph)
+class SigmoidStep(Step):
+    """sigmoid's vjp: g s (1 - s), from its output ``s``."""
+
+    __slots__ = ("cls", "be", "s", "shape", "dtype")
+
+    def __init__(self, cls: type, be: Any, s: Any, shape: tuple[int, ...], dtype: Any) -> None:
+        self.cls, self.be, self.s, self.shape, self.dtype = cls, be, s, shape, dtype
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        return tuple(self.be.map("sigmoid_vjp", ("g * (s * (1.0 - s))",), {"g": g, "s": self.s},
+                                 self.shape, (self.dtype,)))
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        out = _graph.handle(self.cls, self.be, self.s, self.shape, self.dtype, tape, index)
+        return (g * (out * (1.0 - out)),)
 
 
 def sigmoid(x: TensorBase) -> Any:
@@ -139,14 +190,6 @@ def sigmoid(x: TensorBase) -> Any:
         x = x.astype(np.float64)
     be, shape, dtype = x._backend, x.shape, x.dtype
     (s,) = be.map("sigmoid", (_SIGMOID,), {"x": x._data}, shape, (dtype,))
-
-    def vjp(g: Any) -> tuple[Any]:
-        return tuple(be.map("sigmoid_vjp", ("g * (s * (1.0 - s))",), {"g": g, "s": s}, shape,
-                            (dtype,)))
-    cls = type(x)
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        out = _graph.handle(cls, be, s, shape, dtype, tape, index)
-        return (g * (out * (1.0 - out)),)
-    return record(type(x), "sigmoid", be, s, shape, dtype, live_tape(x), (x._index,), vjp,
-                  graph)
+    step = SigmoidStep(type(x), be, s, shape, dtype)
+    return record(type(x), "sigmoid", be, s, shape, dtype, live_tape(x), (x._index,), step,
+                  step.graph)

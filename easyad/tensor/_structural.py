@@ -2,10 +2,12 @@
 transpose, indexing, joins (concatenate, stack) and where.
 
 Each asks ``_shapes`` for its output shape first (ShapeError before any kernel), runs the
-backend's kernels, and records one node whose vjp is the operation's adjoint: a sum's is a
-broadcast, a max's splits the adjoint evenly among ties, a slice's writes the adjoint into
-zeros, matmul's is two matmuls. The backends (``_numpy.py``, ``_opencl.py``) provide only
-the primitive kernels named here (map, reduce, matmul, strided, assemble, take, scatter_add).
+backend's kernels, and records one node whose vjp is the operation's adjoint, as data: a
+step (``_steps.Step``) per operation kind holding what the adjoint reads. A sum's is a
+broadcast (``SumStep``), a max's splits the adjoint evenly among ties (``ExtremeStep``), a
+slice's writes the adjoint into zeros (``SliceStep``, ``TakeStep``), matmul's is two
+matmuls (``MatmulStep``). The backends (``_numpy.py``, ``_opencl.py``) provide only the
+primitive kernels named here (map, reduce, matmul, strided, assemble, take, scatter_add).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from easyad.tensor import _graph
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import (BOOL, T, TensorBase, common_tape, fold, live_tape, operand,
                                  record, record_scalar, result_dtype, wrap)
+from easyad.tensor._steps import Step
 
 
 def _tensor_operand(t: Any, be: Any) -> Any:
@@ -27,6 +30,11 @@ def _tensor_operand(t: Any, be: Any) -> Any:
     if o is None:
         raise TypeError(f"expected a Tensor, array or number, got {type(t).__name__}")
     return o
+
+
+def _buffer(be: Any, g: Any, dtype: Any) -> Any:
+    """The adjoint of a single-number output (a float) as a 0-d buffer; buffers pass."""
+    return be.full((), g, dtype) if isinstance(g, float) else g
 
 
 # ---- reductions ----
@@ -41,34 +49,79 @@ def _reduction(t: TensorBase, axis: Any, keepdims: bool, op: str
     return axes, kept, out_shape, t
 
 
-def _finish(label: str, t: TensorBase, raw: Any, kept: tuple[int, ...], out_shape: tuple[int, ...],
-            vjp: Any, graph: Any) -> Any:
+def _finish(label: str, t: TensorBase, raw: Any, out_shape: tuple[int, ...], step: Step) -> Any:
     be, tape = t._backend, live_tape(t)
     if out_shape == ():
-        return record_scalar(type(t), label, be, raw, tape, (t._index,), vjp, graph)
+        return record_scalar(type(t), label, be, raw, tape, (t._index,), step, step.graph)
     return record(type(t), label, be, be.reshape(raw, out_shape), out_shape, t._dtype, tape,
-                  (t._index,), vjp, graph)
+                  (t._index,), step, step.graph)
+
+
+class SumStep(Step):
+    """sum's vjp: the adjoint (of the reduced shape ``kept``, or a float) broadcast back to
+    the operand's ``shape``."""
+
+    __slots__ = ("cls", "be", "kept", "shape", "dtype")
+
+    def __init__(self, cls: type, be: Any, kept: tuple[int, ...], shape: tuple[int, ...],
+                 dtype: Any) -> None:
+        self.cls, self.be, self.kept, self.shape, self.dtype = cls, be, kept, shape, dtype
+
+    def _kept(self, g: Any) -> Any:
+        return g if isinstance(g, float) else self.be.reshape(g, self.kept)
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        return tuple(self.be.map("broadcast", ("g",), {"g": self._kept(g)}, self.shape,
+                                 (self.dtype,)))
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (_graph.broadcast(g, self.kept, self.shape, self.cls, self.be, self.dtype),)
 
 
 def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
     axes, kept, out_shape, t = _reduction(t, axis, keepdims, "sum")
-    be, shape, dtype = t._backend, t._shape, t._dtype
-    raw = be.reduce("sum", t._data, axes)
-
-    def vjp(g: Any) -> tuple[Any]:
-        g = g if isinstance(g, float) else be.reshape(g, kept)
-        return tuple(be.map("broadcast", ("g",), {"g": g}, shape, (dtype,)))
-    cls = type(t)
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (_graph.broadcast(g, kept, shape, cls, be, dtype),)
-    return _finish("sum", t, raw, kept, out_shape, vjp, graph)
+    raw = t._backend.reduce("sum", t._data, axes)
+    return _finish("sum", t, raw, out_shape, SumStep(type(t), t._backend, kept, t._shape,
+                                                     t._dtype))
 
 
 def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
     axes = shapes.normalize_axes("mean", axis, t.ndim)
     count = math.prod(t._shape[a] for a in axes)
     return reduce_sum(t, axis, keepdims) * (1.0 / count if count else math.nan)
+
+
+class ExtremeStep(SumStep):
+    """max's or min's vjp: the adjoint goes to the operand's elements ``x`` equal to the
+    result ``m`` (of shape ``kept``), split evenly among ties."""
+
+    __slots__ = ("x", "m", "axes")
+
+    def __init__(self, cls: type, be: Any, kept: tuple[int, ...], shape: tuple[int, ...],
+                 dtype: Any, x: Any, m: Any, axes: tuple[int, ...]) -> None:
+        self.cls, self.be, self.kept, self.shape, self.dtype = cls, be, kept, shape, dtype
+        self.x, self.m, self.axes = x, m, axes
+
+    def _ties(self) -> Any:
+        """How many elements equal the result, per result (shape ``kept``)."""
+        be = self.be
+        (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": self.x, "m": self.m},
+                         self.shape, (self.dtype,))
+        return be.reshape(be.reduce("sum", ties, self.axes), self.kept)
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        n = self._ties()
+        return tuple(self.be.map("share", ("choose(x == m, g / n, 0.0)",),
+                                 {"x": self.x, "m": self.m, "g": self._kept(g), "n": n},
+                                 self.shape, (self.dtype,)))
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        # the share of each element is piecewise constant: a constant factor
+        n = self._ties()
+        (share,) = self.be.map("share", ("choose(x == m, 1.0 / n, 0.0)",),
+                               {"x": self.x, "m": self.m, "n": n}, self.shape, (self.dtype,))
+        (spread,) = SumStep.graph(self, tape, index, g)
+        return (spread * wrap(self.cls, self.be, share, self.shape, self.dtype),)
 
 
 def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -78,47 +131,53 @@ def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = Fa
     if t.size == 0:
         raise ValueError(f"{op} of an empty tensor (shape {shape}) has no value")
     raw = be.reduce(op, x, axes)
-    m = be.reshape(raw, kept)
-
-    def vjp(g: Any) -> tuple[Any]:
-        (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": x, "m": m}, shape,
-                         (dtype,))
-        n = be.reshape(be.reduce("sum", ties, axes), kept)
-        g = g if isinstance(g, float) else be.reshape(g, kept)
-        return tuple(be.map("share", ("choose(x == m, g / n, 0.0)",),
-                            {"x": x, "m": m, "g": g, "n": n}, shape, (dtype,)))
-    cls = type(t)
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        # the share of each element is piecewise constant: a constant factor
-        (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": x, "m": m}, shape,
-                         (dtype,))
-        n = be.reshape(be.reduce("sum", ties, axes), kept)
-        (share,) = be.map("share", ("choose(x == m, 1.0 / n, 0.0)",),
-                          {"x": x, "m": m, "n": n}, shape, (dtype,))
-        return (_graph.broadcast(g, kept, shape, cls, be, dtype) * wrap(cls, be, share, shape,
-                                                                         dtype),)
-    return _finish(op, t, raw, kept, out_shape, vjp, graph)
+    step = ExtremeStep(type(t), be, kept, shape, dtype, x, be.reshape(raw, kept), axes)
+    return _finish(op, t, raw, out_shape, step)
 
 
 # ---- reshape, transpose ----
 
+class ReshapeStep(Step):
+    """reshape's vjp: the adjoint in the operand's shape ``old``."""
+
+    __slots__ = ("be", "old")
+
+    def __init__(self, be: Any, old: tuple[int, ...]) -> None:
+        self.be, self.old = be, old
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        return (self.be.reshape(g, self.old),)
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (g.reshape(self.old),)
+
+
 def reshape(t: T, new: Any) -> T:
     new_shape = shapes.reshape(t._shape, new)
-    be, old = t._backend, t._shape
-
-    def vjp(g: Any) -> tuple[Any]:
-        return (be.reshape(g, old),)
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (g.reshape(old),)
+    be = t._backend
+    step = ReshapeStep(be, t._shape)
     return record(type(t), "reshape", be, be.reshape(t._data, new_shape), new_shape, t._dtype,
-                  live_tape(t), (t._index,), vjp, graph)
+                  live_tape(t), (t._index,), step, step.graph)
 
 
 def _permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
     strides = shapes.contiguous_strides(shape)
     return be.strided(data, 0, tuple(shape[p] for p in perm), tuple(strides[p] for p in perm))
+
+
+class TransposeStep(Step):
+    """transpose's vjp: the adjoint (of shape ``out_shape``) permuted back by ``inverse``."""
+
+    __slots__ = ("be", "out_shape", "inverse")
+
+    def __init__(self, be: Any, out_shape: tuple[int, ...], inverse: tuple[int, ...]) -> None:
+        self.be, self.out_shape, self.inverse = be, out_shape, inverse
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        return (_permute(self.be, g, self.out_shape, self.inverse),)
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (g.transpose(self.inverse),)
 
 
 def transpose(t: T, axes: Any) -> T:
@@ -128,14 +187,9 @@ def transpose(t: T, axes: Any) -> T:
     inverse = tuple(int(i) for i in np.argsort(perm))
     if perm == tuple(range(len(perm))):
         return t
-
-    def vjp(g: Any) -> tuple[Any]:
-        return (_permute(be, g, out_shape, inverse),)
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (g.transpose(inverse),)
+    step = TransposeStep(be, out_shape, inverse)
     return record(type(t), "transpose", be, _permute(be, t._data, shape, perm), out_shape, t._dtype,
-                  live_tape(t), (t._index,), vjp, graph)
+                  live_tape(t), (t._index,), step, step.graph)
 
 
 # ---- indexing ----
@@ -152,35 +206,94 @@ def _index_key(key: Any) -> Any:
     return key
 
 
+class _IndexStep(Step):
+    """getitem's vjp: the adjoint written into zeros of the operand's ``shape`` at ``key``;
+    recorded, that is ``put``."""
+
+    __slots__ = ("cls", "be", "shape", "dtype", "key")
+    cls: type
+    be: Any
+    shape: tuple[int, ...]
+    dtype: Any
+    key: Any
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (put(_graph.as_tensor(g, self.cls, self.be, self.dtype), self.shape, self.key),)
+
+
+class SliceStep(_IndexStep):
+    """getitem's vjp for a basic index: the part at ``offset`` with ``strides``."""
+
+    __slots__ = ("offset", "out_shape", "strides")
+
+    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any, key: Any,
+                 offset: int, out_shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
+        self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
+        self.offset, self.out_shape, self.strides = offset, out_shape, strides
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        g = _buffer(self.be, g, self.dtype)
+        return (self.be.assemble(self.shape, self.dtype,
+                                 [(self.offset, self.out_shape, self.strides, g)]),)
+
+
+class TakeStep(_IndexStep):
+    """getitem's vjp for an advanced index: the flat element ``index`` (``unique``: no
+    element twice)."""
+
+    __slots__ = ("index", "unique")
+
+    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any, key: Any,
+                 index: np.ndarray, unique: bool) -> None:
+        self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
+        self.index, self.unique = index, unique
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        g = _buffer(self.be, g, self.dtype)
+        return (self.be.scatter_add(self.shape, self.dtype, self.index, g, self.unique),)
+
+
 def getitem(t: TensorBase, key: Any) -> Any:
     key = _index_key(key)
     be, shape, dtype, tape = t._backend, t._shape, t._dtype, live_tape(t)
     basic = shapes.basic_index(shape, key)
+    step: _IndexStep
     if basic is not None:
         offset, out_shape, strides = basic
         out = be.strided(t._data, offset, out_shape, strides)
-
-        def vjp(g: Any) -> tuple[Any]:
-            if isinstance(g, float):
-                g = be.full((), g, dtype)
-            return (be.assemble(shape, dtype, [(offset, out_shape, strides, g)]),)
+        step = SliceStep(type(t), be, shape, dtype, key, offset, out_shape, strides)
     else:
         index = shapes.advanced_index(shape, key)
         out_shape = index.shape
         out = be.reshape(be.take(t._data, index.reshape(-1)), out_shape)
-        unique = np.unique(index).size == index.size
-
-        def vjp(g: Any) -> tuple[Any]:
-            if isinstance(g, float):
-                g = be.full((), g, dtype)
-            return (be.scatter_add(shape, dtype, index, g, unique),)
-    cls = type(t)
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (put(_graph.as_tensor(g, cls, be, dtype), shape, key),)
+        step = TakeStep(type(t), be, shape, dtype, key, index,
+                        np.unique(index).size == index.size)
     if out_shape == () and dtype != BOOL:
-        return record_scalar(type(t), "getitem", be, out, tape, (t._index,), vjp, graph)
-    return record(type(t), "getitem", be, out, out_shape, dtype, tape, (t._index,), vjp, graph)
+        return record_scalar(type(t), "getitem", be, out, tape, (t._index,), step, step.graph)
+    return record(type(t), "getitem", be, out, out_shape, dtype, tape, (t._index,), step,
+                  step.graph)
+
+
+class PutStep(Step):
+    """put's vjp: the adjoint at ``key`` (getitem again), of the part's shape
+    ``g_shape``: the ``basic`` index's (offset, shape, strides), else the flat element
+    ``index``."""
+
+    __slots__ = ("be", "key", "basic", "index", "g_shape")
+
+    def __init__(self, be: Any, key: Any, basic: Any, index: Any,
+                 g_shape: tuple[int, ...]) -> None:
+        self.be, self.key, self.basic, self.index, self.g_shape = be, key, basic, index, g_shape
+
+    def __call__(self, a: Any) -> tuple[Any]:
+        be = self.be
+        if self.basic is not None:
+            offset, part, strides = self.basic
+            return (be.strided(a, offset, part, strides),)
+        return (be.reshape(be.take(a, self.index.reshape(-1)), self.g_shape),)
+
+    def graph(self, tape: Any, index: int, a: Any) -> tuple[Any]:
+        return (a[self.key],)
 
 
 def put(g: T, shape: tuple[int, ...], key: Any) -> T:
@@ -188,22 +301,15 @@ def put(g: T, shape: tuple[int, ...], key: Any) -> T:
     getitem's adjoint, recorded, whose own adjoint is getitem again."""
     be, dtype, tape = g._backend, g._dtype, live_tape(g)
     basic = shapes.basic_index(shape, key)
+    index = None
     if basic is not None:
         offset, part, strides = basic
         out = be.assemble(shape, dtype, [(offset, part, strides, g._data)])
     else:
         index = shapes.advanced_index(shape, key)
         out = be.scatter_add(shape, dtype, index, g._data, np.unique(index).size == index.size)
-    g_shape = g._shape
-
-    def vjp(a: Any) -> tuple[Any]:
-        if basic is not None:
-            return (be.strided(a, offset, part, strides),)
-        return (be.reshape(be.take(a, index.reshape(-1)), g_shape),)
-
-    def graph(tape: Any, index_: int, a: Any) -> tuple[Any]:
-        return (a[key],)
-    return record(type(g), "put", be, out, shape, dtype, tape, (g._index,), vjp, graph)
+    step = PutStep(be, key, basic, index, g._shape)
+    return record(type(g), "put", be, out, shape, dtype, tape, (g._index,), step, step.graph)
 
 
 # ---- matmul ----
@@ -229,6 +335,55 @@ def _transposed(be: Any, data3: Any, shape3: tuple[int, int, int]) -> Any:
     return be.strided(data3, 0, (b, c, r), (r * c, 1, c))
 
 
+class MatmulStep(Step):
+    """matmul's vjp: two matmuls, batched over ``batch`` and folded back to the operands'
+    shapes. ``a2``, ``b2``: the operands' shapes with a vector made a matrix; ``mkn``: the
+    product's (m, k) @ (k, n); ``a3``: A's shape as the backend's matmul saw it;
+    ``keep_a``/``keep_b``: A's and B's batched buffers, each kept only where the other
+    operand needs its adjoint; ``parts``: each operand's (data, shape, dtype, entry), dtype
+    None for a scalar, entry -1 for a constant (no adjoint)."""
+
+    __slots__ = ("cls", "be", "dtype", "batch", "a2", "b2", "mkn", "a3", "keep_a", "keep_b",
+                 "parts")
+
+    def __init__(self, cls: type, be: Any, dtype: Any, batch: tuple[int, ...],
+                 a2: tuple[int, ...], b2: tuple[int, ...], mkn: tuple[int, int, int],
+                 a3: tuple[int, int, int], keep_a: Any, keep_b: Any,
+                 parts: tuple[tuple[Any, ...], tuple[Any, ...]]) -> None:
+        self.cls, self.be, self.dtype, self.batch, self.a2, self.b2 = cls, be, dtype, batch, a2, b2
+        self.mkn, self.a3, self.keep_a, self.keep_b, self.parts = mkn, a3, keep_a, keep_b, parts
+
+    def __call__(self, g: Any) -> tuple[Any, Any]:
+        be, batch, a2, b2, (m, k, n) = self.be, self.batch, self.a2, self.b2, self.mkn
+        (_, a_full, _, a_entry), (_, b_full, _, b_entry) = self.parts
+        g3 = be.reshape(_buffer(be, g, self.dtype), (math.prod(batch), m, n))
+        ga = gb = None
+        if a_entry >= 0:
+            ga = be.matmul(g3, self.keep_b, transpose_b=True)                 # (nb, m, k)
+            ga = fold(be, be.reshape(ga, batch + (m, k)), batch + (m, k), a2)
+            ga = be.reshape(ga, a_full)
+        if b_entry >= 0:
+            gb = be.matmul(_transposed(be, self.keep_a, self.a3), g3)        # (nb, k, n)
+            gb = fold(be, be.reshape(gb, batch + (k, n)), batch + (k, n), b2)
+            gb = be.reshape(gb, b_full)
+        return ga, gb
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, Any]:
+        cls, be, dtype, batch, (m, k, n) = self.cls, self.be, self.dtype, self.batch, self.mkn
+        (_, a_full, _, a_entry), (_, b_full, _, b_entry) = self.parts
+        a, b = (_graph.handle(cls, be, d, s, dtype, tape, i) if dt is not None
+                else _graph.as_tensor(_graph.handle(cls, be, d, s, None, tape, i), cls, be, dtype)
+                for d, s, dt, i in self.parts)
+        a, b = a.reshape(self.a2), b.reshape(self.b2)
+        g2 = _graph.as_tensor(g, cls, be, dtype).reshape(batch + (m, n))
+        ga = gb = None
+        if a_entry >= 0:
+            ga = _graph.fold(g2 @ _swap_last(b), batch + (m, k), self.a2).reshape(a_full)
+        if b_entry >= 0:
+            gb = _graph.fold(_swap_last(a) @ g2, batch + (k, n), self.b2).reshape(b_full)
+        return ga, gb
+
+
 def matmul(a: Any, b: Any) -> Any:
     first = a if isinstance(a, TensorBase) else b
     be, cls = first._backend, type(first)
@@ -252,41 +407,15 @@ def matmul(a: Any, b: Any) -> Any:
     result = be.reshape(out, out_shape)
     if (tape is None or not (A.needs_adjoint or B.needs_adjoint)) and out_shape:
         return wrap(cls, be, result, out_shape, dtype)
-    a_shape3 = (nb if math.prod(a2[:-2]) != 1 else 1, m, k)
-    keep_a, keep_b = (A3 if B.needs_adjoint else None), (B3 if A.needs_adjoint else None)
-    a_needs, b_needs, a_full, b_full = A.needs_adjoint, B.needs_adjoint, A.shape, B.shape
-
-    def vjp(g: Any) -> tuple[Any, Any]:
-        g3 = be.reshape(be.full((), g, dtype) if isinstance(g, float) else g, (nb, m, n))
-        ga = gb = None
-        if a_needs:
-            ga = be.matmul(g3, keep_b, transpose_b=True)                      # (nb, m, k)
-            ga = fold(be, be.reshape(ga, batch + (m, k)), batch + (m, k), a2)
-            ga = be.reshape(ga, a_full)
-        if b_needs:
-            gb = be.matmul(_transposed(be, keep_a, a_shape3), g3)          # (nb, k, n)
-            gb = fold(be, be.reshape(gb, batch + (k, n)), batch + (k, n), b2)
-            gb = be.reshape(gb, b_full)
-        return ga, gb
-    parts = [(o.data, o.shape, dtype if o.dtype is not None else None, o.index)
-             for o in (A, B)]
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any, Any]:
-        a, b = (_graph.handle(cls, be, d, s, dt, tape, i) if dt is not None
-                else _graph.as_tensor(_graph.handle(cls, be, d, s, dt, tape, i), cls, be, dtype)
-                for d, s, dt, i in parts)
-        a, b = a.reshape(a2), b.reshape(b2)
-        g2 = _graph.as_tensor(g, cls, be, dtype).reshape(batch + (m, n))
-        ga = gb = None
-        if a_needs:
-            ga = _graph.fold(g2 @ _swap_last(b), batch + (m, k), a2).reshape(a_full)
-        if b_needs:
-            gb = _graph.fold(_swap_last(a) @ g2, batch + (k, n), b2).reshape(b_full)
-        return ga, gb
+    step = MatmulStep(cls, be, dtype, batch, a2, b2, (m, k, n),
+                      (nb if math.prod(a2[:-2]) != 1 else 1, m, k),
+                      A3 if B.needs_adjoint else None, B3 if A.needs_adjoint else None,
+                      ((A.data, A.shape, A.dtype, A.index), (B.data, B.shape, B.dtype, B.index)))
     if out_shape == ():
-        return record_scalar(cls, "matmul", be, result, tape, (A.index, B.index), vjp, graph)
-    return record(cls, "matmul", be, result, out_shape, dtype, tape, (A.index, B.index), vjp,
-                  graph)
+        return record_scalar(cls, "matmul", be, result, tape, (A.index, B.index), step,
+                             step.graph)
+    return record(cls, "matmul", be, result, out_shape, dtype, tape, (A.index, B.index), step,
+                  step.graph)
 
 
 def _swap_last(t: Any) -> Any:
@@ -296,6 +425,28 @@ def _swap_last(t: Any) -> Any:
 
 
 # ---- joins ----
+
+class ConcatenateStep(Step):
+    """concatenate's vjp: each operand's part of the adjoint, where it ``needs`` one; at
+    its ``places`` (offset, shape, strides) in the buffer, its ``spans`` (begin, size)
+    along axis ``ax`` in the graph."""
+
+    __slots__ = ("be", "ax", "places", "spans", "needs")
+
+    def __init__(self, be: Any, ax: int, places: tuple[Any, ...],
+                 spans: tuple[tuple[int, int], ...], needs: tuple[bool, ...]) -> None:
+        self.be, self.ax, self.places, self.spans, self.needs = be, ax, places, spans, needs
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        be = self.be
+        return tuple(be.strided(g, offset, shape, st) if need else None
+                     for (offset, shape, st), need in zip(self.places, self.needs))
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        lead = (slice(None),) * self.ax
+        return tuple(g[lead + (slice(begin, begin + size),)] if need else None
+                     for (begin, size), need in zip(self.spans, self.needs))
+
 
 def concatenate(tensors: Any, axis: int = 0) -> Any:
     tensors = list(tensors)
@@ -319,22 +470,14 @@ def concatenate(tensors: Any, axis: int = 0) -> Any:
             (data,) = be.map("astype", ("x",), {"x": data}, shape, (dtype,))
         parts.append((offset, shape, st, data))
     out = be.assemble(out_shape, dtype, parts)
-    needs = [o.needs_adjoint for o in ops]
-
-    def vjp(g: Any) -> tuple[Any, ...]:
-        return tuple(be.strided(g, offset, shape, st) if need else None
-                     for (offset, shape, st), need in zip(places, needs))
     spans: list[tuple[int, int]] = []
     for o in ops:
         begin = sum(s for _, s in spans)
         spans.append((begin, o.shape[ax]))
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-        lead = (slice(None),) * ax
-        return tuple(g[lead + (slice(begin, begin + size),)] if need else None
-                     for (begin, size), need in zip(spans, needs))
+    step = ConcatenateStep(be, ax, tuple(places), tuple(spans),
+                           tuple(o.needs_adjoint for o in ops))
     return record(cls, "concatenate", be, out, out_shape, dtype, tape, tuple(o.index for o in ops),
-                  vjp, graph)
+                  step, step.graph)
 
 
 def stack(tensors: Any, axis: int = 0) -> Any:
@@ -351,6 +494,23 @@ def stack(tensors: Any, axis: int = 0) -> Any:
 
 # ---- scalars into a tensor ----
 
+class FromScalarsStep(Step):
+    """from_scalars' vjp: each scalar its element of the adjoint (a float; in the graph a
+    Record, None for the constants: ``inputs`` < 0)."""
+
+    __slots__ = ("be", "inputs")
+
+    def __init__(self, be: Any, inputs: tuple[int, ...]) -> None:
+        self.be, self.inputs = be, inputs
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        return tuple(np.asarray(self.be.to_numpy(g), dtype=np.float64).reshape(-1).tolist())
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        flat = g.reshape(-1)
+        return tuple(flat[k] if i >= 0 else None for k, i in enumerate(self.inputs))
+
+
 def from_scalars(cls: type[T], be: Any, dtype: Any, items: list[Any],
                  shape: tuple[int, ...]) -> T:
     """A tensor of ``shape`` from scalars (Records and numbers), one node whose vjp hands
@@ -363,17 +523,48 @@ def from_scalars(cls: type[T], be: Any, dtype: Any, items: list[Any],
         raise TapeMismatchError("scalars of two different lists in one tensor")
     inputs = tuple(v.index if type(v) is Record and v.tape is not None else -1 for v in items)
     data = be.asarray(values.reshape(shape), dtype)
-
-    def vjp(g: Any) -> tuple[Any, ...]:
-        return tuple(np.asarray(be.to_numpy(g), dtype=np.float64).reshape(-1).tolist())
-
-    def graph(tape_: Any, index: int, g: Any) -> tuple[Any, ...]:
-        flat = g.reshape(-1)
-        return tuple(flat[k] if i >= 0 else None for k, i in enumerate(inputs))
-    return record(cls, "from_scalars", be, data, shape, dtype, tape, inputs, vjp, graph)
+    step = FromScalarsStep(be, inputs)
+    return record(cls, "from_scalars", be, data, shape, dtype, tape, inputs, step, step.graph)
 
 
 # ---- where ----
+
+# the adjoints of where's operands
+_WHERE_VJP = ("choose(c, g, 0.0)", "choose(c, 0.0, g)")
+
+
+class WhereStep(Step):
+    """where's vjp: the adjoint where the condition ``cond`` (of shape ``c_shape``) holds
+    to the first operand, elsewhere to the second, each folded to its ``targets`` shape
+    (a float for ``scalars``) where it ``needs`` one."""
+
+    __slots__ = ("cls", "be", "shape", "dtype", "cond", "c_shape", "needs", "targets",
+                 "scalars")
+
+    def __init__(self, cls: type[TensorBase], be: Any, shape: tuple[int, ...], dtype: Any,
+                 cond: Any, c_shape: tuple[int, ...], needs: tuple[bool, bool],
+                 targets: tuple[Any, Any], scalars: tuple[bool, bool]) -> None:
+        self.cls, self.be, self.shape, self.dtype = cls, be, shape, dtype
+        self.cond, self.c_shape, self.needs, self.targets, self.scalars = \
+            cond, c_shape, needs, targets, scalars
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        be, shape, needs = self.be, self.shape, self.needs
+        chosen = tuple(e for e, need in zip(_WHERE_VJP, needs) if need)
+        outs = iter(be.map("where_vjp", chosen, {"c": self.cond, "g": g}, shape,
+                           (self.dtype,) * len(chosen)))
+        return tuple(fold(be, next(outs), shape, target, scalar) if need else None
+                     for need, target, scalar in zip(needs, self.targets, self.scalars))
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        cls, be = self.cls, self.be
+        c = wrap(cls, be, self.cond, self.c_shape, BOOL)
+        zero = _graph.zeros(cls, be, (), self.dtype)
+        chosen = (where(c, g, zero), where(c, zero, g))
+        return tuple(_graph.fold(v, self.shape, target, scalar) if need else None
+                     for v, need, target, scalar in zip(chosen, self.needs, self.targets,
+                                                        self.scalars))
+
 
 def where(condition: Any, a: Any, b: Any) -> Any:
     first = next(v for v in (condition, a, b) if isinstance(v, TensorBase))
@@ -391,22 +582,7 @@ def where(condition: Any, a: Any, b: Any) -> Any:
                     shape, (dtype,))
     if tape is None or not (A.needs_adjoint or B.needs_adjoint):
         return wrap(cls, be, out, shape, dtype)
-    cond, needs, targets = C.data, (A.needs_adjoint, B.needs_adjoint), (A.shape, B.shape)
-    scalars = (A.dtype is None, B.dtype is None)
-    exprs = ("choose(c, g, 0.0)", "choose(c, 0.0, g)")
-
-    def vjp(g: Any) -> tuple[Any, ...]:
-        chosen = tuple(e for e, need in zip(exprs, needs) if need)
-        outs = iter(be.map("where_vjp", chosen, {"c": cond, "g": g}, shape,
-                           (dtype,) * len(chosen)))
-        return tuple(fold(be, next(outs), shape, target, scalar) if need else None
-                     for need, target, scalar in zip(needs, targets, scalars))
-    c_shape = C.shape
-
-    def graph(tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-        c = wrap(cls, be, cond, c_shape, BOOL)
-        zero = _graph.zeros(cls, be, (), dtype)
-        chosen = (where(c, g, zero), where(c, zero, g))
-        return tuple(_graph.fold(v, shape, target, scalar) if need else None
-                     for v, need, target, scalar in zip(chosen, needs, targets, scalars))
-    return record(cls, "where", be, out, shape, dtype, tape, (A.index, B.index), vjp, graph)
+    step = WhereStep(cls, be, shape, dtype, C.data, C.shape, (A.needs_adjoint, B.needs_adjoint),
+                     (A.shape, B.shape), (A.dtype is None, B.dtype is None))
+    return record(cls, "where", be, out, shape, dtype, tape, (A.index, B.index), step,
+                  step.graph)

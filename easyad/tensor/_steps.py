@@ -1,0 +1,71 @@
+"""Steps: a recorded tensor operation's vjp as data.
+
+A tensor operation's node (``Node``) holds ``vjp(g)`` and ``graph(tape, index, g)`` (the
+same vjp in recorded operations, for ``create_graph``). For every built-in operation both
+are one object, a *step*: an instance of a small class per operation kind whose slots hold
+what the adjoint reads (backend, shapes, dtypes, saved buffers, operand entries), whose
+``__call__`` is the vjp and whose method ``graph`` is the graph. No closure per operation:
+a recorded program can be read as data, and a releasing sweep, which replaces a node's
+``vjp`` and ``graph``, drops the step and with it the buffers it saved.
+
+A step holds no tape (no ``Operand``, no recorded tensor): a tape whose nodes point back
+at it is a reference cycle, freed only by the garbage collector.
+
+The steps live next to their operations (``_elementwise``, ``_structural``, ``_fused``,
+``_custom``); the conversions' (``astype``, ``to``) are here, since ``_base`` makes them
+and the operation modules sit above it. Layering: a leaf (numpy only), so every tensor
+module can import it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_BOOL = np.dtype(np.bool_)    # _base's BOOL (this module sits below _base)
+
+
+class Step:
+    """A node's vjp as data: ``step(g)`` gives one adjoint contribution per input (None:
+    none), ``step.graph(tape, index, g)`` the same in recorded operations."""
+
+    __slots__ = ()
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+
+class AstypeStep(Step):
+    """astype's vjp: the adjoint converted back to the source dtype (none for a boolean
+    source)."""
+
+    __slots__ = ("be", "shape", "source")
+
+    def __init__(self, be: Any, shape: tuple[int, ...], source: Any) -> None:
+        self.be, self.shape, self.source = be, shape, source
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        if self.source == _BOOL:
+            return (None,)
+        return tuple(self.be.map("astype", ("g",), {"g": g}, self.shape, (self.source,)))
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (None,) if self.source == _BOOL else (g.astype(self.source),)
+
+
+class ToStep(Step):
+    """to's vjp: the adjoint moved back to the source device."""
+
+    __slots__ = ("source", "target", "dtype")
+
+    def __init__(self, source: Any, target: Any, dtype: Any) -> None:
+        self.source, self.target, self.dtype = source, target, dtype
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        return (self.source.asarray(self.target.to_numpy(g), self.dtype),)
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
+        return (g.to(self.source.device),)
