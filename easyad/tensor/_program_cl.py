@@ -5,7 +5,8 @@ instructions.
 same plan (``_program_c._Plan``: reshapes share memory, segments of fusable instructions
 between backend steps, groups of one loop shape whose values stay in registers, an
 instruction joining the last group of its shape once what it reads is made, and
-``_program_c._stored``: what must be in memory) and the same loop body
+``_program_c._stored``: what must be in memory, cheap values read by later groups
+recomputed there instead) and the same loop body
 (``_program_c._Renderer._body``: the rule table's expressions rendered by ``_expr`` over
 ``_helpers.h``, as the eager kernels of ``_kernels.render_map`` are), each group rendered
 as one kernel: on a GPU a work-item per element, on a CPU device a contiguous run of
@@ -15,7 +16,8 @@ elements in each ran 3.5x faster than a work-item per element):
 - **in a kernel**: maps, strided reads (slices, transposes, broadcasts), gathers, a slice's
   adjoint (an assemble of one part: as in C a *pad*, an elementwise value over its output,
   zero outside the slice, where the part is a basic slice of it; read under a condition,
-  not from zero margins, which only the C's workspace has), scatter-adds whose indices do
+  not from zero margins, which only the C's workspace has; a recomputed part at a
+  position clamped into it, then 0 outside the slice), scatter-adds whose indices do
   not repeat, and reductions to one number: each work-item adds up its own partials over
   its elements (eight running ones on a CPU, so that the loop vectorizes; a strided loop
   on a GPU), the backend's ``reduce`` adds the partials, on the device (a tree in local
@@ -105,10 +107,10 @@ class _CLRenderer(_Renderer):
         return f"P{s}"
 
     def aux(self, array: np.ndarray) -> str:
-        self.plan.aux.append(np.ascontiguousarray(array, dtype=np.int64))
-        k = len(self.plan.aux) - 1
+        k = self.aux_number(array)
         assert self.kernel is not None
-        self.kernel.params.append(("aux", k))
+        if ("aux", k) not in self.kernel.params:
+            self.kernel.params.append(("aux", k))
         return f"A{k}"
 
     def _zero(self, o: int, pre: list[str]) -> None:
@@ -127,6 +129,9 @@ class _CLRenderer(_Renderer):
         loop.append(f"        r{o}[U_] = " + _COMBINE[op].format(a=f"r{o}[U_]", b=v) + ";")
         total = _fold(op, [f"r{o}[{k}]" for k in range(lanes)])
         post.append(f"    Q{o}[get_global_id(0)] = {total};")
+
+    def _zero_outside(self, inside: str, value: str, ctype: str) -> str:
+        return f"({inside} ? {value} : ({ctype})0)"
 
     def render_group(self, shape: tuple[int, ...], members: list[Instruction],
                      index: int) -> tuple[str, _Kernel]:
@@ -320,6 +325,8 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     for segment in segments:
         kernels.append([])
         for shape, members in plan.groups(segment):
+            if not renderer.live(members):
+                continue          # its values are all recomputed where they are read
             text, k = renderer.render_group(shape, members, len(texts) - 1)
             texts.append(text)
             kernels[-1].append(k)
