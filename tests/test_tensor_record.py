@@ -459,8 +459,9 @@ def _made_by(program, label):
 def test_values_read_by_later_loops_are_recomputed_there():
     """Rosenbrock's gradient: the backward values that the slices' adjoints (pads) add up
     are recomputed in the loop over the gradient, at the pads' shifts, not stored: no
-    workspace at all; that loop is cut where the slices start and end, so no lane reads
-    outside x and none computes under a condition."""
+    workspace at all; the forward sum (over n - 1) runs in the same loop; that loop is
+    cut where the slices start and end, so no lane reads outside x and none computes
+    under a condition: x read once, g written once."""
     n = 1000
     F = ad.record(rosen, np.zeros(n), tensor=True)
     for _ in range(2):
@@ -472,8 +473,9 @@ def test_values_read_by_later_loops_are_recomputed_there():
     assert bound.plan.recomputed
     assert _workspace(bound, F.program) == []
     segment = bound.source[bound.source.index("void easyad_segment_0"):]
-    assert "for (long i = 1; i < 999L; i++)" in segment
-    assert "?" not in segment.split("for (long i = 1;")[1].split("}")[0]
+    assert segment.count("for (long i") == 3           # [0, 1), [1, 999), [999, 1000)
+    middle = segment.split("for (long i = 1; i < 999L; i++)")[1].split("}")[0]
+    assert "?" not in middle and "acc" in middle
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -497,6 +499,32 @@ def test_recomputed_values_agree_with_eager_at_nan_inf_and_zeros(dtype):
             np.where(np.isinf(ref_g), 0, ref_g))), equal_nan=True)
         np.testing.assert_allclose(value, ref_value, rtol=tol, equal_nan=True)
     assert F._bound["gradient"].plan.recomputed
+
+
+def test_strong_zeros_of_numbers_are_rewritten_exactly():
+    """mul0(c, y) for a number c, |c| >= 1, is rendered c * y + 0.0 (no comparisons):
+    the same bits as mul0 for every y, signed zeros, subnormals, infinities and NaN."""
+    import struct
+
+    from easyad import _expr
+    from easyad.tensor._program_c import _with_constant_strong_zeros
+
+    def bits(v):
+        return struct.pack("<d", v) if v == v else b"nan"
+
+    def mul0(a, b):
+        return 0.0 if a == 0 or b == 0 else a * b
+    ys = [0.0, -0.0, 5e-324, -5e-324, 1e-310, 1.5, -2.0, 1e308, -1e308, np.inf, -np.inf,
+          np.nan]
+    for c in [1.0, -1.0, 2.0, -3.5, 100.0, 1e300, 0.5, 1e-300]:
+        for order in ("mul0(c, y)", "mul0(y, c)", "mul0(c, mul0(c, y))"):
+            tree = _with_constant_strong_zeros(_expr.substitute(order, {"c": repr(c)}))
+            text = _expr.render(tree, "python")
+            assert abs(c) < 1 or "mul0" not in text, text
+            for y in ys:
+                want = mul0(c, mul0(c, y)) if order.count("mul0") == 2 else mul0(c, y)
+                got = eval(text, {"mul0": mul0}, {"y": y})
+                assert bits(got) == bits(want), (order, c, y, got, want)
 
 
 def test_values_that_must_be_in_memory_are_stored():

@@ -16,8 +16,14 @@
   again in those loops from what is in memory instead of being stored and loaded, as XLA
   fuses elementwise producers into their consumers. A loop that adds up slices' adjoints
   of recomputed values is cut into ranges where each slice covers all or nothing
-  (``_Renderer._runs``): there a plain shifted read, or 0, no condition. Rosenbrock's
-  gradient so reads x once and writes g, instead of storing three arrays to add.
+  (``_Renderer._runs``): there a plain shifted read, or 0, no condition. Consecutive
+  groups that do not read what the others write, of shapes that differ only in the
+  first dimension, run as one loop (``_Plan.loops``), each in the range of its own
+  elements. Rosenbrock's value and gradient so read x once and write g, instead of
+  storing three arrays to add in a second loop.
+- **Numbers**: a recorded constant of one element (the gradient's seed) is a literal,
+  and so is a value that is one number; ``mul0`` (the strong zero) of a number c with
+  |c| >= 1 is written ``c * y + 0.0``, the same bits with no comparison.
 - **Python steps**: matmul and ``linear`` (BLAS through numpy), the cross-entropy kernels
   and guards, as ``_program.step`` runs them.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
@@ -206,6 +212,7 @@ class _Plan:
         self.producer: dict[int, Instruction] = {}
         self.recomputed: set[int] = set()
         self.recipe_reads: dict[int, set[int]] = {}
+        self.stored: set[int] | None = None       # the roots in memory: loops merge then
 
     def is_pad(self, ins: Instruction) -> bool:
         return id(ins) in self.pads
@@ -248,6 +255,42 @@ class _Plan:
         if ins.op == "reduce":
             return ins.params[0] in ("sum", "max", "min")
         return True
+
+    def loops(self, instructions: list[Instruction]
+              ) -> list[list[tuple[Any, list[Instruction]]]]:
+        """The loops of a segment: its groups, and once ``_stored`` has said what is in
+        memory, consecutive groups that do not read what the others write and whose
+        shapes differ only in the first dimension run as one loop, over the largest, each
+        group in the range of its own elements (Rosenbrock's sum over x[:-1] and its
+        gradient over x share their loads, and the recomputed backward values)."""
+        loops: list[list[tuple[Any, list[Instruction]]]] = []
+        for shape, members in self.groups(instructions):
+            if loops and self._merges(loops[-1], shape, members):
+                loops[-1].append((shape, members))
+            else:
+                loops.append([(shape, members)])
+        return loops
+
+    def _merges(self, loop: list[tuple[Any, list[Instruction]]], shape: Any,
+                members: list[Instruction]) -> bool:
+        first = loop[0][0]
+        if self.stored is None or ("assemble",) in (shape, first) or \
+                len(shape) != len(first) or shape[1:] != first[1:]:
+            return False
+        if not all(self.vectorises(ins) for ins in members) or \
+                not all(self.vectorises(ins) for _, others in loop for ins in others):
+            return False
+        written = {self.r(o) for _, others in loop for ins in others for o in ins.outs
+                   if self.r(o) in self.stored}
+        return not any(s in written for ins in members for i in ins.ins if type(i) is int
+                       for s in self.memory_reads(i))
+
+    def vectorises(self, ins: Instruction) -> bool:
+        """Whether a loop's lanes may run ``ins`` together: not where two iterations write
+        one place (scatters, reductions along axes, max/min, whose NaN rule is not a
+        reduction)."""
+        return ins.op not in ("scatter_add", "reduce") or (
+            ins.params[0] == "sum" and math.prod(self.program.shapes[ins.outs[0]]) == 1)
 
     def groups(self, instructions: list[Instruction]) -> list[tuple[Any, list[Instruction]]]:
         """The loops of a segment: each instruction joins the last loop of its shape when
@@ -375,31 +418,29 @@ class _Renderer:
         return found
 
     def render(self, instructions: list[Instruction], index: int) -> str:
-        groups = self.plan.groups(instructions)
         self.used: dict[int, str] = {}
-        body = [self._group(shape, members) for shape, members in groups]
+        body = [self._loop(groups) for groups in self.plan.loops(instructions)]
         pointers = [self.used[k] for k in sorted(self.used)]
         return (f"void easyad_segment_{index}(void** P) {{\n" + "\n".join(pointers) + "\n"
                 + "\n".join(body) + "}\n")
 
-    def _group(self, shape: Any, members: list[Instruction]) -> str:
-        if shape == ("assemble",):
-            return self._assemble_apart(members[0])
-        if not self.live(members):
+    def _loop(self, groups: list[tuple[Any, list[Instruction]]]) -> str:
+        if groups[0][0] == ("assemble",):
+            return self._assemble_apart(groups[0][1][0])
+        groups = [(shape, live) for shape, members in groups if (live := self.live(members))]
+        if not groups:
             return ""             # its values are all recomputed where they are read
-        p = self.p
-        # lanes may run together (vectorised) unless two iterations write one place:
-        # scatters, reductions along axes, max/min (whose NaN rule is not a reduction)
+        members = [ins for _, group in groups for ins in group]
         sums = [f"acc{ins.outs[0]}" for ins in members if ins.op == "reduce"
-                and ins.params[0] == "sum" and math.prod(p.shapes[ins.outs[0]]) == 1]
-        simd = all(ins.op not in ("scatter_add", "reduce") or f"acc{ins.outs[0]}" in sums
-                   for ins in members)
+                and self.plan.vectorises(ins)]
         pragma = "    #pragma omp simd" + (f" reduction(+:{', '.join(sums)})" if sums else "")
+        simd = all(self.plan.vectorises(ins) for ins in members)
         pre: list[str] = []
         post: list[str] = []
         loops = []
-        for lo, hi, inside in self._runs(shape, members):
-            run_pre, loop, run_post = self._body(shape, members, inside)
+        for lo, hi, inside in self._runs(groups):
+            run_pre, loop, run_post = self._body(
+                [(shape, group) for shape, group in groups if math.prod(shape) >= hi], inside)
             pre += [line for line in run_pre if line not in pre]     # the same in each
             post += [line for line in run_post if line not in post]
             loops.append((pragma + "\n" if simd else "")
@@ -408,39 +449,44 @@ class _Renderer:
         return ("    {\n" + "".join(line + "\n" for line in pre) + "".join(loops)
                 + "".join(line + "\n" for line in post) + "    }\n")
 
-    def _runs(self, shape: tuple[int, ...], members: list[Instruction]
+    def _runs(self, groups: list[tuple[Any, list[Instruction]]]
               ) -> list[tuple[int, int, dict[int, bool] | None]]:
-        """The ranges of flat indices the loop is cut into, each with, per pad of a
-        recomputed value, whether its slice covers the range (None: one loop, those pads
-        under a condition). Cut where such a slice starts or ends, the pad is in each
-        range a plain read at a shift or 0, so the loop reads memory in order."""
-        n = math.prod(shape)
-        runs = {id(ins): self.plan.pad_runs[id(ins)] for ins in self.live(members)
-                if self.plan.is_pad(ins) and not self.in_memory(ins.ins[0])}
-        cuts = sorted({0, n} | {c for run in runs.values() for c in run})
-        if not runs or len(cuts) - 1 > _MAX_RUNS:
-            return [(0, n, None)]
+        """The ranges of flat indices a loop is cut into: where a group's elements end,
+        and (at most ``_MAX_RUNS`` ranges) where the slice of a pad of a recomputed value
+        starts or ends, each range with, per such pad, whether its slice covers the range
+        (a plain read at a shift there, else 0: no condition, memory read in order; None:
+        those pads under a condition)."""
+        cuts = {0} | {math.prod(shape) for shape, _ in groups}
+        runs = {id(ins): self.plan.pad_runs[id(ins)] for _, members in groups
+                for ins in members if self.plan.is_pad(ins) and not self.in_memory(ins.ins[0])}
+        at_pads = sorted(cuts | {c for run in runs.values() for c in run})
+        if not runs or len(at_pads) - 1 > _MAX_RUNS:
+            ends = sorted(cuts)
+            return [(lo, hi, None) for lo, hi in zip(ends, ends[1:])]
         return [(lo, hi, {k: a <= lo and hi <= b for k, (a, b) in runs.items()})
-                for lo, hi in zip(cuts, cuts[1:])]
+                for lo, hi in zip(at_pads, at_pads[1:])]
 
     def _zero(self, o: int, pre: list[str]) -> None:
         """Slot o (a sink's output) set to 0 before the loop."""
         pre.append(f"    memset(P[{self.plan.r(o)}], 0, {math.prod(self.p.shapes[o])} * "
                    f"sizeof({_C_TYPES[self.p.dtypes[o]]}));")
 
-    def _body(self, shape: Any, members: list[Instruction],
+    def _body(self, groups: list[tuple[Any, list[Instruction]]],
               inside: dict[int, bool] | None = None) -> tuple[list[str], list[str], list[str]]:
-        """The lines before the loop over ``shape`` (flat index i), in it and after it;
-        ``inside``: of a range of ``_runs``."""
+        """The lines before a loop (flat index i) over the groups' shapes, in it and after
+        it; ``inside``: of a range of ``_runs``."""
         body = _Loop(inside)
-        for ins in self.live(members):
-            self._emit(body, ins, shape, "i")
+        for shape, members in groups:
+            for ins in self.live(members):
+                self._emit(body, ins, shape, "i")
         # stores: values of the loop read after it
-        for ins in members:
-            if ins.op in _ELEMENTWISE or self.plan.is_pad(ins):
-                for o in ins.outs:
-                    if self.plan.r(o) in self.needed_later:
-                        body.loop.append(f"        {self.ptr(o, True)}[i] = v{o};")
+        for _, members in groups:
+            for ins in members:
+                if ins.op in _ELEMENTWISE or self.plan.is_pad(ins):
+                    for o in ins.outs:
+                        if self.plan.r(o) in self.needed_later:
+                            body.loop.append(f"        {self.ptr(o, True)}[i] = "
+                                             f"{body.regs[(self.plan.r(o), 'i')]};")
         return body.pre, body.loop, body.post
 
     def live(self, members: list[Instruction]) -> list[Instruction]:
@@ -472,8 +518,16 @@ class _Renderer:
             mapping = {name: self._operand(body, i, shape, index)
                        for name, i in zip(names, ins.ins)}
             for o, expr, dt in zip(outs, exprs, dtypes):
-                text = _expr.render(_expr.substitute(expr, mapping), self.target)
-                put(o, f"({types[np.dtype(dt)]})({text})")
+                tree = _with_constant_strong_zeros(_expr.substitute(expr, mapping))
+                number = _expr.constant(tree)
+                if number is not None and np.dtype(dt).kind == "f" and \
+                        float(np.dtype(dt).type(number)) == number:
+                    # a number (the seed, passed on by the sweep): a literal for what
+                    # reads it, so the strong zeros around it simplify
+                    body.regs[(plan.r(o), index)] = repr(number) if number >= 0 \
+                        else f"({number!r})"
+                    continue
+                put(o, f"({types[np.dtype(dt)]})({_expr.render(tree, self.target)})")
         elif op == "strided":
             offset, _, strides = params
             put(outs[0], self._read(body, ins.ins[0], _offset(shape, strides, offset, index)))
@@ -500,6 +554,11 @@ class _Renderer:
 
     def _operand(self, body: _Loop, i: Any, shape: Any, index: str) -> str:
         """A name (or plain literal) for operand i (broadcast to ``shape``) at ``index``."""
+        constant = self.p.constants.get(self.plan.r(i)) if type(i) is int else None
+        if constant is not None and constant.size == 1 and constant.dtype.kind == "f":
+            # one recorded number (the gradient's seed, 1.0): a literal, which the compiler
+            # folds into the arithmetic (and the strong zero's tests) around it
+            i = float(constant.reshape(-1)[0])
         if type(i) is float:
             if math.isfinite(i):
                 return repr(i) if i >= 0 else f"({i!r})"
@@ -808,7 +867,8 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
 
 def _group_numbers(plan: _Plan) -> dict[int, int]:
     """The loop (or Python step) each instruction runs in, numbered in running order, by
-    ``id`` of the instruction: the plan's grouping, as the renderer forms its loops."""
+    ``id`` of the instruction: the plan's loops, as the renderer forms them (before
+    ``_stored`` has decided, one a group)."""
     group_of: dict[int, int] = {}
     g = 0
     for kind, item in plan.schedule:
@@ -816,10 +876,11 @@ def _group_numbers(plan: _Plan) -> dict[int, int]:
             g += 1
             group_of[id(item)] = g
             continue
-        for _, members in plan.groups(item):
+        for loop in plan.loops(item):
             g += 1
-            for ins in members:
-                group_of[id(ins)] = g
+            for _, members in loop:
+                for ins in members:
+                    group_of[id(ins)] = g
     return group_of
 
 
@@ -855,6 +916,7 @@ def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
     stored -= set(p.inputs) | set(p.constants)
     plan.producer = producer
     _choose_recomputed(plan, stored, producer, readers)
+    plan.stored = stored
     return stored
 
 
@@ -912,6 +974,41 @@ def _choose_recomputed(plan: _Plan, stored: set[int], producer: dict[int, Instru
             stored.discard(slot)
             plan.recomputed.add(slot)
             plan.recipe_reads[slot] = reads
+
+
+def _with_constant_strong_zeros(tree: _expr.Node) -> _expr.Node:
+    """The expression with each ``mul0(c, y)`` (or ``mul0(y, c)``) of a number c, finite
+    and |c| >= 1, written ``c * y + 0.0`` (``y + 0.0`` for c = 1): the same number in
+    every case (c * y is 0 only where y is, and + 0.0 makes that +0 as mul0 does; NaN
+    and infinities pass), with no comparison (the seed 1.0 makes many such)."""
+    if isinstance(tree, _expr.Call):
+        args = tuple(_with_constant_strong_zeros(a) for a in tree.args)
+        if tree.name == "mul0":
+            for c, y in (args, args[::-1]):
+                if not (isinstance(c, _expr.Num) and math.isfinite(c.value)):
+                    continue
+                if isinstance(y, _expr.Num) and math.isfinite(y.value):
+                    return _expr.Num(c.value * y.value if c.value and y.value else 0.0)
+                if abs(c.value) < 1:
+                    continue
+                if c.value == 1 and _never_minus_zero(y):
+                    return y
+                product = y if c.value == 1 else _expr.Bin("*", c, y)
+                return _expr.Bin("+", product, _expr.Num(0.0))
+        return _expr.Call(tree.name, args)
+    if isinstance(tree, _expr.Bin):
+        return _expr.Bin(tree.op, _with_constant_strong_zeros(tree.left),
+                         _with_constant_strong_zeros(tree.right))
+    if isinstance(tree, _expr.Neg):
+        return _expr.Neg(_with_constant_strong_zeros(tree.operand))
+    return tree
+
+
+def _never_minus_zero(tree: _expr.Node) -> bool:
+    """Whether the expression is one that cannot be -0.0 (a sum with +0.0)."""
+    return isinstance(tree, _expr.Bin) and tree.op == "+" and \
+        isinstance(tree.right, _expr.Num) and tree.right.value == 0.0 and \
+        math.copysign(1.0, tree.right.value) > 0
 
 
 def _operation_cost(ins: Instruction) -> int:

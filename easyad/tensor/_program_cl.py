@@ -138,7 +138,7 @@ class _CLRenderer(_Renderer):
         name = f"easyad_group_{index}"
         kernel = self.kernel = _Kernel(name, math.prod(shape))
         self._written = {}
-        pre, loop, post = self._body(shape, members)
+        pre, loop, post = self._body([(shape, members)])
         slots = list(self._written)
         kernel.params = [("slot", s) for s in slots] + kernel.params
         params = []
