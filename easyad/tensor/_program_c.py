@@ -367,6 +367,8 @@ class _Loop:
         self.regs: dict[tuple[int, str], str] = {}
         self.loads: dict[str, str] = {}
         self.positions: dict[str, str] = {}
+        self.ctypes: dict[str, str] = {}          # register or load -> its type
+        self.sincos: set[str] = set()             # those whose sine and cosine are made
 
     def position(self, at: str) -> str:
         """A name for the flat index expression ``at`` (declared in the loop once)."""
@@ -513,12 +515,14 @@ class _Renderer:
             reg = f"v{o}{suffix}"
             body.loop.append(f"        const {types[p.dtypes[o]]} {reg} = {text};")
             body.regs[(plan.r(o), index)] = reg
+            body.ctypes[reg] = types[p.dtypes[o]]
         if op == "map":
             label, exprs, names, out_shape, dtypes = params
             mapping = {name: self._operand(body, i, shape, index)
                        for name, i in zip(names, ins.ins)}
             for o, expr, dt in zip(outs, exprs, dtypes):
-                tree = _with_constant_strong_zeros(_expr.substitute(expr, mapping))
+                tree = self._calls(body, _with_constant_strong_zeros(
+                    _expr.substitute(expr, mapping)))
                 number = _expr.constant(tree)
                 if number is not None and np.dtype(dt).kind == "f" and \
                         float(np.dtype(dt).type(number)) == number:
@@ -551,6 +555,10 @@ class _Renderer:
             self._zero(o, body.pre)
             body.loop.append(f"        {self.ptr(o, True)}[{idx}[{index}]] += "
                              f"{self._operand(body, ins.ins[0], shape, index)};")
+
+    def _calls(self, body: _Loop, tree: _expr.Node) -> _expr.Node:
+        """An expression's calls as the target computes them best (here as they are)."""
+        return tree
 
     def _operand(self, body: _Loop, i: Any, shape: Any, index: str) -> str:
         """A name (or plain literal) for operand i (broadcast to ``shape``) at ``index``."""
@@ -588,8 +596,8 @@ class _Renderer:
         found = body.loads.get(load)
         if found is None:
             found = body.loads[load] = f"l{len(body.loads)}"
-            body.loop.append(f"        const {self.types[self.p.dtypes[slot]]} {found} = "
-                             f"{load};")
+            body.ctypes[found] = self.types[self.p.dtypes[slot]]
+            body.loop.append(f"        const {body.ctypes[found]} {found} = {load};")
         return found
 
     def _pad(self, body: _Loop, ins: Instruction, shape: tuple[int, ...], index: str,

@@ -21,9 +21,11 @@ elements in each ran 3.5x faster than a work-item per element):
   not repeat, and reductions to one number: each work-item adds up its own partials over
   its elements (eight running ones on a CPU, so that the loop vectorizes; a strided loop
   on a GPU), the backend's ``reduce`` adds the partials, on the device (a tree in local
-  memory, with its barriers, ran 1.3x slower on PoCL). Values are ``real_t`` (double, or
-  float when the program has no float64 value, float literals then), each rounded to its
-  own dtype when made, as the eager kernels do.
+  memory, with its barriers, ran 1.3x slower on PoCL). A kernel that calls both sin and
+  cos takes them from one ``sincos`` per value (the sine's gradient is the cosine: on
+  PoCL sincos costs what sin does; the chain's gradient ran 1.5x faster). Values are
+  ``real_t`` (double, or float when the program has no float64 value, float literals
+  then), each rounded to its own dtype when made, as the eager kernels do.
 - **backend steps** (``_program.step``): matmul and ``linear``, reductions over some axes,
   cross-entropy, scatter-adds with repeated indices, assembles of several parts, host
   calls (array primitives) and the guards (the only reads on the host, besides what the
@@ -46,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _expr
 from easyad.errors import CompilerWarning, DeviceError
 from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction, Program, live_instructions, step
-from easyad.tensor._program_c import _Plan, _Renderer, _results, _stored
+from easyad.tensor._program_c import _Loop, _Plan, _Renderer, _results, _stored
 
 _CL_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
              np.dtype(np.bool_): "uchar", np.dtype(np.uint8): "uchar"}  # OpenCL's bools
@@ -99,6 +102,7 @@ class _CLRenderer(_Renderer):
         self.target = "c" if real == "double" else "opencl-float"
         self.gpu = gpu
         self.kernel: _Kernel | None = None
+        self._sincos = False      # the kernel calls both sin and cos
         self._written: dict[int, bool] = {}
 
     def ptr(self, slot: int, write: bool = False) -> str:
@@ -133,11 +137,34 @@ class _CLRenderer(_Renderer):
     def _zero_outside(self, inside: str, value: str, ctype: str) -> str:
         return f"({inside} ? {value} : ({ctype})0)"
 
+    def _calls(self, body: _Loop, tree: _expr.Node) -> _expr.Node:
+        """sin(v) and cos(v), in a kernel that calls both, from one sincos(v) (PoCL takes
+        the time of one of them for it: the sine's gradient needs the cosine)."""
+        if not self._sincos:
+            return tree
+        if isinstance(tree, _expr.Call):
+            v = tree.args[0]
+            if tree.name in ("sin", "cos") and isinstance(v, _expr.Var):
+                if v.name not in body.sincos:
+                    body.sincos.add(v.name)
+                    ctype = body.ctypes[v.name]
+                    body.loop.append(f"        {ctype} cos_{v.name}; const {ctype} sin_{v.name} "
+                                     f"= sincos({v.name}, &cos_{v.name});")
+                return _expr.Var(f"{tree.name}_{v.name}")
+            return _expr.Call(tree.name, tuple(self._calls(body, a) for a in tree.args))
+        if isinstance(tree, _expr.Bin):
+            return _expr.Bin(tree.op, self._calls(body, tree.left), self._calls(body, tree.right))
+        if isinstance(tree, _expr.Neg):
+            return _expr.Neg(self._calls(body, tree.operand))
+        return tree
+
     def render_group(self, shape: tuple[int, ...], members: list[Instruction],
                      index: int) -> tuple[str, _Kernel]:
         name = f"easyad_group_{index}"
         kernel = self.kernel = _Kernel(name, math.prod(shape))
         self._written = {}
+        self._sincos = {"sin", "cos"} <= {f for ins in members if ins.op == "map"
+                                          for e in ins.params[1] for f in _expr.calls(e)}
         pre, loop, post = self._body([(shape, members)])
         slots = list(self._written)
         kernel.params = [("slot", s) for s in slots] + kernel.params
