@@ -125,6 +125,11 @@ PROGRAMS = {
         lambda x: ad.sum(x[3:] * ad.exp(-x[:-3]) + (x[1:-2] - x[2:-1] ** 2) ** 2)
         + ad.sum(ad.cos(x[:-1]) * x[1:]),
         lambda: (RNG.normal(size=11),)),
+    # more slices than a loop is cut for: their adjoints recomputed under a condition
+    "nine shifted slices": (
+        lambda x: ad.sum(sum(x[k:x.shape[0] - 8 + k] ** 2 * (k + 1.0) for k in range(9))
+                         * x[4:-4]),
+        lambda: (RNG.normal(size=20),)),
     # rows (a flat run of the array: recomputed) and columns (not a run: stored)
     "2-D row and column slices": (
         lambda x: ad.sum((x[1:, :] - x[:-1, :] ** 2) ** 2) + ad.sum(ad.sin(x[:, 1:])
