@@ -119,6 +119,22 @@ PROGRAMS = {
                                      RNG.normal(size=(6, 5)))),
     "a number from the sum of a product": (lambda x: ad.sum(x) * ad.sum(x * x),
                                            lambda: (RNG.normal(size=4),)),
+    # slices at several offsets and of two lengths: their adjoints (pads) summed in one
+    # loop, the backward values recomputed there
+    "shifted slices": (
+        lambda x: ad.sum(x[3:] * ad.exp(-x[:-3]) + (x[1:-2] - x[2:-1] ** 2) ** 2)
+        + ad.sum(ad.cos(x[:-1]) * x[1:]),
+        lambda: (RNG.normal(size=11),)),
+    # more slices than a loop is cut for: their adjoints recomputed under a condition
+    "nine shifted slices": (
+        lambda x: ad.sum(sum(x[k:x.shape[0] - 8 + k] ** 2 * (k + 1.0) for k in range(9))
+                         * x[4:-4]),
+        lambda: (RNG.normal(size=20),)),
+    # rows (a flat run of the array: recomputed) and columns (not a run: stored)
+    "2-D row and column slices": (
+        lambda x: ad.sum((x[1:, :] - x[:-1, :] ** 2) ** 2) + ad.sum(ad.sin(x[:, 1:])
+                                                                    * x[:, :-1]),
+        lambda: (RNG.normal(size=(5, 6)),)),
 }
 
 
@@ -431,6 +447,124 @@ def test_workspace_buffers_are_shared_between_values_whose_lives_do_not_overlap(
     planned = [s for s, a in enumerate(bound.base[:bound.n_slots])
                if isinstance(a, np.ndarray) and s not in F.program.constants]
     assert len({id(bound.base[s]) for s in planned}) < len(planned)
+
+
+def _workspace(bound, program):
+    """The planned buffers of a fused program (values stored for later loops)."""
+    return [s for s, a in enumerate(bound.base[:bound.n_slots])
+            if isinstance(a, np.ndarray) and s not in program.constants]
+
+
+def _made_by(program, label):
+    """The roots of the slots that maps labelled ``label`` make."""
+    return {ins.outs[0] for ins in program.instructions
+            if ins.op == "map" and ins.params[0] == label}
+
+
+def test_values_read_by_later_loops_are_recomputed_there():
+    """Rosenbrock's gradient: the backward values that the slices' adjoints (pads) add up
+    are recomputed in the loop over the gradient, at the pads' shifts, not stored: no
+    workspace at all; the forward sum (over n - 1) runs in the same loop; that loop is
+    cut where the slices start and end, so no lane reads outside x and none computes
+    under a condition: x read once, g written once."""
+    n = 1000
+    F = ad.record(rosen, np.zeros(n), tensor=True)
+    for _ in range(2):
+        x = RNG.normal(size=n)
+        value, g = F.value_and_gradient(x)
+        close(g, rosen_gradient(x))
+        close(value, np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2))
+    bound = F._bound["gradient"]
+    assert bound.plan.recomputed
+    assert _workspace(bound, F.program) == []
+    segment = bound.source[bound.source.index("void easyad_segment_0"):]
+    assert segment.count("for (long i") == 3           # [0, 1), [1, 999), [999, 1000)
+    middle = segment.split("for (long i = 1; i < 999L; i++)")[1].split("}")[0]
+    assert "?" not in middle and "acc" in middle
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_recomputed_values_agree_with_eager_at_nan_inf_and_zeros(dtype):
+    """Recomputed values are those that eager execution stores, strong zeros,
+    infinities and NaN included; in float32 those of the kernel-by-kernel replay (eager
+    ad.value_and_grad computes in float64), each value rounded to float32 where made."""
+    x = np.array([0.0, -0.0, 1.5, -2.0, np.inf, 0.0, -np.inf, np.nan, 1e-300, 4.0, 0.5],
+                 dtype=dtype)
+    f = PROGRAMS["shifted slices"][0]
+    F = ad.record(f, np.ones(x.size, dtype=dtype), tensor=True)
+    reference = ad.value_and_grad(f) if dtype == np.float64 else ad.record(
+        f, np.ones(x.size, dtype=dtype), tensor=True, fuse=False).value_and_gradient
+    tol = 1e-12 if dtype == np.float64 else 1e-6
+    for point in (x, RNG.normal(size=x.size).astype(dtype)):
+        value, g = F.value_and_gradient(point)
+        with np.errstate(all="ignore"):       # inf - inf in the eager sweep, as here
+            ref_value, ref_g = reference(point)
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, ref_g, rtol=tol, atol=tol * np.nanmax(np.abs(
+            np.where(np.isinf(ref_g), 0, ref_g))), equal_nan=True)
+        np.testing.assert_allclose(value, ref_value, rtol=tol, equal_nan=True)
+    assert F._bound["gradient"].plan.recomputed
+
+
+def test_strong_zeros_of_numbers_are_rewritten_exactly():
+    """mul0(c, y) for a number c, |c| >= 1, is rendered c * y + 0.0 (no comparisons):
+    the same bits as mul0 for every y, signed zeros, subnormals, infinities and NaN."""
+    import struct
+
+    from easyad import _expr
+    from easyad.tensor._program_c import _with_constant_strong_zeros
+
+    def bits(v):
+        return struct.pack("<d", v) if v == v else b"nan"
+
+    def mul0(a, b):
+        return 0.0 if a == 0 or b == 0 else a * b
+    ys = [0.0, -0.0, 5e-324, -5e-324, 1e-310, 1.5, -2.0, 1e308, -1e308, np.inf, -np.inf,
+          np.nan]
+    for c in [1.0, -1.0, 2.0, -3.5, 100.0, 1e300, 0.5, 1e-300]:
+        for order in ("mul0(c, y)", "mul0(y, c)", "mul0(c, mul0(c, y))"):
+            tree = _with_constant_strong_zeros(_expr.substitute(order, {"c": repr(c)}))
+            text = _expr.render(tree, "python")
+            assert abs(c) < 1 or "mul0" not in text, text
+            for y in ys:
+                want = mul0(c, mul0(c, y)) if order.count("mul0") == 2 else mul0(c, y)
+                got = eval(text, {"mul0": mul0}, {"y": y})
+                assert bits(got) == bits(want), (order, c, y, got, want)
+
+
+def test_values_that_must_be_in_memory_are_stored():
+    """Not recomputed: a value a matmul reads (a Python step), one read broadcast (it
+    would be recomputed once per row); and a chain of four calls of libm read at a shift
+    is cut where recomputing it would cost more than storing (one of them stored)."""
+    def f(x, w):
+        t = ad.tanh(x * 2.0)
+        e = ad.exp(x[0] * 0.5)
+        s = ad.sin(ad.sin(ad.sin(ad.sin(x[1] * 3.0))))
+        return ad.sum((t @ w) ** 2) + ad.sum(t[1:] * x[:-1]) + ad.sum(e * x) + ad.sum(
+            e * e) + ad.sum(s[1:] * s[:-1])
+    x, w = RNG.normal(size=(4, 5)), RNG.normal(size=(5, 3))
+    F = ad.record(f, x, w, tensor=True)
+    value, g = F.value_and_gradient(x, w)
+    ref_value, ref_g = ad.value_and_grad(f)(x, w)
+    close(value, ref_value)
+    close(g, ref_g)
+    plan = F._bound["gradient"].plan
+    for label in ("tanh", "exp"):
+        made = {plan.r(s) for s in _made_by(F.program, label)}
+        assert made and not made & plan.recomputed, label
+    sines = {plan.r(s) for s in _made_by(F.program, "sin")}
+    assert len(sines) == 4 and sines & plan.recomputed and sines - plan.recomputed
+
+
+def test_cheap_values_read_at_a_shift_are_recomputed():
+    def f(x):
+        y = x * x + 1.0
+        return ad.sum(y[1:] * y[:-1])
+    F = ad.record(f, np.ones(6), tensor=True)
+    x = RNG.normal(size=6)
+    close(F.gradient(x), ad.grad(f)(x))
+    plan = F._bound["gradient"].plan
+    assert {plan.r(s) for s in _made_by(F.program, "add")} & plan.recomputed
 
 
 def test_nan_inf_and_the_strong_zero_as_eager():

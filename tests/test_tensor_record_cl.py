@@ -304,6 +304,22 @@ def test_slice_adjoints_are_pads_in_the_kernels(n):
     assert not bound.plan.margins
 
 
+def test_sine_and_cosine_of_one_value_come_from_one_sincos():
+    """The sine's gradient needs the cosine of the same value: a kernel that calls both
+    calls sincos once (on PoCL the price of one of them); the value alone calls sin."""
+    def f(x):
+        return ad.sum(ad.sin(x) * x)
+    F = ad.record(f, np.ones(50), device="opencl", tensor=True)
+    x = RNG.normal(size=50)
+    value, g = F.value_and_gradient(x)
+    close(value, np.sum(np.sin(x) * x), 1e-10)
+    close(g, np.cos(x) * x + np.sin(x), 1e-10)
+    close(F(x), value, 1e-10)
+    kernels = _fused(F).source.split("__kernel")[1:]
+    assert len(kernels) == 1 and "sincos(" in kernels[0] and " cos(" not in kernels[0]
+    assert "sincos(" not in _fused(F, "value").source.split("__kernel", 1)[1]
+
+
 def test_array_primitives_are_backend_steps_between_kernels():
     cube = ad.primitive(vjp=lambda g, x, out: 3 * x * x * g, differentiable=True)(
         lambda x: x ** 3)

@@ -11,6 +11,19 @@
   accumulates inside the same loop; a slice's adjoint (assemble) and a scatter write
   straight from it. Expressions are the rule table's strings (the same the eager kernels
   and the OpenCL kernels use), rendered by ``_expr`` over ``_helpers.h``.
+- **Recomputation** (``_choose_recomputed``): a cheap value that later loops read at
+  their own index, or at a fixed shift of it (a slice, a slice's adjoint), is computed
+  again in those loops from what is in memory instead of being stored and loaded, as XLA
+  fuses elementwise producers into their consumers. A loop that adds up slices' adjoints
+  of recomputed values is cut into ranges where each slice covers all or nothing
+  (``_Renderer._runs``): there a plain shifted read, or 0, no condition. Consecutive
+  groups that do not read what the others write, of shapes that differ only in the
+  first dimension, run as one loop (``_Plan.loops``), each in the range of its own
+  elements. Rosenbrock's value and gradient so read x once and write g, instead of
+  storing three arrays to add in a second loop.
+- **Numbers**: a recorded constant of one element (the gradient's seed) is a literal,
+  and so is a value that is one number; ``mul0`` (the strong zero) of a number c with
+  |c| >= 1 is written ``c * y + 0.0``, the same bits with no comparison.
 - **Python steps**: matmul and ``linear`` (BLAS through numpy), the cross-entropy kernels
   and guards, as ``_program.step`` runs them.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
@@ -59,21 +72,59 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
     return out[::-1]
 
 
-def _offset(group: tuple[int, ...], strides: Sequence[int], base: int = 0) -> str:
-    """The element offset, for flat index i over ``group``, of a view with ``strides`` (in
-    elements, aligned to group's dims; 0 where broadcast) and ``base``."""
-    if list(strides) == _strides(group):
-        return f"{base} + i" if base else "i"
+def _contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether a view of ``shape`` with ``strides`` (in elements) is a run of consecutive
+    elements in C order."""
+    return all(s == c for n, s, c in zip(shape, strides, _strides(tuple(shape))) if n != 1)
+
+
+def _offset(group: tuple[int, ...], strides: Sequence[int], base: int = 0,
+            index: str = "i") -> str:
+    """The element offset, for flat index ``index`` over ``group``, of a view with
+    ``strides`` (in elements, aligned to group's dims; 0 where broadcast) and ``base``."""
+    if _contiguous(group, strides):
+        return f"{base} + {index}" if base else index
     inner = _strides(group)
     terms = [] if not base else [str(base)]
     for d, (n, s) in enumerate(zip(group, strides)):
         if s == 0 or n == 1:
             continue
-        idx = f"i / {inner[d]}" if inner[d] != 1 else "i"
+        idx = f"{index} / {inner[d]}" if inner[d] != 1 else index
         if d > 0:
             idx = f"({idx}) % {n}"
         terms.append(f"({idx}) * {s}" if s != 1 else f"({idx})")
     return " + ".join(terms) if terms else "0"
+
+
+def _pad_position(shape: tuple[int, ...], spec: list[tuple[int, int, int, int]],
+                  part: tuple[int, ...], index: str, clamp: bool) -> tuple[str, str]:
+    """For flat index ``index`` over a pad's output ``shape`` (its slice ``spec``, of
+    ``_slice_of``): whether it is inside the slice, and the flat index into the part
+    there (``clamp``: a position inside the part everywhere, the nearest one outside)."""
+    inner = _strides(shape)
+    part_strides = _strides(part)
+    conds, offsets = [], []
+    for d, (start, step_, count, k) in enumerate(spec):
+        if shape[d] == 1:
+            continue
+        idx = f"({index} / {inner[d]})" if inner[d] != 1 else index
+        if d > 0:
+            idx = f"({idx} % {shape[d]})"
+        q = f"({idx} - {start})" if start else idx
+        last = step_ * (count - 1)
+        if count != shape[d] or step_ != 1:
+            if start:
+                conds.append(f"{q} >= 0")
+            if step_ != 1:
+                conds.append(f"{q} % {step_} == 0")
+            conds.append(f"{q} < {last + 1}")
+            if clamp:
+                q = f"({q} < 0 ? 0 : {q} > {last} ? {last} : {q})" if start else \
+                    f"({q} > {last} ? {last} : {q})"
+        if k >= 0 and part_strides[k] and count > 1:
+            term = f"({q} / {step_})" if step_ != 1 else q
+            offsets.append(f"{term} * {part_strides[k]}" if part_strides[k] != 1 else term)
+    return " && ".join(conds) or "1", " + ".join(offsets) or "0"
 
 
 def _slice_of(out_shape: tuple[int, ...], offset: int, part: tuple[int, ...],
@@ -142,19 +193,51 @@ class _Plan:
         # a slice's adjoint (one part written into zeros) as an elementwise value over
         # its output: zero outside the slice, so sums of such adjoints fuse into one loop
         self.pads: dict[int, list[tuple[int, int, int, int]]] = {}
+        self.pad_runs: dict[int, tuple[int, int]] = {}     # pads whose slice is a flat run
         for ins in instructions:
             if ins.op == "assemble" and len(ins.params[2]) == 1:
                 (offset, part, strides), = ins.params[2]
                 spec = _slice_of(tuple(ins.params[0]), offset, tuple(part), tuple(strides))
                 if spec is not None:
                     self.pads[id(ins)] = spec
+                    if _contiguous(part, strides):   # [offset, offset + size) of the output
+                        self.pad_runs[id(ins)] = (offset, offset + math.prod(part))
 
         # workspace buffers read past their ends by pads (zeros there): root -> (lo, hi)
         self.margins: dict[int, tuple[int, int]] = {}
         self.workspace: set[int] = set()      # set by fused(): roots in planned buffers
+        # set by _stored: the instruction that makes each slot (by root), the values
+        # recomputed where read instead of stored, and the slots in memory each one's
+        # recomputation reads
+        self.producer: dict[int, Instruction] = {}
+        self.recomputed: set[int] = set()
+        self.recipe_reads: dict[int, set[int]] = {}
+        self.stored: set[int] | None = None       # the roots in memory: loops merge then
 
     def is_pad(self, ins: Instruction) -> bool:
         return id(ins) in self.pads
+
+    def reads_in_order(self, reader: Instruction, slot: int) -> bool:
+        """Whether ``reader`` reads value ``slot`` at its loop's flat index, or at that
+        index shifted by a constant: where the value, recomputed, reads memory in order
+        (a broadcast, gather or strided read would recompute it at scattered positions:
+        gathers from memory, and more than once per element)."""
+        p = self.program
+        if reader.op == "take":
+            return False
+        if reader.op == "strided":
+            return _contiguous(reader.params[1], reader.params[2])
+        if self.is_pad(reader):
+            return id(reader) in self.pad_runs
+        loop_size = math.prod(self.loop_shape(reader))
+        return all(math.prod(p.shapes[i]) == loop_size for i in reader.ins
+                   if type(i) is int and self.r(i) == self.r(slot))
+
+    def memory_reads(self, slot: int) -> set[int]:
+        """The roots in memory that reading ``slot`` reads: its own, or those its
+        recomputation reads."""
+        root = self.r(slot)
+        return self.recipe_reads.get(root, {root})
 
     def r(self, slot: int) -> int:
         return self.root.get(slot, slot)
@@ -172,6 +255,42 @@ class _Plan:
         if ins.op == "reduce":
             return ins.params[0] in ("sum", "max", "min")
         return True
+
+    def loops(self, instructions: list[Instruction]
+              ) -> list[list[tuple[Any, list[Instruction]]]]:
+        """The loops of a segment: its groups, and once ``_stored`` has said what is in
+        memory, consecutive groups that do not read what the others write and whose
+        shapes differ only in the first dimension run as one loop, over the largest, each
+        group in the range of its own elements (Rosenbrock's sum over x[:-1] and its
+        gradient over x share their loads, and the recomputed backward values)."""
+        loops: list[list[tuple[Any, list[Instruction]]]] = []
+        for shape, members in self.groups(instructions):
+            if loops and self._merges(loops[-1], shape, members):
+                loops[-1].append((shape, members))
+            else:
+                loops.append([(shape, members)])
+        return loops
+
+    def _merges(self, loop: list[tuple[Any, list[Instruction]]], shape: Any,
+                members: list[Instruction]) -> bool:
+        first = loop[0][0]
+        if self.stored is None or ("assemble",) in (shape, first) or \
+                len(shape) != len(first) or shape[1:] != first[1:]:
+            return False
+        if not all(self.vectorises(ins) for ins in members) or \
+                not all(self.vectorises(ins) for _, others in loop for ins in others):
+            return False
+        written = {self.r(o) for _, others in loop for ins in others for o in ins.outs
+                   if self.r(o) in self.stored}
+        return not any(s in written for ins in members for i in ins.ins if type(i) is int
+                       for s in self.memory_reads(i))
+
+    def vectorises(self, ins: Instruction) -> bool:
+        """Whether a loop's lanes may run ``ins`` together: not where two iterations write
+        one place (scatters, reductions along axes, max/min, whose NaN rule is not a
+        reduction)."""
+        return ins.op not in ("scatter_add", "reduce") or (
+            ins.params[0] == "sum" and math.prod(self.program.shapes[ins.outs[0]]) == 1)
 
     def groups(self, instructions: list[Instruction]) -> list[tuple[Any, list[Instruction]]]:
         """The loops of a segment: each instruction joins the last loop of its shape when
@@ -235,6 +354,33 @@ class _Plan:
         return True
 
 
+class _Loop:
+    """One loop's code while it is rendered: the lines before it, in it and after it, the
+    registers of its values (by root slot and flat index name: ``i``, or a position a
+    recomputed value is read at), its loads and constants, its named positions."""
+
+    def __init__(self, inside: dict[int, bool] | None = None) -> None:
+        self.inside = inside      # pads of recomputed values: over the whole range or not
+        self.pre: list[str] = []
+        self.loop: list[str] = []
+        self.post: list[str] = []
+        self.regs: dict[tuple[int, str], str] = {}
+        self.loads: dict[str, str] = {}
+        self.positions: dict[str, str] = {}
+        self.ctypes: dict[str, str] = {}          # register or load -> its type
+        self.sincos: set[str] = set()             # those whose sine and cosine are made
+
+    def position(self, at: str) -> str:
+        """A name for the flat index expression ``at`` (declared in the loop once)."""
+        if at.isidentifier():
+            return at
+        name = self.positions.get(at)
+        if name is None:
+            name = self.positions[at] = f"j{len(self.positions)}"
+            self.loop.append(f"        const long {name} = {at};")
+        return name
+
+
 class _Renderer:
     """C of one segment (see the module docstring). The loop body of a group (``_body``) is
     shared with the OpenCL renderer (``_program_cl``), which changes the types, the
@@ -248,6 +394,7 @@ class _Renderer:
         self.plan, self.p = plan, plan.program
         self.needed_later = needed_later          # slots read outside their group
         self.lines: list[str] = []
+        self.aux_numbers: dict[int, int] = {}     # id of an index array -> its number
 
     def ptr(self, slot: int, write: bool = False) -> str:
         """The slot's memory as a local pointer of the segment (loaded from P once, so
@@ -259,159 +406,240 @@ class _Renderer:
         return f"p{s}"
 
     def aux(self, array: np.ndarray) -> str:
-        self.plan.aux.append(np.ascontiguousarray(array, dtype=np.int64))
-        k = len(self.p.shapes) + len(self.plan.aux) - 1
+        """A gather's or scatter's index array, as a pointer (after the slots in P)."""
+        k = len(self.p.shapes) + self.aux_number(array)
         self.used[k] = f"    const long* const p{k} = (const long*)P[{k}];"
         return f"p{k}"
 
+    def aux_number(self, array: np.ndarray) -> int:
+        """The index array's number in ``plan.aux`` (added once, however often read)."""
+        found = self.aux_numbers.get(id(array))
+        if found is None:
+            self.plan.aux.append(np.ascontiguousarray(array.reshape(-1), dtype=np.int64))
+            found = self.aux_numbers[id(array)] = len(self.plan.aux) - 1
+        return found
+
     def render(self, instructions: list[Instruction], index: int) -> str:
-        groups = self.plan.groups(instructions)
         self.used: dict[int, str] = {}
-        body = [self._group(shape, members) for shape, members in groups]
+        body = [self._loop(groups) for groups in self.plan.loops(instructions)]
         pointers = [self.used[k] for k in sorted(self.used)]
         return (f"void easyad_segment_{index}(void** P) {{\n" + "\n".join(pointers) + "\n"
                 + "\n".join(body) + "}\n")
 
-    def _group(self, shape: Any, members: list[Instruction]) -> str:
-        if shape == ("assemble",):
-            return self._assemble_apart(members[0])
-        p = self.p
-        pre, loop, post = self._body(shape, members)
-        n = math.prod(shape)
-        # lanes may run together (vectorised) unless two iterations write one place:
-        # scatters, reductions along axes, max/min (whose NaN rule is not a reduction)
+    def _loop(self, groups: list[tuple[Any, list[Instruction]]]) -> str:
+        if groups[0][0] == ("assemble",):
+            return self._assemble_apart(groups[0][1][0])
+        groups = [(shape, live) for shape, members in groups if (live := self.live(members))]
+        if not groups:
+            return ""             # its values are all recomputed where they are read
+        members = [ins for _, group in groups for ins in group]
         sums = [f"acc{ins.outs[0]}" for ins in members if ins.op == "reduce"
-                and ins.params[0] == "sum" and math.prod(p.shapes[ins.outs[0]]) == 1]
-        simd = all(ins.op not in ("scatter_add", "reduce") or f"acc{ins.outs[0]}" in sums
-                   for ins in members)
-        pragma = ["    #pragma omp simd" + (f" reduction(+:{', '.join(sums)})" if sums else "")] \
-            if simd else []
-        return ("    {\n" + "\n".join(pre + pragma) + ("\n" if pre or pragma else "")
-                + f"    for (long i = 0; i < {n}L; i++) {{\n" + "\n".join(loop)
-                + "\n    }\n" + "\n".join(post) + ("\n" if post else "") + "    }\n")
+                and self.plan.vectorises(ins)]
+        pragma = "    #pragma omp simd" + (f" reduction(+:{', '.join(sums)})" if sums else "")
+        simd = all(self.plan.vectorises(ins) for ins in members)
+        pre: list[str] = []
+        post: list[str] = []
+        loops = []
+        for lo, hi, inside in self._runs(groups):
+            run_pre, loop, run_post = self._body(
+                [(shape, group) for shape, group in groups if math.prod(shape) >= hi], inside)
+            pre += [line for line in run_pre if line not in pre]     # the same in each
+            post += [line for line in run_post if line not in post]
+            loops.append((pragma + "\n" if simd else "")
+                         + f"    for (long i = {lo}; i < {hi}L; i++) {{\n" + "\n".join(loop)
+                         + "\n    }\n")
+        return ("    {\n" + "".join(line + "\n" for line in pre) + "".join(loops)
+                + "".join(line + "\n" for line in post) + "    }\n")
+
+    def _runs(self, groups: list[tuple[Any, list[Instruction]]]
+              ) -> list[tuple[int, int, dict[int, bool] | None]]:
+        """The ranges of flat indices a loop is cut into: where a group's elements end,
+        and (at most ``_MAX_RUNS`` ranges) where the slice of a pad of a recomputed value
+        starts or ends, each range with, per such pad, whether its slice covers the range
+        (a plain read at a shift there, else 0: no condition, memory read in order; None:
+        those pads under a condition)."""
+        cuts = {0} | {math.prod(shape) for shape, _ in groups}
+        runs = {id(ins): self.plan.pad_runs[id(ins)] for _, members in groups
+                for ins in members if self.plan.is_pad(ins) and not self.in_memory(ins.ins[0])}
+        at_pads = sorted(cuts | {c for run in runs.values() for c in run})
+        if not runs or len(at_pads) - 1 > _MAX_RUNS:
+            ends = sorted(cuts)
+            return [(lo, hi, None) for lo, hi in zip(ends, ends[1:])]
+        return [(lo, hi, {k: a <= lo and hi <= b for k, (a, b) in runs.items()})
+                for lo, hi in zip(at_pads, at_pads[1:])]
 
     def _zero(self, o: int, pre: list[str]) -> None:
         """Slot o (a sink's output) set to 0 before the loop."""
         pre.append(f"    memset(P[{self.plan.r(o)}], 0, {math.prod(self.p.shapes[o])} * "
                    f"sizeof({_C_TYPES[self.p.dtypes[o]]}));")
 
-    def _body(self, shape: Any, members: list[Instruction]
-              ) -> tuple[list[str], list[str], list[str]]:
-        """The lines before the loop over ``shape`` (flat index i), in it and after it."""
-        p, plan, types = self.p, self.plan, self.types
-        regs: dict[int, str] = {}          # root slot -> register name
-        loads: dict[str, str] = {}         # memory read (or constant) -> its name
-        pre: list[str] = []
-        loop: list[str] = []
-        post: list[str] = []
-        for ins in members:
-            op, params, outs = ins.op, ins.params, ins.outs
-
-            def value(i: Any) -> str:
-                """A name (or plain literal) for operand i inside the loop."""
-                if type(i) is float:
-                    if math.isfinite(i):
-                        return repr(i) if i >= 0 else f"({i!r})"
-                    name = f"k{len(loads)}"
-                    loads[name] = name
-                    pre.append(f"    const {self.real} {name} = {_literal(i)};")
-                    return name
-                s = plan.r(i)
-                if s in regs:
-                    return regs[s]
-                strides = _broadcast_strides(p.shapes[i], shape)
-                load = f"{self.ptr(i)}[{_offset(shape, strides)}]"
-                found = loads.get(load)
-                if found is None:
-                    found = loads[load] = f"l{len(loads)}"
-                    loop.append(f"        const {types[p.dtypes[i]]} {found} = {load};")
-                return found
-            if op == "map":
-                label, exprs, names, out_shape, dtypes = params
-                mapping = {name: value(i) for name, i in zip(names, ins.ins)}
-                for o, expr, dt in zip(outs, exprs, dtypes):
-                    text = _expr.render(_expr.substitute(expr, mapping), self.target)
-                    reg = f"v{o}"
-                    loop.append(f"        const {types[np.dtype(dt)]} {reg} = "
-                                f"({types[np.dtype(dt)]})({text});")
-                    regs[plan.r(o)] = reg
-            elif op == "strided":
-                offset, _, strides = params
-                src = ins.ins[0]
-                o = outs[0]
-                loop.append(f"        const {types[p.dtypes[o]]} v{o} = "
-                            f"{self.ptr(src)}[{_offset(shape, strides, offset)}];")
-                regs[plan.r(o)] = f"v{o}"
-            elif op == "take":
-                (index,) = params
-                o = outs[0]
-                idx = self.aux(index.reshape(-1))
-                loop.append(f"        const {types[p.dtypes[o]]} v{o} = "
-                            f"{self.ptr(ins.ins[0])}[{idx}[i]];")
-                regs[plan.r(o)] = f"v{o}"
-            elif op == "reduce":
-                self._reduce(ins, shape, value(ins.ins[0]), pre, loop, post)
-            elif op == "assemble" and plan.is_pad(ins) and len(shape) == 1 and \
-                    plan.pads[id(ins)][0][1] == 1 and plan.r(ins.ins[0]) in plan.workspace:
-                # a 1-D slice of step 1 read from a workspace buffer with zeros around
-                # it: a plain load, no condition (the loop stays a run of vector loads)
-                o, src = outs[0], ins.ins[0]
-                start, _, count, _ = plan.pads[id(ins)][0]
-                lo, hi = plan.margins.get(plan.r(src), (0, 0))
-                plan.margins[plan.r(src)] = (max(lo, start), max(hi, shape[0] - start - count))
-                index = f"i - {start}" if start else "i"
-                loop.append(f"        const {types[p.dtypes[o]]} v{o} = "
-                            f"{self.ptr(src)}[{index}];")
-                regs[plan.r(o)] = f"v{o}"
-            elif op == "assemble" and plan.is_pad(ins):
-                o, src = outs[0], ins.ins[0]
-                inner = _strides(shape)
-                part_strides = _strides(tuple(params[2][0][1]))
-                conds, offsets = [], []
-                for d, (start, step_, count, k) in enumerate(plan.pads[id(ins)]):
-                    if shape[d] == 1:
-                        continue
-                    idx = f"(i / {inner[d]})" if inner[d] != 1 else "i"
-                    if d > 0:
-                        idx = f"({idx} % {shape[d]})"
-                    q = f"({idx} - {start})" if start else idx
-                    if count != shape[d] or step_ != 1:
-                        conds.append(f"{q} >= 0" if start else "1")
-                        if step_ != 1:
-                            conds.append(f"{q} % {step_} == 0")
-                        conds.append(f"{q} < {step_ * (count - 1) + 1}")
-                    if k >= 0 and part_strides[k] and count > 1:
-                        term = f"({q} / {step_})" if step_ != 1 else q
-                        offsets.append(f"{term} * {part_strides[k]}")
-                cond = " && ".join(c for c in conds if c != "1") or "1"
-                offset = " + ".join(offsets) or "0"
-                ctype = types[p.dtypes[o]]
-                loop.append(f"        const int in{o} = {cond};")
-                loop.append(f"        const {ctype} v{o} = in{o} ? "
-                            f"{self.ptr(src)}[in{o} ? {offset} : 0] : ({ctype})0;")
-                regs[plan.r(o)] = f"v{o}"
-            elif op == "assemble":
-                out_shape, dtype, parts = params
-                (offset, _, strides), = parts
-                o = outs[0]
-                self._zero(o, pre)
-                src = ins.ins[0]   # of the part's size (its own shape may differ)
-                read = regs.get(plan.r(src)) or f"{self.ptr(src)}[i]"
-                loop.append(f"        {self.ptr(o, True)}[{_offset(shape, strides, offset)}]"
-                            f" = {read};")
-            elif op == "scatter_add":
-                out_shape, dtype, index, unique = params
-                o = outs[0]
-                idx = self.aux(index.reshape(-1))
-                self._zero(o, pre)
-                loop.append(f"        {self.ptr(o, True)}[{idx}[i]] += {value(ins.ins[0])};")
+    def _body(self, groups: list[tuple[Any, list[Instruction]]],
+              inside: dict[int, bool] | None = None) -> tuple[list[str], list[str], list[str]]:
+        """The lines before a loop (flat index i) over the groups' shapes, in it and after
+        it; ``inside``: of a range of ``_runs``."""
+        body = _Loop(inside)
+        for shape, members in groups:
+            for ins in self.live(members):
+                self._emit(body, ins, shape, "i")
         # stores: values of the loop read after it
-        for ins in members:
-            if ins.op in _ELEMENTWISE or plan.is_pad(ins):
-                for o in ins.outs:
-                    if plan.r(o) in self.needed_later:
-                        loop.append(f"        {self.ptr(o, True)}[i] = v{o};")
-        return pre, loop, post
+        for _, members in groups:
+            for ins in members:
+                if ins.op in _ELEMENTWISE or self.plan.is_pad(ins):
+                    for o in ins.outs:
+                        if self.plan.r(o) in self.needed_later:
+                            body.loop.append(f"        {self.ptr(o, True)}[i] = "
+                                             f"{body.regs[(self.plan.r(o), 'i')]};")
+        return body.pre, body.loop, body.post
+
+    def live(self, members: list[Instruction]) -> list[Instruction]:
+        """The members of a loop whose values it uses: sinks, values stored for later and
+        what those read; the rest are recomputed by the loops that read them."""
+        plan = self.plan
+        read: set[int] = set()
+        live: list[Instruction] = []
+        for ins in reversed(members):
+            if (ins.op in _SINKS and not plan.is_pad(ins)) or any(
+                    plan.r(o) in self.needed_later or plan.r(o) in read for o in ins.outs):
+                live.append(ins)
+                read.update(plan.r(i) for i in ins.ins if type(i) is int)
+        return live[::-1]
+
+    def _emit(self, body: _Loop, ins: Instruction, shape: Any, index: str) -> None:
+        """The lines of one instruction at flat index ``index`` of ``shape``: the loop's
+        own i, or (for values) a position where the loop reads a recomputed value."""
+        p, plan, types = self.p, self.plan, self.types
+        op, params, outs = ins.op, ins.params, ins.outs
+        suffix = "" if index == "i" else f"_{index}"
+
+        def put(o: int, text: str) -> None:
+            reg = f"v{o}{suffix}"
+            body.loop.append(f"        const {types[p.dtypes[o]]} {reg} = {text};")
+            body.regs[(plan.r(o), index)] = reg
+            body.ctypes[reg] = types[p.dtypes[o]]
+        if op == "map":
+            label, exprs, names, out_shape, dtypes = params
+            mapping = {name: self._operand(body, i, shape, index)
+                       for name, i in zip(names, ins.ins)}
+            for o, expr, dt in zip(outs, exprs, dtypes):
+                tree = self._calls(body, _with_constant_strong_zeros(
+                    _expr.substitute(expr, mapping)))
+                number = _expr.constant(tree)
+                if number is not None and np.dtype(dt).kind == "f" and \
+                        float(np.dtype(dt).type(number)) == number:
+                    # a number (the seed, passed on by the sweep): a literal for what
+                    # reads it, so the strong zeros around it simplify
+                    body.regs[(plan.r(o), index)] = repr(number) if number >= 0 \
+                        else f"({number!r})"
+                    continue
+                put(o, f"({types[np.dtype(dt)]})({_expr.render(tree, self.target)})")
+        elif op == "strided":
+            offset, _, strides = params
+            put(outs[0], self._read(body, ins.ins[0], _offset(shape, strides, offset, index)))
+        elif op == "take":
+            put(outs[0], self._read(body, ins.ins[0], f"{self.aux(params[0])}[{index}]"))
+        elif op == "reduce":
+            self._reduce(ins, shape, self._operand(body, ins.ins[0], shape, index), body.pre,
+                         body.loop, body.post)
+        elif op == "assemble" and plan.is_pad(ins):
+            put(outs[0], self._pad(body, ins, shape, index, f"in{outs[0]}{suffix}"))
+        elif op == "assemble":
+            (offset, _, strides), = params[2]
+            o = outs[0]
+            self._zero(o, body.pre)
+            read = self._read(body, ins.ins[0], index)   # of the part's size, not its shape
+            body.loop.append(f"        {self.ptr(o, True)}"
+                             f"[{_offset(shape, strides, offset, index)}] = {read};")
+        elif op == "scatter_add":
+            o = outs[0]
+            idx = self.aux(params[2])
+            self._zero(o, body.pre)
+            body.loop.append(f"        {self.ptr(o, True)}[{idx}[{index}]] += "
+                             f"{self._operand(body, ins.ins[0], shape, index)};")
+
+    def _calls(self, body: _Loop, tree: _expr.Node) -> _expr.Node:
+        """An expression's calls as the target computes them best (here as they are)."""
+        return tree
+
+    def _operand(self, body: _Loop, i: Any, shape: Any, index: str) -> str:
+        """A name (or plain literal) for operand i (broadcast to ``shape``) at ``index``."""
+        constant = self.p.constants.get(self.plan.r(i)) if type(i) is int else None
+        if constant is not None and constant.size == 1 and constant.dtype.kind == "f":
+            # one recorded number (the gradient's seed, 1.0): a literal, which the compiler
+            # folds into the arithmetic (and the strong zero's tests) around it
+            i = float(constant.reshape(-1)[0])
+        if type(i) is float:
+            if math.isfinite(i):
+                return repr(i) if i >= 0 else f"({i!r})"
+            name = "k_" + ("nan" if math.isnan(i) else "inf" if i > 0 else "minus_inf")
+            if name not in body.loads:
+                body.loads[name] = name
+                body.pre.append(f"    const {self.real} {name} = {_literal(i)};")
+            return name
+        return self._read(body, i, _offset(shape, _broadcast_strides(self.p.shapes[i], shape),
+                                           0, index))
+
+    def _read(self, body: _Loop, slot: int, at: str) -> str:
+        """The slot's element at flat index ``at`` (of its own shape): a register of the
+        loop, else the slot's instructions rendered here where the plan recomputes it,
+        else a load."""
+        plan = self.plan
+        s = plan.r(slot)
+        found = body.regs.get((s, at))
+        if found is not None:
+            return found
+        if not self.in_memory(s):      # made by another loop, which did not store it
+            position = body.position(at)
+            if (s, position) not in body.regs:
+                self._emit(body, plan.producer[s], self.p.shapes[s], position)
+            return body.regs[(s, position)]
+        load = f"{self.ptr(slot)}[{at}]"
+        found = body.loads.get(load)
+        if found is None:
+            found = body.loads[load] = f"l{len(body.loads)}"
+            body.ctypes[found] = self.types[self.p.dtypes[slot]]
+            body.loop.append(f"        const {body.ctypes[found]} {found} = {load};")
+        return found
+
+    def _pad(self, body: _Loop, ins: Instruction, shape: tuple[int, ...], index: str,
+             inside: str) -> str:
+        """A slice's adjoint at ``index`` of its output: the part's element where the slice
+        is, 0 elsewhere (``inside``: the name of the condition)."""
+        plan = self.plan
+        src = ins.ins[0]
+        spec = plan.pads[id(ins)]
+        ctype = self.types[self.p.dtypes[ins.outs[0]]]
+        part = tuple(ins.params[2][0][1])
+        if index == "i" and body.inside is not None and id(ins) in body.inside:
+            if not body.inside[id(ins)]:
+                return f"({ctype})0"
+            start = plan.pad_runs[id(ins)][0]
+            return self._read(body, src, f"i - {start}" if start else "i")
+        if not self.in_memory(src):
+            # the part recomputed at a position clamped into it (every lane computes, so
+            # the loop vectorises), then zeroed outside the slice
+            condition, position = _pad_position(shape, spec, part, index, clamp=True)
+            body.loop.append(f"        const int {inside} = {condition};")
+            return self._zero_outside(inside, self._read(body, src, position), ctype)
+        if len(shape) == 1 and spec[0][1] == 1 and plan.r(src) in plan.workspace:
+            # a 1-D slice of step 1 read from a workspace buffer with zeros around it: a
+            # plain load, no condition (the loop stays a run of vector loads)
+            start, _, count, _ = spec[0]
+            lo, hi = plan.margins.get(plan.r(src), (0, 0))
+            plan.margins[plan.r(src)] = (max(lo, start), max(hi, shape[0] - start - count))
+            return f"{self.ptr(src)}[{index} - {start}]" if start else \
+                f"{self.ptr(src)}[{index}]"
+        condition, position = _pad_position(shape, spec, part, index, clamp=False)
+        body.loop.append(f"        const int {inside} = {condition};")
+        return f"{inside} ? {self.ptr(src)}[{inside} ? {position} : 0] : ({ctype})0"
+
+    def in_memory(self, slot: int) -> bool:
+        s = self.plan.r(slot)
+        return s in self.needed_later or s in self.p.inputs or s in self.p.constants
+
+    def _zero_outside(self, inside: str, value: str, ctype: str) -> str:
+        """``value`` where ``inside`` holds, else 0: as a bit mask (gcc if-converts no ?:
+        in a loop that calls vector math)."""
+        return f"({ctype})easyad_v_mask({value}, {inside})"
 
     def _reduce(self, ins: Instruction, shape: tuple[int, ...], v: str, pre: list[str],
                 loop: list[str], post: list[str]) -> None:
@@ -647,7 +875,8 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
 
 def _group_numbers(plan: _Plan) -> dict[int, int]:
     """The loop (or Python step) each instruction runs in, numbered in running order, by
-    ``id`` of the instruction: the plan's grouping, as the renderer forms its loops."""
+    ``id`` of the instruction: the plan's loops, as the renderer forms them (before
+    ``_stored`` has decided, one a group)."""
     group_of: dict[int, int] = {}
     g = 0
     for kind, item in plan.schedule:
@@ -655,10 +884,11 @@ def _group_numbers(plan: _Plan) -> dict[int, int]:
             g += 1
             group_of[id(item)] = g
             continue
-        for _, members in plan.groups(item):
+        for loop in plan.loops(item):
             g += 1
-            for ins in members:
-                group_of[id(ins)] = g
+            for _, members in loop:
+                for ins in members:
+                    group_of[id(ins)] = g
     return group_of
 
 
@@ -691,7 +921,119 @@ def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
     for ins in producer.values():
         if ins.op not in _C_OPS or not plan._renderable(ins):
             stored.update(r(o) for o in ins.outs)
-    return stored - set(p.inputs) - set(p.constants)
+    stored -= set(p.inputs) | set(p.constants)
+    plan.producer = producer
+    _choose_recomputed(plan, stored, producer, readers)
+    plan.stored = stored
+    return stored
+
+
+# A value that later loops read is recomputed in them instead of stored (XLA fuses
+# elementwise producers into their consumers the same way) when its instructions, back to
+# values in memory, cost less than the store and the loads: on arrays larger than the
+# caches a store and a load move 16-24 bytes an element, time for some 50 vector
+# operations or 2-3 calls of vector math. So the backward sweep's values that the adjoints
+# of slices (pads) add up are recomputed at shifted positions in the pad loop, which then
+# reads the inputs once and writes the gradient: one pass instead of three stores and
+# three loads per element.
+_RECOMPUTE_COST = 48          # operations an element, at most
+_CALL_COST = 16               # a call of libm (sin, exp, pow with a variable exponent...)
+_CHEAP_CALLS = frozenset({"abs", "fabs", "sqrt", "mul0", "div0", "maximum", "minimum",
+                          "sign", "heaviside"})
+_RECOMPUTE_ARRAYS = 2         # arrays (of more than one element) it may read instead
+_MAX_RUNS = 9                 # ranges a loop is cut into at most (see _Renderer._runs)
+
+
+def _choose_recomputed(plan: _Plan, stored: set[int], producer: dict[int, Instruction],
+                       readers: dict[int, list[Instruction]]) -> None:
+    """Takes out of ``stored`` the values to recompute where read (``plan.recomputed``):
+    made by an elementwise instruction of a loop, read only by loops (a Python step, an
+    output or an assemble of several parts needs it in memory) and in order
+    (``_Plan.reads_in_order``), cheap (see above). In program order, so a value's
+    recomputation may go through earlier recomputed ones."""
+    p, r = plan.program, plan.r
+    in_loops = {id(ins) for kind, item in plan.schedule if kind == "c" for ins in item
+                if plan.loop_shape(ins) != ("assemble",)}
+    outputs = {r(o) for o in plan.outputs}
+    for slot, ins in producer.items():
+        if slot not in stored or slot in outputs or id(ins) not in in_loops or \
+                not (ins.op in _ELEMENTWISE or plan.is_pad(ins)) or \
+                any(id(reader) not in in_loops or not plan.reads_in_order(reader, slot)
+                    for reader in readers.get(slot, ())):
+            continue
+        cost, reads = 0, set()
+        seen: set[int] = set()
+        pending = [slot]
+        while pending:
+            made_by = producer[pending.pop()]
+            if id(made_by) in seen:
+                continue
+            seen.add(id(made_by))
+            cost += _operation_cost(made_by)
+            for i in made_by.ins:
+                if type(i) is int:
+                    u = r(i)
+                    if u in stored or u in p.inputs or u in p.constants:
+                        reads.add(u)
+                    else:
+                        pending.append(u)
+        arrays = sum(1 for u in reads if math.prod(p.shapes[u]) > 1)
+        if cost <= _RECOMPUTE_COST and arrays <= _RECOMPUTE_ARRAYS:
+            stored.discard(slot)
+            plan.recomputed.add(slot)
+            plan.recipe_reads[slot] = reads
+
+
+def _with_constant_strong_zeros(tree: _expr.Node) -> _expr.Node:
+    """The expression with each ``mul0(c, y)`` (or ``mul0(y, c)``) of a number c, finite
+    and |c| >= 1, written ``c * y + 0.0`` (``y + 0.0`` for c = 1): the same number in
+    every case (c * y is 0 only where y is, and + 0.0 makes that +0 as mul0 does; NaN
+    and infinities pass), with no comparison (the seed 1.0 makes many such)."""
+    if isinstance(tree, _expr.Call):
+        args = tuple(_with_constant_strong_zeros(a) for a in tree.args)
+        if tree.name == "mul0":
+            for c, y in (args, args[::-1]):
+                if not (isinstance(c, _expr.Num) and math.isfinite(c.value)):
+                    continue
+                if isinstance(y, _expr.Num) and math.isfinite(y.value):
+                    return _expr.Num(c.value * y.value if c.value and y.value else 0.0)
+                if abs(c.value) < 1:
+                    continue
+                if c.value == 1 and _never_minus_zero(y):
+                    return y
+                product = y if c.value == 1 else _expr.Bin("*", c, y)
+                return _expr.Bin("+", product, _expr.Num(0.0))
+        return _expr.Call(tree.name, args)
+    if isinstance(tree, _expr.Bin):
+        return _expr.Bin(tree.op, _with_constant_strong_zeros(tree.left),
+                         _with_constant_strong_zeros(tree.right))
+    if isinstance(tree, _expr.Neg):
+        return _expr.Neg(_with_constant_strong_zeros(tree.operand))
+    return tree
+
+
+def _never_minus_zero(tree: _expr.Node) -> bool:
+    """Whether the expression is one that cannot be -0.0 (a sum with +0.0)."""
+    return isinstance(tree, _expr.Bin) and tree.op == "+" and \
+        isinstance(tree.right, _expr.Num) and tree.right.value == 0.0 and \
+        math.copysign(1.0, tree.right.value) > 0
+
+
+def _operation_cost(ins: Instruction) -> int:
+    """Operations an element of ``ins`` takes (a read: 1; a libm call: _CALL_COST)."""
+    if ins.op != "map":
+        return 1
+    _, exprs, names, _, _ = ins.params
+    constants = {name: _expr.Num(i) for name, i in zip(names, ins.ins) if type(i) is float}
+    cost = 0
+    for expr in exprs:
+        for node in _expr.walk(_expr.substitute(expr, constants)):
+            if isinstance(node, _expr.Call) and node.name not in _CHEAP_CALLS and not (
+                    node.name == "pow" and not _expr.variables(node.args[1])):
+                cost += _CALL_COST
+            elif isinstance(node, (_expr.Bin, _expr.Neg, _expr.Call)):
+                cost += 1
+    return cost
 
 
 def _share_buffers(plan: _Plan, work: list[int]) -> dict[int, int]:
@@ -710,7 +1052,8 @@ def _share_buffers(plan: _Plan, work: list[int]) -> dict[int, int]:
                 last[r(o)] = max(last.get(r(o), g), g)
             for i in ins.ins:
                 if type(i) is int:
-                    last[r(i)] = max(last.get(r(i), g), g)
+                    for s in plan.memory_reads(i):
+                        last[s] = max(last.get(s, g), g)
     owner: dict[int, int] = {}
     free: dict[tuple[Any, tuple[int, ...]], list[tuple[int, int]]] = {}   # -> (free after, slot)
     for s in sorted(work, key=lambda s: first.get(s, 0)):

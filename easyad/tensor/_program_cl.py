@@ -5,7 +5,8 @@ instructions.
 same plan (``_program_c._Plan``: reshapes share memory, segments of fusable instructions
 between backend steps, groups of one loop shape whose values stay in registers, an
 instruction joining the last group of its shape once what it reads is made, and
-``_program_c._stored``: what must be in memory) and the same loop body
+``_program_c._stored``: what must be in memory, cheap values read by later groups
+recomputed there instead) and the same loop body
 (``_program_c._Renderer._body``: the rule table's expressions rendered by ``_expr`` over
 ``_helpers.h``, as the eager kernels of ``_kernels.render_map`` are), each group rendered
 as one kernel: on a GPU a work-item per element, on a CPU device a contiguous run of
@@ -15,13 +16,16 @@ elements in each ran 3.5x faster than a work-item per element):
 - **in a kernel**: maps, strided reads (slices, transposes, broadcasts), gathers, a slice's
   adjoint (an assemble of one part: as in C a *pad*, an elementwise value over its output,
   zero outside the slice, where the part is a basic slice of it; read under a condition,
-  not from zero margins, which only the C's workspace has), scatter-adds whose indices do
+  not from zero margins, which only the C's workspace has; a recomputed part at a
+  position clamped into it, then 0 outside the slice), scatter-adds whose indices do
   not repeat, and reductions to one number: each work-item adds up its own partials over
   its elements (eight running ones on a CPU, so that the loop vectorizes; a strided loop
   on a GPU), the backend's ``reduce`` adds the partials, on the device (a tree in local
-  memory, with its barriers, ran 1.3x slower on PoCL). Values are ``real_t`` (double, or
-  float when the program has no float64 value, float literals then), each rounded to its
-  own dtype when made, as the eager kernels do.
+  memory, with its barriers, ran 1.3x slower on PoCL). A kernel that calls both sin and
+  cos takes them from one ``sincos`` per value (the sine's gradient is the cosine: on
+  PoCL sincos costs what sin does; the chain's gradient ran 1.5x faster). Values are
+  ``real_t`` (double, or float when the program has no float64 value, float literals
+  then), each rounded to its own dtype when made, as the eager kernels do.
 - **backend steps** (``_program.step``): matmul and ``linear``, reductions over some axes,
   cross-entropy, scatter-adds with repeated indices, assembles of several parts, host
   calls (array primitives) and the guards (the only reads on the host, besides what the
@@ -44,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _expr
 from easyad.errors import CompilerWarning, DeviceError
 from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction, Program, live_instructions, step
-from easyad.tensor._program_c import _Plan, _Renderer, _results, _stored
+from easyad.tensor._program_c import _Loop, _Plan, _Renderer, _results, _stored
 
 _CL_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
              np.dtype(np.bool_): "uchar", np.dtype(np.uint8): "uchar"}  # OpenCL's bools
@@ -97,6 +102,7 @@ class _CLRenderer(_Renderer):
         self.target = "c" if real == "double" else "opencl-float"
         self.gpu = gpu
         self.kernel: _Kernel | None = None
+        self._sincos = False      # the kernel calls both sin and cos
         self._written: dict[int, bool] = {}
 
     def ptr(self, slot: int, write: bool = False) -> str:
@@ -105,10 +111,10 @@ class _CLRenderer(_Renderer):
         return f"P{s}"
 
     def aux(self, array: np.ndarray) -> str:
-        self.plan.aux.append(np.ascontiguousarray(array, dtype=np.int64))
-        k = len(self.plan.aux) - 1
+        k = self.aux_number(array)
         assert self.kernel is not None
-        self.kernel.params.append(("aux", k))
+        if ("aux", k) not in self.kernel.params:
+            self.kernel.params.append(("aux", k))
         return f"A{k}"
 
     def _zero(self, o: int, pre: list[str]) -> None:
@@ -128,12 +134,38 @@ class _CLRenderer(_Renderer):
         total = _fold(op, [f"r{o}[{k}]" for k in range(lanes)])
         post.append(f"    Q{o}[get_global_id(0)] = {total};")
 
+    def _zero_outside(self, inside: str, value: str, ctype: str) -> str:
+        return f"({inside} ? {value} : ({ctype})0)"
+
+    def _calls(self, body: _Loop, tree: _expr.Node) -> _expr.Node:
+        """sin(v) and cos(v), in a kernel that calls both, from one sincos(v) (PoCL takes
+        the time of one of them for it: the sine's gradient needs the cosine)."""
+        if not self._sincos:
+            return tree
+        if isinstance(tree, _expr.Call):
+            v = tree.args[0]
+            if tree.name in ("sin", "cos") and isinstance(v, _expr.Var):
+                if v.name not in body.sincos:
+                    body.sincos.add(v.name)
+                    ctype = body.ctypes[v.name]
+                    body.loop.append(f"        {ctype} cos_{v.name}; const {ctype} sin_{v.name} "
+                                     f"= sincos({v.name}, &cos_{v.name});")
+                return _expr.Var(f"{tree.name}_{v.name}")
+            return _expr.Call(tree.name, tuple(self._calls(body, a) for a in tree.args))
+        if isinstance(tree, _expr.Bin):
+            return _expr.Bin(tree.op, self._calls(body, tree.left), self._calls(body, tree.right))
+        if isinstance(tree, _expr.Neg):
+            return _expr.Neg(self._calls(body, tree.operand))
+        return tree
+
     def render_group(self, shape: tuple[int, ...], members: list[Instruction],
                      index: int) -> tuple[str, _Kernel]:
         name = f"easyad_group_{index}"
         kernel = self.kernel = _Kernel(name, math.prod(shape))
         self._written = {}
-        pre, loop, post = self._body(shape, members)
+        self._sincos = {"sin", "cos"} <= {f for ins in members if ins.op == "map"
+                                          for e in ins.params[1] for f in _expr.calls(e)}
+        pre, loop, post = self._body([(shape, members)])
         slots = list(self._written)
         kernel.params = [("slot", s) for s in slots] + kernel.params
         params = []
@@ -320,6 +352,8 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     for segment in segments:
         kernels.append([])
         for shape, members in plan.groups(segment):
+            if not renderer.live(members):
+                continue          # its values are all recomputed where they are read
             text, k = renderer.render_group(shape, members, len(texts) - 1)
             texts.append(text)
             kernels[-1].append(k)
