@@ -12,13 +12,12 @@ class LiveBuffers:
     """Mixin for backends: ``_track(buffer)`` counts it until it is garbage-collected.
 
     A plain weak reference per buffer, kept in a dict until its callback drops it: a
-    fraction of ``weakref.finalize``'s cost. A backend whose class sets ``tracking``
-    False (the host's numpy) counts only from the first read of ``live_buffers`` on: an
-    eager operation on small arrays then pays no bookkeeping at all until a memory check
-    asks (which compares counts taken after its first read).
+    fraction of ``weakref.finalize``'s cost. Counting starts at the first read of
+    ``live_buffers``: an operation pays no bookkeeping at all until a memory check asks
+    (which compares counts taken after its first read).
     """
 
-    tracking = True     # whether _track counts now (the core's dispatch reads it first)
+    tracking = False    # whether _track counts now (the core's dispatch reads it first)
     __refs: dict[int, Any] | None = None
 
     def _track(self, buffer: _T) -> _T:
@@ -38,8 +37,7 @@ class LiveBuffers:
 
     @property
     def live_buffers(self) -> int:
-        """Buffers this backend made that are still alive (counted from the first read,
-        where ``tracking`` starts False)."""
+        """Buffers this backend made that are still alive (counted from the first read)."""
         if self.__refs is None:
             self.__refs = {}
             self.tracking = True

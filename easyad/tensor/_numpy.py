@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _core
+from easyad import _core, _expr
 from easyad._expressions import compile_expression as _compile
 from easyad._expressions import numpy_namespace
 from easyad.tensor._buffers import LiveBuffers
@@ -81,13 +81,30 @@ def _view(buf: np.ndarray, offset: int, shape: tuple[int, ...],
                                                byte_strides)
 
 
+_OPERATORS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
+
+
+def _direct_call(expression: str, names: tuple[str, ...]) -> Any:
+    """The callable ``expression`` is, where it applies one function or operator to
+    ``names`` in order (what ``compile_expression``'s function would call); else None."""
+    node = _expr.parse(expression)
+    if isinstance(node, _expr.Call):
+        function, args = NAMESPACE.get(node.name), node.args
+    elif isinstance(node, _expr.Bin):
+        function, args = _OPERATORS.get(node.op), (node.left, node.right)
+    elif isinstance(node, _expr.Neg):
+        function, args = np.negative, (node.operand,)
+    else:
+        return None
+    return function if args == tuple(_expr.Var(n) for n in names) else None
+
+
 # ---- the backend ----
 
 class NumpyBackend(LiveBuffers):
     """Tensor storage and kernels on the host, with numpy."""
 
     kind = "numpy"
-    tracking = False    # host arrays: counted only once a memory check reads the count
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -123,8 +140,10 @@ class NumpyBackend(LiveBuffers):
     def functions(self, expression: str, names: tuple[str, ...]) -> Any:
         """The expression as a plain function of ``names`` over numpy arrays: the core's
         elementwise dispatch calls it directly (under numpy's "ignore" error state) and
-        makes its result a buffer as ``_fresh`` would."""
-        return compile_expression(expression, names)
+        makes its result a buffer as ``_fresh`` would. Where the expression is one call of
+        the operands in order (``sin(x)``, ``x * y``), the ufunc itself: no Python frame
+        around it."""
+        return _direct_call(expression, names) or compile_expression(expression, names)
 
     def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
                      ) -> Any:
