@@ -335,46 +335,57 @@ def tensor_unary_rule(TensorCore self, rule):
 
 def tensor_binary_rule(TensorCore self, rule, other, bint reflected):
     """``rule`` of self and other (swapped where ``reflected``), Tensor's
-    ``_binary_rule`` hook: here a float tensor with a number or a tensor of the same
-    backend, dtype and shape; the rest (broadcasting, promotion, arrays, Records and the
+    ``_binary_rule`` hook: here a float tensor with a number, a scalar Record, or a tensor
+    of the same backend and dtype (broadcasting); the rest (promotion, arrays, and the
     errors) in Python."""
     cdef TensorCore u
+    cdef Record r
     cdef WengertList tape = self._tape
-    cdef object x, y, number
+    cdef object x, y, number, operand_dtype = None
     cdef Py_ssize_t i_self = self._index, i_other = -1
-    cdef tuple shape = self._shape
+    cdef tuple shape = self._shape, operand_shape = (), out_shape = self._shape
     if not _is_float_dtype(self._dtype) or not _live(self):
         return _slow_binary(self, rule, other, reflected)
-    if type(other) is float or type(other) is int:
-        number = float(other)
-        operand_shape, operand_dtype = (), None
+    if type(other) is float or type(other) is int or isinstance(other, float):
+        number = float(other)                       # (numpy's float64 is a float)
+    elif type(other) is Record:
+        r = <Record>other
+        if r.tape is not None:
+            if (r.generation != r.tape.generation or _strict_tape is not None
+                    or (tape is not None and r.tape is not tape)):
+                return _slow_binary(self, rule, other, reflected)
+            i_other = r.index
+            if tape is None:
+                tape = r.tape
+        number = r._number
     elif isinstance(other, TensorCore):
         u = <TensorCore>other
         if (u._backend is not self._backend or u._dtype is not self._dtype
                 or not _live(u) or (u._tape is not tape and u._tape is not None
-                                    and tape is not None)
-                or not (u._shape == shape)):
+                                    and tape is not None)):
             return _slow_binary(self, rule, other, reflected)
+        if not (u._shape == shape):
+            out_shape = _broadcast(shape, u._shape)
+            if out_shape is None:        # the Python path says why
+                return _slow_binary(self, rule, other, reflected)
         number = u._data
-        operand_shape, operand_dtype = shape, self._dtype
+        operand_shape, operand_dtype = u._shape, self._dtype
         i_other = u._index
         if tape is None:
             tape = u._tape
     else:
         return _slow_binary(self, rule, other, reflected)
-    cdef RulePlan plan
+    cdef bint needs_x = (i_other if reflected else i_self) >= 0
+    cdef bint needs_y = (i_self if reflected else i_other) >= 0
+    cdef RulePlan plan = _plan_of(rule, 2 if needs_x and needs_y else 1 if needs_y else 0)
     if reflected:
         x, y = number, self._data
-        plan = _plan_of(rule, 1 if i_other < 0 else 2)
     else:
         x, y = self._data, number
-        plan = _plan_of(rule, 0 if i_other < 0 else 2)
     cdef object be = self._backend
-    z = plan.forward(be, (x, y), shape, self._dtype)
+    z = plan.forward(be, (x, y), out_shape, self._dtype)
     if tape is None:
-        return _new_tensor(type(self), be, z, shape, self._dtype, None, -1)
-    if i_self < 0:       # self is a constant: only other is an entry
-        plan = _plan_of(rule, 0 if reflected else 1)
+        return _new_tensor(type(self), be, z, out_shape, self._dtype, None, -1)
     cdef tuple target, odtypes, indices
     if reflected:
         target, odtypes, indices = ((operand_shape, shape), (operand_dtype, self._dtype),
@@ -382,9 +393,25 @@ def tensor_binary_rule(TensorCore self, rule, other, bint reflected):
     else:
         target, odtypes, indices = ((shape, operand_shape), (self._dtype, operand_dtype),
                                     (i_self, i_other))
-    step = _step(self, plan, x, y, z, shape, target, odtypes, indices)
-    return _new_tensor(type(self), be, z, shape, self._dtype, tape, tape._push_node_entry(
-        _new_node(plan.name, indices, step, None), 0.0))
+    step = _step(self, plan, x, y, z, out_shape, target, odtypes, indices)
+    return _new_tensor(type(self), be, z, out_shape, self._dtype, tape,
+                       tape._push_node_entry(_new_node(plan.name, indices, step, None), 0.0))
+
+
+cdef tuple _broadcast(tuple a, tuple b):
+    # numpy's broadcast of two shapes, or None where they do not broadcast
+    cdef Py_ssize_t na = len(a), nb = len(b), n = max(na, nb), k, da, db
+    cdef list out = []
+    for k in range(n):
+        da = <Py_ssize_t>a[k - n + na] if k >= n - na else 1
+        db = <Py_ssize_t>b[k - n + nb] if k >= n - nb else 1
+        if da == db or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        else:
+            return None
+    return tuple(out)
 
 
 cdef object _slow_binary(TensorCore self, object rule, object other, bint reflected):
