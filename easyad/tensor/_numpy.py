@@ -65,6 +65,9 @@ def _run_quietly(functions: tuple[Any, ...], args: tuple[Any, ...]) -> list[Any]
         _ERRSTATE.reset(token)
 
 
+_REDUCERS = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
+
+
 def _view(buf: np.ndarray, offset: int, shape: tuple[int, ...],
           strides: tuple[int, ...]) -> np.ndarray:
     """The view (offset, shape, strides in elements) of the C-contiguous ``buf``: made by
@@ -184,9 +187,9 @@ class NumpyBackend(LiveBuffers):
 
     # -- reductions and linear algebra --
     def reduce(self, op: str, buf: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-        function: Any = {"sum": np.sum, "max": np.max, "min": np.min}[op]
-        with np.errstate(all="ignore"):
-            return self._track(np.ascontiguousarray(function(buf, axis=axes)))
+        # the ufuncs' reduce: what np.sum/np.max/np.min call, without their wrappers
+        reduced = _run_quietly((_REDUCERS[op],), (buf, axes))[0]
+        return self._track(np.ascontiguousarray(reduced))
 
     def matmul(self, a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
                transpose_b: bool = False) -> np.ndarray:
