@@ -28,10 +28,21 @@ from easyad.tensor._buffers import LiveBuffers
 NAMESPACE: Mapping[str, Any] = numpy_namespace()
 
 
+# for operands known to be float arrays or Python floats (the core's dispatch): mul0 and
+# div0 are the core's ufuncs themselves, without the wrappers that also take object arrays
+FLOAT_NAMESPACE: Mapping[str, Any] = {**NAMESPACE, "mul0": _core._mul0_ufunc,
+                                      "div0": _core._div0_ufunc}
+
+
 @functools.lru_cache(maxsize=None)
 def compile_expression(text: str, names: tuple[str, ...]) -> Any:
     """An expression of the shared language as a Python function of ``names``, over numpy."""
     return _compile(text, NAMESPACE, names)
+
+
+@functools.lru_cache(maxsize=None)
+def _compile_for_floats(text: str, names: tuple[str, ...]) -> Any:
+    return _compile(text, FLOAT_NAMESPACE, names)
 
 
 # (expressions, operand names) -> their compiled functions: one dict lookup per map
@@ -92,7 +103,7 @@ def _direct_call(expression: str, names: tuple[str, ...]) -> Any:
     ``names`` in order (what ``compile_expression``'s function would call); else None."""
     node = _expr.parse(expression)
     if isinstance(node, _expr.Call):
-        function, args = NAMESPACE.get(node.name), node.args
+        function, args = FLOAT_NAMESPACE.get(node.name), node.args
     elif isinstance(node, _expr.Bin):
         function, args = _OPERATORS.get(node.op), (node.left, node.right)
     elif isinstance(node, _expr.Neg):
@@ -146,7 +157,7 @@ class NumpyBackend(LiveBuffers):
         makes its result a buffer as ``_fresh`` would. Where the expression is one call of
         the operands in order (``sin(x)``, ``x * y``), the ufunc itself: no Python frame
         around it."""
-        return _direct_call(expression, names) or compile_expression(expression, names)
+        return _direct_call(expression, names) or _compile_for_floats(expression, names)
 
     def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
                      ) -> Any:
