@@ -432,7 +432,8 @@ class TensorFunction:
                 or not np.isfinite(lr):
             raise ValueError(f"sgd_step needs lr, a finite number; got {lr!r}")
         xs, statics = self._inputs(x, args)
-        for given, used in zip(_trees.flatten(x)[0], xs):
+        flat = type(x) is dict and tuple(x) == self._flat_keys
+        for given, used in zip(x.values() if flat else _trees.flatten(x)[0], xs):
             if given is not used or not used.flags.writeable or not used.flags.c_contiguous:
                 raise ValueError(
                     "sgd_step updates x's arrays in place: each must be a writable, "

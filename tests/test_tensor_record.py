@@ -463,9 +463,10 @@ def test_the_replayed_training_example_matches_eager_training():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     # it asserts the replayed and eager parameters agree; the loss must have gone down
-    first = module.main(["--steps", "1", "--batch", "32"])
-    last = module.main(["--steps", "40", "--batch", "32"])
-    assert last < first
+    for optimizer in ("adam", "sgd"):
+        first = module.main(["--steps", "1", "--batch", "32", "--optimizer", optimizer])
+        last = module.main(["--steps", "40", "--batch", "32", "--optimizer", optimizer])
+        assert last < first
 
 
 # ---- user array primitives inside a recorded program: host calls, replayed ----
