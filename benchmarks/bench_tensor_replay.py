@@ -10,8 +10,8 @@ the per-round ratios):
    torch eager, ``jax.jit(jax.grad(f))``; record + gcc time beside jax's compile time.
 2. MLP 784-128-10 (tanh) SGD training step, batch 64, float64 and float32: the loss
    recorded once by the parameters (``ad.nn.functional_call``), each step
-   ``F.value_and_gradient(params, x, y)`` + the SGD optimizer, against the eager easyad
-   step, torch eager and a jitted jax step.
+   ``F.sgd_step(params, x, y, lr=...)`` (the update inside the replayed program, as jax's
+   jitted step has it), against the eager easyad step, torch eager and a jitted jax step.
 3. Elementwise chain of 9 operations on 10^7 values (10^6 with --quick), value and
    gradient of its sum: replayed (one fused loop) against eager easyad, torch and jax.jit.
 
@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import easyad as ad
-from easyad import nn, optim
+from easyad import nn
 
 NAME = "tensor_replay"
 TITLE = ("easyad tensor programs recorded once and replayed (fused C): Rosenbrock, MLP step, "
@@ -89,27 +89,25 @@ def bench_rosen(ctx, torch, jax):
 
 
 def replayed_step(state, dtype):
-    """An SGD step of the MLP with its loss recorded once: parameters in place."""
+    """An SGD step of the MLP with its loss recorded once: parameters updated in place
+    by the replayed program (``sgd_step``)."""
     import bench_nn
     model = nn.Sequential(nn.Linear(bench_nn.SIZES[0], bench_nn.SIZES[1], dtype=dtype),
                           nn.Tanh(), nn.Linear(bench_nn.SIZES[1], bench_nn.SIZES[2],
                                                dtype=dtype))
     model.load_state_dict(state)
     named = dict(model.named_parameters())
-    opt = optim.SGD(list(named.values()), lr=bench_nn.LR)
     x, y = bench_nn.data(dtype)
 
     def loss(p, x, y):
         return nn.functional.cross_entropy(nn.functional_call(model, p, x), y)
     started = time.perf_counter()
     F = ad.record(loss, {k: p.data for k, p in named.items()}, x, y)
-    F.value_and_gradient({k: p.data for k, p in named.items()}, x, y)
+    F.sgd_step({k: p.data.copy() for k, p in named.items()}, x, y, lr=bench_nn.LR)  # binds
     record_s = time.perf_counter() - started
 
     def step():
-        value, g = F.value_and_gradient({k: p.data for k, p in named.items()}, x, y)
-        opt.step([g[k] for k in named])
-        return value
+        return F.sgd_step({k: p.data for k, p in named.items()}, x, y, lr=bench_nn.LR)
     return step, record_s
 
 

@@ -20,6 +20,7 @@ one-hot, as floats).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from easyad._core import WengertList
 from easyad.errors import BranchChangedError
 from easyad.tensor import Tensor, _devices
 from easyad.tensor._base import FLOAT_DTYPES, Node, TensorBase, _no_vjp, wrap
-from easyad.tensor._program import BoundProgram, Program, ProgramBackend, captured
+from easyad.tensor._program import BoundProgram, Program, ProgramBackend, Slot, captured
 
 _WHAT = ("value", "gradient", "hvp")
 
@@ -112,12 +113,15 @@ class _Recording:
             for a in x_leaves:
                 slot = be.input(a, a.dtype)
                 tangents.append(wrap(Tensor, be, slot, a.shape, a.dtype))
+        else:      # an input of every call (before the module parameters f reads)
+            learning_rate = be.input(np.zeros(()), np.float64)
         with captured(be):
             y = f(_trees.unflatten(x_tree, xs), *_unflatten_args(arg_tree, args))
             out_leaves, self.out_tree = _trees.flatten(y)
             self.outputs = [self._output(be, v) for v in out_leaves]
             self.n_forward = len(program.instructions)
             self.gradient: list[int] | None = None
+            self.descended: list[int] | None = None
             self.hvp: list[int] | None = None
             if len(out_leaves) == 1 and isinstance(out_leaves[0], TensorBase) \
                     and out_leaves[0].size == 1 and out_leaves[0].tape is lst:
@@ -127,7 +131,10 @@ class _Recording:
                 else:
                     seed = be.full(z.shape, 1.0, z.dtype)
                     d = tape._backward_from(z.handle, seed)
-                    self.gradient = [self._adjoint(be, d, t) for t in xs]
+                    adjoints = [self._adjoint(be, d, t) for t in xs]
+                    self.gradient = [g.index for g in adjoints]
+                    self.descended = [self._descend(be, t._data, g, learning_rate)
+                                      for t, g in zip(xs, adjoints)]
             self.scalar_output = len(out_leaves) == 1 and np.ndim(out_leaves[0]) == 0
         self.guards = sum(1 for i in program.instructions if i.op == "guard")
 
@@ -141,11 +148,20 @@ class _Recording:
         return be._constant(be.real.asarray(a, a.dtype)).index
 
     @staticmethod
-    def _adjoint(be: ProgramBackend, d: Any, t: TensorBase) -> int:
+    def _adjoint(be: ProgramBackend, d: Any, t: TensorBase) -> Slot:
         found = d._node_adjoint(t._index)
         if found is None:
             found = be.full(t.shape, 0.0, t.dtype)
-        return int(found.index)
+        return found   # type: ignore[no-any-return]
+
+    @staticmethod
+    def _descend(be: ProgramBackend, x: Slot, g: Slot, learning_rate: Slot) -> int:
+        """The slot of ``x - g * lr`` (``optim.SGD``'s update), which replay may write
+        into x's own memory."""
+        (out,) = be.map("sgd_step", ("x - g * lr",), {"x": x, "g": g, "lr": learning_rate},
+                        x.shape, (x.dtype,))
+        be.program.in_place[out.index] = x.index
+        return int(out.index)
 
     @staticmethod
     def _hvp(be: ProgramBackend, lst: Any, z: TensorBase, xs: list[Any],
@@ -205,6 +221,7 @@ class TensorFunction:
         self._fast = self._simple and self._backend.kind == "numpy"
         self._recordings: dict[str, _Recording] = {}
         self._bound: dict[str, BoundProgram] = {}
+        self._learning_rate = np.zeros(())     # sgd_step's, an input of the program
         statics = [k if k is not None else self._float(v)
                    for k, v in zip(self._arg_kinds, arg_leaves)]
         self._record("gradient", [self._float(v) for v in leaves], statics)
@@ -311,12 +328,12 @@ class TensorFunction:
             rec = self._record(what, xs, args)
         if what == "value":
             outputs = rec.outputs
-        elif what == "gradient":
-            if rec.gradient is None:
-                raise ValueError("the gradient needs f to return one number (a tensor of "
+        elif what in ("gradient", "sgd_step"):
+            if rec.gradient is None or rec.descended is None:
+                raise ValueError(f"{what} needs f to return one number (a tensor of "
                                  "one element or a scalar); it returned "
                                  f"{rec.out_tree.describe()}")
-            outputs = rec.outputs + rec.gradient
+            outputs = rec.outputs + (rec.gradient if what == "gradient" else rec.descended)
         else:
             if rec.hvp is None:
                 raise ValueError("hvp needs f to return one number")
@@ -337,9 +354,11 @@ class TensorFunction:
     def _guard_failed(value: Any, recorded: Any) -> None:
         raise _Retape(value, recorded)
 
-    def _run(self, what: str, x: Any, args: tuple[Any, ...], extra: list[Any]) -> list[Any]:
-        xs, statics = self._inputs(x, args)
+    def _run(self, what: str, x: Any, args: tuple[Any, ...], tangents: Sequence[Any] = (),
+             xs_statics: Any = None) -> list[Any]:
+        xs, statics = xs_statics or self._inputs(x, args)
         floats = [a for a in statics if not isinstance(a, _Static)]
+        extra = list(tangents) if what == "hvp" else [self._learning_rate]
         for attempt in range(2):
             bound = self._bind(what, xs, statics)
             be = self._backend
@@ -379,7 +398,7 @@ class TensorFunction:
     # -- what it computes --
     def __call__(self, x: Any, *args: Any) -> Any:
         """f at ``x`` (the recorded structure and shapes), in f's output structure."""
-        out = self._run("value", x, args, [])
+        out = self._run("value", x, args)
         rec = self._recordings["first"]
         values = [self._host(v) for v in out]
         if rec.scalar_output:
@@ -393,14 +412,42 @@ class TensorFunction:
                 and not self._recordings["first"].program.live \
                 and x.shape == self._x_specs[0][0] and x.dtype == self._x_specs[0][1]:
             try:        # one array in, numpy device, bound already: straight to the program
-                value, g = bound.run((x,))
+                value, g = bound.run((x, self._learning_rate))
                 return value.item(), g.reshape(x.shape)
             except _Retape:
                 pass    # the general path raises or records again
-        out = self._run("gradient", x, args, [])
+        out = self._run("gradient", x, args)
         value = float(self._host(out[0]).reshape(()))
         grads = [self._host(g).reshape(s) for g, (s, _) in zip(out[1:], self._x_specs)]
         return value, _trees.unflatten(self._x_tree, grads)
+
+    def sgd_step(self, x: Any, *args: Any, lr: float) -> float:
+        """One step of gradient descent on ``x``, in place: ``x -= lr * gradient`` (as
+        ``optim.SGD`` without momentum or weight decay), inside the replayed program;
+        returns f at ``x`` before the step. ``x``'s arrays (an array, or a dict or list of
+        them, e.g. a model's parameters' ``.data``) must be writable, C-contiguous numpy
+        arrays of the recorded dtypes. On the numpy device the update is written
+        straight into them by the generated C, with no gradient arrays made."""
+        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(lr):
+            raise ValueError(f"sgd_step needs lr, a finite number; got {lr!r}")
+        xs, statics = self._inputs(x, args)
+        flat = type(x) is dict and tuple(x) == self._flat_keys
+        for given, used in zip(x.values() if flat else _trees.flatten(x)[0], xs):
+            if given is not used or not used.flags.writeable or not used.flags.c_contiguous:
+                raise ValueError(
+                    "sgd_step updates x's arrays in place: each must be a writable, "
+                    "C-contiguous numpy array of the recorded dtype (got "
+                    f"{type(given).__name__}"
+                    f"{' ' + str(given.dtype) if hasattr(given, 'dtype') else ''}); use "
+                    "value_and_gradient and an optimizer for other inputs")
+        self._learning_rate[()] = lr
+        out = self._run("sgd_step", x, args, xs_statics=(xs, statics))
+        for leaf, new in zip(xs, out[1:]):
+            new = self._host(new)
+            if not np.may_share_memory(leaf, new):    # not written in place: copied
+                np.copyto(leaf, new.reshape(leaf.shape))
+        return float(self._host(out[0]).reshape(()))
 
     def gradient(self, x: Any, *args: Any) -> Any:
         """The gradient of f (one number) at ``x``, in x's structure."""

@@ -2,9 +2,12 @@
 code): the regression MLP of ``regression.py`` trained with Adam on the mean squared
 error, the loss recorded once by the parameters and replayed for each batch as generated
 C; the same training is run eagerly (a WengertList per step) beside it, and the two must
-end with the same parameters (to 1e-9). Prints the time per step of both.
+end with the same parameters (to 1e-9). Prints the time per step of both. With
+``--optimizer sgd`` the replayed step is ``sgd_step``: plain gradient descent inside the
+replayed program, the parameters updated in place by its generated C.
 
     python examples/replayed_training.py [--steps 300] [--batch 64] [--seed 0]
+                                         [--optimizer adam|sgd]
 """
 from __future__ import annotations
 
@@ -23,10 +26,15 @@ def make_data(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]
     return x, 0.9 * np.tanh(y)
 
 
-def build(seed: int) -> tuple[nn.Module, optim.Optimizer]:
+SGD_LR = 0.05
+
+
+def build(seed: int, optimizer: str) -> tuple[nn.Module, optim.Optimizer]:
     model = nn.Sequential(nn.Linear(5, 32, generator=seed), nn.Tanh(),
                           nn.Linear(32, 32, generator=seed + 1), nn.Tanh(),
                           nn.Linear(32, 2, generator=seed + 2))
+    if optimizer == "sgd":
+        return model, optim.SGD(model.parameters(), lr=SGD_LR)
     return model, optim.Adam(model.parameters(), lr=0.01)
 
 
@@ -35,12 +43,13 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     batches = [make_data(rng, args.batch) for _ in range(args.steps)]
 
     # replayed: the loss by the parameters, recorded once at the first batch
-    model, opt = build(args.seed)
+    model, opt = build(args.seed, args.optimizer)
     named = dict(model.named_parameters())
 
     def loss(params, x, y):
@@ -51,12 +60,16 @@ def main(argv: list[str] | None = None) -> float:
     recorded = time.perf_counter() - started
     started = time.perf_counter()
     for x, y in batches:
-        value, grads = step.value_and_gradient({k: p.data for k, p in named.items()}, x, y)
-        opt.step([grads[k] for k in named])
+        params = {k: p.data for k, p in named.items()}
+        if args.optimizer == "sgd":      # the update in the program, in place
+            value = step.sgd_step(params, x, y, lr=SGD_LR)
+        else:
+            value, grads = step.value_and_gradient(params, x, y)
+            opt.step([grads[k] for k in named])
     replayed = (time.perf_counter() - started) / args.steps
 
     # eager: the same training, one WengertList per step
-    twin, twin_opt = build(args.seed)
+    twin, twin_opt = build(args.seed, args.optimizer)
     started = time.perf_counter()
     for x, y in batches:
         lst = ad.WengertList()

@@ -217,6 +217,78 @@ def test_training_step_recorded_once_matches_eager_training():
         close(replayed[k], eager[k])
 
 
+
+def _sgd_training(fuse, dtype=np.float64):
+    """(replayed parameters after sgd_step, eager parameters after value_and_grad and
+    optim.SGD, the losses of each) over 4 batches of a small MLP."""
+    model = ad.nn.Sequential(ad.nn.Linear(6, 8, generator=1, dtype=dtype), ad.nn.Tanh(),
+                             ad.nn.Linear(8, 3, generator=2, dtype=dtype))
+    params = {k: p.data.copy() for k, p in model.named_parameters()}
+
+    def loss(p, X, y):
+        return ad.nn.functional.cross_entropy(ad.nn.functional_call(model, p, X), y)
+
+    y = np.array([0, 2, 1, 1, 0])
+    batches = [RNG.normal(size=(5, 6)).astype(dtype) for _ in range(4)]
+    F = ad.record(loss, params, batches[0], y, fuse=fuse)
+    opt = ad.optim.SGD(list(model.parameters()), lr=0.1)
+    step = ad.value_and_grad(loss)
+    replayed, values, ref_values = params, [], []
+    for X in batches:
+        values.append(F.sgd_step(replayed, X, y, lr=0.1))
+        eager = {k: p.data for k, p in model.named_parameters()}
+        ref_value, ref_g = step(eager, X, y)
+        ref_values.append(ref_value)
+        opt.step([ref_g[k] for k in eager])
+    return F, replayed, {k: p.data for k, p in model.named_parameters()}, values, ref_values
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_sgd_step_updates_the_parameters_in_place_as_eager_sgd(fuse):
+    F, replayed, eager, values, ref_values = _sgd_training(fuse)
+    close(np.array(values), np.array(ref_values))
+    for k in eager:
+        close(replayed[k], eager[k])
+    if fuse:      # written by the generated C into the parameters: no arrays made
+        assert set(F._bound["sgd_step"].in_place.values()) == set(F.program.inputs[:4])
+
+
+def test_sgd_step_in_float32():
+    _, replayed, eager, values, ref_values = _sgd_training(True, np.float32)
+    assert replayed["0.weight"].dtype == np.float32
+    close(np.array(values), np.array(ref_values), 1e-5)
+    for k in eager:
+        close(replayed[k], eager[k], 1e-5)
+
+
+def test_sgd_step_where_the_gradient_reads_x_at_shifted_positions():
+    # rosen's gradient, fused with the update, reads x[i - 1] and x[i + 1]: the update
+    # is not written into x while that loop reads it
+    F = ad.record(rosen, np.zeros(50), tensor=True)
+    x = RNG.uniform(-1, 1.5, 50)
+    ref_value, ref = float(rosen(x)), x - 1e-3 * rosen_gradient(x)
+    close(F.sgd_step(x, lr=1e-3), ref_value)
+    close(x, ref)
+    assert not F._bound["sgd_step"].in_place
+
+
+def test_sgd_step_refuses_what_it_cannot_update_in_place():
+    F = ad.record(lambda x, w: ad.sum(w * x ** 2), np.zeros(3), np.ones(3))
+    with pytest.raises(ValueError, match="writable, C-contiguous"):
+        F.sgd_step([1.0, 2.0, 3.0], np.ones(3), lr=0.1)
+    with pytest.raises(ValueError, match="writable, C-contiguous"):
+        F.sgd_step(np.zeros(6)[::2], np.ones(3), lr=0.1)
+    with pytest.raises(ValueError, match="writable, C-contiguous"):
+        F.sgd_step(np.zeros(3, dtype=np.float32), np.ones(3), lr=0.1)
+    frozen = np.zeros(3)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writable, C-contiguous"):
+        F.sgd_step(frozen, np.ones(3), lr=0.1)
+    with pytest.raises(ValueError, match="finite number"):
+        F.sgd_step(np.zeros(3), np.ones(3), lr=float("nan"))
+    with pytest.raises(ValueError, match="one number"):
+        ad.record(lambda x: x * 2, np.zeros(2), tensor=True).sgd_step(np.ones(2), lr=0.1)
+
 def test_integer_labels_are_fixed_by_the_recording():
     model = ad.nn.Linear(4, 3, generator=0)
     params = {k: p.data for k, p in model.named_parameters()}
@@ -391,9 +463,10 @@ def test_the_replayed_training_example_matches_eager_training():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     # it asserts the replayed and eager parameters agree; the loss must have gone down
-    first = module.main(["--steps", "1", "--batch", "32"])
-    last = module.main(["--steps", "40", "--batch", "32"])
-    assert last < first
+    for optimizer in ("adam", "sgd"):
+        first = module.main(["--steps", "1", "--batch", "32", "--optimizer", optimizer])
+        last = module.main(["--steps", "40", "--batch", "32", "--optimizer", optimizer])
+        assert last < first
 
 
 # ---- user array primitives inside a recorded program: host calls, replayed ----

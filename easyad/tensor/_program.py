@@ -153,6 +153,9 @@ class Program:
         self.inputs: list[int] = []
         self.constants: dict[int, Any] = {}      # slot -> host array (float) or opaque
         self.live: list[tuple[int, Any, tuple[int, ...], Any]] = []   # read at each replay
+        # slot -> the input slot it is the next value of (a parameter after a descent
+        # step): replay may write it into that input's memory (see ``_program_c``)
+        self.in_place: dict[int, int] = {}
         self.backend: Any = None
 
     def _new(self, shape: tuple[int, ...], dtype: Any, value: Any) -> Slot:

@@ -704,8 +704,9 @@ class FusedProgram:
             if p.dtypes[i] is not None:
                 self.base[i] = np.ascontiguousarray(v)
         self.base[self.n_slots:] = plan.aux
+        self.in_place = _written_in_place(plan)
         self.fresh = sorted(s for s in stored if s in fresh and s not in p.inputs
-                            and s not in p.constants)
+                            and s not in p.constants and s not in self.in_place)
         work = sorted(s for s in stored if s not in fresh and s not in p.inputs
                       and s not in p.constants)
         shared = _share_buffers(plan, work)
@@ -755,6 +756,9 @@ class FusedProgram:
             a = np.empty(p.shapes[s], dtype=p.dtypes[s])
             arrays[s] = a
             _point_at(pointers, s, a)
+        for s, target in self.in_place.items():
+            arrays[s] = arrays[target]
+            _point_at(pointers, s, arrays[s])
         for fn, run, aliases, outs in self.steps:
             if fn is not None:
                 _segment_call(fn, pointers, run)
@@ -768,7 +772,28 @@ class FusedProgram:
                     if not a.flags.c_contiguous:
                         a = arrays[s] = np.ascontiguousarray(a)
                     _point_at(pointers, s, a)
-        return _results(plan, arrays, set(self.fresh) | self.made_in_python, np.array)
+        return _results(plan, arrays, set(self.fresh) | self.made_in_python
+                        | self.in_place.keys(), np.array)
+
+
+def _written_in_place(plan: _Plan) -> dict[int, int]:
+    """The outputs written into the memory of the input they are the next value of
+    (``Program.in_place``: a descent step's parameters): those made in a segment where
+    nothing else reads that input (a loop then never reads an element it has already
+    overwritten, e.g. a gradient recomputed at shifted positions). Root -> input."""
+    p, found = plan.program, {}
+    for kind, segment in plan.schedule:
+        if kind != "c":
+            continue
+        for ins in segment:
+            target = p.in_place.get(ins.outs[0]) if len(ins.outs) == 1 else None
+            if target is None or ins.outs[0] not in plan.outputs:
+                continue
+            reads = [i for other in segment for i in other.ins if type(i) is int
+                     and not (other is ins and i == target)]
+            if not any(target in plan.memory_reads(i) for i in reads):
+                found[plan.r(ins.outs[0])] = target
+    return found
 
 
 def _results(plan: _Plan, arrays: list[Any], fresh: set[int], copy: Any) -> list[Any]:
