@@ -418,6 +418,26 @@ def bench_ufuncs(ctx):
     return lines
 
 
+def blas_note(threadpoolctl):
+    """What numpy's BLAS is and which kernels it chose: matmul-bound rows (the MLP step)
+    depend on it, and OpenBLAS picks its kernels by CPU model, not by the instructions the
+    CPU has (a CPU newer than OpenBLAS may get older kernels)."""
+    if threadpoolctl is None:
+        return ""
+    found = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+    if not found:
+        return ""
+    info = found[0]
+    try:
+        with open("/proc/cpuinfo") as f:
+            avx512 = " avx512f" in f.read()
+    except OSError:
+        avx512 = False
+    return (f" numpy's BLAS: {info.get('internal_api')} {info.get('version')}, kernels for "
+            f"{info.get('architecture', 'an unreported architecture')}"
+            + (" (this CPU has AVX-512)" if avx512 else "") + ".")
+
+
 def run(ctx):
     torch = _optional("torch")
     jax = _jax()
@@ -429,7 +449,7 @@ def run(ctx):
     lines = ["All on one core each (torch 1 thread, BLAS 1 thread, XLA single-threaded). "
              "Ratios: median of the per-round ratios, middle 50% in brackets; < 1 means "
              "easyad is faster." + ("" if torch else " torch: not installed.")
-             + ("" if jax else " jax: not installed."), ""]
+             + ("" if jax else " jax: not installed.") + blas_note(threadpoolctl), ""]
     try:
         if not only or "dispatch" in only:
             part, _, _ = bench_dispatch(ctx, torch)

@@ -231,7 +231,7 @@ def run(ctx):
     lines = ["All on one core each (torch 1 thread, BLAS 1 thread, XLA single-threaded). "
              "Ratios: median of the per-round ratios, middle 50% in brackets; < 1 means "
              "the first named is faster." + ("" if torch else " torch: not installed.")
-             + ("" if jax else " jax: not installed."), ""]
+             + ("" if jax else " jax: not installed.") + E.blas_note(threadpoolctl), ""]
     try:
         if not only or "rosen" in only:
             lines += bench_rosen(ctx, torch, jax) + [""]
