@@ -20,9 +20,86 @@ from easyad._core import Record
 from easyad.errors import TapeMismatchError
 from easyad.tensor import _graph
 from easyad.tensor import _shapes as shapes
-from easyad.tensor._base import (BOOL, T, TensorBase, common_tape, fold, live_tape, operand,
-                                 record, record_scalar, result_dtype, wrap)
+from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, Node, T, TensorBase, common_tape,
+                                 fold, live_tape, operand, record, record_scalar, result_dtype,
+                                 wrap)
+from easyad.tensor._numpy import _ERRSTATE, _IGNORE, NumpyBackend
 from easyad.tensor._steps import Step
+
+
+# ---- fast paths: the numpy backend, a float tensor, the common arguments ----
+#
+# Each operation below first tries a fast path for the common case (``_fast``: a live
+# float tensor on the numpy backend, checked by type, so the other backends (OpenCL,
+# eval_shape's meta, ad.record's program backend) always take the general path) with
+# its arguments in the simplest form (an int axis, ints and slices as the index, ...).
+# Anything else, and every error, goes the general way, which raises as before. The fast
+# path runs the same numpy kernels on the same operands, so its results equal the general
+# path's bit for bit (tests/test_tensor_structural_fast.py).
+
+def _fast(t: Any) -> bool:
+    """Whether ``t`` is a live float tensor on the numpy backend."""
+    dtype = t._dtype
+    if type(t._backend) is not NumpyBackend or (dtype is not FLOAT64 and dtype is not FLOAT32):
+        return False
+    tape = t._tape
+    return tape is None or tape.generation == t._generation
+
+
+def _quiet(f: Any, *args: Any) -> Any:
+    """``f(*args)`` under numpy's "ignore" error state (as the backend's kernels run)."""
+    if _ERRSTATE is None:   # pragma: no cover (numpy < 2)
+        with np.errstate(all="ignore"):
+            return f(*args)
+    token = _ERRSTATE.set(_IGNORE)
+    try:
+        return f(*args)
+    finally:
+        _ERRSTATE.reset(token)
+
+
+def _scalar_result(t: Any, label: str, number: float, step: Step) -> Any:
+    """record_scalar for the numpy backend: a scalar Record, or the float."""
+    tape, index = t._tape, t._index
+    if tape is None or index < 0:
+        return number
+    return tape._push_node(Node(label, (index,), step, scalar_output=True, graph=step.graph),
+                           number)
+
+
+_REDUCE_SHAPES: dict[tuple[Any, ...], Any] = {}
+
+
+def _reduce_shapes(shape: tuple[int, ...], axis: Any, keepdims: bool) -> Any:
+    """(axes, kept, out_shape) of reducing ``shape`` over ``axis`` (None or an int in
+    range), cached per shape; None for other axes (the general path)."""
+    key = (shape, axis, keepdims)
+    found = _REDUCE_SHAPES.get(key)
+    if found is None:
+        ndim = len(shape)
+        if axis is None:
+            axes: tuple[int, ...] = tuple(range(ndim))
+        elif -ndim <= axis < ndim:
+            axes = (axis % ndim,)
+        else:
+            return None
+        found = (axes, shapes.reduce(shape, axes, True), shapes.reduce(shape, axes, keepdims))
+        if len(_REDUCE_SHAPES) > 4096:
+            _REDUCE_SHAPES.clear()
+        _REDUCE_SHAPES[key] = found
+    return found
+
+
+def _fast_reduction(t: Any, axis: Any, keepdims: Any) -> Any:
+    if (axis is None or type(axis) is int) and type(keepdims) is bool and _fast(t):
+        return _reduce_shapes(t._shape, axis, keepdims)
+    return None
+
+
+def _own(be: Any, raw: Any) -> Any:
+    if be.tracking:
+        be._track(raw)
+    return raw
 
 
 def _tensor_operand(t: Any, be: Any) -> Any:
@@ -71,14 +148,30 @@ class SumStep(Step):
         return g if isinstance(g, float) else self.be.reshape(g, self.kept)
 
     def __call__(self, g: Any) -> tuple[Any]:
-        return tuple(self.be.map("broadcast", ("g",), {"g": self._kept(g)}, self.shape,
-                                 (self.dtype,)))
+        be = self.be
+        if type(be) is NumpyBackend:    # what map's "broadcast" kernel makes, directly
+            out = np.empty(self.shape, dtype=self.dtype)
+            out[...] = self._kept(g)
+            return (_own(be, out),)
+        return tuple(be.map("broadcast", ("g",), {"g": self._kept(g)}, self.shape,
+                            (self.dtype,)))
 
     def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
         return (_graph.broadcast(g, self.kept, self.shape, self.cls, self.be, self.dtype),)
 
 
 def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
+    found = _fast_reduction(t, axis, keepdims)
+    if found is not None:
+        axes, kept, out_shape = found
+        be = t._backend
+        raw = _quiet(np.add.reduce, t._data, axes)
+        step = SumStep(type(t), be, kept, t._shape, t._dtype)
+        if out_shape == ():
+            return _scalar_result(t, "sum", float(raw), step)
+        raw = _own(be, np.ascontiguousarray(raw))
+        return record(type(t), "sum", be, raw.reshape(out_shape) if keepdims else raw,
+                      out_shape, t._dtype, t._tape, (t._index,), step, step.graph)
     axes, kept, out_shape, t = _reduction(t, axis, keepdims, "sum")
     raw = t._backend.reduce("sum", t._data, axes)
     return _finish("sum", t, raw, out_shape, SumStep(type(t), t._backend, kept, t._shape,
@@ -86,6 +179,11 @@ def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
+    found = _fast_reduction(t, axis, keepdims)
+    if found is not None:
+        shape = t._shape
+        count = math.prod(shape[a] for a in found[0])
+        return reduce_sum(t, axis, keepdims) * (1.0 / count if count else math.nan)
     axes = shapes.normalize_axes("mean", axis, t.ndim)
     count = math.prod(t._shape[a] for a in axes)
     return reduce_sum(t, axis, keepdims) * (1.0 / count if count else math.nan)
@@ -126,6 +224,17 @@ class ExtremeStep(SumStep):
 
 def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
     """max or min; the adjoint goes to the elements equal to the result, split evenly."""
+    found = _fast_reduction(t, axis, keepdims)
+    if found is not None and t._data.size:
+        axes, kept, out_shape = found
+        be, x = t._backend, t._data
+        raw = _quiet(np.maximum.reduce if op == "max" else np.minimum.reduce, x, axes)
+        raw = _own(be, np.ascontiguousarray(raw))
+        step = ExtremeStep(type(t), be, kept, t._shape, t._dtype, x, raw.reshape(kept), axes)
+        if out_shape == ():
+            return _scalar_result(t, op, float(raw.reshape(())), step)
+        return record(type(t), op, be, raw.reshape(out_shape) if keepdims else raw,
+                      out_shape, t._dtype, t._tape, (t._index,), step, step.graph)
     axes, kept, out_shape, t = _reduction(t, axis, keepdims, op)
     be, shape, dtype, x = t._backend, t._shape, t._dtype, t._data
     if t.size == 0:
@@ -152,7 +261,29 @@ class ReshapeStep(Step):
         return (g.reshape(self.old),)
 
 
+_RESHAPES: dict[tuple[Any, ...], tuple[int, ...]] = {}
+
+
+def _ints(items: tuple[Any, ...]) -> bool:
+    for n in items:
+        if type(n) is not int:
+            return False
+    return True
+
+
 def reshape(t: T, new: Any) -> T:
+    if _fast(t) and (type(new) is int or type(new) is tuple and _ints(new)):
+        shape = t._shape
+        key = (shape, new)
+        new_shape = _RESHAPES.get(key)
+        if new_shape is None:
+            new_shape = shapes.reshape(shape, new)      # raises for a bad target
+            if len(_RESHAPES) > 4096:
+                _RESHAPES.clear()
+            _RESHAPES[key] = new_shape
+        step = ReshapeStep(t._backend, shape)
+        return record(type(t), "reshape", t._backend, t._data.reshape(new_shape), new_shape,
+                      t._dtype, t._tape, (t._index,), step, step.graph)
     new_shape = shapes.reshape(t._shape, new)
     be = t._backend
     step = ReshapeStep(be, t._shape)
@@ -174,13 +305,24 @@ class TransposeStep(Step):
         self.be, self.out_shape, self.inverse = be, out_shape, inverse
 
     def __call__(self, g: Any) -> tuple[Any]:
-        return (_permute(self.be, g, self.out_shape, self.inverse),)
+        be = self.be
+        if type(be) is NumpyBackend:    # strided's contiguous copy of the permuted view
+            return (_own(be, g.reshape(self.out_shape).transpose(self.inverse).copy()),)
+        return (_permute(be, g, self.out_shape, self.inverse),)
 
     def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
         return (g.transpose(self.inverse),)
 
 
+_SWAP = (1, 0)
+
+
 def transpose(t: T, axes: Any) -> T:
+    if len(t._shape) == 2 and (axes == () or axes == _SWAP and _ints(axes)) and _fast(t):
+        be, (r, c) = t._backend, t._shape
+        step = TransposeStep(be, (c, r), _SWAP)
+        return record(type(t), "transpose", be, _own(be, t._data.T.copy()), (c, r), t._dtype,
+                      t._tape, (t._index,), step, step.graph)
     perm = shapes.transpose(t._shape, axes)
     be, shape = t._backend, t._shape
     out_shape = tuple(shape[p] for p in perm)
@@ -253,7 +395,58 @@ class TakeStep(_IndexStep):
         return (self.be.scatter_add(self.shape, self.dtype, self.index, g, self.unique),)
 
 
+class _KeySliceStep(SliceStep):
+    """SliceStep on the numpy backend for an index of ints and slices (``_simple_key``):
+    the adjoint written into zeros at ``key`` by numpy's own basic indexing (the same
+    elements as assemble at the index's offset and strides)."""
+
+    __slots__ = ()
+
+    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any,
+                 key: Any) -> None:
+        self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
+
+    def __call__(self, g: Any) -> tuple[Any]:
+        out = np.zeros(self.shape, dtype=self.dtype)
+        out[self.key] = g
+        return (_own(self.be, out),)
+
+
+def _simple_key(shape: tuple[int, ...], key: Any) -> int:
+    """For an index of ints in range and slices of ints (no more items than axes): how
+    many ints it has; -1 for anything else (the general path)."""
+    items = key if type(key) is tuple else (key,)
+    if len(items) > len(shape):
+        return -1
+    ints = 0
+    for item, n in zip(items, shape):
+        if type(item) is int:
+            if not -n <= item < n:
+                return -1
+            ints += 1
+        elif type(item) is slice:
+            start, stop, step = item.start, item.stop, item.step
+            if not ((start is None or type(start) is int) and (stop is None or type(stop) is int)
+                    and (step is None or type(step) is int and step != 0)):
+                return -1
+        else:
+            return -1
+    return ints
+
+
 def getitem(t: TensorBase, key: Any) -> Any:
+    if _fast(t):
+        shape = t._shape
+        ints = _simple_key(shape, key)
+        if ints >= 0:
+            be, data = t._backend, t._data
+            step = _KeySliceStep(type(t), be, shape, t._dtype, key)
+            if ints == len(shape):
+                return _scalar_result(t, "getitem", float(data[key]), step)
+            view = data[key]
+            out = _own(be, view.copy())
+            return record(type(t), "getitem", be, out, out.shape, t._dtype, t._tape,
+                          (t._index,), step, step.graph)
     key = _index_key(key)
     be, shape, dtype, tape = t._backend, t._shape, t._dtype, live_tape(t)
     basic = shapes.basic_index(shape, key)
@@ -384,7 +577,75 @@ class MatmulStep(Step):
         return ga, gb
 
 
+_MATMUL_SHAPES: dict[tuple[Any, ...], Any] = {}
+
+
+def _matmul_shapes(sa: tuple[int, ...], sb: tuple[int, ...]) -> Any:
+    """What the general path works out for (m, k) @ (k, n), (m, k) @ (k,), (k,) @ (k, n),
+    (k,) @ (k,) and (B, m, k) @ (B, k, n): (out_shape, batch, a2, b2, mkn, a3, b3),
+    cached per pair of shapes; None for other shapes (and for a mismatch: the general path
+    raises)."""
+    key = (sa, sb)
+    found = _MATMUL_SHAPES.get(key)
+    if found is None:
+        na, nb = len(sa), len(sb)
+        if not (0 < na <= 2 and 0 < nb <= 2 or na == nb == 3 and sa[0] == sb[0]):
+            return None
+        a2 = (1,) + sa if na == 1 else sa
+        b2 = sb + (1,) if nb == 1 else sb
+        if a2[-1] != b2[-2]:
+            return None
+        batch = a2[:-2]
+        (m, k), n = a2[-2:], b2[-1]
+        first = math.prod(batch) if math.prod(batch) != 1 else 1
+        found = (shapes.matmul(sa, sb), batch, a2, b2, (m, k, n), (first, m, k), (first, k, n))
+        if len(_MATMUL_SHAPES) > 4096:
+            _MATMUL_SHAPES.clear()
+        _MATMUL_SHAPES[key] = found
+    return found
+
+
+def _fast_matmul(a: Any, b: Any) -> Any:
+    """matmul of two live float tensors on one numpy backend, of one dtype and list, of
+    the shapes ``_matmul_shapes`` takes: np.matmul of the buffers as they are (the same
+    core loop, on the same numbers, as the general path's batched (1|B, m, k) operands);
+    None for anything else."""
+    be = a._backend
+    if (b._backend is not be or b._dtype is not a._dtype or not _fast(a) or not _fast(b)):
+        return None
+    tape, tb = a._tape, b._tape
+    if tape is None:
+        tape = tb
+    elif tb is not None and tb is not tape:
+        return None
+    found = _matmul_shapes(a._shape, b._shape)
+    if found is None:
+        return None
+    out_shape, batch, a2, b2, mkn, a3, b3 = found
+    cls, dtype, ia, ib = type(a), a._dtype, a._index, b._index
+    adata, bdata = a._data, b._data
+    result = np.matmul(adata, bdata)
+    if (tape is None or ia < 0 and ib < 0) and out_shape:
+        return wrap(cls, be, _own(be, np.ascontiguousarray(result)), out_shape, dtype)
+    step = MatmulStep(cls, be, dtype, batch, a2, b2, mkn, a3,
+                      adata.reshape(a3) if ib >= 0 else None,
+                      bdata.reshape(b3) if ia >= 0 else None,
+                      ((adata, a._shape, dtype, ia), (bdata, b._shape, dtype, ib)))
+    if out_shape == ():
+        number = float(result)
+        if tape is None or ia < 0 and ib < 0:
+            return number
+        return tape._push_node(Node("matmul", (ia, ib), step, scalar_output=True,
+                                    graph=step.graph), number)
+    return record(cls, "matmul", be, _own(be, np.ascontiguousarray(result)), out_shape, dtype,
+                  tape, (ia, ib), step, step.graph)
+
+
 def matmul(a: Any, b: Any) -> Any:
+    if isinstance(a, TensorBase) and isinstance(b, TensorBase):
+        out = _fast_matmul(a, b)
+        if out is not None:
+            return out
     first = a if isinstance(a, TensorBase) else b
     be, cls = first._backend, type(first)
     A, B = operand(a, be), operand(b, be)
