@@ -167,6 +167,63 @@ def bench_dispatch(ctx, torch):
     return lines, timings, recorded
 
 
+STRUCTURAL = {            # name: (easyad on x (4, 3) and b (3,), torch on the same)
+    "sum": (lambda x, b: x.sum(), lambda x, b: x.sum()),
+    "sum(axis=0)": (lambda x, b: x.sum(axis=0), lambda x, b: x.sum(0)),
+    "max(axis=1)": (lambda x, b: x.max(axis=1), lambda x, b: x.amax(1)),
+    "x[1:]": (lambda x, b: x[1:], lambda x, b: x[1:]),
+    "x @ b": (lambda x, b: x @ b, lambda x, b: x @ b),
+    "reshape(12)": (lambda x, b: x.reshape(12), lambda x, b: x.reshape(12)),
+    ".T": (lambda x, b: x.T, lambda x, b: x.T),
+}
+
+
+REPEATS = 50     # operations per timed call (the list is cleared between calls)
+
+
+def bench_structural(ctx, torch):
+    """Per-op forward cost of the structural operations on a recorded (4, 3) tensor: each
+    timed call makes REPEATS of one operation on fresh inputs (easyad: a cleared list and
+    two new variables, amortised over the calls; torch: inputs that require grad)."""
+    rng = np.random.default_rng(2)
+    x0, b0 = rng.uniform(0.1, 1.0, (4, 3)), rng.uniform(0.1, 1.0, 3)
+    lst = ad.WengertList()
+    variants = {}
+
+    def ours_repeated(f):
+        lst.clear()
+        x, b = ad.Tensor.variable(x0, lst), ad.Tensor.variable(b0, lst)
+        for _ in range(REPEATS):
+            f(x, b)
+
+    for name, (ours, theirs) in STRUCTURAL.items():
+        variants[f"easyad {name}"] = lambda f=ours: ours_repeated(f)
+        if torch is None:
+            continue
+        tx, tb = torch.tensor(x0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+
+        def theirs_repeated(f=theirs, tx=tx, tb=tb):
+            for _ in range(REPEATS):
+                f(tx, tb)
+        variants[f"torch {name}"] = theirs_repeated
+        x, b = ad.Tensor.variable(x0, lst), ad.Tensor.variable(b0, lst)
+        got = ours(x, b)
+        got = got.number if isinstance(got, ad.Record) else got.value
+        _check(f"easyad {name}", np.asarray(got), theirs(tx, tb).detach().numpy())
+    timings = ctx.measure(variants)
+    lst.clear()
+    lines = ["### Per-op dispatch, structural operations (forward, a recorded (4, 3) "
+             "float64 tensor)", "", "| operation | easyad | torch | easyad / torch |",
+             "| --- | ---: | ---: | ---: |"]
+    for name in STRUCTURAL:
+        ours, theirs = f"easyad {name}", f"torch {name}"
+        torch_us = (f"{timings.median(theirs) / REPEATS * 1e6:.2f} us"
+                    if theirs in timings.per_call else "n/a")
+        lines.append(f"| `{name}` | {timings.median(ours) / REPEATS * 1e6:.2f} us | "
+                     f"{torch_us} | {_ratio(timings, ours, theirs)} |")
+    return lines
+
+
 # ---- 2. vectorized Rosenbrock ----
 
 def rosen(x, f=None):
@@ -453,7 +510,7 @@ def run(ctx):
     try:
         if not only or "dispatch" in only:
             part, _, _ = bench_dispatch(ctx, torch)
-            lines += part + [""]
+            lines += part + [""] + bench_structural(ctx, torch) + [""]
         if not only or "rosen" in only:
             lines += bench_rosen(ctx, torch, jax) + [""]
         if not only or "mlp" in only:
