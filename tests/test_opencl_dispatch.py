@@ -55,7 +55,7 @@ def test_one_family_serves_every_kind_of_call(backend, dtype):
         expected = (np.asarray(x, dtype) * np.asarray(y, dtype) + dtype(1.0)).astype(dtype)
         np.testing.assert_allclose(backend.to_numpy(result), expected, **tol)
     # sizes of one kind share a launch; each broadcast is its own
-    assert len(run._launches) == 8
+    assert len(run._signatures) == 8
 
 
 def test_a_family_with_several_outputs_and_a_bool_operand(backend):
@@ -74,7 +74,7 @@ def test_map_and_prepared_map_share_one_family(backend):
     assert backend.prepared_map("dispatch_share", ("x - y",), ("x", "y")) is run
     (z,) = backend.map("dispatch_share", ("x - y",), {"x": _on(backend, [3.0]), "y": 1.0},
                        (1,), (np.dtype(np.float64),))
-    assert backend.to_numpy(z).tolist() == [2.0] and len(run._launches) == 1
+    assert backend.to_numpy(z).tolist() == [2.0] and len(run._signatures) == 1
 
 
 def test_signatures_are_bounded(backend, monkeypatch):
@@ -84,7 +84,7 @@ def test_signatures_are_bounded(backend, monkeypatch):
         x, y = RNG.normal(size=(n, 1)), RNG.normal(size=n)
         (z,) = run((_on(backend, x), _on(backend, y)), (n, n), (np.dtype(np.float64),))
         np.testing.assert_array_equal(backend.to_numpy(z), x + y)
-        assert len(run._launches) <= 3
+        assert len(run._signatures) <= 3
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

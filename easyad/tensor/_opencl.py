@@ -4,7 +4,9 @@ Every buffer is C-contiguous (reshape is a view; transposes and slices are strid
 Kernels are compiled once per (device, source) and cached here; pyopencl and PoCL also
 keep compiled binaries on disk, so a new process pays little. One in-order queue per
 device. Allocations are counted (``live_buffers``) so tests can see that clearing a
-WengertList releases what its nodes held.
+WengertList releases what its nodes held. An elementwise operation costs the host little
+(``PreparedMap``: what a launch needs is worked out once per call signature) and never
+waits for the device; only reading values to the host does.
 
 No pyopencl exception leaves this module: every public method turns one into a DeviceError
 naming the device, the operation and the fix (``_device_errors``). The tensor layer calls
@@ -171,7 +173,7 @@ _SCALAR = object()
 
 class PreparedMap:
     """One elementwise kernel family (a label and its expressions over ``names``), the
-    backend's ``prepared_map``: ``run(args, shape, dtypes)`` launches it.
+    backend's ``prepared_map``: calling it with ``(args, shape, dtypes)`` launches it.
 
     What a launch needs apart from the data is worked out once per call signature (per
     operand: a float, or a buffer's dtype and whether it has the output's shape, is 0-d
@@ -181,21 +183,21 @@ class PreparedMap:
     outputs, sets the arguments and enqueues: it never waits for the device.
     """
 
-    __slots__ = ("backend", "label", "exprs", "names", "operation", "_launches")
+    __slots__ = ("backend", "label", "exprs", "names", "operation", "_signatures")
 
     # signatures kept per family: enough for the shapes of a program's broadcasts; past
-    # it (shapes that keep changing) the oldest are prepared again when met again
+    # it (shapes that keep changing) all are dropped and prepared again when met again
     MAX_SIGNATURES = 256
 
     def __init__(self, backend: OpenCLBackend, label: str, exprs: tuple[str, ...],
                  names: tuple[str, ...]) -> None:
         self.backend, self.label, self.exprs, self.names = backend, label, exprs, names
-        self._launches: dict[tuple[Any, ...], tuple[Any, tuple[np.dtype, ...],
+        self._signatures: dict[tuple[Any, ...], tuple[Any, tuple[np.dtype, ...],
                                                     tuple[int, ...]]] = {}
         self.operation = f"map ({label})"   # what a DeviceError names
 
-    def run(self, args: tuple[Any, ...], shape: tuple[int, ...],
-             dtypes: tuple[Any, ...]) -> list[Any]:
+    def _launch(self, args: tuple[Any, ...], shape: tuple[int, ...],
+                dtypes: tuple[Any, ...]) -> list[Any]:
         # the signature and the kernel's operand arguments in one pass over the operands
         signature: list[Any] = [dtypes]
         operand_args: list[Any] = []
@@ -215,7 +217,7 @@ class PreparedMap:
         if broadcast:
             signature.append(shape)
         key = tuple(signature)
-        launch = self._launches.get(key)
+        launch = self._signatures.get(key)
         if launch is None:
             launch = self._prepare(key, args, shape, dtypes)
         kernel, storages, layout = launch
@@ -281,12 +283,12 @@ class PreparedMap:
         source = kernels.render_map(self.label, self.exprs, tuple(spec), out_ctypes, ndim,
                                     real)
         kernel = backend.kernel(source, f"easyad_{self.label}", scalar_dtypes)
-        if len(self._launches) >= self.MAX_SIGNATURES:
-            self._launches.clear()
-        launch = self._launches[key] = (kernel, storages, tuple(layout))
+        if len(self._signatures) >= self.MAX_SIGNATURES:
+            self._signatures.clear()
+        launch = self._signatures[key] = (kernel, storages, tuple(layout))
         return launch
 
-    __call__ = _guarded(run, lambda prepared: prepared.backend,
+    __call__ = _guarded(_launch, lambda prepared: prepared.backend,
                         lambda prepared, args: prepared.operation)
 
 
