@@ -7,7 +7,9 @@ middle 50% of the per-round ratios):
 1. Per-op dispatch on small arrays (8 float64 values): a program of ``OPS`` tensor
    operations, recorded on a fresh WengertList, then its backward sweep; reported per
    operation (forward only, and forward + its share of the sweep), against torch eager
-   with ``requires_grad`` (forward, and forward + ``backward()``).
+   with ``requires_grad`` (forward, and forward + ``backward()``). Where an OpenCL device
+   works, its rows too (labelled with the device: PoCL is OpenCL on the CPU, so those
+   rows measure the host cost of launching kernels, not a GPU).
 2. Vectorized Rosenbrock gradient (whole-array code ``sum(100 (x[1:] - x[:-1]^2)^2 +
    (1 - x[:-1])^2)``) at n = 10, 100, 1000, 10^6: ``ad.grad(f)(x0)`` (which passes f a
    Tensor), a Tensor variable + ``derivatives()``, torch eager (the input made once,
@@ -116,19 +118,26 @@ def small_program(x, y, f):
 
 
 
+def _opencl_device():
+    """The OpenCL device tensors would use, or None where none works."""
+    return next((d for d in ad.devices() if d.kind == "opencl" and d.usable), None)
+
+
 def bench_dispatch(ctx, torch):
     rng = np.random.default_rng(1)
     x0, y0 = rng.uniform(0.1, 1.0, SMALL), rng.uniform(0.1, 1.0, SMALL)
     variants, checks = {}, {}
 
-    def easyad_forward():
+    def easyad_forward(device=None):
         lst = ad.WengertList()
-        x, y = ad.Tensor.variable(x0, lst), ad.Tensor.variable(y0, lst)
+        x = ad.Tensor.variable(x0, lst, device=device)
+        y = ad.Tensor.variable(y0, lst, device=device)
         return small_program(x, y, ad)
 
-    def easyad_both():
+    def easyad_both(device=None):
         lst = ad.WengertList()
-        x, y = ad.Tensor.variable(x0, lst), ad.Tensor.variable(y0, lst)
+        x = ad.Tensor.variable(x0, lst, device=device)
+        y = ad.Tensor.variable(y0, lst, device=device)
         d = small_program(x, y, ad).derivatives()
         return d[x]
     lst = ad.WengertList()
@@ -139,6 +148,12 @@ def bench_dispatch(ctx, torch):
     variants["easyad forward"] = easyad_forward
     variants["easyad forward + backward"] = easyad_both
     checks["easyad forward + backward"] = easyad_both()
+    opencl = _opencl_device()
+    if opencl is not None:
+        where = f"easyad on {opencl.name} ({opencl.description})"
+        variants[f"{where} forward"] = lambda: easyad_forward(opencl)
+        variants[f"{where} forward + backward"] = lambda: easyad_both(opencl)
+        checks[f"{where} forward + backward"] = easyad_both(opencl)
     if torch is not None:
         tx = torch.tensor(x0, requires_grad=True)
         ty = torch.tensor(y0, requires_grad=True)
@@ -161,7 +176,7 @@ def bench_dispatch(ctx, torch):
              f"per call, divided out)", "",
              "| variant | us per op (median) | vs torch, same part |", "| --- | ---: | ---: |"]
     for name in variants:
-        base = name.replace("easyad", "torch")
+        base = "torch forward + backward" if name.endswith("backward") else "torch forward"
         lines.append(f"| {name} | {timings.median(name) / recorded * 1e6:.2f} | "
                      f"{_ratio(timings, name, base) if name != base else '1.00x'} |")
     return lines, timings, recorded

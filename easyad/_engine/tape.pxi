@@ -664,6 +664,7 @@ cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object 
                     if not other.scalar_output:
                         previous = tensor_adjoints.get(inp)
                         tensor_adjoints[inp] = c if previous is None else previous + c
+                        previous = None     # the partial sum is dropped, not held here
                         continue
                 adjoints[inp] += <double>c
             contributions = None

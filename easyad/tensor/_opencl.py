@@ -4,7 +4,9 @@ Every buffer is C-contiguous (reshape is a view; transposes and slices are strid
 Kernels are compiled once per (device, source) and cached here; pyopencl and PoCL also
 keep compiled binaries on disk, so a new process pays little. One in-order queue per
 device. Allocations are counted (``live_buffers``) so tests can see that clearing a
-WengertList releases what its nodes held.
+WengertList releases what its nodes held. An elementwise operation costs the host little
+(``PreparedMap``: what a launch needs is worked out once per call signature) and never
+waits for the device; only reading values to the host does.
 
 No pyopencl exception leaves this module: every public method turns one into a DeviceError
 naming the device, the operation and the fix (``_device_errors``). The tensor layer calls
@@ -85,29 +87,43 @@ def _translate(backend: "OpenCLBackend", operation: str, error: Exception) -> De
         f"with the message if the device passes the probe", device=device, operation=operation)
 
 
+def _guarded(method: Any, backend_of: Any, operation_of: Any) -> Any:
+    """``method`` with pyopencl errors turned into DeviceErrors that name the outermost
+    operation of the backend (``backend_of(self)``): an operation called inside another
+    (``map`` inside ``reduce``) lets its errors pass to the outer one, which names itself
+    (``operation_of(self, args)``), so the user hears of what they asked for."""
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        backend = backend_of(self)
+        if backend._busy:
+            return method(self, *args, **kwargs)
+        backend._busy = True
+        try:
+            return method(self, *args, **kwargs)
+        except cl.Error as error:
+            raise _translate(backend, operation_of(self, args), error) from None
+        finally:
+            backend._busy = False
+    return guarded
+
+
 def _device_errors(cls: type) -> type:
-    """Wrap ``__init__`` and every public method of ``cls`` so that pyopencl errors leave as
-    DeviceErrors naming the outermost operation (``map`` calls ``kernel``: the user hears
-    of the map and its label)."""
-    def wrap(method: Any) -> Any:
-        @functools.wraps(method)
-        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.__dict__.get("_busy"):
-                return method(self, *args, **kwargs)
-            self._busy = True
-            try:
-                return method(self, *args, **kwargs)
-            except cl.Error as error:
-                label = (f" ({args[0]})" if args and isinstance(args[0], str)
-                         and "\n" not in args[0] and len(args[0]) < 60 else "")
-                raise _translate(self, f"{method.__name__}{label}", error) from None
-            finally:
-                self._busy = False
-        return guarded
+    """Guard ``__init__`` and every public method of ``cls`` (``_guarded``): an operation is
+    named by its method and its label (``map`` and ``reduce`` take one first)."""
+    def operation_of(name: str) -> Any:
+        def operation(self: Any, args: tuple[Any, ...]) -> str:
+            label = (f" ({args[0]})" if args and isinstance(args[0], str)
+                     and "\n" not in args[0] and len(args[0]) < 60 else "")
+            return name + label
+        return operation
     for name, member in list(vars(cls).items()):
         if callable(member) and (name == "__init__" or not name.startswith("_")):
-            setattr(cls, name, wrap(member))
+            setattr(cls, name, _guarded(member, _itself, operation_of(name)))
     return cls
+
+
+def _itself(backend: Any) -> Any:
+    return backend
 
 
 def _quiet_build(program: Any) -> Any:
@@ -134,12 +150,158 @@ class _BuildFailed(Exception):
     pass
 
 
+class DeviceArray(cl_array.Array):
+    """A backend's buffer: pyopencl's Array, whose ``+`` of a buffer of the same backend,
+    shape and float dtype (the backward sweep accumulating an adjoint, ``previous + c``)
+    runs the backend's prepared add kernel instead of pyopencl's generic one (a third of
+    its host cost, and the sum is counted in ``live_buffers``). Each backend has its own
+    subclass (``OpenCLBackend.array_class``), whose ``add`` is that kernel."""
+
+    add: PreparedMap
+
+    def __add__(self, other: Any) -> Any:
+        if (type(other) is type(self) and other.shape == self.shape
+                and other.dtype == self.dtype and self.dtype.kind == "f"):
+            return self.add((self, other), self.shape, (self.dtype,))[0]
+        return super().__add__(other)
+
+
+# a float operand in a call signature: a sentinel, as None would compare equal to a dtype
+# (np.dtype(None) is float64)
+_SCALAR = object()
+
+
+class PreparedMap:
+    """One elementwise kernel family (a label and its expressions over ``names``), the
+    backend's ``prepared_map``: calling it with ``(args, shape, dtypes)`` launches it.
+
+    What a launch needs apart from the data is worked out once per call signature (per
+    operand: a float, or a buffer's dtype and whether it has the output's shape, is 0-d
+    or broadcasts, with the shapes where it broadcasts; the output dtypes): the compiled
+    kernel with its scalar argument dtypes set, the output storage dtypes and the dims
+    and strides of a broadcast. A call then computes that signature, allocates the
+    outputs, sets the arguments and enqueues: it never waits for the device.
+    """
+
+    __slots__ = ("backend", "label", "exprs", "names", "operation", "_signatures")
+
+    # signatures kept per family: enough for the shapes of a program's broadcasts; past
+    # it (shapes that keep changing) all are dropped and prepared again when met again
+    MAX_SIGNATURES = 256
+
+    def __init__(self, backend: OpenCLBackend, label: str, exprs: tuple[str, ...],
+                 names: tuple[str, ...]) -> None:
+        self.backend, self.label, self.exprs, self.names = backend, label, exprs, names
+        self._signatures: dict[tuple[Any, ...], tuple[Any, tuple[np.dtype, ...],
+                                                    tuple[int, ...]]] = {}
+        self.operation = f"map ({label})"   # what a DeviceError names
+
+    def _launch(self, args: tuple[Any, ...], shape: tuple[int, ...],
+                dtypes: tuple[Any, ...]) -> list[Any]:
+        # the signature and the kernel's operand arguments in one pass over the operands
+        signature: list[Any] = [dtypes]
+        operand_args: list[Any] = []
+        broadcast = False
+        for v in args:
+            if isinstance(v, float):
+                signature.append(_SCALAR)
+                operand_args.append(v)
+                continue
+            vshape = v.shape
+            if vshape == shape:
+                signature.append(v.dtype)
+            else:
+                signature.append((v.dtype, vshape))
+                broadcast = broadcast or vshape != ()
+            operand_args.append(v.data)
+        if broadcast:
+            signature.append(shape)
+        key = tuple(signature)
+        launch = self._signatures.get(key)
+        if launch is None:
+            launch = self._prepare(key, args, shape, dtypes)
+        kernel, storages, layout = launch
+        backend = self.backend
+        n = math.prod(shape)
+        outs = [backend._new_array(shape, storage, n) for storage in storages]
+        if n:
+            group = backend.group
+            kernel.set_args(*[o.data for o in outs], *operand_args, n, *layout)
+            _enqueue(backend.queue, kernel, (-(-n // group) * group,), (group,))
+        return outs
+
+    def _prepare(self, key: tuple[Any, ...], args: tuple[Any, ...],
+                 shape: tuple[int, ...], dtypes: tuple[Any, ...]
+                 ) -> tuple[Any, tuple[np.dtype, ...], tuple[int, ...]]:
+        """The launch of signature ``key`` (made from ``args``, ``shape`` and ``dtypes``):
+        its kernel, output storage dtypes and layout arguments (dims, then each strided
+        operand's strides). Depends on nothing the signature leaves out."""
+        backend = self.backend
+        out_dtypes = [np.dtype(d) for d in dtypes]
+        storages = tuple(backend._storage(d) for d in out_dtypes)
+        floats = [d for d in out_dtypes if d.kind == "f"] or [
+            np.dtype(v.dtype) for v in args
+            if not isinstance(v, float) and np.dtype(v.dtype).kind == "f"]
+        real_dtype = np.result_type(*floats) if floats else np.dtype(np.float64)
+        real = kernels.c_type(real_dtype)
+        out_strides = contiguous_strides(shape)
+        broadcast_names, stride_lists = [], []
+        for name, v in zip(self.names, args):
+            if isinstance(v, float) or v.shape in ((), shape):
+                continue
+            vshape = v.shape
+            lead = len(shape) - len(vshape)
+            own = contiguous_strides(vshape)
+            stride_lists.append(tuple(0 if d < lead or vshape[d - lead] == 1 and shape[d] != 1
+                                      else own[d - lead] for d in range(len(shape))))
+            broadcast_names.append(name)
+        dims, collapsed = _collapse(shape, [out_strides] + stride_lists)
+        strided = {n: s for n, s in zip(broadcast_names, collapsed[1:]) if s != collapsed[0]}
+        ndim = len(dims) if strided else 0
+        spec: list[tuple[str, str, str]] = []
+        scalar_dtypes: list[Any] = [None] * len(storages)
+        for name, v in zip(self.names, args):
+            if isinstance(v, float):
+                spec.append((name, "scalar", real))
+                scalar_dtypes.append(real_dtype)
+                continue
+            # a 0-d buffer ("first"): every work-item reads its one element on the device
+            # (no read back to the host; a bool stays a bool, as a condition must)
+            kind = ("same" if v.shape == shape else "first" if v.shape == ()
+                    else "strided" if name in strided else "same")
+            spec.append((name, kind, kernels.c_type(v.dtype)))
+            scalar_dtypes.append(None)
+        scalar_dtypes.append(_LONG)
+        layout: list[int] = []
+        if ndim:
+            layout += dims
+            for name, kind, _ in spec:
+                if kind == "strided":
+                    layout += strided[name]
+        scalar_dtypes += [_LONG] * len(layout)
+        out_ctypes = tuple(kernels.c_type(d) for d in out_dtypes)
+        source = kernels.render_map(self.label, self.exprs, tuple(spec), out_ctypes, ndim,
+                                    real)
+        kernel = backend.kernel(source, f"easyad_{self.label}", scalar_dtypes)
+        if len(self._signatures) >= self.MAX_SIGNATURES:
+            self._signatures.clear()
+        launch = self._signatures[key] = (kernel, storages, tuple(layout))
+        return launch
+
+    __call__ = _guarded(_launch, lambda prepared: prepared.backend,
+                        lambda prepared, args: prepared.operation)
+
+
+_enqueue = cl.enqueue_nd_range_kernel
+
+
 @_device_errors
 class OpenCLBackend(LiveBuffers, ComposedKernels):
     """Tensor storage and kernels on one OpenCL device (the fused cross_entropy composed of
     its primitives, ``_composed.py``)."""
 
     kind = "opencl"
+    _busy = False     # an operation is running: inner ones leave errors to it (_guarded)
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -149,11 +311,15 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         self.fp64 = bool(device._handle.double_fp_config)
         self._programs: dict[str, Any] = {}
         self._kernels: dict[Any, Any] = {}
+        self._maps: dict[tuple[Any, ...], PreparedMap] = {}
+        self._reductions: dict[tuple[str, Any], Any] = {}
         self.compiles = 0
         # buffers come from a pool: a freed buffer is reused by the next allocation of its
         # size class instead of new device memory being mapped (and faulted in) each time
         from pyopencl.tools import ImmediateAllocator, MemoryPool
         self.pool = MemoryPool(ImmediateAllocator(self.queue))
+        self.array_class = type("DeviceArray", (DeviceArray,), {
+            "add": self.prepared_map("add", ("x + y",), ("x", "y"))})
 
     # -- compiling --
     def kernel(self, source: str, name: str, scalar_dtypes: list[Any]) -> Any:
@@ -185,13 +351,29 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         k(self.queue, (global_size,), (self.group,), *args)
 
     # -- buffers --
-    def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        dtype = _STORAGE.get(np.dtype(dtype), np.dtype(dtype))
+    def _storage(self, dtype: Any) -> np.dtype:
+        """The dtype a buffer of ``dtype`` holds (bools as uchar); DeviceError for float64 on
+        a device without it."""
+        dtype = np.dtype(dtype)
+        dtype = _STORAGE.get(dtype, dtype)
         if dtype == np.float64 and not self.device.fp64:
             raise DeviceError(f"device {self.device.name} ({self.device.description}) cannot "
                               f"run float64 kernels ({self.device.problem}). Fix: "
                               f"{self.device.fix}", device=self.device, operation="allocate")
-        return self._track(cl_array.empty(self.queue, shape, dtype, allocator=self.pool))
+        return dtype
+
+    def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        return self._new_array(shape, self._storage(dtype), math.prod(shape))
+
+    def _new_array(self, shape: tuple[int, ...], storage: np.dtype, size: int) -> Any:
+        """A new C-contiguous array of ``size`` elements of ``storage`` (checked by
+        ``_storage``) from the pool: pyopencl's fast constructor, which skips the shape
+        validation that costs ``cl_array.empty`` several microseconds a call."""
+        itemsize = storage.itemsize
+        strides = tuple(step * itemsize for step in contiguous_strides(shape))
+        return self._track(self.array_class(
+            None, shape, storage, allocator=self.pool, strides=strides, _fast=True,
+            _size=size, _context=self.context, _queue=self.queue))
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An uninitialised buffer (for callers that fill it with their own kernels)."""
@@ -225,73 +407,17 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
 
     # -- elementwise --
     def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
-                     ) -> Any:
-        def run(args: tuple[Any, ...], shape: tuple[int, ...],
-                dtypes: tuple[Any, ...]) -> list[Any]:
-            return self.map(label, exprs, dict(zip(names, args)), shape, dtypes)
-        return run
+                     ) -> PreparedMap:
+        key = (label, exprs, names)
+        prepared = self._maps.get(key)
+        if prepared is None:
+            prepared = self._maps[key] = PreparedMap(self, label, exprs, names)
+        return prepared
 
     def map(self, label: str, exprs: tuple[str, ...], operands: Mapping[str, Any],
             shape: tuple[int, ...], dtypes: tuple[Any, ...]) -> list[Any]:
-        out_dtypes = [np.dtype(d) for d in dtypes]
-        floats = [d for d in out_dtypes if d.kind == "f"] or [
-            np.dtype(v.dtype) for v in operands.values()
-            if not isinstance(v, float) and np.dtype(v.dtype).kind == "f"]
-        real_dtype = np.result_type(*floats) if floats else np.dtype(np.float64)
-        real = kernels.c_type(real_dtype)
-        out_strides = contiguous_strides(shape)
-        names, stride_lists = [], []
-        for name, v in operands.items():
-            if isinstance(v, float) or v.shape == ():
-                continue
-            vshape = v.shape
-            lead = len(shape) - len(vshape)
-            own = contiguous_strides(vshape)
-            stride_lists.append(tuple(0 if d < lead or vshape[d - lead] == 1 and shape[d] != 1
-                                      else own[d - lead] for d in range(len(shape))))
-            names.append(name)
-        dims, collapsed = _collapse(shape, [out_strides] + stride_lists)
-        contiguous = collapsed[0]
-        strided = {n: s for n, s in zip(names, collapsed[1:]) if s != contiguous}
-        ndim = len(dims) if strided else 0
-        spec: list[tuple[str, str, str]] = []
-        args: list[Any] = []
-        scalar_dtypes: list[Any] = []
-        outs = [self._empty(shape, d) for d in out_dtypes]
-        args += [o.data for o in outs]
-        scalar_dtypes += [None] * len(outs)
-        for name, v in operands.items():
-            if isinstance(v, float):
-                spec.append((name, "scalar", real))
-                args.append(v)
-                scalar_dtypes.append(real_dtype)
-            elif v.shape == ():
-                # a 0-d buffer: every work-item reads its one element on the device (no
-                # read back to the host; a bool stays a bool, as a condition must)
-                ctype = kernels.c_type(_STORAGE.get(np.dtype(v.dtype), np.dtype(v.dtype)))
-                spec.append((name, "first", ctype))
-                args.append(v.data)
-                scalar_dtypes.append(None)
-            else:
-                ctype = kernels.c_type(_STORAGE.get(np.dtype(v.dtype), np.dtype(v.dtype)))
-                spec.append((name, "strided" if name in strided else "same", ctype))
-                args.append(v.data)
-                scalar_dtypes.append(None)
-        n = math.prod(shape)
-        args.append(n)
-        scalar_dtypes.append(_LONG)
-        if ndim:
-            args += list(dims)
-            scalar_dtypes += [_LONG] * ndim
-            for name, kind, _ in spec:
-                if kind == "strided":
-                    args += list(strided[name])
-                    scalar_dtypes += [_LONG] * ndim
-        out_ctypes = tuple(kernels.c_type(d) for d in out_dtypes)
-        source = kernels.render_map(label, exprs, tuple(spec), out_ctypes, ndim, real)
-        k = self.kernel(source, f"easyad_{label}", scalar_dtypes)
-        self.launch(k, n, *args)
-        return outs
+        return self.prepared_map(label, exprs, tuple(operands))(
+            tuple(operands.values()), shape, dtypes)
 
     # -- reductions --
     def reduce(self, op: str, buf: Any, axes: tuple[int, ...]) -> Any:
@@ -311,23 +437,27 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         outer = math.prod(shape[:first])
         K = math.prod(shape[first:last + 1])
         inner = math.prod(shape[last + 1:])
-        real = kernels.c_type(buf.dtype)
-        k = self.kernel(kernels.render_reduce(op, real), f"easyad_reduce_{op}",
-                        [None, None, *[_LONG] * 5])
         if K == 0:
             value = {"sum": 0.0, "max": -np.inf, "min": np.inf}[op]
             return self.full(out_shape, value, buf.dtype)
+        storage = buf.dtype
+        k = self._reductions.get((op, storage))
+        if k is None:
+            k = self._reductions[op, storage] = self.kernel(
+                kernels.render_reduce(op, kernels.c_type(storage)), f"easyad_reduce_{op}",
+                [None, None, *[_LONG] * 5])
         target = 4096 if self.device.is_gpu else 64   # work-items worth launching
         src = buf
         while True:
             rows = outer * inner
             C = 1 if rows >= target or K <= 64 else min(-(-target // rows), -(-K // 64))
             chunk = -(-K // C)
-            out = self._empty((outer * C * inner,), buf.dtype)
             total = outer * C * inner
+            # the last pass writes the result in its own shape (no reshape afterwards)
+            out = self._new_array(out_shape if C == 1 else (total,), storage, total)
             self.launch(k, total, out.data, src.data, K, inner, chunk, C, total)
             if C == 1:
-                return out.reshape(out_shape)
+                return out
             src, K = out, C
 
     # -- matmul --
