@@ -183,3 +183,20 @@ def test_an_operation_never_waits_for_the_device(backend, monkeypatch):
         z = z + x
         backend.reduce("sum", z, (0,))
     assert waits == []
+
+
+def test_arrays_without_pyopencl_private_constructor(backend, monkeypatch):
+    """A pyopencl whose Array lacks the private fast-constructor keywords gets arrays from
+    the public constructor: the same values and gradients."""
+    x0 = np.linspace(0.1, 1.0, 8)
+    results = []
+    for fast in (True, False):
+        monkeypatch.setattr(_opencl, "_FAST_CONSTRUCTOR", fast)
+        lst = ad.WengertList()
+        x = ad.Tensor.variable(x0, lst, device=backend.device.name)
+        z = ad.sum(ad.sin(x * x) + x.reshape(2, 4).T.sum(axis=0).sum() * x)
+        results.append((z.number, z.derivatives()[x]))
+    assert results[0][0] == results[1][0]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    ref = np.sin(x0 * x0) + x0.sum() * x0
+    assert results[1][0] == pytest.approx(ref.sum(), rel=1e-12)

@@ -15,6 +15,7 @@ the backend before it appends a tape entry, so a failed operation records nothin
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import os
 import tempfile
@@ -32,6 +33,11 @@ from easyad.tensor import _probe
 from easyad.tensor._buffers import LiveBuffers
 from easyad.tensor._composed import ComposedKernels
 from easyad.tensor._shapes import contiguous_strides
+
+# pyopencl's Array constructor takes private keywords (_fast, _size, _context, _queue) that
+# skip its checks; a pyopencl without them gets the public constructor (slower, same array)
+_FAST_CONSTRUCTOR = all(k in inspect.signature(cl_array.Array.__init__).parameters
+                        for k in ("_fast", "_size", "_context", "_queue"))
 
 _LONG = np.int64
 _STORAGE = {np.dtype(np.bool_): np.dtype(np.uint8)}   # OpenCL buffers hold bools as uchar
@@ -369,11 +375,13 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         """A new C-contiguous array of ``size`` elements of ``storage`` (checked by
         ``_storage``) from the pool: pyopencl's fast constructor, which skips the shape
         validation that costs ``cl_array.empty`` several microseconds a call."""
-        itemsize = storage.itemsize
-        strides = tuple(step * itemsize for step in contiguous_strides(shape))
-        return self._track(self.array_class(
-            None, shape, storage, allocator=self.pool, strides=strides, _fast=True,
-            _size=size, _context=self.context, _queue=self.queue))
+        if _FAST_CONSTRUCTOR:
+            itemsize = storage.itemsize
+            strides = tuple(step * itemsize for step in contiguous_strides(shape))
+            return self._track(self.array_class(
+                None, shape, storage, allocator=self.pool, strides=strides, _fast=True,
+                _size=size, _context=self.context, _queue=self.queue))
+        return self._track(self.array_class(self.queue, shape, storage, allocator=self.pool))
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An uninitialised buffer (for callers that fill it with their own kernels)."""
