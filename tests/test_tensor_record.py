@@ -585,7 +585,7 @@ def test_strong_zeros_of_numbers_are_rewritten_exactly():
     import struct
 
     from easyad import _expr
-    from easyad.tensor._program_c import _with_constant_strong_zeros
+    from easyad.tensor._zero_signs import constant_strong_zeros
 
     def bits(v):
         return struct.pack("<d", v) if v == v else b"nan"
@@ -596,7 +596,7 @@ def test_strong_zeros_of_numbers_are_rewritten_exactly():
           np.nan]
     for c in [1.0, -1.0, 2.0, -3.5, 100.0, 1e300, 0.5, 1e-300]:
         for order in ("mul0(c, y)", "mul0(y, c)", "mul0(c, mul0(c, y))"):
-            tree = _with_constant_strong_zeros(_expr.substitute(order, {"c": repr(c)}))
+            tree = constant_strong_zeros(_expr.substitute(order, {"c": repr(c)}))
             text = _expr.render(tree, "python")
             assert abs(c) < 1 or "mul0" not in text, text
             for y in ys:

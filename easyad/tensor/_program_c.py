@@ -24,6 +24,9 @@
 - **Numbers**: a recorded constant of one element (the gradient's seed) is a literal,
   and so is a value that is one number; ``mul0`` (the strong zero) of a number c with
   |c| >= 1 is written ``c * y + 0.0``, the same bits with no comparison.
+- **Signs of zero** (``_zero_signs``): a ``+ 0.0`` (which makes -0 into +0, as eager
+  execution's strong zeros and adjoint sums do) is left out where no reader can tell -0
+  from +0: Rosenbrock's gradient loop keeps one of six, the same bits out.
 - **Python steps**: matmul and ``linear`` (BLAS through numpy), the cross-entropy kernels
   and guards, as ``_program.step`` runs them.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
@@ -48,6 +51,7 @@ import numpy as np
 from easyad import _compile, _expr
 from easyad._core import _point_at, _segment_call
 from easyad.tensor._program import Instruction, Program, live_instructions, step
+from easyad.tensor._zero_signs import constant_strong_zeros, map_trees
 
 _C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
             np.dtype(np.bool_): "unsigned char"}
@@ -213,6 +217,7 @@ class _Plan:
         self.recomputed: set[int] = set()
         self.recipe_reads: dict[int, set[int]] = {}
         self.stored: set[int] | None = None       # the roots in memory: loops merge then
+        self._map_trees: dict[tuple[int, int], _expr.Node] | None = None
 
     def is_pad(self, ins: Instruction) -> bool:
         return id(ins) in self.pads
@@ -241,6 +246,13 @@ class _Plan:
 
     def r(self, slot: int) -> int:
         return self.root.get(slot, slot)
+
+    def map_tree(self, ins: Instruction, k: int) -> _expr.Node:
+        """Output k of map ``ins`` as the loop computes it (``_zero_signs.map_trees``:
+        recorded numbers in place, no ``+ 0.0`` that no reader can see)."""
+        if self._map_trees is None:
+            self._map_trees = map_trees(self)
+        return self._map_trees[(id(ins), k)]
 
     types = _C_TYPES      # the dtypes the generated code handles
 
@@ -520,9 +532,9 @@ class _Renderer:
             label, exprs, names, out_shape, dtypes = params
             mapping = {name: self._operand(body, i, shape, index)
                        for name, i in zip(names, ins.ins)}
-            for o, expr, dt in zip(outs, exprs, dtypes):
-                tree = self._calls(body, _with_constant_strong_zeros(
-                    _expr.substitute(expr, mapping)))
+            for k, (o, dt) in enumerate(zip(outs, dtypes)):
+                tree = self._calls(body, constant_strong_zeros(
+                    _expr.substitute(self.plan.map_tree(ins, k), mapping)))
                 number = _expr.constant(tree)
                 if number is not None and np.dtype(dt).kind == "f" and \
                         float(np.dtype(dt).type(number)) == number:
@@ -1007,41 +1019,6 @@ def _choose_recomputed(plan: _Plan, stored: set[int], producer: dict[int, Instru
             stored.discard(slot)
             plan.recomputed.add(slot)
             plan.recipe_reads[slot] = reads
-
-
-def _with_constant_strong_zeros(tree: _expr.Node) -> _expr.Node:
-    """The expression with each ``mul0(c, y)`` (or ``mul0(y, c)``) of a number c, finite
-    and |c| >= 1, written ``c * y + 0.0`` (``y + 0.0`` for c = 1): the same number in
-    every case (c * y is 0 only where y is, and + 0.0 makes that +0 as mul0 does; NaN
-    and infinities pass), with no comparison (the seed 1.0 makes many such)."""
-    if isinstance(tree, _expr.Call):
-        args = tuple(_with_constant_strong_zeros(a) for a in tree.args)
-        if tree.name == "mul0":
-            for c, y in (args, args[::-1]):
-                if not (isinstance(c, _expr.Num) and math.isfinite(c.value)):
-                    continue
-                if isinstance(y, _expr.Num) and math.isfinite(y.value):
-                    return _expr.Num(c.value * y.value if c.value and y.value else 0.0)
-                if abs(c.value) < 1:
-                    continue
-                if c.value == 1 and _never_minus_zero(y):
-                    return y
-                product = y if c.value == 1 else _expr.Bin("*", c, y)
-                return _expr.Bin("+", product, _expr.Num(0.0))
-        return _expr.Call(tree.name, args)
-    if isinstance(tree, _expr.Bin):
-        return _expr.Bin(tree.op, _with_constant_strong_zeros(tree.left),
-                         _with_constant_strong_zeros(tree.right))
-    if isinstance(tree, _expr.Neg):
-        return _expr.Neg(_with_constant_strong_zeros(tree.operand))
-    return tree
-
-
-def _never_minus_zero(tree: _expr.Node) -> bool:
-    """Whether the expression is one that cannot be -0.0 (a sum with +0.0)."""
-    return isinstance(tree, _expr.Bin) and tree.op == "+" and \
-        isinstance(tree.right, _expr.Num) and tree.right.value == 0.0 and \
-        math.copysign(1.0, tree.right.value) > 0
 
 
 def _operation_cost(ins: Instruction) -> int:
