@@ -20,6 +20,7 @@ import numpy as np
 from easyad import _core, _expr
 from easyad._expressions import compile_expression as _compile
 from easyad._expressions import numpy_namespace
+from easyad.tensor import _blas
 from easyad.tensor._buffers import LiveBuffers
 
 
@@ -206,21 +207,21 @@ class NumpyBackend(LiveBuffers):
                transpose_b: bool = False) -> np.ndarray:
         """(B|1, M, K) @ (B|1, K, N) -> (B, M, N); ``transpose_a``: a is (B|1, K, M),
         ``transpose_b``: b is (B|1, N, K) (views: BLAS takes the transpose as a flag)."""
-        return self._track(np.ascontiguousarray(np.matmul(
+        return self._track(np.ascontiguousarray(_blas.matmul(
             a.swapaxes(-1, -2) if transpose_a else a, b.swapaxes(-1, -2) if transpose_b else b)))
 
     # -- fused kernels (tensor/_fused.py) --
     def linear(self, x: np.ndarray, w: np.ndarray, b: Any) -> np.ndarray:
         """``x @ w.T + b`` (the transpose is a BLAS flag; the bias added in place)."""
-        out = np.matmul(x, w.T)
+        out = _blas.matmul(x, w.T)
         if b is not None:
             out += b
         return self._track(out)
 
     def linear_vjp(self, g: np.ndarray, x: Any, w: Any, needs: tuple[bool, bool, bool]
                    ) -> tuple[Any, Any, Any]:
-        gx = self._track(np.matmul(g, w)) if needs[0] else None
-        gw = self._track(np.matmul(g.T, x)) if needs[1] else None
+        gx = self._track(_blas.matmul(g, w)) if needs[0] else None
+        gw = self._track(_blas.matmul(g.T, x)) if needs[1] else None
         gb = self._track(g.sum(axis=0)) if needs[2] else None
         return gx, gw, gb
 

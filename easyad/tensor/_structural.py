@@ -18,7 +18,7 @@ import numpy as np
 
 from easyad._core import Record
 from easyad.errors import TapeMismatchError
-from easyad.tensor import _graph
+from easyad.tensor import _blas, _graph
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, Node, T, TensorBase, common_tape,
                                  fold, live_tape, operand, record, record_scalar, result_dtype,
@@ -624,7 +624,7 @@ def _fast_matmul(a: Any, b: Any) -> Any:
     out_shape, batch, a2, b2, mkn, a3, b3 = found
     cls, dtype, ia, ib = type(a), a._dtype, a._index, b._index
     adata, bdata = a._data, b._data
-    result = np.matmul(adata, bdata)
+    result = _blas.matmul(adata, bdata)
     if (tape is None or ia < 0 and ib < 0) and out_shape:
         return wrap(cls, be, _own(be, np.ascontiguousarray(result)), out_shape, dtype)
     step = MatmulStep(cls, be, dtype, batch, a2, b2, mkn, a3,

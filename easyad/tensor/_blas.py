@@ -1,0 +1,97 @@
+"""The numpy device's matrix product: numpy's BLAS, or easyad's AVX-512 kernels
+(``easyad/_gemm.h``) where the BLAS leaves half the CPU's vector width unused.
+
+OpenBLAS (numpy's BLAS on Linux) picks its kernels by CPU model. On a CPU newer than it
+knows, such as AMD Zen 5 under openblas 0.3.31, it runs its AVX2 ("Haswell") kernels:
+there easyad's kernels take the MLP step's 64x784x128 products in 140 us against 230 us
+(float64; float32 77 against 113 us, one thread). So ``auto`` (the default) uses them
+where all of these hold, and numpy's BLAS everywhere else:
+
+- the CPU has AVX-512 (F, VL, DQ) and FMA (``_core.GEMM_SUPPORTED``);
+- numpy's BLAS is OpenBLAS and its kernels are not AVX-512 ones (its core name is not
+  SkylakeX, Cooperlake or SapphireRapids): other BLAS libraries are left alone;
+- the BLAS runs one thread (``threadpoolctl.threadpool_limits(1)``,
+  ``OPENBLAS_NUM_THREADS=1``): easyad's kernels run one, and many threads win on big
+  products;
+- the product is 2-D (or a batch of one), float64 or float32, and has at least
+  ``_SMALLEST`` multiply-adds (below that the two take about the same time).
+
+The two round differently (in the last bits), and the choice is made per call from the
+BLAS's thread count: eager execution, its fast paths and replayed programs all call
+``matmul`` here, so they always agree with each other. ``EASYAD_MATMUL=blas`` (or
+``easyad``) fixes the choice.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+import numpy as np
+
+from easyad import _core
+
+_SMALLEST = 1 << 15             # multiply-adds
+_AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+
+
+def _openblas() -> Any:
+    """OpenBLAS's thread count function and core name, when numpy's BLAS is an OpenBLAS
+    without AVX-512 kernels for this CPU (None otherwise, or where the process's
+    libraries cannot be listed)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps
+                     if "openblas" in line.lower() and ".so" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", "")):
+            threads = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+            corename = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)
+            if threads is None or corename is None:
+                continue
+            threads.restype, threads.argtypes = ctypes.c_int, []
+            corename.restype, corename.argtypes = ctypes.c_char_p, []
+            name = (corename() or b"").decode(errors="replace").lower()
+            if any(core in name for core in _AVX512_CORES):
+                return None
+            return threads
+    return None
+
+
+def _mode() -> str:
+    mode = os.environ.get("EASYAD_MATMUL", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "blas", "easyad"):
+        raise ValueError(f"EASYAD_MATMUL={mode!r}: use auto, blas or easyad")
+    if mode == "easyad" and not _core.GEMM_SUPPORTED:
+        return "blas"
+    return mode
+
+
+_MODE = _mode()
+_THREADS = _openblas() if _MODE == "auto" and _core.GEMM_SUPPORTED else None
+
+
+def own_kernels(m: int, k: int, n: int) -> bool:
+    """Whether an (m, k) @ (k, n) product runs on easyad's kernels (see the docstring)."""
+    if _MODE == "blas" or m * k * n < _SMALLEST:
+        return False
+    return _MODE == "easyad" or (_THREADS is not None and _THREADS() == 1)
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b)`` for the numpy device (a new array; see the docstring for which
+    kernels compute it)."""
+    if a.ndim == b.ndim and a.dtype == b.dtype and a.dtype in (np.float64, np.float32) \
+            and (a.ndim == 2 or (a.ndim == 3 and a.shape[0] == 1 == b.shape[0])) \
+            and a.shape[-1] == b.shape[-2] \
+            and own_kernels(a.shape[-2], a.shape[-1], b.shape[-1]):
+        if a.ndim == 2:
+            return _core._gemm(a, b)
+        return _core._gemm(a[0], b[0])[None]
+    return np.matmul(a, b)
