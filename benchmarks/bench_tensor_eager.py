@@ -505,9 +505,13 @@ def blas_note(threadpoolctl):
             avx512 = " avx512f" in f.read()
     except OSError:
         avx512 = False
+    from easyad.tensor import _blas
+    own = _blas.own_kernels(64, 784, 128)
     return (f" numpy's BLAS: {info.get('internal_api')} {info.get('version')}, kernels for "
             f"{info.get('architecture', 'an unreported architecture')}"
-            + (" (this CPU has AVX-512)" if avx512 else "") + ".")
+            + (" (this CPU has AVX-512)" if avx512 else "") + "; easyad's matrix products "
+            + ("run on its own AVX-512 kernels (easyad/_gemm.h, `EASYAD_MATMUL=auto`)."
+               if own else "run on numpy's BLAS."))
 
 
 def run(ctx):
