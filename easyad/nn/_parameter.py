@@ -1,14 +1,21 @@
-"""Parameter: a trainable numpy array that a module holds between training steps.
+"""Parameter: a trainable array that a module holds between training steps.
 
-A parameter lives on the host as a numpy array (``p.data``) and becomes a tensor only for
-one forward pass: ``p.tensor(lst)`` records it on ``lst`` as a ``Tensor.variable`` (once per
-list and generation: a second use on the same list reuses that variable, so a parameter
-used twice gets the sum of both derivatives), or gives a constant tensor when ``lst`` is
-None (inference). After the backward sweep ``d[p]`` reads its derivative, and the
-optimizers update ``p.data`` in place. Nothing is accumulated between steps, so there is
-no ``zero_grad``: each WengertList is one step's gradient. (The variable copies ``p.data``,
-so updating it never changes what a recorded step saw. A parameter keeps the list of its
-last step alive until the next step records it, as PyTorch keeps ``.grad``.)
+A parameter is a numpy array (``p.data``) that becomes a tensor only for one forward pass:
+``p.tensor(lst)`` records it on ``lst`` as a ``Tensor.variable`` (once per list and
+generation: a second use on the same list reuses that variable, so a parameter used twice
+gets the sum of both derivatives), or gives a constant tensor when ``lst`` is None
+(inference). After the backward sweep ``d[p]`` reads its derivative, and the optimizers
+update the parameter. Nothing is accumulated between steps, so there is no ``zero_grad``:
+each WengertList is one step's gradient. (The variable does not share memory that an
+update writes, so updating never changes what a recorded step saw. A parameter keeps the
+list of its last step alive until the next step records it, as PyTorch keeps ``.grad``.)
+
+**On a device** (OpenCL) the parameter's values live in a device buffer from its first
+step on: the optimizers update it there (new buffers, never written in place), so a
+training step moves no parameter, gradient or optimizer state between host and device.
+Reading ``p.data`` brings the values back to the host and makes the host array the one
+that counts (it may be written in place); the next step uploads it again. ``shape``,
+``dtype``, ``state_dict`` and ``repr`` read without taking the device copy away.
 """
 from __future__ import annotations
 
@@ -17,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from easyad.tensor import Tensor, recorded_parameter
+from easyad.tensor import _meta
+from easyad.tensor._devices import resolve
 
 FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
@@ -50,38 +59,97 @@ class Parameter:
     array([2., 4.])
     """
 
-    __slots__ = ("data", "device", "requires_grad", "_tensor", "_override")
+    __slots__ = ("_data", "_host_valid", "_buffer", "_buffer_backend", "device",
+                 "requires_grad", "_tensor", "_override")
 
     def __init__(self, data: Any, dtype: Any = None, device: Any = None,
                  requires_grad: bool = True) -> None:
         array = np.asarray(data)
         if dtype is None and array.dtype == np.float32:
             dtype = np.float32
-        self.data: np.ndarray = np.array(array, dtype=float_dtype(dtype), order="C", copy=True)
+        self._data: np.ndarray = np.array(array, dtype=float_dtype(dtype), order="C",
+                                          copy=True)
+        self._host_valid = True      # False: the device buffer holds newer values
+        self._buffer: Any = None     # the values on a device (OpenCL), or None
+        self._buffer_backend: Any = None
         self.device = device
         self.requires_grad = bool(requires_grad)
         self._tensor: Tensor | None = None
         self._override: Any = None      # what functional_call gives in its place
 
+    # -- the values: on the host, or on a device --
+    @property
+    def data(self) -> np.ndarray:
+        """The values as a numpy array, which may be written in place: reading it makes the
+        host array the one that counts (a device copy is dropped, uploaded again by the
+        next step)."""
+        if self._buffer is not None:
+            self._data = self._host()
+            self._host_valid = True
+            self._buffer = self._buffer_backend = None
+        return self._data
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._data = value
+        self._host_valid = True
+        self._buffer = self._buffer_backend = None
+
+    def _host(self) -> np.ndarray:
+        """The values on the host, to be read only (the device copy stays)."""
+        if not self._host_valid:
+            self._data = self._buffer_backend.to_numpy(self._buffer).reshape(self._data.shape)
+            self._host_valid = True
+        return self._data
+
+    def _on_device(self, be: Any) -> Any:
+        """The values as a buffer of the device backend ``be`` (uploaded when the host has
+        the newer values or the parameter moved)."""
+        if self._buffer is None or self._buffer_backend is not be:
+            host = self._host()
+            self._buffer, self._buffer_backend = be.asarray(host, host.dtype), be
+        return self._buffer
+
+    def _updated_on_device(self, buffer: Any) -> None:
+        """An optimizer's new values on the device (the host array is stale from now)."""
+        self._buffer = buffer
+        self._host_valid = False
+
+    # -- pickling and copying: the values (from the device if they are newer there) and
+    # settings; no tensor of a step, no device buffer --
+    def __getstate__(self) -> dict[str, Any]:
+        return {"data": self._host(), "device": self.device,
+                "requires_grad": self.requires_grad}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._data = np.array(state["data"], order="C", copy=True)
+        self._host_valid = True
+        self._buffer = self._buffer_backend = None
+        self.device = state["device"]
+        self.requires_grad = state["requires_grad"]
+        self._tensor = None
+        self._override = None
+
     # -- what it is --
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.data.shape)
+        return tuple(self._data.shape)
 
     @property
     def dtype(self) -> np.dtype:
-        return self.data.dtype
+        return self._data.dtype
 
     @property
     def size(self) -> int:
-        return int(self.data.size)
+        return int(self._data.size)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self.data if dtype is None else self.data.astype(dtype)
+        host = self._host()
+        return host.copy() if dtype is None else host.astype(dtype)
 
     def __repr__(self) -> str:
-        body = np.array2string(self.data, separator=", ", threshold=10)
-        return f"Parameter({body}, dtype={self.data.dtype})"
+        body = np.array2string(self._host(), separator=", ", threshold=10)
+        return f"Parameter({body}, dtype={self._data.dtype})"
 
     # -- one step's tensor --
     def tensor(self, tape: Any = None) -> Tensor:
@@ -93,12 +161,17 @@ class Parameter:
         recorded = self._recorded(tape)
         if recorded is not None:
             return recorded
+        be = resolve(self.device)
+        # the device copy where the tensor is made on that device (eval_shape's tensors
+        # have shapes only: the host array, as it is, says them)
+        values = self._data if _meta.tracing() else self.data \
+            if be.device.kind == "numpy" else self._on_device(be)
         if tape is None or not self.requires_grad:
-            return Tensor.constant(self.data, device=self.device)
+            return Tensor.constant(values, device=self.device)
         t = self._tensor
         if t is not None and t.recorded_on(tape):
             return t
-        t = Tensor.variable(self.data, tape, device=self.device)
+        t = Tensor.variable(values, tape, device=self.device)
         self._tensor = t
         return t
 
@@ -137,12 +210,21 @@ class Parameter:
         t = self.bound(d.tape)
         return None if t is None else t.adjoint(d)
 
+    def _device_adjoint(self, d: Any) -> tuple[Any, Any] | None:
+        """(the backend, its buffer of the derivative in ``d``) where this parameter's
+        variable of ``d``'s step is on a device and a derivative reached it; else None."""
+        t = self.bound(d.tape)
+        if t is None or t._backend is not self._buffer_backend or self._buffer is None:
+            return None
+        g = d._node_adjoint(t._index)
+        return None if g is None else (t._backend, g)
+
     def _derivative_from(self, d: Any) -> np.ndarray:
         # d[p]: the Derivatives' hook for objects that are not Records
         t = self.bound(d.tape)
         if t is None:
             if not self.requires_grad:
-                return np.zeros(self.data.shape, dtype=self.data.dtype)
+                return np.zeros(self.shape, dtype=self.dtype)
             raise ValueError("this parameter was not recorded on the list these derivatives "
                              "come from: call the model with tape=lst (model(x, tape=lst)) "
                              "in the step that made the loss")

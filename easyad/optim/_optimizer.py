@@ -10,7 +10,10 @@ Gradients are never accumulated between steps, so there is no ``zero_grad``.
 The updates run in numpy on the parameters' arrays, in place, following PyTorch's
 single-tensor implementations operation by operation (``torch/optim/sgd.py``,
 ``adam.py``, ``rmsprop.py``), defaults included; ``tests/test_nn.py`` compares the
-parameters after 50 steps with PyTorch's.
+parameters after 50 steps with PyTorch's. For parameters on a device (OpenCL) whose
+gradients come from a sweep there, the same operations are one kernel per parameter
+(``_device_update``: the new parameter and state as expressions), and parameters,
+gradients and state stay on the device (``tests/test_optim_device.py``).
 """
 from __future__ import annotations
 
@@ -19,9 +22,28 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _expr
 from easyad._core import Derivatives, Record
 from easyad.nn._module import Module
 from easyad.nn._parameter import Parameter
+
+
+def _state_to(state: dict[str, Any], be: Any) -> None:
+    """The optimizer state of a parameter as buffers of ``be`` (None: numpy arrays on the
+    host), where it was kept on the other side (a step on the host after steps on the
+    device, a loaded ``state_dict``)."""
+    for k, v in state.items():
+        if be is None and not isinstance(v, np.ndarray) and hasattr(v, "get"):
+            state[k] = v.get()
+        elif be is not None and isinstance(v, np.ndarray):
+            state[k] = be.asarray(v, v.dtype)
+
+
+def _lerp_expr(start: str, end: str, weight: float) -> str:
+    """``_lerp`` as an expression (its two roundings, by the weight)."""
+    if weight < 0.5:
+        return f"{start} + w * ({end} - {start})"
+    return f"{end} - ({end} - {start}) * (1.0 - w)"
 
 
 def _lerp(start: np.ndarray, end: np.ndarray, weight: float) -> None:
@@ -81,9 +103,13 @@ class Optimizer:
             gradients = gradients.derivatives()
         params = self.parameters
         if isinstance(gradients, Derivatives):
-            found = {}
+            found: dict[int, Any] = {}
             for p in params:
-                g = p._adjoint(gradients) if p.requires_grad else None
+                if not p.requires_grad:
+                    continue
+                g = p._device_adjoint(gradients)      # (backend, buffer) on a device
+                if g is None:
+                    g = p._adjoint(gradients)
                 if g is not None:
                     found[id(p)] = g
             if not found:
@@ -110,6 +136,14 @@ class Optimizer:
                 g = grads.get(id(p))
                 if g is None:
                     continue
+                if isinstance(g, tuple):         # on the parameter's device: stays there
+                    be, buffer = g
+                    state = self.state.setdefault(p, {})
+                    _state_to(state, be)
+                    self._update_on_device(p, be, buffer, state, group)
+                    continue
+                if p._buffer is not None:
+                    _state_to(self.state.get(p, {}), None)
                 if g.shape != p.data.shape:
                     raise ValueError(f"a gradient of shape {g.shape} for a parameter of shape "
                                      f"{p.data.shape}")
@@ -127,13 +161,41 @@ class Optimizer:
         kept between steps so a step allocates no arrays of that size."""
         raise NotImplementedError
 
+    def _update_on_device(self, p: Parameter, be: Any, grad: Any, state: dict[str, Any],
+                          group: dict[str, Any]) -> None:
+        """The same update on the device: one kernel (``_device_update``'s expressions)
+        makes the new parameter and state buffers."""
+        names, exprs, numbers = self._device_update(state, group)
+        operands: dict[str, Any] = {"p": p._buffer, "g": grad, **numbers}
+        for name in names:
+            if name not in state:         # the first step: zeros (step 1 reads none)
+                state[name] = be.full(p.shape, 0.0, p.dtype)
+            operands[name] = state[name]
+        if group.get("maximize", False):
+            exprs = tuple(_expr.render(_expr.substitute(e, {"g": "-g"}), "python")
+                          for e in exprs)
+        outs = be.map(f"{type(self).__name__.lower()}_step", exprs, operands, p.shape,
+                      (p.dtype,) * len(exprs))
+        p._updated_on_device(outs[0])
+        for name, out in zip(names, outs[1:]):
+            state[name] = out
+
+    def _device_update(self, state: dict[str, Any], group: dict[str, Any]
+                       ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, float]]:
+        """(the state buffers read and written, in order; the expressions of the new
+        parameter then of each of them, over ``p``, ``g``, the state and the numbers;
+        the numbers) of one step, advancing host-side counters in ``state``."""
+        raise NotImplementedError
+
     # -- checkpoints --
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state as PyTorch lays it out: ``{"state": {index: {name: value}},
         "param_groups": [{option: value, "params": [index, ...]}]}``, parameters numbered
         in order over the groups; arrays are copies."""
         index = {id(p): i for i, p in enumerate(self.parameters)}
-        state = {index[id(p)]: {k: (v.copy() if isinstance(v, np.ndarray) else v)
+        state = {index[id(p)]: {k: (v.copy() if isinstance(v, np.ndarray) else
+                                    v.get() if hasattr(v, "get") and hasattr(v, "queue")
+                                    else v)
                                 for k, v in s.items()}
                  for p, s in self.state.items() if s}
         groups = [{**{k: v for k, v in g.items() if k != "params"},
@@ -217,6 +279,21 @@ class SGD(Optimizer):
         grad *= group["lr"]
         p.data -= grad
 
+    def _device_update(self, state: dict[str, Any], group: dict[str, Any]
+                       ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, float]]:
+        wd, momentum = group["weight_decay"], group["momentum"]
+        numbers = {"lr": float(group["lr"])}
+        d = "g"
+        if wd != 0:
+            d, numbers["wd"] = "(g + wd * p)", float(wd)
+        if momentum == 0:
+            return (), (f"p - {d} * lr",), numbers
+        numbers["mu"], numbers["keep"] = float(momentum), 1.0 - group["dampening"]
+        # the buffer is the first step's gradient, then mu b + (1 - dampening) g
+        b = d if "momentum_buffer" not in state else f"(momentum_buffer * mu + keep * {d})"
+        step = f"({d} + mu * {b})" if group["nesterov"] else b
+        return ("momentum_buffer",), (f"p - {step} * lr", b), numbers
+
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba), as ``torch.optim.Adam``: ``m = lerp(m, g, 1 - β1);
@@ -271,6 +348,28 @@ class Adam(Optimizer):
         np.divide(exp_avg, denom, out=denom)
         denom *= -step_size
         p.data += denom
+
+    def _device_update(self, state: dict[str, Any], group: dict[str, Any]
+                       ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, float]]:
+        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], \
+            group["weight_decay"]
+        state["step"] = step = state.get("step", 0) + 1
+        numbers = {"w": 1.0 - beta1, "b2": float(beta2), "c2": 1.0 - beta2, "eps": float(eps),
+                   "bc": (1.0 - beta2 ** step) ** 0.5, "ss": -(lr / (1.0 - beta1 ** step))}
+        g, p0 = "g", "p"
+        if wd != 0 and self._decoupled:
+            p0, numbers["decay"] = "(p * decay)", 1.0 - lr * wd
+        elif wd != 0:
+            g, numbers["wd"] = "(g + wd * p)", float(wd)
+        m = f"({_lerp_expr('exp_avg', g, 1.0 - beta1)})"
+        v = f"(exp_avg_sq * b2 + c2 * ({g} * {g}))"
+        names, exprs, second = ["exp_avg", "exp_avg_sq"], [m, v], v
+        if group["amsgrad"]:
+            second = f"maximum(max_exp_avg_sq, {v})"
+            names.append("max_exp_avg_sq")
+            exprs.append(second)
+        return tuple(names), (f"{p0} + ({m} / (sqrt({second}) / bc + eps)) * ss", *exprs), \
+            numbers
 
 
 class AdamW(Adam):
@@ -332,5 +431,33 @@ class RMSprop(Optimizer):
             np.divide(grad, avg, out=work)
             work *= -group["lr"]
             p.data += work
+
+    def _device_update(self, state: dict[str, Any], group: dict[str, Any]
+                       ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, float]]:
+        alpha, eps, momentum, wd = group["alpha"], group["eps"], group["momentum"], \
+            group["weight_decay"]
+        state["step"] = state.get("step", 0) + 1
+        numbers = {"alpha": float(alpha), "c": 1.0 - alpha, "eps": float(eps),
+                   "lr": float(group["lr"]), "nlr": -float(group["lr"])}
+        g = "g"
+        if wd != 0:
+            g, numbers["wd"] = "(g + wd * p)", float(wd)
+        square = f"(square_avg * alpha + c * ({g} * {g}))"
+        names, exprs = ["square_avg"], [square]
+        if group["centered"]:
+            numbers["w"] = 1.0 - alpha
+            mean = f"({_lerp_expr('grad_avg', g, 1.0 - alpha)})"
+            names.append("grad_avg")
+            exprs.append(mean)
+            avg = f"(sqrt({square} - {mean} * {mean}) + eps)"
+        else:
+            avg = f"(sqrt({square}) + eps)"
+        if momentum > 0:
+            numbers["mu"] = float(momentum)
+            buf = f"(momentum_buffer * mu + {g} / {avg})"
+            names.append("momentum_buffer")
+            exprs.append(buf)
+            return tuple(names), (f"p - lr * {buf}", *exprs), numbers
+        return tuple(names), (f"p + ({g} / {avg}) * nlr", *exprs), numbers
 
 

@@ -282,6 +282,14 @@ class TensorBase(_core.TensorCore):
             _devices.resolve(device)
         if isinstance(array, TensorBase):
             array = array.value
+        elif getattr(be, "owns", None) is not None and be.owns(array):
+            # a device buffer of this backend (a parameter's values on the device): used
+            # as it is, no copy; whoever made it never writes into it afterwards
+            dt = np.dtype(array.dtype if dtype is None else dtype)
+            if dt != array.dtype or dt not in FLOAT_DTYPES:
+                raise TypeError(f"a device buffer of {array.dtype} makes a tensor of that "
+                                f"dtype (float64 or float32), not {dt}")
+            return be, array, dt
         a = np.asarray(array)
         if dtype is None:
             dtype = a.dtype if a.dtype in FLOAT_DTYPES else np.float64

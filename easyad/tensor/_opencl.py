@@ -41,6 +41,7 @@ _FAST_CONSTRUCTOR = all(k in inspect.signature(cl_array.Array.__init__).paramete
 
 _LONG = np.int64
 _STORAGE = {np.dtype(np.bool_): np.dtype(np.uint8)}   # OpenCL buffers hold bools as uchar
+_CACHED_INDEX = 4096         # index arrays up to this size are uploaded once (_index_buffer)
 
 
 def _collapse(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]
@@ -313,6 +314,7 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         self.device = device
         self.context = cl.Context([device._handle])
         self.queue = cl.CommandQueue(self.context)
+        self._indices: dict[Any, Any] = {}        # see _index_buffer
         self.group = min(256, device._handle.max_work_group_size)
         self.fp64 = bool(device._handle.double_fp_config)
         self._programs: dict[str, Any] = {}
@@ -394,6 +396,11 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         if host.size:
             a.set(host)
         return a
+
+    def owns(self, obj: Any) -> bool:
+        """Whether ``obj`` is a float buffer of this backend's context (made by it)."""
+        return isinstance(obj, cl_array.Array) and obj.context == self.context and \
+            obj.dtype in (np.float64, np.float32)
 
     def to_numpy(self, buf: Any) -> np.ndarray:
         if buf.size == 0:
@@ -550,10 +557,25 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         ctype = kernels.c_type(_STORAGE.get(np.dtype(dtype), np.dtype(dtype)))
         return self.kernel(kernels.render_take(ctype), name, [None, None, None, _LONG])
 
+    def _index_buffer(self, index: np.ndarray) -> Any:
+        """``index`` as int64 on the device. Small index arrays (a batch's class labels in
+        cross_entropy, made anew each step with the same values) are uploaded once: the
+        last few are kept by their bytes."""
+        host = np.ascontiguousarray(index, dtype=np.int64)
+        if host.size > _CACHED_INDEX:
+            return cl_array.to_device(self.queue, host)
+        key = (host.shape, host.tobytes())
+        found = self._indices.pop(key, None)
+        if found is None:
+            found = cl_array.to_device(self.queue, host)
+            if len(self._indices) >= 8:
+                self._indices.pop(next(iter(self._indices)))
+        self._indices[key] = found          # most recently used last
+        return found
+
     def take(self, buf: Any, index: np.ndarray) -> Any:
         out = self._empty(index.shape, buf.dtype)
-        idx = cl_array.to_device(self.queue, np.ascontiguousarray(index, dtype=np.int64)) \
-            if index.size else None
+        idx = self._index_buffer(index) if index.size else None
         self.launch(self._index_kernel(buf.dtype, "easyad_take"), index.size, out.data,
                     buf.data, idx.data if idx is not None else None, index.size)
         return out
@@ -568,7 +590,7 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
             return self.asarray(out.reshape(shape), dtype)
         out = self.full(shape, 0.0, dtype)
         if index.size:
-            idx = cl_array.to_device(self.queue, np.ascontiguousarray(index, dtype=np.int64))
+            idx = self._index_buffer(index)
             self.launch(self._index_kernel(dtype, "easyad_put"), index.size, out.data,
                         g.data, idx.data, index.size)
         return out

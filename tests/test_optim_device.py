@@ -1,0 +1,180 @@
+"""Training on an OpenCL device keeps parameters, gradients and optimizer state there
+(easyad/nn/_parameter.py, easyad/optim/_optimizer.py ``_device_update``): the updates
+agree with the host's (numpy) updates, a step moves nothing between host and device but
+the loss value, and reading or writing ``p.data`` between steps is honoured."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import easyad as ad
+from easyad import nn, optim
+
+OPTIMIZERS = {
+    "SGD": lambda p: optim.SGD(p, lr=0.1),
+    "SGD-momentum": lambda p: optim.SGD(p, lr=0.05, momentum=0.9, dampening=0.1,
+                                        weight_decay=1e-3),
+    "SGD-nesterov-maximize": lambda p: optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True,
+                                                 weight_decay=1e-2, maximize=True),
+    "Adam": lambda p: optim.Adam(p, lr=0.01),
+    "Adam-amsgrad-l2": lambda p: optim.Adam(p, lr=0.02, betas=(0.8, 0.99), eps=1e-6,
+                                            weight_decay=0.1, amsgrad=True),
+    "AdamW": lambda p: optim.AdamW(p, lr=0.01, betas=(0.3, 0.9)),    # lerp's other form
+    "RMSprop": lambda p: optim.RMSprop(p),
+    "RMSprop-centered-momentum": lambda p: optim.RMSprop(p, lr=0.005, alpha=0.3,
+                                                         momentum=0.5, centered=True,
+                                                         weight_decay=0.01),
+}
+
+
+def _model(device, dtype=np.float64):
+    ad.random.seed(5)
+    return nn.Sequential(nn.Linear(6, 8, dtype=dtype), nn.Tanh(),
+                         nn.Linear(8, 3, dtype=dtype)).to(device)
+
+
+def _data(rng):
+    return rng.standard_normal((16, 6)), rng.integers(0, 3, 16)
+
+
+def _train(model, opt, x, y, steps):
+    losses = []
+    for _ in range(steps):
+        lst = ad.WengertList()
+        loss = nn.cross_entropy(model(x, tape=lst), y)
+        opt.step(loss.derivatives())
+        losses.append(loss.number)
+    return losses
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_device_updates_match_the_host_updates(name, opencl_device):
+    rng = np.random.default_rng(1)
+    x, y = _data(rng)
+    host, dev = _model("numpy"), _model(opencl_device)
+    host_opt, dev_opt = OPTIMIZERS[name](host.parameters()), OPTIMIZERS[name](dev.parameters())
+    host_losses = _train(host, host_opt, x, y, 6)
+    dev_losses = _train(dev, dev_opt, ad.Tensor.constant(x, device=opencl_device), y, 6)
+    np.testing.assert_allclose(dev_losses, host_losses, rtol=1e-11)
+    for p in dev.parameters():
+        assert p._buffer is not None and not p._host_valid     # updated on the device
+    for (k, a), b in zip(host.state_dict().items(), dev.state_dict().values()):
+        np.testing.assert_allclose(b, a, rtol=1e-11, atol=1e-14, err_msg=k)
+    for p in host.parameters():
+        assert p._buffer is None                               # numpy: no device copy
+    host_state, dev_state = host_opt.state_dict(), dev_opt.state_dict()
+    for i, entries in host_state["state"].items():
+        for key, value in entries.items():
+            got = dev_state["state"][i][key]
+            if isinstance(value, np.ndarray):
+                assert isinstance(got, np.ndarray)
+                np.testing.assert_allclose(got, value, rtol=1e-11, atol=1e-14)
+            else:
+                assert got == value
+
+
+def test_a_step_moves_only_the_loss(opencl_device, monkeypatch):
+    """After a first step (uploads, kernel builds): no upload at all, and one read, the
+    loss's one number."""
+    import pyopencl
+    import pyopencl.array as cla
+    rng = np.random.default_rng(2)
+    x, y = _data(rng)
+    model = _model(opencl_device)
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    xt = ad.Tensor.constant(x, device=opencl_device)
+    _train(model, opt, xt, y, 1)
+    moved = []
+    real_copy, real_get, real_set = pyopencl.enqueue_copy, cla.Array.get, cla.Array.set
+
+    def copy(queue, dest, src, **kw):
+        moved.append(("copy", type(dest).__name__, type(src).__name__,
+                      getattr(dest, "size", None)))
+        return real_copy(queue, dest, src, **kw)
+
+    def get(self, *args, **kw):
+        moved.append(("get", self.shape))
+        return real_get(self, *args, **kw)
+
+    def set_(self, *args, **kw):
+        moved.append(("set", self.shape))
+        return real_set(self, *args, **kw)
+    monkeypatch.setattr(pyopencl, "enqueue_copy", copy)
+    monkeypatch.setattr(cla.Array, "get", get)
+    monkeypatch.setattr(cla.Array, "set", set_)
+    lst = ad.WengertList()
+    loss = nn.cross_entropy(model(xt, tape=lst), y)
+    opt.step(loss.derivatives())
+    assert not [m for m in moved if m[0] == "set"]
+    reads = [m for m in moved if m[0] == "get"]
+    assert reads == [("get", ())], moved          # the loss, for its Record
+    monkeypatch.undo()
+    assert all(p._buffer is not None for p in model.parameters())
+
+
+def test_reading_and_writing_data_between_steps(opencl_device):
+    """``p.data`` brings the values back; writing into it counts for the next step (the
+    device copy is dropped and uploaded again)."""
+    rng = np.random.default_rng(3)
+    x, y = _data(rng)
+    host, dev = _model("numpy"), _model(opencl_device)
+    host_opt, dev_opt = optim.SGD(host.parameters(), lr=0.1, momentum=0.5), \
+        optim.SGD(dev.parameters(), lr=0.1, momentum=0.5)
+    _train(host, host_opt, x, y, 2)
+    _train(dev, dev_opt, x, y, 2)
+    w_host, w_dev = host[0].weight, dev[0].weight
+    assert repr(w_dev) == repr(w_host) or np.allclose(np.asarray(w_dev), np.asarray(w_host))
+    assert w_dev._buffer is not None                  # repr and __array__ keep the copy
+    w_dev.data[...] = 0.25                            # in place, through the host array
+    w_host.data[...] = 0.25
+    assert w_dev._buffer is None
+    _train(host, host_opt, x, y, 2)
+    _train(dev, dev_opt, x, y, 2)
+    for a, b in zip(host.parameters(), dev.parameters()):
+        np.testing.assert_allclose(b.data, a.data, rtol=1e-11, atol=1e-14)
+
+
+def test_a_host_step_after_device_steps_takes_the_state_back(opencl_device):
+    """Gradients given as arrays (not a sweep on the device) update on the host, with the
+    momentum the device steps left; then device steps go on from there."""
+    rng = np.random.default_rng(4)
+    x, y = _data(rng)
+    host, dev = _model("numpy"), _model(opencl_device)
+    host_opt, dev_opt = optim.RMSprop(host.parameters(), momentum=0.3), \
+        optim.RMSprop(dev.parameters(), momentum=0.3)
+    _train(host, host_opt, x, y, 2)
+    _train(dev, dev_opt, x, y, 2)
+    grads = [rng.standard_normal(p.shape) for p in host.parameters()]
+    host_opt.step(grads)
+    dev_opt.step(grads)
+    _train(host, host_opt, x, y, 2)
+    _train(dev, dev_opt, x, y, 2)
+    for a, b in zip(host.parameters(), dev.parameters()):
+        np.testing.assert_allclose(b.data, a.data, rtol=1e-11, atol=1e-14)
+
+
+def test_float32_parameters_stay_float32_on_the_device(opencl_device):
+    rng = np.random.default_rng(5)
+    x, y = _data(rng)
+    host, dev = _model("numpy", np.float32), _model(opencl_device, np.float32)
+    _train(host, optim.Adam(host.parameters(), lr=0.01), x.astype(np.float32), y, 3)
+    _train(dev, optim.Adam(dev.parameters(), lr=0.01), x.astype(np.float32), y, 3)
+    for a, b in zip(host.parameters(), dev.parameters()):
+        assert b._buffer.dtype == np.float32 and b.dtype == np.float32
+        np.testing.assert_allclose(b.data, a.data, rtol=2e-5, atol=1e-6)
+
+
+def test_a_trained_model_pickles_and_copies_with_its_device_values(opencl_device):
+    import copy
+    import pickle
+    rng = np.random.default_rng(6)
+    x, y = _data(rng)
+    model = _model(opencl_device)
+    _train(model, optim.SGD(model.parameters(), lr=0.1), x, y, 2)   # values on the device
+    for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        for a, b in zip(model.parameters(), clone.parameters()):
+            assert b._buffer is None and b.device == a.device
+            np.testing.assert_array_equal(b.data, np.asarray(a))
+        lst = ad.WengertList()
+        loss = nn.cross_entropy(clone(x, tape=lst), y)        # it trains on
+        optim.SGD(clone.parameters(), lr=0.1).step(loss.derivatives())
