@@ -57,11 +57,11 @@ def test_device_updates_match_the_host_updates(name, opencl_device):
     dev_losses = _train(dev, dev_opt, ad.Tensor.constant(x, device=opencl_device), y, 6)
     np.testing.assert_allclose(dev_losses, host_losses, rtol=1e-11)
     for p in dev.parameters():
-        assert p._buffer is not None and not p._host_valid     # updated on the device
+        assert p._values.on_device() and not p._values._host_valid   # updated there
     for (k, a), b in zip(host.state_dict().items(), dev.state_dict().values()):
         np.testing.assert_allclose(b, a, rtol=1e-11, atol=1e-14, err_msg=k)
     for p in host.parameters():
-        assert p._buffer is None                               # numpy: no device copy
+        assert not p._values.on_device()                       # numpy: no device copy
     host_state, dev_state = host_opt.state_dict(), dev_opt.state_dict()
     for i, entries in host_state["state"].items():
         for key, value in entries.items():
@@ -109,7 +109,7 @@ def test_a_step_moves_only_the_loss(opencl_device, monkeypatch):
     reads = [m for m in moved if m[0] == "get"]
     assert reads == [("get", ())], moved          # the loss, for its Record
     monkeypatch.undo()
-    assert all(p._buffer is not None for p in model.parameters())
+    assert all(p._values.on_device() for p in model.parameters())
 
 
 def test_reading_and_writing_data_between_steps(opencl_device):
@@ -124,10 +124,10 @@ def test_reading_and_writing_data_between_steps(opencl_device):
     _train(dev, dev_opt, x, y, 2)
     w_host, w_dev = host[0].weight, dev[0].weight
     assert repr(w_dev) == repr(w_host) or np.allclose(np.asarray(w_dev), np.asarray(w_host))
-    assert w_dev._buffer is not None                  # repr and __array__ keep the copy
+    assert w_dev._values.on_device()                  # repr and __array__ keep the copy
     w_dev.data[...] = 0.25                            # in place, through the host array
     w_host.data[...] = 0.25
-    assert w_dev._buffer is None
+    assert not w_dev._values.on_device()
     _train(host, host_opt, x, y, 2)
     _train(dev, dev_opt, x, y, 2)
     for a, b in zip(host.parameters(), dev.parameters()):
@@ -160,7 +160,7 @@ def test_float32_parameters_stay_float32_on_the_device(opencl_device):
     _train(host, optim.Adam(host.parameters(), lr=0.01), x.astype(np.float32), y, 3)
     _train(dev, optim.Adam(dev.parameters(), lr=0.01), x.astype(np.float32), y, 3)
     for a, b in zip(host.parameters(), dev.parameters()):
-        assert b._buffer.dtype == np.float32 and b.dtype == np.float32
+        assert b._values._buffer.dtype == np.float32 and b.dtype == np.float32
         np.testing.assert_allclose(b.data, a.data, rtol=2e-5, atol=1e-6)
 
 
@@ -173,7 +173,7 @@ def test_a_trained_model_pickles_and_copies_with_its_device_values(opencl_device
     _train(model, optim.SGD(model.parameters(), lr=0.1), x, y, 2)   # values on the device
     for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
         for a, b in zip(model.parameters(), clone.parameters()):
-            assert b._buffer is None and b.device == a.device
+            assert not b._values.on_device() and b.device == a.device
             np.testing.assert_array_equal(b.data, np.asarray(a))
         lst = ad.WengertList()
         loss = nn.cross_entropy(clone(x, tape=lst), y)        # it trains on

@@ -23,9 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad.tensor import Tensor, recorded_parameter
-from easyad.tensor import _meta
-from easyad.tensor._devices import resolve
+from easyad.tensor import ParameterValues, Tensor, recorded_parameter
 
 FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
@@ -59,72 +57,39 @@ class Parameter:
     array([2., 4.])
     """
 
-    __slots__ = ("_data", "_host_valid", "_buffer", "_buffer_backend", "device",
-                 "requires_grad", "_tensor", "_override")
+    __slots__ = ("_values", "device", "requires_grad", "_tensor", "_override")
 
     def __init__(self, data: Any, dtype: Any = None, device: Any = None,
                  requires_grad: bool = True) -> None:
         array = np.asarray(data)
         if dtype is None and array.dtype == np.float32:
             dtype = np.float32
-        self._data: np.ndarray = np.array(array, dtype=float_dtype(dtype), order="C",
-                                          copy=True)
-        self._host_valid = True      # False: the device buffer holds newer values
-        self._buffer: Any = None     # the values on a device (OpenCL), or None
-        self._buffer_backend: Any = None
+        self._values = ParameterValues(np.array(array, dtype=float_dtype(dtype), order="C",
+                                                copy=True))
         self.device = device
         self.requires_grad = bool(requires_grad)
         self._tensor: Tensor | None = None
         self._override: Any = None      # what functional_call gives in its place
 
-    # -- the values: on the host, or on a device --
     @property
     def data(self) -> np.ndarray:
         """The values as a numpy array, which may be written in place: reading it makes the
-        host array the one that counts (a device copy is dropped, uploaded again by the
-        next step)."""
-        if self._buffer is not None:
-            self._data = self._host()
-            self._host_valid = True
-            self._buffer = self._buffer_backend = None
-        return self._data
+        host array the one that counts (a device copy is dropped, and uploaded again by
+        the next step)."""
+        return self._values.writable()
 
     @data.setter
     def data(self, value: np.ndarray) -> None:
-        self._data = value
-        self._host_valid = True
-        self._buffer = self._buffer_backend = None
-
-    def _host(self) -> np.ndarray:
-        """The values on the host, to be read only (the device copy stays)."""
-        if not self._host_valid:
-            self._data = self._buffer_backend.to_numpy(self._buffer).reshape(self._data.shape)
-            self._host_valid = True
-        return self._data
-
-    def _on_device(self, be: Any) -> Any:
-        """The values as a buffer of the device backend ``be`` (uploaded when the host has
-        the newer values or the parameter moved)."""
-        if self._buffer is None or self._buffer_backend is not be:
-            host = self._host()
-            self._buffer, self._buffer_backend = be.asarray(host, host.dtype), be
-        return self._buffer
-
-    def _updated_on_device(self, buffer: Any) -> None:
-        """An optimizer's new values on the device (the host array is stale from now)."""
-        self._buffer = buffer
-        self._host_valid = False
+        self._values.replace(value)
 
     # -- pickling and copying: the values (from the device if they are newer there) and
     # settings; no tensor of a step, no device buffer --
     def __getstate__(self) -> dict[str, Any]:
-        return {"data": self._host(), "device": self.device,
+        return {"data": self._values.read(), "device": self.device,
                 "requires_grad": self.requires_grad}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._data = np.array(state["data"], order="C", copy=True)
-        self._host_valid = True
-        self._buffer = self._buffer_backend = None
+        self._values = ParameterValues(np.array(state["data"], order="C", copy=True))
         self.device = state["device"]
         self.requires_grad = state["requires_grad"]
         self._tensor = None
@@ -133,23 +98,23 @@ class Parameter:
     # -- what it is --
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self._data.shape)
+        return self._values.shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self._data.dtype
+        return self._values.dtype
 
     @property
     def size(self) -> int:
-        return int(self._data.size)
+        return int(np.prod(self._values.shape))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        host = self._host()
+        host = self._values.read()
         return host.copy() if dtype is None else host.astype(dtype)
 
     def __repr__(self) -> str:
-        body = np.array2string(self._host(), separator=", ", threshold=10)
-        return f"Parameter({body}, dtype={self._data.dtype})"
+        body = np.array2string(self._values.read(), separator=", ", threshold=10)
+        return f"Parameter({body}, dtype={self.dtype})"
 
     # -- one step's tensor --
     def tensor(self, tape: Any = None) -> Tensor:
@@ -161,11 +126,7 @@ class Parameter:
         recorded = self._recorded(tape)
         if recorded is not None:
             return recorded
-        be = resolve(self.device)
-        # the device copy where the tensor is made on that device (eval_shape's tensors
-        # have shapes only: the host array, as it is, says them)
-        values = self._data if _meta.tracing() else self.data \
-            if be.device.kind == "numpy" else self._on_device(be)
+        values = self._values.for_tensor(self.device)
         if tape is None or not self.requires_grad:
             return Tensor.constant(values, device=self.device)
         t = self._tensor
@@ -210,14 +171,11 @@ class Parameter:
         t = self.bound(d.tape)
         return None if t is None else t.adjoint(d)
 
-    def _device_adjoint(self, d: Any) -> tuple[Any, Any] | None:
-        """(the backend, its buffer of the derivative in ``d``) where this parameter's
-        variable of ``d``'s step is on a device and a derivative reached it; else None."""
+    def _device_adjoint(self, d: Any) -> Any:
+        """Its derivative in ``d`` as a buffer of its device, where this step ran there
+        (``ParameterValues.gradient``); else None."""
         t = self.bound(d.tape)
-        if t is None or t._backend is not self._buffer_backend or self._buffer is None:
-            return None
-        g = d._node_adjoint(t._index)
-        return None if g is None else (t._backend, g)
+        return None if t is None else self._values.gradient(t, d)
 
     def _derivative_from(self, d: Any) -> np.ndarray:
         # d[p]: the Derivatives' hook for objects that are not Records

@@ -26,17 +26,7 @@ from easyad import _expr
 from easyad._core import Derivatives, Record
 from easyad.nn._module import Module
 from easyad.nn._parameter import Parameter
-
-
-def _state_to(state: dict[str, Any], be: Any) -> None:
-    """The optimizer state of a parameter as buffers of ``be`` (None: numpy arrays on the
-    host), where it was kept on the other side (a step on the host after steps on the
-    device, a loaded ``state_dict``)."""
-    for k, v in state.items():
-        if be is None and not isinstance(v, np.ndarray) and hasattr(v, "get"):
-            state[k] = v.get()
-        elif be is not None and isinstance(v, np.ndarray):
-            state[k] = be.asarray(v, v.dtype)
+from easyad.tensor import host_copy
 
 
 def _lerp_expr(start: str, end: str, weight: float) -> str:
@@ -107,7 +97,7 @@ class Optimizer:
             for p in params:
                 if not p.requires_grad:
                     continue
-                g = p._device_adjoint(gradients)      # (backend, buffer) on a device
+                g = p._device_adjoint(gradients)      # a buffer on the parameter's device
                 if g is None:
                     g = p._adjoint(gradients)
                 if g is not None:
@@ -136,14 +126,12 @@ class Optimizer:
                 g = grads.get(id(p))
                 if g is None:
                     continue
-                if isinstance(g, tuple):         # on the parameter's device: stays there
-                    be, buffer = g
+                if not isinstance(g, np.ndarray):   # on the parameter's device: stays there
                     state = self.state.setdefault(p, {})
-                    _state_to(state, be)
-                    self._update_on_device(p, be, buffer, state, group)
+                    p._values.move_state(state, to_device=True)
+                    self._update_on_device(p, g, state, group)
                     continue
-                if p._buffer is not None:
-                    _state_to(self.state.get(p, {}), None)
+                p._values.move_state(self.state.get(p, {}), to_device=False)
                 if g.shape != p.data.shape:
                     raise ValueError(f"a gradient of shape {g.shape} for a parameter of shape "
                                      f"{p.data.shape}")
@@ -161,24 +149,16 @@ class Optimizer:
         kept between steps so a step allocates no arrays of that size."""
         raise NotImplementedError
 
-    def _update_on_device(self, p: Parameter, be: Any, grad: Any, state: dict[str, Any],
+    def _update_on_device(self, p: Parameter, grad: Any, state: dict[str, Any],
                           group: dict[str, Any]) -> None:
         """The same update on the device: one kernel (``_device_update``'s expressions)
         makes the new parameter and state buffers."""
         names, exprs, numbers = self._device_update(state, group)
-        operands: dict[str, Any] = {"p": p._buffer, "g": grad, **numbers}
-        for name in names:
-            if name not in state:         # the first step: zeros (step 1 reads none)
-                state[name] = be.full(p.shape, 0.0, p.dtype)
-            operands[name] = state[name]
         if group.get("maximize", False):
             exprs = tuple(_expr.render(_expr.substitute(e, {"g": "-g"}), "python")
                           for e in exprs)
-        outs = be.map(f"{type(self).__name__.lower()}_step", exprs, operands, p.shape,
-                      (p.dtype,) * len(exprs))
-        p._updated_on_device(outs[0])
-        for name, out in zip(names, outs[1:]):
-            state[name] = out
+        p._values.update(f"{type(self).__name__.lower()}_step", exprs, grad, state, names,
+                         numbers)
 
     def _device_update(self, state: dict[str, Any], group: dict[str, Any]
                        ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, float]]:
@@ -194,8 +174,7 @@ class Optimizer:
         in order over the groups; arrays are copies."""
         index = {id(p): i for i, p in enumerate(self.parameters)}
         state = {index[id(p)]: {k: (v.copy() if isinstance(v, np.ndarray) else
-                                    v.get() if hasattr(v, "get") and hasattr(v, "queue")
-                                    else v)
+                                    host_copy(v))
                                 for k, v in s.items()}
                  for p, s in self.state.items() if s}
         groups = [{**{k: v for k, v in g.items() if k != "params"},

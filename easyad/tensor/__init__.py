@@ -12,8 +12,9 @@ joins, where), ``_fused`` (linear, cross_entropy, sigmoid), ``_generic`` (ad.sum
 ``_tensor`` (Tensor = TensorBase + the generated ``_rule_methods.RuleMethods`` + methods
 calling the operations) -> ``_trace`` (TraceTensor) -> ``_functions`` (softmax family,
 eval_shape, ShapeDtype) -> ``_custom`` (ArrayPrimitive: user array operations, registered
-with ``easyad.primitives``). ``_replay_cl`` renders a scalar tape into one OpenCL kernel
-for batched gradients.
+with ``easyad.primitives``). ``_parameters`` (ParameterValues: a trainable parameter's
+values on the host or a device, for nn and optim) sits on ``_devices``. ``_replay_cl``
+renders a scalar tape into one OpenCL kernel for batched gradients.
 
 ``linear``, ``cross_entropy`` and ``sigmoid`` are the fused operations ``easyad.nn`` uses
 (one tape entry each).
@@ -23,13 +24,15 @@ from easyad.tensor._devices import Device, device_report, devices, get_device, s
 from easyad.tensor._fused import cross_entropy, linear, sigmoid
 from easyad.tensor._functions import (ShapeDtype, amax, amin, concatenate, eval_shape,
                                       log_softmax, logsumexp, mean, softmax, stack, sum)
+from easyad.tensor._parameters import ParameterValues, host_copy
 from easyad.tensor._tensor import Tensor, recorded_host_value, recorded_parameter
 from easyad.tensor._trace import TraceTensor
 
-__all__ = ["ArrayPrimitive", "Device", "ShapeDtype", "Tensor", "amax", "amin", "concatenate",
+__all__ = ["ArrayPrimitive", "Device", "ParameterValues", "ShapeDtype", "Tensor", "amax",
+           "amin", "concatenate",
            "cross_entropy",
            "device_report", "devices", "eval_shape", "linear", "sigmoid",
-           "get_device", "log_softmax", "logsumexp", "mean", "recorded_host_value",
+           "get_device", "host_copy", "log_softmax", "logsumexp", "mean", "recorded_host_value",
            "recorded_parameter",
            "set_device", "softmax", "stack",
            "sum", "TraceTensor"]
