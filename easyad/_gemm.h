@@ -11,7 +11,9 @@
  * columns) is copied into aligned memory (zero past N), so the inner loop reads whole
  * aligned vectors (unaligned 64-byte loads cross cache lines: that alone cost 1.7x);
  * then each block of 4 rows of A runs the panel with 4 x 4 vector accumulators (16 of
- * the 32 registers), one broadcast of A per row and k. */
+ * the 32 registers), one broadcast of A per row and k. Rows are taken MC at a time, so
+ * the rows of A that the panels of B pass over stay in the caches (2048^3, one core of
+ * this Zen 5: 68 -> 107 GFLOP/s; numpy's OpenBLAS on its AVX2 kernels 61). */
 #ifndef EASYAD_GEMM_H
 #define EASYAD_GEMM_H
 
@@ -26,6 +28,7 @@
 #endif
 
 #define EASYAD_GEMM_KC 64
+#define EASYAD_GEMM_MC 256
 
 /* row r of a block into C: C takes it (first panel of K) or adds it; a partial last
  * panel of columns (nr < NR) goes through a spill */
@@ -77,10 +80,12 @@ static EASYAD_GEMM_TARGET void NAME(long M, long N, long K, const T* A, long ai,
                                     long ak, const T* B, long bk, long bn, T* C,       \
                                     long ldc) {                                        \
     T panel[EASYAD_GEMM_KC * 4 * (W)] __attribute__((aligned(64)));                    \
+    for (long i0 = 0; i0 < M; i0 += EASYAD_GEMM_MC) {                                  \
+    const long m1 = M - i0 < EASYAD_GEMM_MC ? M : i0 + EASYAD_GEMM_MC;                 \
     for (long j = 0; j < N; j += 4 * (W)) {                                            \
         const long nr = N - j < 4 * (W) ? N - j : 4 * (W);                             \
         if (K == 0) {                                                                  \
-            for (long i = 0; i < M; i++)                                               \
+            for (long i = i0; i < m1; i++)                                             \
                 for (long q = 0; q < nr; q++) C[i * ldc + j + q] = 0;                  \
         }                                                                              \
         for (long k0 = 0; k0 < K; k0 += EASYAD_GEMM_KC) {                              \
@@ -92,10 +97,11 @@ static EASYAD_GEMM_TARGET void NAME(long M, long N, long K, const T* A, long ai,
                 for (; q < nr; q++) dst[q] = src[q * bn];                              \
                 for (; q < 4 * (W); q++) dst[q] = 0;                                   \
             }                                                                          \
-            long i = 0;                                                                \
-            for (; i + 4 <= M; i += 4) EASYAD_GEMM_BLOCK(T, NAME##_vec, W, 4)          \
-            for (; i < M; i++) EASYAD_GEMM_BLOCK(T, NAME##_vec, W, 1)                  \
+            long i = i0;                                                               \
+            for (; i + 4 <= m1; i += 4) EASYAD_GEMM_BLOCK(T, NAME##_vec, W, 4)         \
+            for (; i < m1; i++) EASYAD_GEMM_BLOCK(T, NAME##_vec, W, 1)                 \
         }                                                                              \
+    }                                                                                  \
     }                                                                                  \
 }
 
