@@ -19,9 +19,10 @@ all variants of a part timed interleaved in the same rounds:
 Every call but "fused on device" takes x from the host and brings the results back.
 Target: fused at least 3x faster than eager for value and gradient. The same again for an
 arithmetic chain of the same shape (no exp, sin or sqrt; no target): PoCL's float64
-transcendental functions are slow (sin alone takes longer than the rest of the fused
-kernel), so the first chain shows what fusion saves where they dominate, the second
-where memory traffic and dispatch do.
+transcendental functions are slow one value at a time (the fused kernels call them on
+vectors, ``double8`` with AVX-512, where the device has vectors: the report says which;
+``EASYAD_OPENCL_VECTOR=0`` times the scalar kernels), so the first chain shows what
+fusion saves where they dominate, the second where memory traffic and dispatch do.
 
 Run through ``python benchmarks/run.py --only replaycl``. Needs pyopencl and a usable
 OpenCL device (PoCL's CPU device here); without one the report says so.
@@ -142,7 +143,9 @@ def variants(chain, chain_gradient, n, seed=0):
         if not (_close(got[0], ref_value) and _close(got[1], ref_grad)):
             raise SystemExit(f"chain gradient, {name}, disagrees with numpy: not "
                              f"benchmarking")
-    return value, gradient, build_s, bound["gradient"].source.count("__kernel")
+    widths = {rest[1].width for kind, *rest in getattr(bound["gradient"], "steps", ())
+              if kind == "kernel"}
+    return value, gradient, build_s, bound["gradient"].source.count("__kernel"), widths
 
 
 def run(ctx):
@@ -161,10 +164,13 @@ def run(ctx):
              "(exp(-x) * sin(x) + sqrt(x) * 2) / (1 + x * x)"),
             ("arithmetic chain", arithmetic, _arithmetic_gradient,
              "((1 - x) * (x * 0.5) + x * 2) / (1 + x * x)")):
-        value, gradient, build_s, n_kernels = variants(chain, chain_gradient, n, ctx.seed)
+        value, gradient, build_s, n_kernels, widths = variants(chain, chain_gradient, n,
+                                                               ctx.seed)
+        loops = ", ".join(f"double{w} vectors" if w else "scalar loops"
+                          for w in sorted(widths, reverse=True)) or "scalar loops"
         lines += [f"### `sum({title}(x))` on {n:.0e} float64 values", "",
-                  f"`{formula}`; fused: {n_kernels} kernel(s) for value and gradient "
-                  f"(record and build {build_s:.2f} s).", "",
+                  f"`{formula}`; fused: {n_kernels} kernel(s) for value and gradient, "
+                  f"{loops} (record and build {build_s:.2f} s).", "",
                   "| part | fused | fused on device | kernels | eager | numpy fused | "
                   "eager / fused | kernels / fused | fused / numpy fused |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -6,8 +6,9 @@ expressions of the shared language (the rule table's values and partials, wrappe
 helpers of ``easyad/_helpers.h`` (the header the C core includes too). Expressions are
 rendered by ``easyad._expr`` (float kernels get float literals). Reductions, strided
 copies, gathers and the tiled matmul are
-fixed templates here. Pure strings: the OpenCL backend (``_opencl.py``) compiles them, once
-per device and source.
+fixed templates here; ``vector_helpers`` gives the same helpers on vectors, for the vector
+loops of the fused kernels (``_program_cl.py``) on CPU devices. Pure strings: the OpenCL
+backend (``_opencl.py``) compiles them, once per device and source.
 """
 from __future__ import annotations
 
@@ -35,10 +36,64 @@ def for_real(expression: str, real: str) -> str:
     return _expr.render(expression, "c" if real == "double" else "opencl-float")
 
 
-def preamble(real: str) -> str:
+def preamble(real: str, width: int = 0) -> str:
+    """The kernels' first lines: real_t, the helpers, and with ``width`` the vector
+    helpers of ``vector_helpers``."""
     return ("//CL// easyad tensor kernels\n"
             "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
-            f"typedef {real} real_t;\n" + HELPERS + "\n")
+            f"typedef {real} real_t;\n" + HELPERS + "\n"
+            + (vector_helpers(real, width) if width else ""))
+
+
+def vector_helpers(real: str, width: int) -> str:
+    """Types and helpers for loops over ``width`` lanes of real_t at once (CPU devices):
+    ``vreal_t`` (the values), ``vmask_t`` (what comparing them gives: -1 or 0 a lane, of
+    the real's size, as the vector ``?:`` wants), ``vbool_t`` (bools as in memory, 0 or
+    1), ``vreal_mem``/``vbool_mem`` (the same vectors at any element: loads and stores
+    through them are plain unaligned vector moves; PoCL builds that call vload/vstore out
+    of line cannot slow them down), the conversions, and the helpers of ``_helpers.h``
+    lane by lane (``easyad_v_*``: the same values; the vector ``?:`` is a select, both
+    sides computed). After the helpers header: pow is its scalar helper there."""
+    mask = f"{'long' if real == 'double' else 'int'}{width}"
+    size = 8 if real == "double" else 4
+    # pow lane by lane, by the scalar helper: PoCL 3.1's vector pow (double8) gets lanes
+    # wrong where another lane of the vector is 0 or negative (measured; its vector exp,
+    # sin, log... equal its scalar ones bit for bit)
+    pow_lanes = "\n".join(f"    r.s{lane} = pow(x.s{lane}, y.s{lane});"
+                           for lane in "0123456789abcdef"[:width])
+    return f"""typedef {real}{width} vreal_t;
+typedef {mask} vmask_t;
+typedef uchar{width} vbool_t;
+typedef vreal_t __attribute__((aligned({size}))) vreal_mem;
+typedef vbool_t __attribute__((aligned(1))) vbool_mem;
+#define EASYAD_TO_REAL convert_{real}{width}
+#define EASYAD_TO_MASK convert_{mask}
+#define EASYAD_TO_BOOL convert_uchar{width}
+static inline vreal_t easyad_v_sign(vreal_t t) {{
+    return t > (vreal_t)0 ? (vreal_t)1 : (t < (vreal_t)0 ? (vreal_t)-1 : t);
+}}
+static inline vreal_t easyad_v_heaviside(vreal_t t) {{
+    return t > (vreal_t)0 ? (vreal_t)1
+         : (t < (vreal_t)0 ? (vreal_t)0 : (t == (vreal_t)0 ? (vreal_t)0.5 : t));
+}}
+static inline vreal_t easyad_v_mul0(vreal_t a, vreal_t b) {{
+    return ((a == (vreal_t)0) | (b == (vreal_t)0)) ? (vreal_t)0 : a * b;
+}}
+static inline vreal_t easyad_v_div0(vreal_t a, vreal_t b) {{
+    return a == (vreal_t)0 ? (vreal_t)0 : a / b;
+}}
+static inline vreal_t easyad_v_maximum(vreal_t a, vreal_t b) {{
+    return ((a != a) | (a >= b)) ? a : b;
+}}
+static inline vreal_t easyad_v_minimum(vreal_t a, vreal_t b) {{
+    return ((a != a) | (a <= b)) ? a : b;
+}}
+static inline vreal_t easyad_v_pow(vreal_t x, vreal_t y) {{
+    vreal_t r;
+{pow_lanes}
+    return r;
+}}
+"""
 
 
 def _coordinates(ndim: int) -> list[str]:

@@ -1,0 +1,315 @@
+"""The vector loops of fused OpenCL kernels on CPU devices (easyad/tensor/_program_cl.py):
+every rule of the table through a fused kernel, the scalar rest of lengths that are not a
+multiple of the width, reductions, float32, bools, against eager execution and against the
+scalar kernels (forced with EASYAD_OPENCL_VECTOR=0, or where the vector ones do not
+build)."""
+from __future__ import annotations
+
+import operator
+import warnings
+
+import numpy as np
+import pytest
+
+import easyad as ad
+from easyad import _rules
+from easyad.errors import DeviceError
+from easyad.tensor import _program_cl
+
+from test_tensor_record import _opencl_usable, close
+
+pytestmark = pytest.mark.skipif(not _opencl_usable(), reason="no usable OpenCL device")
+
+RNG = np.random.default_rng(23)
+N = 1003                  # a vector loop and a scalar rest at every width
+
+
+def _kernels(F, what="gradient"):
+    return [rest[1] for kind, *rest in F._bound[what].steps if kind == "kernel"]
+
+
+def _run(monkeypatch, f, args, setting=None):
+    """(value, gradient, F) of f recorded on OpenCL, its fused kernels built under
+    EASYAD_OPENCL_VECTOR=setting (None: the device's width)."""
+    with monkeypatch.context() as m:
+        if setting is None:
+            m.delenv(_program_cl.VECTOR_ENV, raising=False)
+        else:
+            m.setenv(_program_cl.VECTOR_ENV, str(setting))
+        F = ad.record(f, *args, device="opencl", tensor=True)
+        value, g = F.value_and_gradient(*args)
+        if not np.isnan(value):
+            close(F(*args), value, 1e-12)
+    return value, g, F
+
+
+def _width(F, dtype=np.float64):
+    """The vector width of this device for dtype (0: it gets scalar kernels)."""
+    return _program_cl.vector_width(F._backend, "double" if dtype == np.float64 else "float")
+
+
+def _leaves(tree):
+    return ad._trees.flatten(tree)[0]
+
+
+def _check(monkeypatch, f, args, tol=1e-12):
+    """f's fused value and gradient against eager execution (numpy) and against the
+    scalar kernels; the vector loops used where the device has them."""
+    value, g, F = _run(monkeypatch, f, args)
+    ref_value, ref_g = ad.value_and_grad(f)(*args)
+    close(value, ref_value, tol)
+    for a, b in zip(_leaves(g), _leaves(ref_g)):
+        close(a, b, tol)
+    s_value, s_g, S = _run(monkeypatch, f, args, 0)
+    close(value, s_value, tol)
+    for a, b in zip(_leaves(g), _leaves(s_g)):
+        close(a, b, tol)
+    assert all(k.width == 0 for k in _kernels(S) + _kernels(S, "value"))
+    assert "vreal_t" not in S._bound["gradient"].source
+    if _width(F):
+        assert _width(F) in [k.width for k in _kernels(F)]
+        assert _width(F) in [k.width for k in _kernels(F, "value")]
+    return F
+
+
+# points inside each rule's domain, away from where its value or partials blow up
+_RANGES = {"tan": (-1.2, 1.2), "asin": (-0.9, 0.9), "acos": (-0.9, 0.9),
+           "atanh": (-0.9, 0.9), "acosh": (1.1, 3.0), "log1p": (-0.9, 3.0),
+           "sinh": (-3.0, 3.0), "cosh": (-3.0, 3.0), "exp": (-3.0, 3.0), "expm1": (-3.0, 3.0)}
+
+
+def _points(rule, k=0):
+    lo, hi = rule.domain[k]
+    lo, hi = _RANGES.get(rule.name, (max(lo, -3.0) + 0.1, min(hi, 3.0)))
+    return RNG.uniform(lo, hi, N)
+
+
+def _unary(rule):
+    return operator.neg if rule.name == "neg" else getattr(ad, rule.name)
+
+
+@pytest.mark.parametrize("rule", _rules.UNARY_RULES, ids=lambda r: r.name)
+def test_every_unary_rule_in_a_vector_loop(monkeypatch, rule):
+    op = _unary(rule)
+    x = _points(rule)
+    if rule.name in ("abs", "neg", "cbrt", "sin", "atan", "erf"):
+        x[::7] = 0.0                      # sign(0) = 0: abs's kink, and zero partials
+
+    def f(x):
+        return ad.sum(op(x) * x)
+    _check(monkeypatch, f, (x,))
+
+
+_BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+           "div": operator.truediv, "pow": operator.pow}
+
+
+@pytest.mark.parametrize("rule", _rules.BINARY_RULES, ids=lambda r: r.name)
+def test_every_binary_rule_in_a_vector_loop(monkeypatch, rule):
+    op = _BINARY.get(rule.name) or getattr(ad, rule.name)
+    p = {"x": _points(rule, 0), "y": _points(rule, 1)}
+    if rule.name == "div":
+        p["y"] = np.where(np.abs(p["y"]) < 0.2, 0.5, p["y"])
+    if rule.name in ("maximum", "minimum", "hypot", "atan2"):
+        p["y"][::5] = p["x"][::5]         # ties: the derivative split
+    if rule.name in ("hypot", "mul", "pow"):
+        p["x"][::9] = 0.0                 # div0 at 0, the strong zero
+        p["y"][::9] = 0.0
+    if rule.name == "pow":
+        p["y"][::4] = 2.0                 # exponents the helper does exactly
+
+    def f(p):
+        return ad.sum(op(p["x"], p["y"]) * p["x"])
+    _check(monkeypatch, f, (p,))
+
+
+_SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -3.0, 0.5, np.inf, -np.inf, np.nan, 1e-310,
+                      1e300, -1e300, 710.0, -750.0])
+
+
+@pytest.mark.parametrize("rule", _rules.RULES, ids=lambda r: r.name)
+def test_every_rule_at_special_points_as_the_scalar_kernels(monkeypatch, rule):
+    """Zeros, infinities, NaN, huge and subnormal values, out of the domain too, in some
+    lanes of a vector: each lane as the scalar kernels compute it (PoCL 3.1's vector pow
+    got the other lanes of such a vector wrong: pow is lane by lane)."""
+    xs = [RNG.normal(size=N) * 2 for _ in range(rule.arity)]
+    for x in xs:
+        x[RNG.choice(N, N // 4, replace=False)] = RNG.choice(_SPECIALS, N // 4)
+    op = (_BINARY.get(rule.name) or getattr(ad, rule.name)) if rule.arity == 2 \
+        else _unary(rule)
+
+    def f(p):
+        return ad.sum(op(*p) * p[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _, g, F = _run(monkeypatch, f, (tuple(xs),))
+        _, s_g, _ = _run(monkeypatch, f, (tuple(xs),), 0)
+    if _width(F):
+        assert _width(F) in [k.width for k in _kernels(F)]
+    for a, b in zip(_leaves(g), _leaves(s_g)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+
+def test_hvp_through_vector_loops():
+    """Second-order sweeps: the tangents' strong zeros (tmul) on vectors."""
+    def f(x):
+        return ad.sum(ad.sin(x) * ad.exp(-x * x) + ad.sqrt(x * x + 1) * ad.tanh(x)
+                      + ad.maximum(x, 0.3) ** 3)
+    x, v = RNG.normal(size=N), RNG.normal(size=N)
+    F = ad.record(f, x, device="opencl", tensor=True)
+    close(F.hvp(x, v), ad.hvp(f, x, v), 1e-12)
+    if _width(F):
+        assert _width(F) in [k.width for k in _kernels(F, "hvp")]
+
+
+def _chain(x):
+    return ad.sum((ad.exp(-x) * ad.sin(x) + ad.sqrt(x) * 2.0) / (1.0 + x * x))
+
+
+@pytest.mark.parametrize("setting", [None, 4])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 15, 16, 17, 2 * 256 * 8 + 3, N])
+def test_lengths_around_the_width(monkeypatch, n, setting):
+    """A vector loop and the scalar rest, at the device's width and at 4 lanes."""
+    x = RNG.uniform(0.1, 2.0, n)
+    value, g, F = _run(monkeypatch, _chain, (x,), setting)
+    ref_value, ref_g = ad.value_and_grad(_chain)(x)
+    close(value, ref_value, 1e-12)
+    close(g, ref_g, 1e-12)
+    width = 4 if setting else _width(F)
+    assert [k.width for k in _kernels(F)] == [width if width and n >= width else 0]
+
+
+@pytest.mark.parametrize("n", [600, N, 100003])
+def test_reductions_to_one_number_in_lanes_and_rest(monkeypatch, n):
+    def f(x):
+        return ad.amax(x) + ad.amin(x) * 2 + ad.sum(x * x)
+    x = RNG.normal(size=n)
+    F = _check(monkeypatch, f, (x,))
+    for k in (0, 5, 300, n // 2 + 3, n - 2, n - 1):      # lanes, and the last item's rest
+        y = x.copy()
+        y[k] = np.nan
+        assert np.isnan(F(y))
+        y[k] = np.inf
+        assert F(y) == np.inf
+        y[k] = -np.inf
+        assert np.isnan(F(y))
+        y[k] = 1e3
+        close(F(y), ad.value_and_grad(f)(y)[0], 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_float32_programs_in_vector_loops(monkeypatch, seed):
+    from test_tensor_record import _random_program
+    f = _random_program(seed)
+    x = RNG.normal(size=N).astype(np.float32)
+    value, g, F = _run(monkeypatch, f, (x,))
+    s_value, s_g, _ = _run(monkeypatch, f, (x,), 0)
+    ref_value, ref_g = ad.value_and_grad(f)(x.astype(np.float64))
+    assert g.dtype == np.float32
+    assert "typedef float real_t;" in F._bound["gradient"].source
+    width = _width(F, np.float32)
+    if width:
+        assert width in [k.width for k in _kernels(F)]
+        assert f"typedef float{width} vreal_t;" in F._bound["gradient"].source
+    np.testing.assert_allclose(value, ref_value, rtol=1e-4)
+    np.testing.assert_allclose(g, ref_g, rtol=1e-3, atol=1e-3 * np.abs(ref_g).max())
+    np.testing.assert_allclose(value, s_value, rtol=1e-5)
+    np.testing.assert_allclose(g, s_g, rtol=1e-5, atol=1e-5 * np.abs(s_g).max())
+
+
+def test_where_comparisons_and_maximum_in_float32(monkeypatch):
+    def f(x):
+        return ad.sum(ad.where(x > 0.1, x ** 2, -x) + ad.maximum(x, 0.3) * ad.tanh(x))
+    x = RNG.normal(size=N).astype(np.float32)
+    value, g, F = _run(monkeypatch, f, (x,))
+    s_value, s_g, _ = _run(monkeypatch, f, (x,), 0)
+    np.testing.assert_allclose(value, s_value, rtol=1e-5)
+    np.testing.assert_allclose(g, s_g, rtol=1e-6, atol=1e-6)
+
+
+_MASK = RNG.random(N) < 0.5
+
+
+@pytest.mark.parametrize("name, f", [
+    ("where", lambda x: ad.sum(ad.where(x > 0.1, x ** 2, -x) + ad.maximum(x, 0.3))),
+    ("where of a recorded mask", lambda x: ad.sum(ad.where(_MASK, ad.sin(x), x * x))),
+    ("comparisons as numbers", lambda x: ad.sum((x > 0).astype(np.float64) * x * x
+                                                + (x <= x * x).astype(np.float64))),
+    ("a condition stored for a broadcast", lambda x: ad.sum(
+        ad.where((x > 0)[:, None], x[:, None] * np.arange(3.0), ad.cos(x)[:, None]))),
+    ("infinities and NaN as operands", lambda x: ad.sum(
+        ad.maximum(x, -np.inf) + ad.where(x > 0, x, np.inf) * 0.0 + ad.minimum(x, np.inf))),
+    ("a slice at an offset", lambda x: ad.sum(x[3:] * ad.exp(-x[:-3]))),
+    ("a broadcast number", lambda x: ad.sum(ad.sin(x) * ad.sum(x) + x[5])),
+    ("a broadcast condition", lambda x: ad.sum(ad.where(x[5:6] > 0, ad.exp(x), -x)
+                                               + ad.where(x[6:7] < 0, x, ad.sin(x)))),
+])
+def test_bools_numbers_and_slices(monkeypatch, name, f):
+    x = RNG.normal(size=N)
+    x[::11] = 0.1                               # ties of the comparison
+    if name == "infinities and NaN as operands":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            value, g, _ = _run(monkeypatch, f, (x,))
+            s_value, s_g, _ = _run(monkeypatch, f, (x,), 0)
+        assert np.isnan(value) and np.isnan(s_value)   # inf * 0: NaN, as in numpy
+        np.testing.assert_array_equal(g, s_g)
+        return
+    _check(monkeypatch, f, (x,))
+
+
+def test_scalar_kernels_where_the_vector_ones_do_not_build(monkeypatch):
+    """A device whose PoCL cannot build the vector loops gets the scalar kernels, with no
+    warning; where the scalar ones do not build either, the CompilerWarning as before."""
+    x = RNG.uniform(0.1, 2.0, N)
+    F = ad.record(_chain, x, device="opencl", tensor=True)
+    be = F._backend
+    if not _program_cl.vector_width(be, "double"):
+        pytest.skip("this device gets scalar kernels")
+    real_kernel = type(be).kernel
+    refused = []
+
+    def failing(self, source, name, scalar_dtypes):
+        if "vreal_t" in source:
+            refused.append(name)
+            raise DeviceError("building the OpenCL kernel failed: test")
+        return real_kernel(self, source, name, scalar_dtypes)
+    monkeypatch.setattr(type(be), "kernel", failing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value, g = F.value_and_gradient(x)
+    assert refused
+    assert all(k.width == 0 for k in _kernels(F))
+    ref_value, ref_g = ad.value_and_grad(_chain)(x)
+    close(value, ref_value, 1e-12)
+    close(g, ref_g, 1e-12)
+
+    def missing(self, source, name, scalar_dtypes):    # built, but without the kernel
+        if "vreal_t" in source:
+            raise AttributeError(name)
+        return real_kernel(self, source, name, scalar_dtypes)
+    monkeypatch.setattr(type(be), "kernel", missing)
+    G = ad.record(_chain, x, device="opencl", tensor=True)
+    close(G.value_and_gradient(x)[1], ref_g, 1e-12)
+    assert all(k.width == 0 for k in _kernels(G))
+
+
+def test_forced_scalar_kernels_are_the_same_kernels_as_before(monkeypatch):
+    """EASYAD_OPENCL_VECTOR=0: no vector helpers, loops of elements per work-item."""
+    x = RNG.uniform(0.1, 2.0, N)
+    _, _, S = _run(monkeypatch, _chain, (x,), 0)
+    source = S._bound["gradient"].source
+    assert "vreal_t" not in source and "easyad_v_" not in source
+    assert "for (int U_ = 0; U_ < 8; U_++)" in source
+
+
+@pytest.mark.parametrize("setting, expected", [("0", 0), ("4", 4), ("3", 0), ("x", 0)])
+def test_the_width_setting(monkeypatch, setting, expected):
+    F = ad.record(_chain, np.ones(4), device="opencl", tensor=True)
+    monkeypatch.setenv(_program_cl.VECTOR_ENV, setting)
+    assert _program_cl.vector_width(F._backend, "double") == expected
+    monkeypatch.delenv(_program_cl.VECTOR_ENV)
+    width = _program_cl.vector_width(F._backend, "double")
+    assert width in (0, 2, 4, 8, 16)
+    preferred = F._backend.device._handle.preferred_vector_width_double
+    assert width == (preferred if preferred in (2, 4, 8, 16) else 0)
