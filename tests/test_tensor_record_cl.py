@@ -333,3 +333,21 @@ def test_array_primitives_are_backend_steps_between_kernels():
     close(g, np.cos(x ** 3) * 3 * x ** 2 * x + np.sin(x ** 3), 1e-10)
     assert "host" in [item.op for kind, item in _fused(F).plan.schedule if kind == "py"]
     close(F.hvp(x, v), ad.hvp(f, x, v), 1e-10)
+
+
+def test_recordings_do_not_keep_their_backends_alive():
+    """The rule plans' prepared kernels are kept by each backend, not by the plans: a
+    recording's ProgramBackend (its program and device buffers) goes when it does."""
+    import gc
+
+    def alive():
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o).__name__ == "ProgramBackend")
+    x = RNG.uniform(0.1, 1.0, 50)
+    before = alive()
+    for _ in range(4):
+        F = ad.record(lambda t: ad.sum(ad.sin(t) * t + ad.exp(-t)), x, device="opencl",
+                      tensor=True)
+        close(F.gradient(x), np.cos(x) * x + np.sin(x) - np.exp(-x), 1e-12)
+        del F
+    assert alive() <= before + 1

@@ -183,7 +183,6 @@ cdef class RulePlan:
     cdef readonly tuple value, exprs, saved, wanted
     cdef readonly int arity
     cdef readonly bint saves_x, saves_y, saves_z
-    cdef dict _kernels          # backend -> (value kernel, adjoint kernel)
     cdef object _functions_be   # the backend _functions was made for (numpy: one)
     cdef tuple _functions       # (value function, adjoint functions), or None
 
@@ -192,17 +191,21 @@ cdef class RulePlan:
         self.name, self.value, self.exprs, self.saved, self.wanted, self.arity = \
             name, (value,), exprs, saved, wanted, arity
         self.saves_x, self.saves_y, self.saves_z = "x" in saved, "y" in saved, "z" in saved
-        self._kernels = {}
 
     @property
     def label(self):
         return self.name + "_vjp"
 
     def on(self, be):
-        """(value kernel, adjoint kernel) on backend ``be`` (``Backend.prepared_map``)."""
-        found = self._kernels.get(be)
+        """(value kernel, adjoint kernel) on backend ``be`` (``Backend.prepared_map``),
+        kept by the backend (a dict here would keep every recording's backend alive: its
+        program and device buffers, as long as the rule lives)."""
+        kept = getattr(be, "_rule_kernels", None)
+        if kept is None:
+            kept = be._rule_kernels = {}
+        found = kept.get(self)
         if found is None:
-            found = self._kernels[be] = (
+            found = kept[self] = (
                 be.prepared_map(self.name, self.value, ("x", "y")[:self.arity]),
                 be.prepared_map(self.label, self.exprs, self.saved + ("g",)))
         return found
