@@ -10,10 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from easyad import _core
-from easyad._core import ElementwiseStep, Record, WengertList
+from easyad._core import ElementwiseStep, Record, WengertList, _CoreStep
 from easyad._expressions import _mul0, generic_rules
 from easyad._tapeview import CUSTOM, NODE, SELECT, TapeView
 from easyad.errors import StaleRecordError, TapeMismatchError
+
+# the core's steps, whose nodes leave graph None: the step's method is the graph
+_CORE_STEPS = (ElementwiseStep, _CoreStep)
 
 
 
@@ -46,7 +49,7 @@ def backward_graph(z: Record, seed: float = 1.0) -> GraphDerivatives:
             if not node.inputs:         # a tensor input: its adjoint stays for d[t]
                 continue
             graph = node.graph
-            if graph is None and type(node.vjp) is ElementwiseStep:   # the core's step
+            if graph is None and isinstance(node.vjp, _CORE_STEPS):   # the core's steps
                 graph = node.vjp.graph
             if graph is None:
                 raise NotImplementedError(

@@ -13,7 +13,7 @@ import pytest
 
 import easyad as ad
 from easyad import _tapeview
-from easyad._core import ElementwiseStep, _released_vjp
+from easyad._core import ElementwiseStep, _CoreStep, _released_vjp
 from easyad.nn import functional as F
 from easyad.tensor import _devices, _structural
 from easyad.tensor._base import _no_vjp
@@ -98,9 +98,9 @@ def nodes(lst):
 
 
 def assert_steps(lst):
-    """Every node's vjp is a step and its graph the step's method (an ElementwiseStep's
-    node leaves graph None: the sweep reads the step's own); a variable's vjp is the
-    shared ``_no_vjp``."""
+    """Every node's vjp is a step and its graph the step's method (a node of the core's
+    steps, ElementwiseStep's or _CoreStep's, may leave graph None: the sweep reads the
+    step's own); a variable's vjp is the shared ``_no_vjp``."""
     found = nodes(lst)
     assert found
     for node in found:
@@ -113,6 +113,9 @@ def assert_steps(lst):
             assert node.graph is None and node.vjp.graph is not None
             continue
         assert isinstance(node.vjp, Step), (node, node.vjp)
+        if node.graph is None and isinstance(node.vjp, _CoreStep):
+            assert node.vjp.graph is not None
+            continue
         assert node.graph.__self__ is node.vjp, node
     return {node.label for node in found}
 

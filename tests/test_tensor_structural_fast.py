@@ -1,4 +1,5 @@
-"""The structural operations' numpy fast paths (easyad/tensor/_structural.py: sum, mean,
+"""The structural operations' numpy fast paths (the core's C paths, _engine/structural.pxi,
+where they take the case, and easyad/tensor/_structural.py's Python ones: sum, mean,
 max, min over all axes or one int axis; getitem with ints and slices; reshape; 2-D
 transpose; matmul of 1-D/2-D and same-batch 3-D operands) against the general path
 (``_fast`` patched to say no): the same values bit for bit, the same result types, shapes
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
+from easyad import _core
 from easyad.tensor import _structural
 from easyad.tensor import _shapes
 
@@ -86,10 +88,15 @@ CASES = {
 
 @pytest.fixture
 def general(monkeypatch):
-    """Within the test: every fast path off."""
+    """Within the test: every fast path off (the core's C paths too)."""
     def use_general():
         monkeypatch.setattr(_structural, "_fast", lambda t: False)
-    return use_general
+        previous = _core._structural_fast(False)
+        restore.append(lambda: _core._structural_fast(previous))
+    restore = []
+    yield use_general
+    for undo in restore:
+        undo()
 
 
 def _as_result(v):

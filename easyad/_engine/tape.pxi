@@ -645,6 +645,8 @@ cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object 
                 raise RuntimeError(f"entry {k} of {lst!r} ({node.label}): {_RELEASED}")
             if type(vjp) is ElementwiseStep:     # the commonest node: its kernels from C
                 contributions = (<ElementwiseStep>vjp).adjoints(g)
+            elif isinstance(vjp, _CoreStep):     # sum, getitem, matmul...: from C too
+                contributions = (<_CoreStep>vjp).adjoints(g)
             else:
                 contributions = vjp(g)
             vjp = None

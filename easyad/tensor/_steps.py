@@ -13,8 +13,8 @@ at it is a reference cycle, freed only by the garbage collector.
 
 The steps live next to their operations (``_elementwise``, ``_structural``, ``_fused``,
 ``_custom``); the conversions' (``astype``, ``to``) are here, since ``_base`` makes them
-and the operation modules sit above it. Layering: a leaf (numpy only), so every tensor
-module can import it.
+and the operation modules sit above it. Layering: a leaf (numpy and the core only), so
+every tensor module can import it.
 """
 from __future__ import annotations
 
@@ -22,20 +22,16 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _core
+
 _BOOL = np.dtype(np.bool_)    # _base's BOOL (this module sits below _base)
 
 
-class Step:
-    """A node's vjp as data: ``step(g)`` gives one adjoint contribution per input (None:
-    none), ``step.graph(tape, index, g)`` the same in recorded operations."""
-
-    __slots__ = ()
-
-    def __call__(self, g: Any) -> tuple[Any, ...]:
-        raise NotImplementedError
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-        raise NotImplementedError
+# The base class is the core's (``_core.Step``: ``__call__`` and ``graph`` raise
+# NotImplementedError), so the core's own steps (SumStep, MatmulStep, ...: cdef classes
+# whose adjoints the sweep runs in C) are steps too; it has no fields, and a step written
+# here is an ordinary object with slots.
+Step = _core.Step
 
 
 class AstypeStep(Step):

@@ -8,6 +8,11 @@ broadcast (``SumStep``), a max's splits the adjoint evenly among ties (``Extreme
 slice's writes the adjoint into zeros (``SliceStep``, ``TakeStep``), matmul's is two
 matmuls (``MatmulStep``). The backends (``_numpy.py``, ``_opencl.py``) provide only the
 primitive kernels named here (map, reduce, matmul, strided, assemble, take, scatter_add).
+
+The common cases on the numpy device run in the compiled core (``_engine/structural.pxi``:
+``Tensor.sum`` is ``_core.tensor_sum``, and so on), which comes here (services registered
+at the end) for everything else; the steps it makes are the core's cdef classes, whose
+methods that are not worth C (other devices, the graphs) are the functions here.
 """
 from __future__ import annotations
 
@@ -16,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from easyad._core import Record
+from easyad import _core
+from easyad._core import (ExtremeStep, KeySliceStep, MatmulStep, Record, ReshapeStep, SumStep,
+                          TransposeStep)
 from easyad.errors import TapeMismatchError
 from easyad.tensor import _blas, _graph
 from easyad.tensor import _shapes as shapes
@@ -134,30 +141,23 @@ def _finish(label: str, t: TensorBase, raw: Any, out_shape: tuple[int, ...], ste
                   (t._index,), step, step.graph)
 
 
-class SumStep(Step):
-    """sum's vjp: the adjoint (of the reduced shape ``kept``, or a float) broadcast back to
-    the operand's ``shape``."""
+# SumStep (the core's): its vjp off the numpy device, and its graph
 
-    __slots__ = ("cls", "be", "kept", "shape", "dtype")
+def _kept(step: Any, g: Any) -> Any:
+    return g if isinstance(g, float) else step.be.reshape(g, step.kept)
 
-    def __init__(self, cls: type, be: Any, kept: tuple[int, ...], shape: tuple[int, ...],
-                 dtype: Any) -> None:
-        self.cls, self.be, self.kept, self.shape, self.dtype = cls, be, kept, shape, dtype
 
-    def _kept(self, g: Any) -> Any:
-        return g if isinstance(g, float) else self.be.reshape(g, self.kept)
+def _sum_vjp(step: SumStep, g: Any) -> tuple[Any]:
+    be = step.be
+    if type(be) is NumpyBackend:    # what map's "broadcast" kernel makes, directly
+        out = np.empty(step.shape, dtype=step.dtype)
+        out[...] = _kept(step, g)
+        return (_own(be, out),)
+    return tuple(be.map("broadcast", ("g",), {"g": _kept(step, g)}, step.shape, (step.dtype,)))
 
-    def __call__(self, g: Any) -> tuple[Any]:
-        be = self.be
-        if type(be) is NumpyBackend:    # what map's "broadcast" kernel makes, directly
-            out = np.empty(self.shape, dtype=self.dtype)
-            out[...] = self._kept(g)
-            return (_own(be, out),)
-        return tuple(be.map("broadcast", ("g",), {"g": self._kept(g)}, self.shape,
-                            (self.dtype,)))
 
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (_graph.broadcast(g, self.kept, self.shape, self.cls, self.be, self.dtype),)
+def _sum_graph(step: Any, tape: Any, index: int, g: Any) -> tuple[Any]:
+    return (_graph.broadcast(g, step.kept, step.shape, step.cls, step.be, step.dtype),)
 
 
 def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -189,37 +189,31 @@ def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
     return reduce_sum(t, axis, keepdims) * (1.0 / count if count else math.nan)
 
 
-class ExtremeStep(SumStep):
-    """max's or min's vjp: the adjoint goes to the operand's elements ``x`` equal to the
-    result ``m`` (of shape ``kept``), split evenly among ties."""
+# ExtremeStep (the core's: max's or min's vjp, the adjoint to the operand's elements ``x``
+# equal to the result ``m``, split evenly among ties): its vjp and graph
 
-    __slots__ = ("x", "m", "axes")
+def _ties(step: ExtremeStep) -> Any:
+    """How many elements equal the result, per result (shape ``kept``)."""
+    be = step.be
+    (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": step.x, "m": step.m},
+                     step.shape, (step.dtype,))
+    return be.reshape(be.reduce("sum", ties, step.axes), step.kept)
 
-    def __init__(self, cls: type, be: Any, kept: tuple[int, ...], shape: tuple[int, ...],
-                 dtype: Any, x: Any, m: Any, axes: tuple[int, ...]) -> None:
-        self.cls, self.be, self.kept, self.shape, self.dtype = cls, be, kept, shape, dtype
-        self.x, self.m, self.axes = x, m, axes
 
-    def _ties(self) -> Any:
-        """How many elements equal the result, per result (shape ``kept``)."""
-        be = self.be
-        (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": self.x, "m": self.m},
-                         self.shape, (self.dtype,))
-        return be.reshape(be.reduce("sum", ties, self.axes), self.kept)
+def _extreme_vjp(step: ExtremeStep, g: Any) -> tuple[Any]:
+    n = _ties(step)
+    return tuple(step.be.map("share", ("choose(x == m, g / n, 0.0)",),
+                             {"x": step.x, "m": step.m, "g": _kept(step, g), "n": n},
+                             step.shape, (step.dtype,)))
 
-    def __call__(self, g: Any) -> tuple[Any]:
-        n = self._ties()
-        return tuple(self.be.map("share", ("choose(x == m, g / n, 0.0)",),
-                                 {"x": self.x, "m": self.m, "g": self._kept(g), "n": n},
-                                 self.shape, (self.dtype,)))
 
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
-        # the share of each element is piecewise constant: a constant factor
-        n = self._ties()
-        (share,) = self.be.map("share", ("choose(x == m, 1.0 / n, 0.0)",),
-                               {"x": self.x, "m": self.m, "n": n}, self.shape, (self.dtype,))
-        (spread,) = SumStep.graph(self, tape, index, g)
-        return (spread * wrap(self.cls, self.be, share, self.shape, self.dtype),)
+def _extreme_graph(step: ExtremeStep, tape: Any, index: int, g: Any) -> tuple[Any]:
+    # the share of each element is piecewise constant: a constant factor
+    n = _ties(step)
+    (share,) = step.be.map("share", ("choose(x == m, 1.0 / n, 0.0)",),
+                           {"x": step.x, "m": step.m, "n": n}, step.shape, (step.dtype,))
+    (spread,) = _sum_graph(step, tape, index, g)
+    return (spread * wrap(step.cls, step.be, share, step.shape, step.dtype),)
 
 
 def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -246,20 +240,7 @@ def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = Fa
 
 # ---- reshape, transpose ----
 
-class ReshapeStep(Step):
-    """reshape's vjp: the adjoint in the operand's shape ``old``."""
-
-    __slots__ = ("be", "old")
-
-    def __init__(self, be: Any, old: tuple[int, ...]) -> None:
-        self.be, self.old = be, old
-
-    def __call__(self, g: Any) -> tuple[Any]:
-        return (self.be.reshape(g, self.old),)
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (g.reshape(self.old),)
-
+# ReshapeStep: the core's (the adjoint in the operand's shape ``old``)
 
 _RESHAPES: dict[tuple[Any, ...], tuple[int, ...]] = {}
 
@@ -296,22 +277,13 @@ def _permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) 
     return be.strided(data, 0, tuple(shape[p] for p in perm), tuple(strides[p] for p in perm))
 
 
-class TransposeStep(Step):
-    """transpose's vjp: the adjoint (of shape ``out_shape``) permuted back by ``inverse``."""
-
-    __slots__ = ("be", "out_shape", "inverse")
-
-    def __init__(self, be: Any, out_shape: tuple[int, ...], inverse: tuple[int, ...]) -> None:
-        self.be, self.out_shape, self.inverse = be, out_shape, inverse
-
-    def __call__(self, g: Any) -> tuple[Any]:
-        be = self.be
-        if type(be) is NumpyBackend:    # strided's contiguous copy of the permuted view
-            return (_own(be, g.reshape(self.out_shape).transpose(self.inverse).copy()),)
-        return (_permute(be, g, self.out_shape, self.inverse),)
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (g.transpose(self.inverse),)
+def _transpose_vjp(step: TransposeStep, g: Any) -> tuple[Any]:
+    """TransposeStep's (the core's) vjp where it does not run in C: the adjoint (of shape
+    ``out_shape``) permuted back by ``inverse``."""
+    be = step.be
+    if type(be) is NumpyBackend:    # strided's contiguous copy of the permuted view
+        return (_own(be, g.reshape(step.out_shape).transpose(step.inverse).copy()),)
+    return (_permute(be, g, step.out_shape, step.inverse),)
 
 
 _SWAP = (1, 0)
@@ -395,21 +367,14 @@ class TakeStep(_IndexStep):
         return (self.be.scatter_add(self.shape, self.dtype, self.index, g, self.unique),)
 
 
-class _KeySliceStep(SliceStep):
-    """SliceStep on the numpy backend for an index of ints and slices (``_simple_key``):
-    the adjoint written into zeros at ``key`` by numpy's own basic indexing (the same
-    elements as assemble at the index's offset and strides)."""
+# the numpy backend's step for an index of ints and slices (``_simple_key``) is the core's
+# KeySliceStep: the adjoint written into zeros at ``key`` by numpy's own basic indexing
+# (the same elements as SliceStep's assemble at the index's offset and strides)
+_KeySliceStep = KeySliceStep
 
-    __slots__ = ()
 
-    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any,
-                 key: Any) -> None:
-        self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
-
-    def __call__(self, g: Any) -> tuple[Any]:
-        out = np.zeros(self.shape, dtype=self.dtype)
-        out[self.key] = g
-        return (_own(self.be, out),)
+def _index_graph(step: Any, tape: Any, index: int, g: Any) -> tuple[Any]:
+    return (put(_graph.as_tensor(g, step.cls, step.be, step.dtype), step.shape, step.key),)
 
 
 def _simple_key(shape: tuple[int, ...], key: Any) -> int:
@@ -528,53 +493,40 @@ def _transposed(be: Any, data3: Any, shape3: tuple[int, int, int]) -> Any:
     return be.strided(data3, 0, (b, c, r), (r * c, 1, c))
 
 
-class MatmulStep(Step):
-    """matmul's vjp: two matmuls, batched over ``batch`` and folded back to the operands'
-    shapes. ``a2``, ``b2``: the operands' shapes with a vector made a matrix; ``mkn``: the
-    product's (m, k) @ (k, n); ``a3``: A's shape as the backend's matmul saw it;
-    ``keep_a``/``keep_b``: A's and B's batched buffers, each kept only where the other
-    operand needs its adjoint; ``parts``: each operand's (data, shape, dtype, entry), dtype
-    None for a scalar, entry -1 for a constant (no adjoint)."""
+# MatmulStep is the core's (two matmuls, batched over ``batch`` and folded back to the
+# operands' shapes; see its docstring), which runs the numpy device's unbatched vjp in C:
+# its vjp everywhere else, and its graph
 
-    __slots__ = ("cls", "be", "dtype", "batch", "a2", "b2", "mkn", "a3", "keep_a", "keep_b",
-                 "parts")
+def _matmul_vjp(step: MatmulStep, g: Any) -> tuple[Any, Any]:
+    be, batch, a2, b2, (m, k, n) = step.be, step.batch, step.a2, step.b2, step.mkn
+    (_, a_full, _, a_entry), (_, b_full, _, b_entry) = step.parts
+    g3 = be.reshape(_buffer(be, g, step.dtype), (math.prod(batch), m, n))
+    ga = gb = None
+    if a_entry >= 0:
+        ga = be.matmul(g3, step.keep_b, transpose_b=True)                 # (nb, m, k)
+        ga = fold(be, be.reshape(ga, batch + (m, k)), batch + (m, k), a2)
+        ga = be.reshape(ga, a_full)
+    if b_entry >= 0:
+        gb = be.matmul(_transposed(be, step.keep_a, step.a3), g3)        # (nb, k, n)
+        gb = fold(be, be.reshape(gb, batch + (k, n)), batch + (k, n), b2)
+        gb = be.reshape(gb, b_full)
+    return ga, gb
 
-    def __init__(self, cls: type, be: Any, dtype: Any, batch: tuple[int, ...],
-                 a2: tuple[int, ...], b2: tuple[int, ...], mkn: tuple[int, int, int],
-                 a3: tuple[int, int, int], keep_a: Any, keep_b: Any,
-                 parts: tuple[tuple[Any, ...], tuple[Any, ...]]) -> None:
-        self.cls, self.be, self.dtype, self.batch, self.a2, self.b2 = cls, be, dtype, batch, a2, b2
-        self.mkn, self.a3, self.keep_a, self.keep_b, self.parts = mkn, a3, keep_a, keep_b, parts
 
-    def __call__(self, g: Any) -> tuple[Any, Any]:
-        be, batch, a2, b2, (m, k, n) = self.be, self.batch, self.a2, self.b2, self.mkn
-        (_, a_full, _, a_entry), (_, b_full, _, b_entry) = self.parts
-        g3 = be.reshape(_buffer(be, g, self.dtype), (math.prod(batch), m, n))
-        ga = gb = None
-        if a_entry >= 0:
-            ga = be.matmul(g3, self.keep_b, transpose_b=True)                 # (nb, m, k)
-            ga = fold(be, be.reshape(ga, batch + (m, k)), batch + (m, k), a2)
-            ga = be.reshape(ga, a_full)
-        if b_entry >= 0:
-            gb = be.matmul(_transposed(be, self.keep_a, self.a3), g3)        # (nb, k, n)
-            gb = fold(be, be.reshape(gb, batch + (k, n)), batch + (k, n), b2)
-            gb = be.reshape(gb, b_full)
-        return ga, gb
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, Any]:
-        cls, be, dtype, batch, (m, k, n) = self.cls, self.be, self.dtype, self.batch, self.mkn
-        (_, a_full, _, a_entry), (_, b_full, _, b_entry) = self.parts
-        a, b = (_graph.handle(cls, be, d, s, dtype, tape, i) if dt is not None
-                else _graph.as_tensor(_graph.handle(cls, be, d, s, None, tape, i), cls, be, dtype)
-                for d, s, dt, i in self.parts)
-        a, b = a.reshape(self.a2), b.reshape(self.b2)
-        g2 = _graph.as_tensor(g, cls, be, dtype).reshape(batch + (m, n))
-        ga = gb = None
-        if a_entry >= 0:
-            ga = _graph.fold(g2 @ _swap_last(b), batch + (m, k), self.a2).reshape(a_full)
-        if b_entry >= 0:
-            gb = _graph.fold(_swap_last(a) @ g2, batch + (k, n), self.b2).reshape(b_full)
-        return ga, gb
+def _matmul_graph(step: MatmulStep, tape: Any, index: int, g: Any) -> tuple[Any, Any]:
+    cls, be, dtype, batch, (m, k, n) = step.cls, step.be, step.dtype, step.batch, step.mkn
+    (_, a_full, _, a_entry), (_, b_full, _, b_entry) = step.parts
+    a, b = (_graph.handle(cls, be, d, s, dtype, tape, i) if dt is not None
+            else _graph.as_tensor(_graph.handle(cls, be, d, s, None, tape, i), cls, be, dtype)
+            for d, s, dt, i in step.parts)
+    a, b = a.reshape(step.a2), b.reshape(step.b2)
+    g2 = _graph.as_tensor(g, cls, be, dtype).reshape(batch + (m, n))
+    ga = gb = None
+    if a_entry >= 0:
+        ga = _graph.fold(g2 @ _swap_last(b), batch + (m, k), step.a2).reshape(a_full)
+    if b_entry >= 0:
+        gb = _graph.fold(_swap_last(a) @ g2, batch + (k, n), step.b2).reshape(b_full)
+    return ga, gb
 
 
 _MATMUL_SHAPES: dict[tuple[Any, ...], Any] = {}
@@ -847,3 +799,15 @@ def where(condition: Any, a: Any, b: Any) -> Any:
                      (A.shape, B.shape), (A.dtype is None, B.dtype is None))
     return record(cls, "where", be, out, shape, dtype, tape, (A.index, B.index), step,
                   step.graph)
+
+
+# the compiled core's fast paths (_engine/structural.pxi) come here for everything else
+_core._register_structural(NumpyBackend, _blas.matmul, _blas._SMALLEST)
+for _name, _function in {
+        "sum": reduce_sum, "mean": mean, "extreme": reduce_extreme, "reshape": reshape,
+        "transpose": transpose, "getitem": getitem, "matmul": matmul,
+        "sum_vjp": _sum_vjp, "sum_graph": _sum_graph, "extreme_vjp": _extreme_vjp,
+        "extreme_graph": _extreme_graph, "transpose_vjp": _transpose_vjp,
+        "index_graph": _index_graph, "matmul_vjp": _matmul_vjp,
+        "matmul_graph": _matmul_graph}.items():
+    _core._register_service("structural." + _name, _function)

@@ -120,46 +120,18 @@ class Tensor(TensorBase, RuleMethods):
     def __pos__(self) -> Tensor:
         return self
 
-    # -- structure (implemented in _structural.py) --
-    def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
-        """Sum over ``axis`` (all axes: a scalar Record, or a float for constants)."""
-        return _structural.reduce_sum(self, axis, keepdims)
-
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return _structural.mean(self, axis, keepdims)
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
-        """Largest element over ``axis``; ties share the derivative evenly."""
-        return _structural.reduce_extreme("max", self, axis, keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> Any:
-        """Smallest element over ``axis``; ties share the derivative evenly."""
-        return _structural.reduce_extreme("min", self, axis, keepdims)
-
+    # -- structure: the core's dispatch (_engine/structural.pxi), in C for the common
+    # cases on the numpy device, the rest in _structural.py --
+    sum = _core.tensor_sum
+    mean = _core.tensor_mean
+    max = _core.tensor_max
+    min = _core.tensor_min
     amax = max
     amin = min
-
-    def reshape(self, *shape: Any) -> "Tensor":
-        return _structural.reshape(self, shape[0] if len(shape) == 1 else shape)
-
-    def transpose(self, *axes: Any) -> "Tensor":
-        return _structural.transpose(self, axes)
-
-    @property
-    def T(self) -> "Tensor":
-        return _structural.transpose(self, ())
-
-    def __getitem__(self, key: Any) -> Any:
-        records = self._records
-        if records is not None and type(key) is int:   # scalar code on a 1-D input
-            return records[key]
-        if self._elements is not None:     # a transform's input: one element is a Record
-            element = self._elements.get(key, live_tape(self))
-            if element is not None:
-                if len(self._shape) == 1:
-                    self._records = self._elements.records
-                return element
-        return _structural.getitem(self, key)
+    reshape = _core.tensor_reshape
+    transpose = _core.tensor_transpose
+    T = property(_core.tensor_T)
+    __getitem__ = _core.tensor_getitem
 
     def __iter__(self) -> Any:
         if self._elements is not None and len(self._shape) == 1 and self._shape[0]:
@@ -167,8 +139,7 @@ class Tensor(TensorBase, RuleMethods):
             return iter(self._records)
         return (self[i] for i in range(len(self)))
 
-    def __matmul__(self, other: Any) -> Any:
-        return _structural.matmul(self, other)
+    __matmul__ = _core.tensor_matmul
 
     def __rmatmul__(self, other: Any) -> Any:
         return _structural.matmul(other, self)
@@ -219,3 +190,16 @@ def recorded_host_value(make: Any, dtype: Any) -> Tensor | None:
         return None
     (slot,) = be.host_call("host value", lambda: [np.asarray(make(), dtype=dtype)], [])
     return wrap(Tensor, be, slot, slot.shape, slot.dtype)
+
+
+def _element_getitem(t: Tensor, key: Any) -> Any:
+    """``t[key]`` on a transform's input (``_elements``): one element is a Record."""
+    element = t._elements.get(key, live_tape(t))
+    if element is not None:
+        if len(t._shape) == 1:
+            t._records = t._elements.records
+        return element
+    return _structural.getitem(t, key)
+
+
+_core._register_service("tensor.element_getitem", _element_getitem)
