@@ -313,3 +313,69 @@ def test_the_width_setting(monkeypatch, setting, expected):
     assert width in (0, 2, 4, 8, 16)
     preferred = F._backend.device._handle.preferred_vector_width_double
     assert width == (preferred if preferred in (2, 4, 8, 16) else 0)
+
+
+def test_vector_math_is_checked_against_the_scalar_builtins_once_per_device(monkeypatch,
+                                                                          tmp_path):
+    """The device's vector builtins are compared with its scalar ones at special values,
+    once (kept by the backend and on disk); a builtin whose lanes differ is found; a check
+    that cannot run trusts none of them."""
+    from easyad.tensor import _devices
+    be = _devices.resolve("opencl")
+    width = _program_cl.vector_width(be, "double")
+    if not width:
+        pytest.skip("this device gets scalar kernels")
+    monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(be, "_untrusted_vector_math", {}, raising=False)
+    found = _program_cl.untrusted_vector_math(be, "double", width)
+    assert found <= _program_cl._VECTOR_MATH
+
+    class Broken:
+        device = be.device
+
+        def kernel(self, *args):
+            raise DeviceError("build failed")
+    # the verdict on disk is read (no kernel is built)
+    assert _program_cl.untrusted_vector_math(Broken(), "double", width) == found
+    monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path / "none"))
+    assert _program_cl.untrusted_vector_math(Broken(), "double", width) == \
+        _program_cl._VECTOR_MATH
+
+    class Wrong:             # the device, with its vector sin off by one in one lane
+        def __init__(self):
+            self.reads = 0
+
+        def __getattr__(self, name):
+            return getattr(be, name)
+
+        def to_numpy(self, buf):
+            out = be.to_numpy(buf)
+            self.reads += 1
+            if self.reads == 1:                  # the vector results come back first
+                n = len(out) // len(_program_cl._VECTOR_MATH)
+                out[sorted(_program_cl._VECTOR_MATH).index("sin") * n + 3] += 1.0
+            return out
+    assert _program_cl._check_vector_math(Wrong(), "double", width) == found | {"sin"}
+
+
+def test_untrusted_vector_math_is_computed_lane_by_lane(monkeypatch):
+    """A builtin the check found wrong in vectors is called on each lane by itself: the
+    same values as eager execution and as the scalar kernels."""
+    from easyad.tensor import _devices
+    be = _devices.resolve("opencl")
+    width = _program_cl.vector_width(be, "double")
+    if not width:
+        pytest.skip("this device gets scalar kernels")
+    kept = be.__dict__.setdefault("_untrusted_vector_math", {})
+    monkeypatch.setitem(kept, ("double", width), frozenset({"sin", "exp", "atan2"}))
+
+    def f(p):
+        x, y = p
+        return ad.sum(ad.sin(x) * ad.exp(-x * x) + ad.atan2(x, y) * ad.cos(y))
+    x, y = RNG.normal(size=N), RNG.normal(size=N)
+    _check(monkeypatch, f, ((x, y),))
+    F = ad.record(f, (x, y), device="opencl", tensor=True)
+    F.gradient((x, y))
+    source = F._bound["gradient"].source
+    assert "easyad_lw_sin(" in source and "easyad_lw_atan2(" in source
+    assert "easyad_lw_cos(" not in source

@@ -36,16 +36,37 @@ def for_real(expression: str, real: str) -> str:
     return _expr.render(expression, "c" if real == "double" else "opencl-float")
 
 
-def preamble(real: str, width: int = 0) -> str:
+def preamble(real: str, width: int = 0, lanewise: frozenset[str] = frozenset()) -> str:
     """The kernels' first lines: real_t, the helpers, and with ``width`` the vector
-    helpers of ``vector_helpers``."""
+    helpers of ``vector_helpers`` (``lanewise``: the math functions computed lane by lane
+    there, as ``easyad_lw_<name>``)."""
     return ("//CL// easyad tensor kernels\n"
             "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
             f"typedef {real} real_t;\n" + HELPERS + "\n"
-            + (vector_helpers(real, width) if width else ""))
+            + (vector_helpers(real, width, lanewise) if width else ""))
 
 
-def vector_helpers(real: str, width: int) -> str:
+BINARY_MATH = frozenset({"atan2", "hypot"})     # the two-argument builtins vector loops call
+
+
+def lanewise_math(names: frozenset[str], width: int) -> str:
+    """``easyad_lw_<name>``: the builtin ``name`` on each lane of a vreal_t by itself (for
+    a device whose vector version of it differs from its scalar one)."""
+    lanes = "0123456789abcdef"[:width]
+    out = []
+    for name in sorted(names):
+        if name in BINARY_MATH:
+            body = "\n".join(f"    r.s{k} = {name}(x.s{k}, y.s{k});" for k in lanes)
+            out.append(f"static inline vreal_t easyad_lw_{name}(vreal_t x, vreal_t y) {{\n"
+                       f"    vreal_t r;\n{body}\n    return r;\n}}")
+        else:
+            body = "\n".join(f"    r.s{k} = {name}(x.s{k});" for k in lanes)
+            out.append(f"static inline vreal_t easyad_lw_{name}(vreal_t x) {{\n"
+                       f"    vreal_t r;\n{body}\n    return r;\n}}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def vector_helpers(real: str, width: int, lanewise: frozenset[str] = frozenset()) -> str:
     """Types and helpers for loops over ``width`` lanes of real_t at once (CPU devices):
     ``vreal_t`` (the values), ``vmask_t`` (what comparing them gives: -1 or 0 a lane, of
     the real's size, as the vector ``?:`` wants), ``vbool_t`` (bools as in memory, 0 or
@@ -93,7 +114,7 @@ static inline vreal_t easyad_v_pow(vreal_t x, vreal_t y) {{
 {pow_lanes}
     return r;
 }}
-"""
+""" + lanewise_math(lanewise, width)
 
 
 def _coordinates(ndim: int) -> list[str]:

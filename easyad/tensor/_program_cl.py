@@ -43,6 +43,12 @@ elements in each ran 3.5x faster than a work-item per element):
   its elements: plain vector moves (some PoCL builds call vload/vstore out of line).
   Where a device does not build the vector kernels, the program's scalar kernels are
   built instead; ``EASYAD_OPENCL_VECTOR=0`` asks for them (a width asks for that width).
+  A driver's vector builtins need not equal its scalar ones (PoCL 3.1's double8 pow got
+  lanes wrong next to a zero: pow is lane by lane always), so once per device, precision
+  and width one kernel compares every vector builtin with the scalar one at special
+  values mixed in vectors (``untrusted_vector_math``, kept on disk with the devices'
+  probe verdicts); those that differ by more than a few units in the last place are
+  called lane by lane (``_kernels.lanewise_math``).
 - **backend steps** (``_program.step``): matmul and ``linear``, reductions over some axes,
   cross-entropy, scatter-adds with repeated indices, assembles of several parts, host
   calls (array primitives) and the guards (the only reads on the host, besides what the
@@ -96,6 +102,82 @@ _VECTOR_HELPERS = frozenset({"sign", "heaviside", "mul0", "div0", "maximum", "mi
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 _LANE_NAMES = "0123456789abcdef"
 _MEMORY = {"vreal_t": "vreal_mem", "vbool_t": "vbool_mem"}   # the same, aligned as elements
+
+
+def untrusted_vector_math(be: Any, real: str, width: int) -> frozenset[str]:
+    """The math builtins whose vector versions (``width`` lanes of ``real``) give other
+    values than the scalar ones on this device, lane by lane, at zeros, infinities, NaN,
+    subnormal, huge and ordinary values mixed in one vector (PoCL 3.1's double8 pow got
+    lanes wrong next to a zero: other drivers and CPUs may have other such bugs). Checked
+    once per backend by one kernel; those found are computed lane by lane
+    (``_kernels.lanewise_math``). If the check does not build or run: all of them."""
+    kept = getattr(be, "_untrusted_vector_math", None)
+    if kept is None:
+        kept = be._untrusted_vector_math = {}
+    key = (real, width)
+    if key not in kept:
+        import pyopencl
+
+        from easyad.tensor import _probe
+        # on disk with the devices' probe verdicts: by device, driver and CPU flags
+        disk = f"vector-math-v1:{_probe.device_key(be.device._handle, pyopencl)}:{real}:{width}"
+        found = _probe.read_cache().get(disk)
+        if isinstance(found, list) and all(name in _VECTOR_MATH for name in found):
+            kept[key] = frozenset(found)
+        else:
+            try:
+                kept[key] = _check_vector_math(be, real, width)
+                _probe.write_cache({disk: sorted(kept[key])})
+            except Exception:             # noqa: BLE001 (a driver's error of any kind)
+                kept[key] = _VECTOR_MATH
+    return kept[key]
+
+
+_CHECK_VALUES = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 0.75, 1e-310, -1e-310, 1e300, -1e300,
+                 np.inf, -np.inf, np.nan, 710.0, -750.0, 2.0, 1e-5, -0.3, 100.0, 7.25, -9.5,
+                 0.1]
+
+
+def _check_vector_math(be: Any, real: str, width: int) -> frozenset[str]:
+    names = sorted(_VECTOR_MATH)
+    dtype = np.float64 if real == "double" else np.float32
+    with np.errstate(over="ignore"):      # 1e300 is inf in float32: also a value to try
+        values = np.array(_CHECK_VALUES, dtype=dtype)
+    x = np.concatenate([values, values[::-1], np.roll(values, 5)])
+    x = x[:len(x) // width * width]
+    y = np.roll(x, 3)
+    n = len(x)
+    lanes = _LANE_NAMES[:width]
+
+    def vector(p: str) -> str:
+        return "(vreal_t)(" + ", ".join(f"{p}[i + {k}]" for k in range(width)) + ")"
+    lines = []
+    for k, name in enumerate(names):
+        args = "vx, vy" if name in _kernels.BINARY_MATH else "vx"
+        scalar = "X[i + {j}], Y[i + {j}]" if name in _kernels.BINARY_MATH else "X[i + {j}]"
+        lines.append(f"        {{ const vreal_t r = {name}({args});")
+        lines += [f"          V[{k * n} + i + {j}] = r.s{lane}; "
+                  f"S[{k * n} + i + {j}] = {name}({scalar.format(j=j)});"
+                  for j, lane in enumerate(lanes)]
+        lines.append("        }")
+    source = (_kernels.preamble(real, width) + "__kernel void easyad_vector_check("
+              "__global const real_t* X, __global const real_t* Y, __global real_t* V, "
+              "__global real_t* S, const long n) {\n"
+              f"    for (long i = 0; i < n; i += {width}) {{\n"
+              f"        const vreal_t vx = {vector('X')}, vy = {vector('Y')};\n"
+              + "\n".join(lines) + "\n    }\n}\n")
+    kernel = be.kernel(source, "easyad_vector_check", [None, None, None, None, np.int64])
+    bx, by = be.asarray(x, dtype), be.asarray(y, dtype)
+    bv, bs = be.allocate((len(names) * n,), dtype), be.allocate((len(names) * n,), dtype)
+    kernel(be.queue, (1,), (1,), bx.data, by.data, bv.data, bs.data, n)
+    v = be.to_numpy(bv).reshape(len(names), n)
+    s = be.to_numpy(bs).reshape(len(names), n)
+    # the same to a few units in the last place (subnormal results: to the smallest normal)
+    info = np.finfo(dtype)
+    with np.errstate(all="ignore"):
+        same = (v == s) | (np.isnan(v) & np.isnan(s)) | \
+            (np.abs(v - s) <= 4 * info.eps * np.abs(s) + info.tiny)
+    return frozenset(name for name, row in zip(names, same) if not row.all())
 
 
 class _NotVector(Exception):
@@ -157,11 +239,12 @@ class _CLRenderer(_Renderer):
     real = "real_t"
 
     def __init__(self, plan: _Plan, needed_later: set[int], real: str, gpu: bool,
-                 width: int = 0) -> None:
+                 width: int = 0, lanewise: frozenset[str] = frozenset()) -> None:
         super().__init__(plan, needed_later)
         self.target = "c" if real == "double" else "opencl-float"
         self.gpu = gpu
         self.width = width
+        self.lanewise = lanewise      # math builtins whose vector versions disagree here
         self.real_dtype = np.dtype(np.float64 if real == "double" else np.float32)
         self.vector_types = {self.real_dtype: "vreal_t", np.dtype(np.bool_): "vbool_t",
                              np.dtype(np.uint8): "vbool_t"}      # bools, as stored
@@ -371,7 +454,7 @@ class _CLRenderer(_Renderer):
         if name in _VECTOR_HELPERS:
             function = "easyad_v_" + ("mul0" if name == "tmul" else name)
         elif name in _VECTOR_MATH:
-            function = name
+            function = f"easyad_lw_{name}" if name in self.lanewise else name
         else:
             raise _NotVector
         return f"{function}({', '.join(self._as_real(*a) for a in args)})", "v"
@@ -655,7 +738,8 @@ def _render(plan: _Plan, stored: set[int], be: Any, real: str, width: int
             ) -> tuple[list[list[_Kernel]], str]:
     """The plan's kernels, by segment, and their OpenCL source (with the vector helpers
     where a kernel has a vector loop)."""
-    renderer = _CLRenderer(plan, stored, real, bool(be.device.is_gpu), width)
+    lanewise = untrusted_vector_math(be, real, width) if width else frozenset()
+    renderer = _CLRenderer(plan, stored, real, bool(be.device.is_gpu), width, lanewise)
     kernels: list[list[_Kernel]] = []
     texts = []
     for segment in (item for kind, item in plan.schedule if kind == "c"):
@@ -667,7 +751,7 @@ def _render(plan: _Plan, stored: set[int], be: Any, real: str, width: int
             texts.append(text)
             kernels[-1].append(k)
     vector = any(k.width for segment in kernels for k in segment)
-    head = _kernels.preamble(real, width if vector else 0).replace(
+    head = _kernels.preamble(real, width if vector else 0, lanewise).replace(
         "//CL// easyad tensor kernels",
         "//CL// GENERATED by easyad/tensor/_program_cl.py from a recorded tensor program")
     return kernels, "\n".join([head] + texts)
