@@ -43,6 +43,7 @@ cdef class WengertList:
     cdef dict _indices       # name -> entry index
     cdef readonly Py_ssize_t serial
     cdef bint _frozen        # owned by a Function: clear() is refused
+    cdef dict _pending       # entry index -> PendingNumber: values still on a device
 
     cdef int _grow(self) except -1
     cdef int _resize(self, Py_ssize_t capacity) except -1
@@ -54,6 +55,7 @@ cdef class WengertList:
     cdef Record _push(self, uint8_t op, Py_ssize_t a, Py_ssize_t b, double z,
                       double pa, double pb)
     cdef Py_ssize_t _push_node_entry(self, object node, double number) except -1
+    cdef int _settle_all(self) except -1
     cdef Derivatives _backward(self, Py_ssize_t output, object seed=*)
     cdef int _sweep_range(self, double* adjoints, Py_ssize_t lo, Py_ssize_t hi) except -1
     cdef int _mixed_sweep(self, Derivatives d, Py_ssize_t output, object seed) except -1
@@ -61,6 +63,7 @@ cdef class WengertList:
 
 cdef class Record:
     cdef double _number      # the value; Python reads it through the number property
+    cdef object _pending     # a PendingNumber while the value is still on a device, else None
     cdef readonly WengertList tape
     cdef readonly Py_ssize_t index
     cdef unsigned long long generation

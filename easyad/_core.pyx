@@ -56,7 +56,11 @@ cdef int _coerce_real(object other, double* out, object cls) except -1:
 cdef inline int _compare_operand(object other, double* out, object cls) except -1:
     if type(other) is cls:
         # the C field: the number property of a Record checks strict recording
-        out[0] = (<Record>other)._number if cls is Record else (<Trace>other).number
+        if cls is Record:
+            _ready(<Record>other)
+            out[0] = (<Record>other)._number
+        else:
+            out[0] = (<Trace>other).number
         return 1
     return _coerce_real(other, out, cls)
 

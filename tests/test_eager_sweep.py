@@ -234,6 +234,7 @@ def test_release_frees_intermediates_as_the_sweep_passes(rng, device, release):
     gc.collect()
     start = be.live_buffers                 # the input's, and whatever else is alive
     z = _chain(_probe(x, log, be))
+    z.number          # on OpenCL, z's number stays in its 0-d buffer until it is read
     d = z.derivatives(release=release)     # z: a scalar Record (ad.sum's)
     held = log[0] - start
     # 36 operations, each saving a value or two: without release all are alive when the

@@ -1,7 +1,8 @@
 """Training on an OpenCL device keeps parameters, gradients and optimizer state there
 (easyad/nn/_parameter.py, easyad/optim/_optimizer.py ``_device_update``): the updates
-agree with the host's (numpy) updates, a step moves nothing between host and device but
-the loss value, and reading or writing ``p.data`` between steps is honoured."""
+agree with the host's (numpy) updates, a step moves nothing between host and device (the
+loss's number comes back when first used: the core's PendingNumber), and reading or
+writing ``p.data`` between steps is honoured."""
 from __future__ import annotations
 
 import numpy as np
@@ -73,43 +74,148 @@ def test_device_updates_match_the_host_updates(name, opencl_device):
                 assert got == value
 
 
-def test_a_step_moves_only_the_loss(opencl_device, monkeypatch):
-    """After a first step (uploads, kernel builds): no upload at all, and one read, the
-    loss's one number."""
-    import pyopencl
-    import pyopencl.array as cla
-    rng = np.random.default_rng(2)
+class _Transfers:
+    """Counts every host <-> device transfer pyopencl makes while installed."""
+
+    def __init__(self, monkeypatch):
+        import pyopencl
+        import pyopencl.array as cla
+        self.moved = []
+        real_copy, real_get, real_set = pyopencl.enqueue_copy, cla.Array.get, cla.Array.set
+        moved = self.moved
+
+        def copy(queue, dest, src, **kw):
+            moved.append(("copy", type(dest).__name__, type(src).__name__,
+                          getattr(dest, "size", None)))
+            return real_copy(queue, dest, src, **kw)
+
+        def get(self, *args, **kw):
+            moved.append(("get", self.shape))
+            return real_get(self, *args, **kw)
+
+        def set_(self, *args, **kw):
+            moved.append(("set", self.shape))
+            return real_set(self, *args, **kw)
+        monkeypatch.setattr(pyopencl, "enqueue_copy", copy)
+        monkeypatch.setattr(cla.Array, "get", get)
+        monkeypatch.setattr(cla.Array, "set", set_)
+
+    def reads(self):
+        return [m for m in self.moved if m[0] == "get"]
+
+
+def _trained(opencl_device, seed=2):
+    rng = np.random.default_rng(seed)
     x, y = _data(rng)
     model = _model(opencl_device)
     opt = optim.Adam(model.parameters(), lr=0.01)
     xt = ad.Tensor.constant(x, device=opencl_device)
-    _train(model, opt, xt, y, 1)
-    moved = []
-    real_copy, real_get, real_set = pyopencl.enqueue_copy, cla.Array.get, cla.Array.set
+    _train(model, opt, xt, y, 1)       # uploads and kernel builds happen here
+    return model, opt, xt, y
 
-    def copy(queue, dest, src, **kw):
-        moved.append(("copy", type(dest).__name__, type(src).__name__,
-                      getattr(dest, "size", None)))
-        return real_copy(queue, dest, src, **kw)
 
-    def get(self, *args, **kw):
-        moved.append(("get", self.shape))
-        return real_get(self, *args, **kw)
-
-    def set_(self, *args, **kw):
-        moved.append(("set", self.shape))
-        return real_set(self, *args, **kw)
-    monkeypatch.setattr(pyopencl, "enqueue_copy", copy)
-    monkeypatch.setattr(cla.Array, "get", get)
-    monkeypatch.setattr(cla.Array, "set", set_)
+def test_a_step_moves_nothing_until_the_loss_is_read(opencl_device, monkeypatch):
+    """After a first step (uploads, kernel builds): a step moves nothing at all; the
+    loss's one number comes back when it is first used, once."""
+    model, opt, xt, y = _trained(opencl_device)
+    expected = nn.cross_entropy(model(xt), y)     # no list: read at once, a float
+    transfers = _Transfers(monkeypatch)
     lst = ad.WengertList()
     loss = nn.cross_entropy(model(xt, tape=lst), y)
-    opt.step(loss.derivatives())
-    assert not [m for m in moved if m[0] == "set"]
-    reads = [m for m in moved if m[0] == "get"]
-    assert reads == [("get", ())], moved          # the loss, for its Record
+    d = loss.derivatives()
+    assert d[loss] == 1.0                  # a sweep and its lookups need no value
+    opt.step(d)
+    assert transfers.moved == []
+    assert loss.number == pytest.approx(expected, rel=1e-12)
+    assert transfers.reads() == [("get", ())]
+    assert loss.number == loss.number and repr(loss)      # read once, kept
+    assert transfers.reads() == [("get", ())]
     monkeypatch.undo()
     assert all(p._values.on_device() for p in model.parameters())
+
+
+def test_a_number_left_on_the_device_acts_as_its_value(opencl_device):
+    """Arithmetic, comparisons, where(), functions, tensor operands and second derivatives
+    on a loss whose number is still on the device read it first, and agree with the same
+    code on the host (numpy) device."""
+    rng = np.random.default_rng(6)
+    x, y = _data(rng)
+
+    def uses(device):
+        model = _model(device)
+        out = []
+        for use in (lambda r: r * 2.0, lambda r: 1.0 - r, lambda r: r / r, lambda r: -r,
+                    lambda r: ad.sin(r), lambda r: r ** 2, lambda r: float(r > 0.5),
+                    lambda r: float(0.5 <= r), lambda r: ad.where(r > 10.0, r, 3.0 * r),
+                    lambda r: r + r, lambda r: bool(r), lambda r: r.number):
+            lst = ad.WengertList()
+            loss = nn.cross_entropy(model(x, tape=lst), y)
+            got = use(loss)
+            if isinstance(got, ad.Record):
+                d = got.derivatives()
+                out.append((got.number, np.asarray(d[model[0].weight]).copy()))
+            else:
+                out.append((float(got), None))
+        lst = ad.WengertList()                 # a tensor operand, then a number from it
+        loss = nn.cross_entropy(model(x, tape=lst), y)
+        t = (ad.Tensor.constant(np.arange(3.0), device=device) * loss).sum()
+        out.append((t.number, np.asarray(t.derivatives()[model[2].bias]).copy()))
+        lst = ad.WengertList()                 # a second derivative through the loss
+        xv = ad.Tensor.variable(x, lst, device=device)
+        loss = nn.cross_entropy(model(xv), y)
+        g = loss.derivatives(create_graph=True)[xv]
+        h = (g * g).sum().derivatives()[xv]
+        out.append((float(np.asarray(g).sum()), np.asarray(h).copy()))
+        return out
+
+    for (a, da), (b, db) in zip(uses("numpy"), uses(opencl_device), strict=True):
+        assert b == pytest.approx(a, rel=1e-12)
+        if da is not None:
+            np.testing.assert_allclose(db, da, rtol=1e-11, atol=1e-14)
+
+
+def test_a_number_on_the_device_outlives_clear(opencl_device):
+    """A loss kept past ``lst.clear()`` still reads its own number (not the entry that
+    took its place); the list's arrays, read whole, hold the numbers too."""
+    model, opt, xt, y = _trained(opencl_device, seed=7)
+    lst = ad.WengertList()
+    first = nn.cross_entropy(model(xt, tape=lst), y)
+    arrays_loss = nn.cross_entropy(model(xt), y)          # no list: a float at once
+    assert isinstance(arrays_loss, float)
+    lst.clear()
+    scaled = nn.cross_entropy(model(xt * 3.0, tape=lst), y)
+    assert first.number == pytest.approx(arrays_loss, rel=1e-12)
+    assert scaled.number != pytest.approx(arrays_loss, rel=1e-6)
+    with pytest.raises(ad.StaleRecordError):
+        first * 2.0
+    lst.clear()
+    loss = nn.cross_entropy(model(xt, tape=lst), y)
+    values = lst._arrays()["values"]
+    assert values[loss.index] == pytest.approx(arrays_loss, rel=1e-12)
+    assert loss.number == values[loss.index]
+
+
+def test_a_failed_read_loses_nothing(opencl_device, monkeypatch):
+    """A device read that fails raises where the number is used; the number is still there
+    for the next use."""
+    import pyopencl.array as cla
+    model, opt, xt, y = _trained(opencl_device, seed=8)
+    expected = nn.cross_entropy(model(xt), y)
+    lst = ad.WengertList()
+    loss = nn.cross_entropy(model(xt, tape=lst), y)
+    n = len(lst)
+
+    def fail(self, *args, **kw):
+        raise RuntimeError("simulated device failure")
+    monkeypatch.setattr(cla.Array, "get", fail)
+    with pytest.raises(RuntimeError, match="simulated"):
+        loss.number
+    with pytest.raises(RuntimeError, match="simulated"):
+        loss + 1.0
+    assert len(lst) == n                                           # nothing appended
+    monkeypatch.undo()
+    assert (loss + 1.0).number == pytest.approx(expected + 1.0, rel=1e-12)
+    assert loss.number == pytest.approx(expected, rel=1e-12)
 
 
 def test_reading_and_writing_data_between_steps(opencl_device):

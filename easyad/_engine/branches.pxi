@@ -21,7 +21,7 @@ cdef object _record_compare(Record a, object other, int op):
         tape = _live_tape(a)
     else:
         return NotImplemented
-    cdef double x = a._number
+    cdef double x = a._number     # (after _live_tape/_common_tape above, as they require)
     cdef bint outcome = _compare_values(op, x, y)
     if tape is None:  # constants only: nothing to record
         return outcome

@@ -161,6 +161,66 @@ cdef void _reverse_sweep(const double* partial0, const double* partial1, const i
             adjoints[j] += t
 
 
+# ---- numbers still on a device ----
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class PendingNumber:
+    """A single-number result of a tensor operation still in a device's memory (a loss on
+    OpenCL, made by ``record_scalar``). Its entry and Records hold NaN and this handle until
+    the number is first used (``.number``, arithmetic, a comparison, ``_arrays``): then it
+    is read once. So a training step queues its kernels and returns without waiting for
+    the device unless the loss is asked for. The Records own the handle (a list's clear()
+    only drops its own reference), so a Record kept past clear() can still read it."""
+    cdef object _backend, _buffer   # None once read: the device buffer is released
+    cdef double _number
+    cdef unsigned long long generation   # its Records' own (they hold _PENDING_GENERATION)
+
+    cdef double value(self) except? -1.0:
+        if self._backend is not None:
+            self._number = <double>_service("tensor.read_number")(self._backend,
+                                                                 self._buffer)
+            self._backend = self._buffer = None
+        return self._number
+
+
+# The generation of a Record whose number is still on a device: no list reaches it, so
+# _live_tape's check (every operation makes it) sends such a Record to _pending_or_stale.
+cdef unsigned long long _PENDING_GENERATION = 0xFFFFFFFFFFFFFFFFULL
+
+
+cdef int _settle(Record r) except -1:
+    # r's number was still on a device: read it into r and, while current, into its entry.
+    # A failed read raises and leaves r pending, to be read at its next use.
+    cdef PendingNumber pending = <PendingNumber>r._pending
+    cdef double number = pending.value()
+    r._number = number
+    r.generation = pending.generation
+    r._pending = None
+    cdef WengertList tape = r.tape
+    if r.generation == tape.generation and r.index < tape._length:
+        tape._values[r.index] = number
+        tape._pending.pop(r.index, None)
+    return 0
+
+
+cdef int _pending_or_stale(Record a) except -1:
+    # _live_tape's slow path: a number still on a device is read, a stale Record raises
+    if a._pending is None:
+        _raise_stale(a)
+    _settle(a)
+    if a.generation != a.tape.generation:
+        _raise_stale(a)
+    return 0
+
+
+cdef inline int _ready(Record r) except -1:
+    # before reading r._number in C: a number still on a device is read first (rare)
+    if r._pending is not None:
+        return _settle(r)
+    return 0
+
+
 @cython.final
 cdef class WengertList:
     """The tape of reverse mode: a Wengert list of operations in C memory.
@@ -195,6 +255,7 @@ cdef class WengertList:
             self._max_entries = max_entries
         self._retired = []
         self._nodes = {}
+        self._pending = {}
         self._node_order = []
         self._customs = {}
         self._lines = {}
@@ -361,6 +422,7 @@ cdef class WengertList:
         self._length = 0
         self.generation += 1
         self._nodes.clear()  # releases the tensors (and device buffers) nodes hold
+        self._pending.clear()  # numbers still on a device: their Records hold them
         self._node_order.clear()
         self._customs.clear()
         self._lines.clear()
@@ -440,6 +502,7 @@ cdef class WengertList:
         OPCODE_NAMES), ``arg0``/``arg1`` (int32 operand indices, -1 for none or a constant),
         ``values`` and ``partial0``/``partial1`` (float64; for a constant operand its
         partial slot holds the constant). What code generators (OpenCL replay) read."""
+        self._settle_all()
         cdef Py_ssize_t n = self._length
         out = {}
         for key, address, dtype in (("values", <size_t>self._values, np.float64),
@@ -457,6 +520,7 @@ cdef class WengertList:
         arrays (error messages name one entry; _tapeview.entry reads it)."""
         if not 0 <= i < self._length:
             raise IndexError(f"entry {i} of a tape of {self._length}")
+        self._settle_all()
         return (self._ops[i], self._arg0[i], self._arg1[i], self._values[i],
                 self._partial0[i], self._partial1[i])
 
@@ -477,6 +541,31 @@ cdef class WengertList:
         r.index = index
         r.generation = self.generation
         return r
+
+    def _push_pending_node(self, Node node not None, backend, buffer):
+        """_push_node for a single number still in ``backend``'s memory (``buffer``, 0-d):
+        it is read (``backend.to_numpy``) when first used, so a training step on a device
+        sends back nothing the user does not ask for (see PendingNumber)."""
+        cdef PendingNumber pending = PendingNumber.__new__(PendingNumber)
+        pending._backend, pending._buffer = backend, buffer
+        pending.generation = self.generation
+        cdef Py_ssize_t index = self._push_node_entry(node, NAN)
+        self._pending[index] = pending
+        cdef Record r = Record.__new__(Record)
+        r._number = NAN
+        r._pending = pending
+        r.tape = self
+        r.index = index
+        r.generation = _PENDING_GENERATION
+        return r
+
+    cdef int _settle_all(self) except -1:
+        # every number still on a device, read into its entry (the arrays are read whole)
+        cdef Py_ssize_t i
+        for i, pending in list(self._pending.items()):
+            self._values[i] = (<PendingNumber>pending).value()
+            del self._pending[i]
+        return 0
 
     cdef Py_ssize_t _push_node_entry(self, object node, double number) except -1:
         # _push_node without the Record: the tensor dispatch makes handles only on demand
@@ -537,7 +626,7 @@ cdef class WengertList:
         back during the sweep, not at ``clear()``). For a list swept once (the transforms'
         own lists); a later sweep that reaches a released operation raises RuntimeError.
         """
-        _live_tape(handle)
+        _sweep_tape(handle)
         if handle.tape is not self:
             _raise_tape_mismatch(self, handle.tape, "backward sweep")
         d = _sweep_from(self, handle.index, seed, release)
@@ -827,7 +916,9 @@ cdef class Derivatives:
                 return 0.0  # the output was a constant: it depends on nothing
             _raise_tape_mismatch(self.tape, r.tape, "Derivatives")
         self._checked_tape()
-        if r.generation != self.generation:
+        if r.generation != self.generation and not (
+                r._pending is not None
+                and (<PendingNumber>r._pending).generation == self.generation):
             _raise_stale(r)
         if r.index < self._length:
             return self._adjoints[r.index]

@@ -63,6 +63,10 @@ cdef Record _entry_record(WengertList tape, Py_ssize_t index, unsigned long long
     r.tape = tape
     r.index = index
     r.generation = generation
+    if tape._pending and generation == tape.generation:
+        r._pending = tape._pending.get(index)   # a number still on a device
+        if r._pending is not None:
+            r.generation = _PENDING_GENERATION
     return r
 
 
@@ -353,6 +357,7 @@ def tensor_binary_rule(TensorCore self, rule, other, bint reflected):
         number = float(other)                       # (numpy's float64 is a float)
     elif type(other) is Record:
         r = <Record>other
+        _ready(r)                     # a number still on a device: read (restores its generation)
         if r.tape is not None:
             if (r.generation != r.tape.generation or _strict_tape is not None
                     or (tape is not None and r.tape is not tape)):

@@ -43,6 +43,12 @@ class Backend(Protocol):
         """The ``ad.Device`` these buffers live on."""
 
     @property
+    def lazy_numbers(self) -> bool:
+        """Whether a single-number result (a loss) stays in the device's memory until it is
+        first used: True where reading a buffer waits for the device (OpenCL), so a
+        training step never waits unless its loss is asked for."""
+
+    @property
     def live_buffers(self) -> int:
         """How many buffers this backend made are still alive (the memory tests read it)."""
 

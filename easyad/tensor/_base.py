@@ -196,10 +196,21 @@ def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, t
         return wrap(cls, backend, value, (), np.dtype(np.float64))
     if backend.kind == "program":   # ad.record of tensor code: numbers stay 0-d tensors
         return record(cls, label, backend, value, (), value.dtype, tape, inputs, vjp, graph)
-    number = float(np.asarray(backend.to_numpy(value)).reshape(()))
+    if backend.lazy_numbers and tape is not None and _any_entry(inputs):
+        # read when first used (the core's PendingNumber): a step need not wait for it
+        return tape._push_pending_node(Node(label, inputs, vjp, scalar_output=True,
+                                            graph=graph), backend, value)
+    number = read_number(backend, value)
     if tape is None or not _any_entry(inputs):
         return number
     return tape._push_node(Node(label, inputs, vjp, scalar_output=True, graph=graph), number)
+
+
+def read_number(backend: Any, buf: Any) -> float:
+    """The one number of a 0-d (or one-element) buffer, as a float."""
+    return float(np.asarray(backend.to_numpy(buf)).reshape(()))
+
+_core._register_service("tensor.read_number", read_number)   # PendingNumber.value
 
 
 def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],

@@ -43,6 +43,7 @@ class MetaBackend(ComposedKernels):
     """The Backend Protocol on shapes alone (fused kernels composed of the primitives)."""
 
     kind = "meta"
+    lazy_numbers = False
     device = _MetaDevice()
     live_buffers = 0
 

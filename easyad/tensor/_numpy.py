@@ -120,6 +120,7 @@ class NumpyBackend(LiveBuffers):
     """Tensor storage and kernels on the host, with numpy."""
 
     kind = "numpy"
+    lazy_numbers = False     # reading a host array costs nothing: numbers are read at once
 
     def __init__(self, device: Any) -> None:
         self.device = device

@@ -308,6 +308,7 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
     its primitives, ``_composed.py``)."""
 
     kind = "opencl"
+    lazy_numbers = True      # a read waits for the queue: numbers are read when first used
     _busy = False     # an operation is running: inner ones leave errors to it (_guarded)
 
     def __init__(self, device: Any) -> None:

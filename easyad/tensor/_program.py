@@ -198,6 +198,7 @@ class ProgramBackend:
     docstring); the kernels themselves run on ``real``."""
 
     kind = "program"
+    lazy_numbers = False
     live_buffers = 0
 
     def __init__(self, real: Any, program: Program) -> None:

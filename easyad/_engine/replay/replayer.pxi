@@ -55,6 +55,7 @@ cdef class _Replayer:
                 raise ValueError(f"output {i} is not an entry of {tape!r}")
         self.n_inputs = ins.shape[0]
         self.n_outputs = outs.shape[0]
+        tape._settle_all()
         # the whole list: a guard recorded after the last output (f returned an input, or
         # a value computed before its branch) must still be checked
         cdef int rc = _build_program(tape._ops, tape._arg0, tape._arg1, tape._values,
