@@ -30,6 +30,7 @@ from easyad._core import WengertList
 from easyad.errors import BranchChangedError
 from easyad.tensor import Tensor, _devices
 from easyad.tensor._base import FLOAT_DTYPES, Node, TensorBase, _no_vjp, wrap
+from easyad.tensor._parameters import ParameterValues
 from easyad.tensor._program import BoundProgram, Program, ProgramBackend, Slot, captured
 
 _WHAT = ("value", "gradient", "hvp")
@@ -63,6 +64,25 @@ def _unflatten_args(trees: tuple[Any, ...], leaves: list[Any]) -> list[Any]:
         out.append(_trees.unflatten(tree, leaves[k:k + n]))
         k += n
     return out
+
+
+class _Resident:
+    """An x leaf already on the Function's device (``TensorFunction._resident``): its
+    ``buffer`` goes into the program as it is; ``values``: the Parameter's values, which
+    sgd_step replaces with the new buffer (None for a Tensor, which cannot change)."""
+
+    __slots__ = ("buffer", "values", "leaf")
+
+    def __init__(self, buffer: Any, values: ParameterValues | None, leaf: Any) -> None:
+        self.buffer, self.values, self.leaf = buffer, values, leaf
+
+    def host(self) -> np.ndarray:
+        return self.values.read() if self.values is not None else np.asarray(self.leaf.value)
+
+
+def _on_host(xs: list[Any]) -> list[np.ndarray]:
+    """x's leaves as host arrays, for recording (again): device leaves are read."""
+    return [a.host() if type(a) is _Resident else a for a in xs]
 
 
 class _Static:
@@ -249,8 +269,12 @@ class TensorFunction:
         if tree != self._x_tree:
             raise ValueError(f"recorded for {self._x_tree.describe()} as x, got "
                              f"{tree.describe()}")
-        xs = []
+        xs: list[Any] = []
         for v, (shape, dtype) in zip(leaves, self._x_specs):
+            resident = self._resident(v, shape, dtype)
+            if resident is not None:
+                xs.append(resident)
+                continue
             a = np.asarray(v.value if isinstance(v, TensorBase) else v, dtype=dtype)
             if a.shape != shape:
                 raise ValueError(f"recorded for an input of shape {shape}, got {a.shape}; "
@@ -277,6 +301,25 @@ class TensorFunction:
                                      f"{a.shape}")
                 out.append(a)
         return xs, out
+
+    def _resident(self, v: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An x leaf whose values stay where they are: a model's Parameter (its host array
+        on the numpy device, which sgd_step writes in place; its device buffer elsewhere,
+        uploaded once) or a Tensor already on this Function's device. None: copy it."""
+        values = getattr(v, "_values", None)
+        if not isinstance(values, ParameterValues):
+            values = None
+            if not (isinstance(v, TensorBase) and v._backend is self._backend
+                    and self._backend.kind != "numpy"):
+                return None
+        got = (values.shape, values.dtype) if values is not None else (v.shape, v.dtype)
+        if got != (shape, dtype):
+            raise ValueError(f"recorded for an input of shape {shape} and dtype {dtype}, got "
+                             f"{got[0]} and {got[1]}; record again for another")
+        if values is not None and self._backend.kind == "numpy":
+            return values.writable()
+        return _Resident(values.for_tensor(self._backend.device) if values is not None
+                         else v._data, values, v)
 
     def _plain_inputs(self, x: Any, args: tuple[Any, ...]
                       ) -> tuple[list[np.ndarray], list[Any]] | None:
@@ -325,7 +368,7 @@ class TensorFunction:
         key = "hvp" if what == "hvp" else "first"
         rec = self._recordings.get(key)
         if rec is None:
-            rec = self._record(what, xs, args)
+            rec = self._record(what, _on_host(xs), args)
         if what == "value":
             outputs = rec.outputs
         elif what in ("gradient", "sgd_step"):
@@ -363,7 +406,8 @@ class TensorFunction:
             bound = self._bind(what, xs, statics)
             be = self._backend
             live = self._live(what)
-            inputs = [np.ascontiguousarray(a) if be.kind == "numpy" else be.asarray(a, a.dtype)
+            inputs = [a.buffer if type(a) is _Resident else np.ascontiguousarray(a)
+                      if be.kind == "numpy" else be.asarray(a, a.dtype)
                       for a in xs + floats + extra + live]
             try:
                 return bound.run(inputs)
@@ -374,7 +418,7 @@ class TensorFunction:
                         "t.value) comes out differently at this input; record again here "
                         "(ad.record(..., on_branch_change='retape') does it itself) or "
                         "use ad.where for elementwise choices") from None
-                self._record(what, xs, statics)
+                self._record(what, _on_host(xs), statics)
         raise AssertionError("unreachable")   # pragma: no cover
 
     def _live(self, what: str) -> list[np.ndarray]:
@@ -424,16 +468,26 @@ class TensorFunction:
     def sgd_step(self, x: Any, *args: Any, lr: float) -> float:
         """One step of gradient descent on ``x``, in place: ``x -= lr * gradient`` (as
         ``optim.SGD`` without momentum or weight decay), inside the replayed program;
-        returns f at ``x`` before the step. ``x``'s arrays (an array, or a dict or list of
-        them, e.g. a model's parameters' ``.data``) must be writable, C-contiguous numpy
-        arrays of the recorded dtypes. On the numpy device the update is written
-        straight into them by the generated C, with no gradient arrays made."""
+        returns f at ``x`` before the step. ``x``'s leaves (an array, or a dict or list of
+        them) are a model's Parameters or writable, C-contiguous numpy arrays of the
+        recorded dtypes (a parameter's ``.data``). On the numpy device the update is
+        written straight into them by the generated C, with no gradient arrays made; on
+        another device, Parameters stay there (uploaded once; the new values are the
+        program's output buffers), so a step moves only the batch and the loss."""
         if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)) \
                 or not np.isfinite(lr):
             raise ValueError(f"sgd_step needs lr, a finite number; got {lr!r}")
         xs, statics = self._inputs(x, args)
         flat = type(x) is dict and tuple(x) == self._flat_keys
         for given, used in zip(x.values() if flat else _trees.flatten(x)[0], xs):
+            if type(used) is _Resident:
+                if used.values is None:
+                    raise ValueError(
+                        "sgd_step updates x in place, and a Tensor does not change; pass "
+                        "the model's Parameters (they stay on the device) or host arrays")
+                continue
+            if isinstance(getattr(given, "_values", None), ParameterValues):
+                given = used             # a Parameter on the numpy device: its host array
             if given is not used or not used.flags.writeable or not used.flags.c_contiguous:
                 raise ValueError(
                     "sgd_step updates x's arrays in place: each must be a writable, "
@@ -444,6 +498,10 @@ class TensorFunction:
         self._learning_rate[()] = lr
         out = self._run("sgd_step", x, args, xs_statics=(xs, statics))
         for leaf, new in zip(xs, out[1:]):
+            if type(leaf) is _Resident:             # a Parameter's new values: kept there
+                leaf.values.adopt(self._backend.reshape(new, leaf.values.shape),
+                                  self._backend)
+                continue
             new = self._host(new)
             if not np.may_share_memory(leaf, new):    # not written in place: copied
                 np.copyto(leaf, new.reshape(leaf.shape))

@@ -284,3 +284,72 @@ def test_a_trained_model_pickles_and_copies_with_its_device_values(opencl_device
         lst = ad.WengertList()
         loss = nn.cross_entropy(clone(x, tape=lst), y)        # it trains on
         optim.SGD(clone.parameters(), lr=0.1).step(loss.derivatives())
+
+
+# ---- a recorded training step replayed with the Parameters themselves ----
+
+def _replayed(device, use_parameters, steps=4, seed=11):
+    ad.random.seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)).to(device)
+    named = dict(model.named_parameters())
+    rng = np.random.default_rng(seed)
+
+    def batch():
+        x = rng.standard_normal((16, 6))
+        return x, np.eye(3)[rng.integers(0, 3, 16)]
+
+    def loss(params, x, y):
+        return nn.functional.cross_entropy(nn.functional_call(model, params, x), y)
+
+    step = ad.record(loss, {k: p.data.copy() for k, p in named.items()}, *batch(),
+                     device=device)
+    losses = [step.sgd_step(named if use_parameters else {k: p.data for k, p in
+                                                          named.items()},
+                            *batch(), lr=0.2) for _ in range(steps)]
+    return model, named, step, losses, batch
+
+
+@pytest.mark.parametrize("device", ["numpy", "opencl"])
+def test_sgd_step_takes_the_parameters_themselves(device, opencl_device):
+    """``F.sgd_step(named_parameters, ...)`` equals the step on their ``.data`` (numpy
+    device, eager-checked elsewhere) on every device; on OpenCL the Parameters stay on the
+    device, and a step then uploads only the batch and reads only the loss."""
+    device = opencl_device if device == "opencl" else device
+    _, _, _, ref_losses, _ = _replayed("numpy", False)
+    model, named, _, losses, _ = _replayed(device, True)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-12)
+    on_device = device != "numpy"
+    assert all(p._values.on_device() == on_device for p in named.values())
+    ref_model, *_ = _replayed("numpy", False)
+    for (k, a), b in zip(ref_model.state_dict().items(), model.state_dict().values()):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15, err_msg=k)
+
+
+def test_a_replayed_step_on_the_device_moves_the_batch_and_the_loss(opencl_device,
+                                                                    monkeypatch):
+    model, named, step, _, batch = _replayed(opencl_device, True, steps=1)
+    x, y = batch()
+    transfers = _Transfers(monkeypatch)
+    value = step.sgd_step(named, x, y, lr=0.2)
+    uploaded = sum(int(np.prod(m[1])) for m in transfers.moved if m[0] == "set")
+    assert uploaded == x.size + y.size + 1, transfers.moved    # the batch and lr
+    assert transfers.reads() == [("get", ())], transfers.moved  # the loss
+    to_host = [m[3] for m in transfers.moved if m[0] == "copy" and m[1] == "ndarray"]
+    assert to_host == [1], transfers.moved                     # one number, nothing else
+    monkeypatch.undo()
+    assert all(p._values.on_device() for p in named.values())
+    eager = nn.cross_entropy(model(x), y.argmax(axis=1))     # eager execution goes on
+    assert np.isfinite(eager) and np.isfinite(value)
+
+
+def test_sgd_step_refuses_what_it_cannot_update(opencl_device):
+    model, named, step, _, batch = _replayed(opencl_device, True, steps=1)
+    tensors = {k: ad.Tensor.constant(p.data, device=opencl_device) for k, p in named.items()}
+    with pytest.raises(ValueError, match="a Tensor does not change"):
+        step.sgd_step(tensors, *batch(), lr=0.1)
+    value, grads = step.value_and_gradient(tensors, *batch())    # reading them is fine
+    assert np.isfinite(value) and set(grads) == set(named)
+    wrong = dict(named)
+    wrong["0.weight"] = nn.Parameter(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="recorded for an input of shape"):
+        step.sgd_step(wrong, *batch(), lr=0.1)

@@ -62,6 +62,11 @@ class ParameterValues:
         self._host_valid = True
         self._buffer = self._backend = None
 
+    def adopt(self, buffer: Any, backend: Any) -> None:
+        """New values as ``buffer``, a new buffer of ``backend``'s device (a replayed step's
+        output, which nothing else holds): they stay there, the host copy is stale."""
+        self._buffer, self._backend, self._host_valid = buffer, backend, False
+
     def for_tensor(self, device: Any) -> Any:
         """What a tensor of these values on ``device`` is made from: the host array on the
         numpy device (the tensor copies it) and while ``eval_shape`` traces (shapes only),
