@@ -29,6 +29,7 @@ from easyad.tensor import Tensor, TraceTensor, _meta, get_device, stack
 from easyad.tensor._base import FLOAT64, Elements, _no_vjp, wrap
 from easyad.tensor._devices import resolve
 from easyad.tensor._structural import from_scalars
+from easyad.tensor._trace import _recorded as _recorded_parts_of
 
 Vector = NDArray[np.float64]
 _PLAIN_REAL = (int, float, np.integer, np.floating, np.bool_)
@@ -61,13 +62,14 @@ class _Point:
         names = _trees.paths(self.tree, what)
         # recorded leaves (a forward transform inside a reverse one) are kept: the
         # forward pass runs on TraceTensors over them
-        self.recorded = [_as_recorded(v) if _trees.is_recorded(v) or isinstance(v, Trace)
-                         else None for v in leaves]
+        self.recorded = [_as_recorded(v) if _trees.is_recorded(v)
+                         or isinstance(v, (Trace, TraceTensor)) else None for v in leaves]
         self.arrays = [_as_array(v if r is None else _number(r), n)
                        for v, r, n in zip(leaves, self.recorded, names)]
         # numbers give floats back; 0-d arrays too (as numpy would)
         self.scalar = [a.ndim == 0 for a in self.arrays]
-        self.devices = [v.device if isinstance(v, Tensor) else None for v in leaves]
+        self.devices = [v.device if isinstance(v, (Tensor, TraceTensor)) else None
+                        for v in leaves]
 
     @property
     def size(self) -> int:
@@ -410,9 +412,7 @@ def _nested_trace(v: Any) -> bool:
 
 def _over_tape(v: Any) -> bool:
     """A TraceTensor or Trace whose parts are recorded (forward inside reverse)."""
-    if isinstance(v, TraceTensor):
-        return v._value.tape is not None or v._tangent.tape is not None
-    return _nested_trace(v) and (type(v.number) is Record or type(v.derivative) is Record)
+    return _recorded_parts_of(v)
 
 
 def _tangent_of(v: Any) -> Any:
@@ -439,11 +439,33 @@ def _lift(value: Any, tangent: Any) -> Any:
             tangent = Tensor.constant(np.broadcast_to(np.asarray(tangent, dtype=np.float64),
                                                       value.shape), device=value.device)
         return TraceTensor._of(value, tangent)
+    if isinstance(value, TraceTensor) and not isinstance(tangent, TraceTensor):
+        # forward over forward: the new direction, constant at the levels below
+        return TraceTensor._of(value, _constant_like(np.asarray(tangent, np.float64), value))
     if isinstance(value, np.ndarray):
         return TraceTensor(value, np.broadcast_to(np.asarray(tangent), value.shape))
     if isinstance(tangent, Tensor):          # a scalar value with a recorded 0-d tangent
         tangent = tangent.sum()
     return Trace(value, tangent if isinstance(tangent, (Record, Trace)) else float(tangent))
+
+
+def _constant_like(array: NDArray[np.float64], like: Any) -> Any:
+    """``array`` with ``like``'s levels of tangents, all of them zero."""
+    if isinstance(like, TraceTensor):
+        return TraceTensor._of(_constant_like(array, like._value),
+                               _constant_like(np.zeros(like.shape), like._tangent))
+    return Tensor.constant(np.broadcast_to(array, like.shape), device=like.device,
+                           dtype=like.dtype)
+
+
+def _traces_block(items: list[Any], shape: tuple[int, ...]) -> Any:
+    """Scalar Traces (of Traces..., forward over forward) as one TraceTensor of ``shape``."""
+    if any(isinstance(v, Trace) for v in items):
+        return TraceTensor._of(
+            _traces_block([v.number if isinstance(v, Trace) else v for v in items], shape),
+            _traces_block([v.derivative if isinstance(v, Trace) else 0.0 for v in items],
+                          shape))
+    return Tensor.constant(np.array(items, dtype=np.float64).reshape(shape))
 
 
 def _tape_of(v: Any) -> Any:
@@ -527,7 +549,7 @@ def _as_recorded(v: Any) -> Any:
 
 
 def _number(v: Any) -> Any:
-    if isinstance(v, Tensor):
+    if isinstance(v, (Tensor, TraceTensor)):       # (a TraceTensor: its innermost values)
         return v.value
     while isinstance(v, (Trace, Record)):      # a Trace (of Traces): its innermost value
         v = v.number
@@ -536,8 +558,8 @@ def _number(v: Any) -> Any:
 
 def _forward_point(x0: Any, caller: str) -> _Point:
     leaves, _ = _trees.flatten(x0)
-    # a scalar Trace is nested (Trace of Trace: forward over forward); arrays of them not
-    if any(_trees.is_traced(v) and not isinstance(v, Trace) for v in leaves):
+    # a Trace or TraceTensor is nested (forward over forward); object arrays of Traces not
+    if any(_trees.is_traced(v) and not isinstance(v, (Trace, TraceTensor)) for v in leaves):
         raise NotImplementedError(
             f"{caller} (forward mode) inside another forward-mode transform: nest Traces "
             f"directly, or use reverse mode for one of them")
@@ -643,5 +665,7 @@ def _recorded_block(columns: list[Any], out_shape: tuple[int, ...],
     if out_shape == ():
         if in_shape == ():
             return columns[0]
+        if not any(type(c) is Record or _over_tape(c) for c in columns):
+            return _traces_block(columns, in_shape)        # forward over forward
         return from_scalars(Tensor, resolve(None), np.dtype(np.float64), columns, in_shape)
     return stack(columns, axis=-1).reshape(out_shape + in_shape)

@@ -522,6 +522,32 @@ class TensorFunction:
         return _trees.unflatten(self._x_tree, [self._host(g).reshape(s) for g, (s, _)
                                                in zip(out, self._x_specs)])
 
+    def hessian(self, x: Any, *args: Any) -> Any:
+        """The Hessian of f (one number) at ``x``, dense: one replay of the HVP program per
+        element of x (so for x of modest size; ``hvp`` for products with a direction).
+        Shape ``x.shape + x.shape`` for one array; ``H[a][b]`` of shape ``a.shape +
+        b.shape`` for a structure of arrays, as ``ad.hessian``."""
+        xs_statics = self._inputs(x, args)
+        columns: list[list[np.ndarray]] = []   # per element of x: d gradient / d x_j
+        for k, (shape, _) in enumerate(self._x_specs):
+            for j in range(int(np.prod(shape, dtype=int))):
+                tangents = [np.zeros(s, dtype=dt) for s, dt in self._x_specs]
+                tangents[k].reshape(-1)[j] = 1.0
+                out = self._run("hvp", x, args, tangents, xs_statics)
+                columns.append([self._host(g).reshape(s) for g, (s, _)
+                                in zip(out, self._x_specs)])
+        rows = []
+        for a, (shape_a, _) in enumerate(self._x_specs):
+            blocks, start = [], 0
+            for shape_b, _ in self._x_specs:
+                size = int(np.prod(shape_b, dtype=int))
+                cols = [c[a] for c in columns[start:start + size]]
+                start += size
+                block = np.stack(cols, axis=-1) if cols else np.zeros(shape_a + (0,))
+                blocks.append(block.reshape(shape_a + shape_b))
+            rows.append(_trees.unflatten(self._x_tree, blocks))
+        return _trees.unflatten(self._x_tree, rows)
+
     @property
     def program(self) -> Program:
         """The recorded program (value and gradient): its instructions, for inspection."""

@@ -32,8 +32,9 @@ The transforms compose, in every order of modes:
   ``ad.jvp(ad.grad(f), x, v)`` is H v and ``ad.jacobian(ad.grad(f), mode="forward")`` H;
 - reverse over forward: a forward transform on a recorded point runs TraceTensors over
   it, so ``ad.grad(lambda x: ad.jvp(f, x, v)[1])`` is H v too;
-- forward over forward: for scalars (Traces of Traces, ``ad.derivative(ad.derivative(g))``);
-  arrays raise NotImplementedError (a TraceTensor of TraceTensors is not built).
+- forward over forward: Traces of Traces for scalars (``ad.derivative(ad.derivative(g))``),
+  TraceTensors of TraceTensors for arrays, so ``ad.jacobian(ad.jacobian(f, mode="forward"),
+  mode="forward")`` is the Hessian, to any depth.
 
 ========================  ====================================  ===========================
 call                      result                                mode, cost

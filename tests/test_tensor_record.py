@@ -699,3 +699,33 @@ def test_dropout_draws_a_new_mask_at_every_replay():
     model.eval()
     G = ad.record(f, np.ones((4, 6)), tensor=True)
     assert G(x) == G(x)
+
+
+# ---- dense Hessians of a recorded tensor function ----
+
+def test_hessian_of_a_recorded_tensor_function_against_torch(device):
+    """``F.hessian(x, *args)``: one HVP replay per element, in x's structure (H[a][b] of
+    shape a.shape + b.shape), equal to torch.func.hessian."""
+    torch = pytest.importorskip("torch")
+    from torch import func as tf
+    p = {"a": RNG.normal(size=(2, 3)), "b": RNG.normal(size=(3, 2))}
+    w = RNG.normal(size=(2, 2))
+
+    def f(p, w):
+        return ad.sum(ad.tanh(p["a"] @ p["b"]) * w) + ad.sum(ad.exp(p["a"]) * p["a"][::-1])
+
+    def theirs(p):
+        return torch.sum(torch.tanh(p["a"] @ p["b"]) * torch.tensor(w)) + \
+            torch.sum(torch.exp(p["a"]) * p["a"].flip(0))
+    F = ad.record(f, p, w, device=device)
+    q = {k: v + RNG.normal(size=v.shape) * 0.1 for k, v in p.items()}   # another point
+    H = F.hessian(q, w)
+    ref = tf.hessian(theirs)({k: torch.tensor(v) for k, v in q.items()})
+    for a in q:
+        for b in q:
+            assert H[a][b].shape == q[a].shape + q[b].shape
+            close(H[a][b], ref[a][b].numpy())
+    x = RNG.normal(size=5)
+    G = ad.record(lambda x: ad.sum(ad.sin(x) * x[::-1] ** 2), x, tensor=True, device=device)
+    close(G.hessian(x), tf.hessian(lambda t: torch.sum(torch.sin(t) * t.flip(0) ** 2))(
+        torch.tensor(x)).numpy())

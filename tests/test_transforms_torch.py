@@ -286,9 +286,41 @@ def test_scalar_modes_nest_to_any_depth():
     for d3 in (ad.derivative(ad.derivative(ad.derivative(g))),
                ad.grad(ad.derivative(ad.grad(g))), ad.derivative(ad.grad(ad.grad(g)))):
         assert d3(0.7) == pytest.approx(third, rel=TOL)
-    with pytest.raises(NotImplementedError, match="forward"):
-        ad.jacobian(ad.jacobian(lambda x: ad.sum(x ** 3), mode="forward"),
-                    mode="forward")(np.array([1.0, 2.0]))
+    x = np.array([0.7, -0.4])       # arrays nest as scalars do: three forward levels
+    close(ad.jacobian(ad.jacobian(ad.jacobian(lambda x: ad.sum(ad.sin(x) * x ** 3),
+                                              mode="forward"), mode="forward"),
+                      mode="forward")(x),
+          tf.jacfwd(tf.jacfwd(tf.jacfwd(lambda x: torch.sum(torch.sin(x) * x ** 3))))(
+              _torch(x)), "jacfwd^3")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_forward_over_forward_on_arrays(case, on_device):
+    """A forward transform inside a forward transform on arrays (TraceTensors of
+    TraceTensors): jacfwd(jacfwd(f)) is the Hessian, jvp of a jvp a second directional
+    derivative, against torch.func at 1e-10."""
+    ours, theirs, x = CASES[case]()
+    tx, v, w = _torch(x), _direction(x), _direction(x)
+    close(ad.jacobian(ad.jacobian(ours, mode="forward"), mode="forward")(x),
+          tf.jacfwd(tf.jacfwd(theirs))(tx), f"{case} jacfwd(jacfwd)")
+    ours_vw = ad.jvp(lambda z: ad.jvp(ours, z, v)[1], x, w)
+    theirs_vw = tf.jvp(lambda z: tf.jvp(theirs, (z,), (_torch(v),))[1], (tx,), (_torch(w),))
+    close(ours_vw[0], theirs_vw[0], f"{case} jvp value")
+    close(ours_vw[1], theirs_vw[1], f"{case} jvp(jvp)")
+
+
+def test_forward_over_forward_vector_output(on_device):
+    """jacfwd(jacfwd(g)) of a vector function: the (m, n, n) second derivatives."""
+    A = RNG.normal(size=(3, 4))
+    x = RNG.normal(size=4)
+
+    def ours(x):
+        return ad.concatenate([ad.tanh(A @ x) * x[:3], ad.softmax(x)[1:] ** 2])
+
+    def theirs(x):
+        return torch.cat([torch.tanh(torch.tensor(A) @ x) * x[:3], torch.softmax(x, 0)[1:] ** 2])
+    close(ad.jacobian(ad.jacobian(ours, mode="forward"), mode="forward")(x),
+          tf.jacfwd(tf.jacfwd(theirs))(_torch(x)), "vector jacfwd(jacfwd)")
 
 
 def test_create_graph_through_every_tensor_operation(on_device):

@@ -92,9 +92,9 @@ def concatenate(tensors: Any, axis: int = 0) -> Any:
     """
     tensors = list(tensors)
     if any(_is_tensor(t) for t in tensors):
-        first = next(t for t in tensors if _is_tensor(t))
-        if type(first).__name__ == "TraceTensor":
-            return type(first).concatenate(tensors, axis)
+        traced = next((t for t in tensors if type(t).__name__ == "TraceTensor"), None)
+        if traced is not None:
+            return type(traced).concatenate(tensors, axis)
         return _structural.concatenate(tensors, axis)
     return np.concatenate(tensors, axis=axis)
 
@@ -110,9 +110,9 @@ def stack(tensors: Any, axis: int = 0) -> Any:
     """
     tensors = list(tensors)
     if any(_is_tensor(t) for t in tensors):
-        first = next(t for t in tensors if _is_tensor(t))
-        if type(first).__name__ == "TraceTensor":
-            return type(first).stack(tensors, axis)
+        traced = next((t for t in tensors if type(t).__name__ == "TraceTensor"), None)
+        if traced is not None:
+            return type(traced).stack(tensors, axis)
         return _structural.stack(tensors, axis)
     return np.stack(tensors, axis=axis)
 

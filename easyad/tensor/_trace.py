@@ -8,6 +8,12 @@ the scalar Trace and the tensor vjps use. Linear operations (reshape, transpose,
 sums, joins, where) apply to value and tangent alike through the constant-Tensor
 operations; matmul uses the product rule. A result that is one number is a scalar
 ``Trace``, as a Tensor's is a Record.
+
+Forward over forward: the parts may themselves be TraceTensors (a transform's inputs
+inside another forward transform, ``ad.jacobian(ad.jacobian(f, mode="forward"),
+mode="forward")``). Elementwise rules then evaluate the table's value and partials on the
+parts (``_jvp_nested``), with the strong-zero helpers judging the innermost values, and
+every other operation applies to the parts as it would to tensors.
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import numpy as np
 
 from easyad import _expr, _rules
 from easyad._core import Record, Trace
+from easyad._expressions import compile_rule
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _generic, _graph, _structural
 from easyad.tensor._base import BOOL, operand, wrap
@@ -38,8 +45,8 @@ class TraceTensor(RuleMethods):
     """
 
     __slots__ = ("_value", "_tangent", "_elements", "_traces")
-    _value: Tensor
-    _tangent: Tensor
+    _value: "Tensor | TraceTensor"       # TraceTensors: forward over forward
+    _tangent: "Tensor | TraceTensor"
 
     def __init__(self, value: Any, tangent: Any = None, device: Any = None,
                  dtype: Any = None) -> None:
@@ -68,7 +75,7 @@ class TraceTensor(RuleMethods):
         return TraceTensor(array, None, device, dtype)
 
     @staticmethod
-    def _of(value: Tensor, tangent: Tensor) -> "TraceTensor":
+    def _of(value: "Tensor | TraceTensor", tangent: "Tensor | TraceTensor") -> "TraceTensor":
         t = TraceTensor.__new__(TraceTensor)
         t._value, t._tangent, t._elements, t._traces = value, tangent, None, None
         return t
@@ -133,7 +140,7 @@ class TraceTensor(RuleMethods):
     # -- linear operations: the same on value and tangent --
     def _both(self, f: Any) -> Any:
         v, t = f(self._value), f(self._tangent)
-        if isinstance(v, Tensor):
+        if isinstance(v, _PARTS):
             return TraceTensor._of(v, t)
         return _scalar(v, t)
 
@@ -175,11 +182,11 @@ class TraceTensor(RuleMethods):
         # the tangent of a max is the mean of the tangents of the tied maximal elements
         v = self._value
         m = getattr(v, op)(axis=axis, keepdims=True)
-        mask = _structural.where(v == m, 1.0, 0.0)
+        mask = _structural.where(v == m, 1.0, 0.0)      # (comparisons: of the values)
         t = (self._tangent * mask).sum(axis=axis, keepdims=keepdims) / \
             mask.sum(axis=axis, keepdims=keepdims)
         value = getattr(v, op)(axis=axis, keepdims=keepdims)
-        if isinstance(value, Tensor):
+        if isinstance(value, _PARTS):
             return TraceTensor._of(value, t)
         return _scalar(value, t)
 
@@ -201,15 +208,15 @@ class TraceTensor(RuleMethods):
     def concatenate(items: Any, axis: int = 0) -> "TraceTensor":
         over = any(_recorded(v) for v in items)
         pairs = [_pair(v, _backend_of(items), over) for v in items]
-        return TraceTensor._of(_structural.concatenate([p[0] for p in pairs], axis),
-                               _structural.concatenate([p[1] for p in pairs], axis))
+        return TraceTensor._of(_generic.concatenate([p[0] for p in pairs], axis),
+                               _generic.concatenate([p[1] for p in pairs], axis))
 
     @staticmethod
     def stack(items: Any, axis: int = 0) -> "TraceTensor":
         over = any(_recorded(v) for v in items)
         pairs = [_pair(v, _backend_of(items), over) for v in items]
-        return TraceTensor._of(_structural.stack([p[0] for p in pairs], axis),
-                               _structural.stack([p[1] for p in pairs], axis))
+        return TraceTensor._of(_generic.stack([p[0] for p in pairs], axis),
+                               _generic.stack([p[1] for p in pairs], axis))
 
     @staticmethod
     def _where(condition: Any, a: Any, b: Any) -> "TraceTensor":
@@ -218,8 +225,8 @@ class TraceTensor(RuleMethods):
             condition = condition._value
         over = _recorded(a) or _recorded(b)
         (av, at), (bv, bt) = _pair(a, be, over), _pair(b, be, over)
-        return TraceTensor._of(_structural.where(condition, av, bv),
-                               _structural.where(condition, at, bt))
+        return TraceTensor._of(_generic._where(condition, av, bv),
+                               _generic._where(condition, at, bt))
 
     # comparisons look at values (constant boolean tensors)
     def __lt__(self, other: Any) -> Any:
@@ -253,11 +260,31 @@ class TraceTensor(RuleMethods):
 
 # ---- operands ----
 
+_PARTS = (Tensor, TraceTensor)     # what a TraceTensor's value and tangent may be
+
+
+def _nested(v: Any) -> bool:
+    """Whether ``v`` carries tangents at two levels (forward over forward): a TraceTensor
+    of TraceTensors, or a Trace of Traces."""
+    if isinstance(v, TraceTensor):
+        return isinstance(v._value, TraceTensor) or isinstance(v._tangent, TraceTensor)
+    return isinstance(v, Trace) and type(v) is not Trace and (
+        isinstance(v.number, Trace) or isinstance(v.derivative, Trace))
+
+
+def _zero_d(v: Any, be: Any) -> Any:
+    """A number of the level below (a Trace, or a float) as a 0-d TraceTensor / Tensor."""
+    if isinstance(v, Trace):
+        return TraceTensor._of(_zero_d(v.number, be), _zero_d(v.derivative, be))
+    return Tensor.constant(np.asarray(float(v)), device=be.device)
+
 
 def _backend_of(values: Any) -> Any:
     for v in values:
         if isinstance(v, TraceTensor):
-            return v._value._backend
+            while isinstance(v, TraceTensor):    # forward over forward: the innermost
+                v = v._value
+            return v._backend
     for v in values:
         if isinstance(v, Tensor):
             return v._backend
@@ -270,8 +297,9 @@ def _value_of(v: Any) -> Any:
 
 def _scalar(value: Any, tangent: Any) -> Any:
     """A one-number result: a Trace, of Records when either part is recorded (forward
-    over reverse)."""
-    if type(value) is Record or type(tangent) is Record:
+    over reverse), of Traces when either part is one (forward over forward)."""
+    if type(value) is Record or type(tangent) is Record or isinstance(value, Trace) \
+            or isinstance(tangent, Trace):
         return Trace(value, tangent)
     return Trace(float(value), float(tangent))
 
@@ -280,17 +308,20 @@ def _recorded(v: Any) -> bool:
     """Whether a value with a tangent holds parts on a tape (forward over reverse: then
     recorded tensors and Records are constants of its level; otherwise they do not mix)."""
     if isinstance(v, TraceTensor):
-        return v._value.tape is not None or v._tangent.tape is not None
+        return any(isinstance(p, Tensor) and p.tape is not None or _recorded(p)
+                   for p in (v._value, v._tangent))
     if isinstance(v, Trace) and type(v) is not Trace:      # a NestedTrace
         return type(v.number) is Record or type(v.derivative) is Record
     return False
 
 
-def _pair(v: Any, be: Any, over_reverse: bool = False) -> tuple[Tensor, Tensor]:
+def _pair(v: Any, be: Any, over_reverse: bool = False) -> tuple[Any, Any]:
     """``v`` as (value, tangent) tensors on backend ``be`` (recorded ones only forward
     over reverse: a TraceTensor whose parts are on a tape)."""
     if isinstance(v, TraceTensor):
         return v._value, v._tangent
+    if _nested(v):                        # a Trace of Traces: 0-d TraceTensors
+        return _zero_d(v.number, be), _zero_d(v.derivative, be)
     if isinstance(v, Tensor) and v.tape is not None or type(v) is Record:
         if not over_reverse:
             raise TypeError(f"cannot combine a TraceTensor with a recorded "
@@ -313,8 +344,10 @@ def _pair(v: Any, be: Any, over_reverse: bool = False) -> tuple[Tensor, Tensor]:
 
 def _parts(v: Any, be: Any) -> tuple[Any, Any, tuple[int, ...], Any] | None:
     """(value data, tangent data or None, shape, dtype) of an elementwise operand."""
-    if isinstance(v, TraceTensor):
-        return v._value._data, v._tangent._data, v.shape, v.dtype
+    if isinstance(v, TraceTensor):    # (not nested: _jvp takes those to _jvp_nested)
+        value, tangent = v._value, v._tangent
+        assert isinstance(value, Tensor) and isinstance(tangent, Tensor)
+        return value._data, tangent._data, v.shape, v.dtype
     if type(v) is Trace:
         return float(v.number), float(v.derivative), (), None
     if type(v) is Record or isinstance(v, Tensor) and v.tape is not None:
@@ -363,9 +396,107 @@ def _jvp_recorded(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
     return TraceTensor._of(z, tangent)
 
 
+def _innermost(v: Any) -> np.ndarray:
+    """The plain values under every level of tangents."""
+    while isinstance(v, (TraceTensor, Trace)) and not isinstance(v, Tensor):
+        v = v._value if isinstance(v, TraceTensor) else v.number
+    return np.asarray(v.value if isinstance(v, Tensor) else v, dtype=np.float64)
+
+
+def _traced(*vs: Any) -> Any:
+    return next((v for v in vs if isinstance(v, TraceTensor)), None)
+
+
+def _nested_mul0(a: Any, b: Any) -> Any:
+    # the strong zero judged on the innermost values, as _graph's on a tensor's values
+    like = _traced(a, b)
+    if like is None:
+        return _graph.tensor_namespace()["mul0"](a, b)
+    va, vb = _innermost(a), _innermost(b)
+    with np.errstate(invalid="ignore"):
+        strong = ((va == 0) & ~np.isfinite(vb)) | ((vb == 0) & ~np.isfinite(va))
+    if not strong.any():
+        return a * b
+    return _generic._where(_mask(strong, like), 0.0, a * b)
+
+
+def _nested_div0(a: Any, b: Any) -> Any:
+    like = _traced(a, b)
+    if like is None:
+        return _graph.tensor_namespace()["div0"](a, b)
+    va, vb = _innermost(a), _innermost(b)
+    zero = (va == 0) & ((vb == 0) | np.isnan(vb))
+    if not zero.any():
+        return a / b
+    mask = _mask(zero, like)
+    return _generic._where(mask, 0.0, a / _generic._where(mask, 1.0, b))
+
+
+def _mask(values: np.ndarray, like: Any) -> Tensor:
+    shape = np.broadcast_shapes(values.shape, like.shape)
+    return Tensor.constant(np.broadcast_to(values, shape), device=like.device, dtype=BOOL)
+
+
+def _nested_piecewise(function: Any, name: str) -> Any:
+    # sign and heaviside: constants (no tangent at any level) of the innermost values
+    def apply(t: Any) -> Any:
+        if not isinstance(t, TraceTensor):
+            return _graph.tensor_namespace()[name](t)
+        return Tensor.constant(function(_innermost(t)), device=t.device, dtype=t.dtype)
+    return apply
+
+
+@functools.lru_cache(maxsize=1)
+def _nested_rules() -> Any:
+    """Every rule's value and partials compiled for parts that carry tangents."""
+    ns = dict(_graph.tensor_namespace())
+    ns.update(mul0=_nested_mul0, div0=_nested_div0, choose=_generic._where,
+              sign=_nested_piecewise(np.sign, "sign"),
+              heaviside=_nested_piecewise(lambda v: np.heaviside(v, 0.5), "heaviside"))
+    return {r.name: compile_rule(r, ns) for r in _rules.RULES}
+
+
+def _jvp_nested(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
+    """Forward over forward: the rule's value and tangent computed on the parts, which
+    carry the inner level's tangents themselves."""
+    compiled = _nested_rules()[rule.name]
+    values: list[Any] = []
+    tangents: list[Any] = []
+    for a in args:
+        if isinstance(a, TraceTensor):
+            values.append(a._value)
+            tangents.append(a._tangent)
+        elif isinstance(a, Trace):
+            values.append(a.number)
+            tangents.append(a.derivative)
+        else:
+            values.append(a)
+            tangents.append(None)
+    x, y = values[0], values[1] if rule.arity == 2 else 0.0
+    z = compiled.value(x, y, None)
+    tangent: Any = None
+    for k, t in enumerate(tangents):
+        if t is not None:
+            term = _nested_mul0(t, compiled.partials[k](x, y, z))
+            tangent = term if tangent is None else tangent + term
+    if not isinstance(z, _PARTS):
+        return _scalar(z, 0.0 if tangent is None else tangent)
+    if not isinstance(tangent, _PARTS) or tangent.shape != z.shape:
+        tangent = _zeros_like(z) + (0.0 if tangent is None else tangent)
+    return TraceTensor._of(z, tangent)
+
+
+def _zeros_like(v: Any) -> Any:
+    if isinstance(v, TraceTensor):
+        return TraceTensor._of(_zeros_like(v._value), _zeros_like(v._tangent))
+    return _graph.zeros(Tensor, v._backend, v.shape, v.dtype)
+
+
 def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
     if any(_recorded(a) for a in args):
         return _jvp_recorded(rule, args)
+    if any(_nested(a) for a in args):
+        return _jvp_nested(rule, args)
     be = _backend_of(args)
     parts = [_parts(a, be) for a in args]
     if any(p is None for p in parts):
@@ -393,6 +524,6 @@ def _matmul(a: Any, b: Any) -> Any:
     (av, at), (bv, bt) = _pair(a, be, over), _pair(b, be, over)
     value = av @ bv
     tangent = at @ bv + av @ bt
-    if isinstance(value, Tensor):
+    if isinstance(value, _PARTS):
         return TraceTensor._of(value, tangent)
     return _scalar(value, tangent)
