@@ -33,7 +33,13 @@ from easyad.tensor._base import FLOAT_DTYPES, Node, TensorBase, _no_vjp, wrap
 from easyad.tensor._parameters import ParameterValues
 from easyad.tensor._program import BoundProgram, Program, ProgramBackend, Slot, captured
 
-_WHAT = ("value", "gradient", "hvp")
+_WHAT = ("value", "gradient", "hvp", "vjp")
+
+
+def _recording_of(what: str) -> str:
+    """Which recording answers ``what``: the gradient's (values, gradients, SGD steps), the
+    HVP's (a second sweep) or the VJP's (cotangents of the outputs as inputs)."""
+    return what if what in ("hvp", "vjp") else "first"
 
 
 def _float_leaf(v: Any) -> bool:
@@ -111,7 +117,9 @@ class _Recording:
     result, the slots that answer it."""
 
     def __init__(self, f: Any, x_leaves: list[np.ndarray], x_tree: Any, arg_leaves: list[Any],
-                 arg_tree: Any, backend: Any, hvp: bool) -> None:
+                 arg_tree: Any, backend: Any, kind: str,
+                 out_specs: list[tuple[tuple[int, ...], Any]] | None = None) -> None:
+        hvp = kind == "hvp"
         self.program = program = Program()
         be = ProgramBackend(backend, program)
         lst = WengertList()
@@ -133,6 +141,10 @@ class _Recording:
             for a in x_leaves:
                 slot = be.input(a, a.dtype)
                 tangents.append(wrap(Tensor, be, slot, a.shape, a.dtype))
+        elif kind == "vjp":    # a cotangent per output leaf (shapes from the first recording)
+            for shape, dtype in out_specs or ():
+                slot = be.input(np.zeros(shape, dtype), dtype)
+                tangents.append(wrap(Tensor, be, slot, shape, dtype))
         else:      # an input of every call (before the module parameters f reads)
             learning_rate = be.input(np.zeros(()), np.float64)
         with captured(be):
@@ -143,7 +155,12 @@ class _Recording:
             self.gradient: list[int] | None = None
             self.descended: list[int] | None = None
             self.hvp: list[int] | None = None
-            if len(out_leaves) == 1 and isinstance(out_leaves[0], TensorBase) \
+            self.vjp: list[int] | None = None
+            self.out_specs = [(tuple(np.shape(v)), v.dtype if isinstance(v, TensorBase)
+                               else np.dtype(np.float64)) for v in out_leaves]
+            if kind == "vjp":
+                self.vjp = self._vjp(be, lst, out_leaves, xs, tangents)
+            elif len(out_leaves) == 1 and isinstance(out_leaves[0], TensorBase) \
                     and out_leaves[0].size == 1 and out_leaves[0].tape is lst:
                 z = out_leaves[0]
                 if hvp:
@@ -182,6 +199,20 @@ class _Recording:
                         x.shape, (x.dtype,))
         be.program.in_place[out.index] = x.index
         return int(out.index)
+
+    @classmethod
+    def _vjp(cls, be: ProgramBackend, lst: Any, outs: list[Any], xs: list[Any],
+             cotangents: list[Any]) -> list[int]:
+        """The slots of sum_i <u_i, y_i>'s gradient: the VJP with the cotangent inputs."""
+        total: Any = None
+        for y, u in zip(outs, cotangents):
+            if isinstance(y, TensorBase) and y.tape is lst:
+                term = (y * u).sum()
+                total = term if total is None else total + term
+        if not isinstance(total, TensorBase) or total.tape is not lst:
+            return [be.full(x.shape, 0.0, x.dtype).index for x in xs]
+        d = lst._backward_from(total.handle, be.full(total.shape, 1.0, total.dtype))
+        return [cls._adjoint(be, d, t).index for t in xs]
 
     @staticmethod
     def _hvp(be: ProgramBackend, lst: Any, z: TensorBase, xs: list[Any],
@@ -353,11 +384,12 @@ class TensorFunction:
 
     # -- recording and binding --
     def _record(self, what: str, xs: list[np.ndarray], statics: list[Any]) -> _Recording:
-        key = "hvp" if what == "hvp" else "first"
+        key = _recording_of(what)
+        first = self._recordings.get("first")
         rec = _Recording(self.f, xs, self._x_tree, statics, self._arg_tree, self._backend,
-                         hvp=what == "hvp")
+                         key, first.out_specs if first is not None else None)
         self._recordings[key] = rec
-        for k in [k for k in self._bound if (k == "hvp") == (key == "hvp")]:
+        for k in [k for k in self._bound if _recording_of(k) == key]:
             del self._bound[k]
         return rec
 
@@ -365,7 +397,7 @@ class TensorFunction:
         bound = self._bound.get(what)
         if bound is not None:
             return bound
-        key = "hvp" if what == "hvp" else "first"
+        key = _recording_of(what)
         rec = self._recordings.get(key)
         if rec is None:
             rec = self._record(what, _on_host(xs), args)
@@ -377,6 +409,8 @@ class TensorFunction:
                                  "one element or a scalar); it returned "
                                  f"{rec.out_tree.describe()}")
             outputs = rec.outputs + (rec.gradient if what == "gradient" else rec.descended)
+        elif what == "vjp":
+            outputs = rec.vjp or []
         else:
             if rec.hvp is None:
                 raise ValueError("hvp needs f to return one number")
@@ -401,7 +435,7 @@ class TensorFunction:
              xs_statics: Any = None) -> list[Any]:
         xs, statics = xs_statics or self._inputs(x, args)
         floats = [a for a in statics if not isinstance(a, _Static)]
-        extra = list(tangents) if what == "hvp" else [self._learning_rate]
+        extra = list(tangents) if what in ("hvp", "vjp") else [self._learning_rate]
         for attempt in range(2):
             bound = self._bind(what, xs, statics)
             be = self._backend
@@ -423,7 +457,7 @@ class TensorFunction:
 
     def _live(self, what: str) -> list[np.ndarray]:
         """The current values of the module parameters f used (read at every call)."""
-        rec = self._recordings["hvp" if what == "hvp" else "first"]
+        rec = self._recordings[_recording_of(what)]
         out = []
         for _, read, shape, dtype in rec.program.live:
             a = np.asarray(read())
@@ -547,6 +581,51 @@ class TensorFunction:
                 blocks.append(block.reshape(shape_a + shape_b))
             rows.append(_trees.unflatten(self._x_tree, blocks))
         return _trees.unflatten(self._x_tree, rows)
+
+    def vjp(self, x: Any, u: Any, *args: Any) -> Any:
+        """The vector-Jacobian product u^T J of f at ``x`` (x's structure), ``u`` in the
+        structure and shapes of f's output: one replay of the VJP program (recorded on
+        first use: the backward sweep of sum(u * f(x)) with u as an input)."""
+        specs = self._recordings["first"].out_specs
+        us, tree = _trees.flatten(u)
+        if tree != self._recordings["first"].out_tree:
+            raise ValueError("u must have the structure of f's output "
+                             f"({self._recordings['first'].out_tree.describe()})")
+        cotangents = []
+        for v, (shape, dtype) in zip(us, specs):
+            a = np.asarray(v, dtype=dtype)
+            if a.shape != shape:
+                raise ValueError(f"u's leaf must have the shape of f's output, {shape}, got "
+                                 f"{a.shape}")
+            cotangents.append(a)
+        out = self._run("vjp", x, args, cotangents)
+        return _trees.unflatten(self._x_tree, [self._host(g).reshape(s) for g, (s, _)
+                                               in zip(out, self._x_specs)])
+
+    def jacobian(self, x: Any, *args: Any) -> Any:
+        """The Jacobian of f at ``x``: one VJP replay per element of f's output, laid out
+        as ``ad.jacobian``'s (``out.shape + in.shape`` for one array in and out; the
+        output's structure of x's structure of such blocks)."""
+        first = self._recordings["first"]
+        specs = first.out_specs
+        xs_statics = self._inputs(x, args)
+        per_output = []
+        for i, (shape, _) in enumerate(specs):
+            rows = []
+            for j in range(int(np.prod(shape, dtype=int))):
+                cotangents = [np.zeros(s, dtype=dt) for s, dt in specs]
+                cotangents[i].reshape(-1)[j] = 1.0
+                out = self._run("vjp", x, args, cotangents, xs_statics)
+                rows.append([self._host(g).reshape(s) for g, (s, _) in
+                             zip(out, self._x_specs)])
+            blocks = []
+            for k, (in_shape, _) in enumerate(self._x_specs):
+                block = np.stack([r[k] for r in rows]) if rows else \
+                    np.zeros((0,) + in_shape)
+                block = block.reshape(shape + in_shape)
+                blocks.append(float(block) if block.ndim == 0 else block)
+            per_output.append(_trees.unflatten(self._x_tree, blocks))
+        return _trees.unflatten(first.out_tree, per_output)
 
     @property
     def program(self) -> Program:

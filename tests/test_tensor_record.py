@@ -729,3 +729,39 @@ def test_hessian_of_a_recorded_tensor_function_against_torch(device):
     G = ad.record(lambda x: ad.sum(ad.sin(x) * x[::-1] ** 2), x, tensor=True, device=device)
     close(G.hessian(x), tf.hessian(lambda t: torch.sum(torch.sin(t) * t.flip(0) ** 2))(
         torch.tensor(x)).numpy())
+
+
+def test_jacobian_and_vjp_of_a_recorded_tensor_function_against_torch(device):
+    """``F.vjp(x, u, *args)`` (one replay of the VJP program, u in f's output structure)
+    and ``F.jacobian(x, *args)`` (laid out as ad.jacobian's), against torch.func."""
+    torch = pytest.importorskip("torch")
+    from torch import func as tf
+    A = RNG.normal(size=(3, 4))
+    w = RNG.normal(size=3)
+
+    def f(x, w):
+        return {"s": ad.sum(x["a"] ** 2 * x["b"]), "y": ad.tanh(A @ x["a"]) * w + x["b"][1:]}
+
+    def theirs(x):
+        return {"s": torch.sum(x["a"] ** 2 * x["b"]),
+                "y": torch.tanh(torch.tensor(A) @ x["a"]) * torch.tensor(w) + x["b"][1:]}
+    x0 = {"a": RNG.normal(size=4), "b": RNG.normal(size=4)}
+    F = ad.record(f, x0, w, device=device)
+    x = {k: v + 0.1 * RNG.normal(size=4) for k, v in x0.items()}
+    tx = {k: torch.tensor(v) for k, v in x.items()}
+    J, ref = F.jacobian(x, w), tf.jacrev(theirs)(tx)
+    for o in ("s", "y"):
+        for i in ("a", "b"):
+            assert np.shape(J[o][i]) == tuple(ref[o][i].shape)
+            close(J[o][i], ref[o][i].numpy())
+    u = {"s": 0.7, "y": RNG.normal(size=3)}
+    _, pullback = tf.vjp(theirs, tx)
+    (expected,) = pullback({"s": torch.tensor(0.7, dtype=torch.float64),
+                            "y": torch.tensor(u["y"])})
+    got = F.vjp(x, u, w)
+    for k in ("a", "b"):
+        close(got[k], expected[k].numpy())
+    with pytest.raises(ValueError, match="structure of f's output"):
+        F.vjp(x, [0.7], w)
+    with pytest.raises(ValueError, match="shape of f's output"):
+        F.vjp(x, {"s": 0.7, "y": np.zeros(4)}, w)
