@@ -473,9 +473,66 @@ class TensorFunction:
             return buf
         return np.asarray(self._backend.to_numpy(buf))
 
+    # -- batches: x with one more leading axis --
+    def _batch_count(self, x: Any) -> int | None:
+        """The number of points when every leaf of x has one more leading axis than
+        recorded (a batch), else None."""
+        if type(x) is np.ndarray and self._x_tree.is_leaf:
+            shape = self._x_specs[0][0]
+            return x.shape[0] if x.ndim == len(shape) + 1 and x.shape[1:] == shape else None
+        if isinstance(x, TensorBase):
+            return None
+        leaves, tree = _trees.flatten(x)
+        if tree != self._x_tree:
+            return None
+        counts = set()
+        for v, (shape, _) in zip(leaves, self._x_specs):
+            if isinstance(v, TensorBase):
+                return None
+            got = np.shape(v)
+            if len(got) != len(shape) + 1 or tuple(got[1:]) != shape:
+                return None
+            counts.add(got[0])
+        return counts.pop() if len(counts) == 1 else None
+
+    def _batched(self, what: str, x: Any, args: tuple[Any, ...], count: int,
+                 tangents: Sequence[Any] = ()) -> list[np.ndarray]:
+        """``what`` at every point of the batch ``x``, outputs with a leading axis: one C
+        loop without the GIL where the fused program allows it (no Python step in it),
+        else one replay per point. ``tangents`` (hvp) may be batched too."""
+        if count == 0:
+            raise ValueError("a batch of no points: x's leading axis is 0")
+        leaves, _ = _trees.flatten(x)
+        X = [np.ascontiguousarray(np.asarray(v, dtype=dt)) for v, (_, dt)
+             in zip(leaves, self._x_specs)]
+        point = _trees.unflatten(self._x_tree, [a[0] for a in X])
+        xs, statics = self._inputs(point, args)
+        floats = [a for a in statics if not isinstance(a, _Static)]
+        extra = list(tangents) if what in ("hvp", "vjp") else [self._learning_rate]
+        from easyad.tensor._program_c import FusedProgram
+        bound = self._bind(what, xs, statics)
+        if isinstance(bound, FusedProgram) and bound.batchable():
+            return bound.run_batch(X + floats + extra + self._live(what), count)
+        outs = []
+        for b in range(count):
+            point = _trees.unflatten(self._x_tree, [a[b] for a in X])
+            ts = [t[b] if np.ndim(t) > len(s) else t
+                  for t, (s, _) in zip(tangents, self._x_specs)]
+            outs.append([self._host(o) for o in self._run(what, point, args, ts)])
+        return [np.stack([o[k] for o in outs]) for k in range(len(outs[0]))]
+
     # -- what it computes --
     def __call__(self, x: Any, *args: Any) -> Any:
-        """f at ``x`` (the recorded structure and shapes), in f's output structure."""
+        """f at ``x`` (the recorded structure and shapes), in f's output structure; at
+        every point of a batch (each leaf of x with one more leading axis), the outputs
+        with that axis."""
+        count = self._batch_count(x)
+        if count is not None:
+            rec = self._recordings["first"]
+            values = self._batched("value", x, args, count)
+            if rec.scalar_output:
+                return values[0].reshape(count)
+            return _trees.unflatten(rec.out_tree, values)
         out = self._run("value", x, args)
         rec = self._recordings["first"]
         values = [self._host(v) for v in out]
@@ -483,8 +540,10 @@ class TensorFunction:
             return float(values[0].reshape(()))
         return _trees.unflatten(rec.out_tree, values)
 
-    def value_and_gradient(self, x: Any, *args: Any) -> tuple[float, Any]:
-        """(f(x), its gradient in x's structure) for f returning one number."""
+    def value_and_gradient(self, x: Any, *args: Any) -> tuple[Any, Any]:
+        """(f(x), its gradient in x's structure) for f returning one number; for a batch
+        of points (each leaf of x with one more leading axis), the values as an array and
+        the gradients with that axis, in one C loop where the program allows."""
         bound = self._bound.get("gradient")
         if bound is not None and self._fast and type(x) is np.ndarray and not args \
                 and not self._recordings["first"].program.live \
@@ -494,6 +553,12 @@ class TensorFunction:
                 return value.item(), g.reshape(x.shape)
             except _Retape:
                 pass    # the general path raises or records again
+        count = self._batch_count(x)
+        if count is not None:
+            out = self._batched("gradient", x, args, count)
+            return out[0].reshape(count), _trees.unflatten(
+                self._x_tree, [g.reshape((count,) + s) for g, (s, _)
+                               in zip(out[1:], self._x_specs)])
         out = self._run("gradient", x, args)
         value = float(self._host(out[0]).reshape(()))
         grads = [self._host(g).reshape(s) for g, (s, _) in zip(out[1:], self._x_specs)]
@@ -550,6 +615,16 @@ class TensorFunction:
         vs, tree = _trees.flatten(v)
         if tree != self._x_tree:
             raise ValueError(f"v must have x's structure ({self._x_tree.describe()})")
+        count = self._batch_count(x)
+        if count is not None:       # v: one direction for all points, or one per point
+            tangents = [np.asarray(t, dtype=dt) for t, (_, dt) in zip(vs, self._x_specs)]
+            for t, (s, _) in zip(tangents, self._x_specs):
+                if t.shape not in (s, (count,) + s):
+                    raise ValueError(f"v's leaf must have shape {s} or {(count,) + s}, got "
+                                     f"{t.shape}")
+            out = self._batched("hvp", x, args, count, tangents)
+            return _trees.unflatten(self._x_tree, [g.reshape((count,) + s) for g, (s, _)
+                                                   in zip(out, self._x_specs)])
         tangents = [np.asarray(t, dtype=dt).reshape(s) for t, (s, dt) in
                     zip(vs, self._x_specs)]
         out = self._run("hvp", x, args, tangents)

@@ -765,3 +765,64 @@ def test_jacobian_and_vjp_of_a_recorded_tensor_function_against_torch(device):
         F.vjp(x, [0.7], w)
     with pytest.raises(ValueError, match="shape of f's output"):
         F.vjp(x, {"s": 0.7, "y": np.zeros(4)}, w)
+
+
+# ---- batches: x with one more leading axis ----
+
+def _rosen(x):
+    return ad.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def _rosen_gradient(x):
+    g = np.zeros_like(x)
+    g[:-1] = -400.0 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2.0 * (1.0 - x[:-1])
+    g[1:] += 200.0 * (x[1:] - x[:-1] ** 2)
+    return g
+
+
+def test_a_batch_runs_in_one_c_loop_and_equals_each_point(device):
+    """value_and_gradient, __call__ and hvp at every row of X: on the numpy device one C
+    loop over the points (the fused program has no Python step), elsewhere one replay per
+    point; results equal the single-point calls."""
+    X = RNG.uniform(-1.5, 1.5, (37, 6))
+    F = ad.record(_rosen, X[0], tensor=True, device=device)
+    values, G = F.value_and_gradient(X)
+    assert values.shape == (37,) and G.shape == (37, 6)
+    for b in (0, 17, 36):
+        close(G[b], _rosen_gradient(X[b]))
+        value, g = F.value_and_gradient(X[b])
+        close(values[b], value)
+        np.testing.assert_array_equal(G[b], g)
+    close(F(X), values)
+    close(F.gradient(X), G)
+    v = RNG.normal(size=6)
+    V = RNG.normal(size=(37, 6))
+    shared, each = F.hvp(X, v), F.hvp(X, V)
+    for b in (0, 36):
+        close(shared[b], F.hvp(X[b], v))
+        close(each[b], F.hvp(X[b], V[b]))
+    if device == "numpy":                        # the C loop is what ran
+        assert F._bound["gradient"].batchable() and F._bound["hvp"].batchable()
+
+
+def test_a_batch_of_structures_with_shared_arguments_and_python_steps(device):
+    """Each leaf of a structure batched; float arguments are the same for every point;
+    a program with a Python step (a matrix product) takes one replay per point."""
+    W = RNG.normal(size=(3, 4))
+
+    def f(p, w):
+        return ad.sum(ad.tanh(p["a"] @ W) * p["b"]) + ad.sum(w * p["b"] ** 2)
+    p0 = {"a": RNG.normal(size=3), "b": RNG.normal(size=4)}
+    w = RNG.normal(size=4)
+    F = ad.record(f, p0, w, device=device)
+    P = {"a": RNG.normal(size=(5, 3)), "b": RNG.normal(size=(5, 4))}
+    values, grads = F.value_and_gradient(P, w)
+    for b in range(5):
+        value, g = F.value_and_gradient({"a": P["a"][b], "b": P["b"][b]}, w)
+        close(values[b], value)
+        close(grads["a"][b], g["a"])
+        close(grads["b"][b], g["b"])
+    with pytest.raises(ValueError, match="shape"):
+        F.value_and_gradient({"a": P["a"], "b": P["b"][:4]}, w)   # points disagree
+    with pytest.raises(ValueError, match="no points"):
+        F.value_and_gradient({"a": P["a"][:0], "b": P["b"][:0]}, w)
