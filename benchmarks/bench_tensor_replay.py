@@ -14,6 +14,9 @@ the per-round ratios):
    jitted step has it), against the eager easyad step, torch eager and a jitted jax step.
 3. Elementwise chain of 9 operations on 10^7 values (10^6 with --quick), value and
    gradient of its sum: replayed (one fused loop) against eager easyad, torch and jax.jit.
+4. Batches: Rosenbrock's value and gradient at B points at once, ``F.value_and_gradient(X)``
+   with X of shape (B, n) (one C loop over the points), against ``jax.jit(jax.vmap(
+   jax.value_and_grad(f)))`` and ``torch.func.vmap`` of ``torch.func.grad_and_value``.
 
 One core each, as ``bench_tensor_eager``. Run: ``python benchmarks/run.py --only
 tensor_replay`` (``--quick`` for a short run).
@@ -219,6 +222,49 @@ def bench_chain(ctx, torch, jax):
     return lines
 
 
+BATCHES = [(10, 1000), (100, 1000), (1000, 100)]      # (n, B)
+
+
+def bench_batch(ctx, torch, jax):
+    E = _eager()
+    lines = ["### Batches: Rosenbrock value and gradient at B points, replayed", "",
+             "| n | B | replayed batch | one call per point | torch.func vmap | "
+             "jax.jit(vmap) | jax compile | batch / jax | per point / batch |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for n, count in BATCHES:
+        X = np.random.default_rng(n).uniform(-1.0, 1.5, (count, n))
+        ref = np.stack([E.rosen_grad_numpy(x) for x in X])
+        F = ad.record(E.rosen, X[0], tensor=True)
+        F.value_and_gradient(X)
+        variants = {"batch": lambda X=X, F=F: F.value_and_gradient(X)[1],
+                    "loop": lambda X=X, F=F: [F.value_and_gradient(x)[1] for x in X]}
+        if torch is not None:
+            tX = torch.tensor(X)
+            tg = torch.func.vmap(torch.func.grad_and_value(E.rosen))
+            variants["torch"] = lambda tX=tX, tg=tg: tg(tX)[0]
+        compile_s = None
+        if jax is not None:
+            jX = jax.numpy.asarray(X)
+            started = time.perf_counter()
+            compiled = jax.jit(jax.vmap(jax.value_and_grad(E.rosen))).lower(jX).compile()
+            compile_s = time.perf_counter() - started
+            variants["jax"] = lambda jX=jX, c=compiled: c(jX)[1].block_until_ready()
+        for name, v in variants.items():
+            got = v()
+            E._check(f"batch n={n} {name}", np.asarray(got.detach() if hasattr(
+                got, "detach") else got), ref)
+        timings = ctx.measure(variants)
+
+        def ms(name, timings=timings):
+            return E._ms(timings, name, ".4g")
+        lines.append(
+            f"| {n} | {count} | {ms('batch')} | {ms('loop')} | {ms('torch')} | {ms('jax')} "
+            f"| {f'{compile_s:.3f} s' if compile_s is not None else 'n/a'} "
+            f"| {E._ratio(timings, 'batch', 'jax')} | {E._ratio(timings, 'loop', 'batch')} |")
+        ctx.log(f"   batch n={n} done")
+    return lines
+
+
 def run(ctx):
     E = _eager()
     torch = E._optional("torch")
@@ -239,6 +285,8 @@ def run(ctx):
             lines += bench_mlp(ctx, torch, jax) + [""]
         if not only or "chain" in only:
             lines += bench_chain(ctx, torch, jax) + [""]
+        if not only or "batch" in only:
+            lines += bench_batch(ctx, torch, jax) + [""]
     finally:
         if limiter is not None:
             limiter.restore_original_limits()
