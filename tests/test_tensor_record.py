@@ -826,3 +826,28 @@ def test_a_batch_of_structures_with_shared_arguments_and_python_steps(device):
         F.value_and_gradient({"a": P["a"], "b": P["b"][:4]}, w)   # points disagree
     with pytest.raises(ValueError, match="no points"):
         F.value_and_gradient({"a": P["a"][:0], "b": P["b"][:0]}, w)
+
+
+def test_a_batch_over_threads_equals_one_thread(monkeypatch):
+    """Large batches split over threads, each with its own copy of the workspace (zero
+    margins of shifted reads, shared buffers): the same bits as one thread."""
+    from easyad.tensor import _program_c
+
+    def chain(x):
+        y = ad.sin(x[1:]) * x[:-1] + ad.exp(-x[:-1] ** 2)
+        return ad.sum(y * ad.mean(x) + ad.sqrt(1.0 + x[1:] ** 2)) + ad.amax(x)
+    for f, n in ((_rosen, 9), (chain, 7)):
+        X = RNG.uniform(0.1, 2.0, (101, n))
+        F = ad.record(f, X[0], tensor=True)
+        monkeypatch.setattr(_program_c, "_PARALLEL_BATCH", 1 << 60)
+        one = F.value_and_gradient(X)
+        hv_one = F.hvp(X, X[::-1])
+        assert F._bound["gradient"].batchable()
+        monkeypatch.setattr(_program_c, "_PARALLEL_BATCH", 1)
+        monkeypatch.setattr(_program_c, "_BATCH_THREADS", 3)
+        many = F.value_and_gradient(X)
+        np.testing.assert_array_equal(many[0], one[0])
+        np.testing.assert_array_equal(many[1], one[1])
+        np.testing.assert_array_equal(F.hvp(X, X[::-1]), hv_one)
+        for b in (0, 50, 100):
+            np.testing.assert_array_equal(many[1][b], F.gradient(X[b]))

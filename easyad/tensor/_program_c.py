@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -52,6 +53,11 @@ from easyad import _compile, _expr
 from easyad._core import _point_at, _segment_call, _segments_batch
 from easyad.tensor._program import Instruction, Program, live_instructions, step
 from easyad.tensor._zero_signs import constant_strong_zeros, map_trees
+
+# a batch (run_batch) goes over threads from this many points x largest buffer on (a thread
+# costs ~20-50 us to hand work to), each thread on its own workspace
+_PARALLEL_BATCH = 1 << 17
+_BATCH_THREADS = os.cpu_count() or 1
 
 _C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
             np.dtype(np.bool_): "unsigned char"}
@@ -721,6 +727,8 @@ class FusedProgram:
                             and s not in p.constants and s not in self.in_place)
         work = sorted(s for s in stored if s not in fresh and s not in p.inputs
                       and s not in p.constants)
+        self.work = work          # written by the C between calls: per thread in a batch
+        self._tables: list[tuple[np.ndarray, list[np.ndarray]]] = []
         shared = _share_buffers(plan, work)
         for s in work:
             if s in shared:
@@ -785,17 +793,57 @@ class FusedProgram:
             bases.append(a.ctypes.data)
             strides.append(a.strides[0] if count else 0)
         fns = np.array([fn for fn, *_ in self.steps], dtype=np.uint64)
+        slot_table = np.array(slots, dtype=np.int64)
+        step = np.array(strides, dtype=np.int64)
+        size = max((math.prod(sh) for sh in p.shapes if sh is not None), default=1)
+        workers = min(_BATCH_THREADS, count) if count * size >= _PARALLEL_BATCH else 1
         with self._lock:
-            if count:
-                _segments_batch(fns, self.pointers, np.array(slots, dtype=np.int64),
-                                np.array(bases, dtype=np.uint64),
-                                np.array(strides, dtype=np.int64), count)
+            if workers > 1:      # contiguous chunks, each on its own table and workspace
+                from easyad.replay import _threads
+                tables = self._thread_tables(workers)
+                edges = [count * w // workers for w in range(workers + 1)]
+
+                def chunk(w: int) -> None:
+                    lo, hi = edges[w], edges[w + 1]
+                    start = np.array(bases, dtype=np.uint64) + \
+                        (step * lo).astype(np.uint64)
+                    _segments_batch(fns, tables[w][0], slot_table, start, step, hi - lo)
+                futures = [_threads().submit(chunk, w) for w in range(1, workers)]
+                chunk(0)
+                for future in futures:
+                    future.result()
+            elif count:
+                _segments_batch(fns, self.pointers, slot_table,
+                                np.array(bases, dtype=np.uint64), step, count)
             for s in self.inputs:       # the table must not keep addresses of this call's
                 if isinstance(self.base[s], np.ndarray):     # arrays (run sets its own)
                     _point_at(self.pointers, s, self.base[s])
         del keep
         return [outputs[plan.r(o)].reshape((count,) + tuple(p.shapes[o]))
                 for o in plan.outputs]
+
+    def _thread_tables(self, workers: int) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+        """One pointer table per thread of a batch, the first the program's own, the
+        others pointing at private copies of the workspace (shared buffers stay shared,
+        zero margins are copied with them); made once."""
+        tables = self._tables or [(self.pointers, [])]
+        while len(tables) < workers:
+            pointers, copies, kept = self.pointers.copy(), {}, []
+            for s in self.work:
+                a = self.base[s]
+                if not isinstance(a, np.ndarray):
+                    continue
+                root = a if a.base is None else a.base
+                if id(root) not in copies:
+                    copies[id(root)] = root.copy()
+                    kept.append(copies[id(root)])
+                whole = copies[id(root)]
+                offset = a.ctypes.data - root.ctypes.data
+                view = np.ndarray(a.shape, a.dtype, buffer=whole, offset=offset)
+                _point_at(pointers, s, view)
+            tables.append((pointers, kept))
+        self._tables = tables
+        return tables[:workers]
 
     def _run(self, inputs: Sequence[Any]) -> list[Any]:
         plan, p = self.plan, self.plan.program
