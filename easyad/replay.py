@@ -17,13 +17,12 @@ import os
 import threading
 import zipfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from easyad import _core, _tapeview
+from easyad import _core, _pool, _tapeview
 from easyad._core import Record, Trace, WengertList
 from easyad.anomaly import check_replay
 from easyad.errors import BranchChangedError, TapeFormatError
@@ -41,18 +40,8 @@ _HESSIAN_BLOCK = 16  # directions per forward-over-reverse sweep
 _COMPILED_DENSE_HESSIAN = 64  # compile(hessian=True) without a sparse colouring: up to
                               # this many inputs (one sweep of n directions), else the VM
 
-_CORES = os.cpu_count() or 1
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _threads() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_CORES,
-                                       thread_name_prefix="easyad-replay")
-        return _pool
+_CORES = _pool.CORES
+_threads = _pool.threads
 
 
 def _refuse_complex(x: NDArray[Any], what: str) -> None:

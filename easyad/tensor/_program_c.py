@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from easyad import _compile, _expr
+from easyad import _compile, _expr, _pool
 from easyad._core import _point_at, _segment_call, _segments_batch
 from easyad.tensor._program import Instruction, Program, live_instructions, step
 from easyad.tensor._zero_signs import constant_strong_zeros, map_trees
@@ -57,7 +56,7 @@ from easyad.tensor._zero_signs import constant_strong_zeros, map_trees
 # a batch (run_batch) goes over threads from this many points x largest buffer on (a thread
 # costs ~20-50 us to hand work to), each thread on its own workspace
 _PARALLEL_BATCH = 1 << 17
-_BATCH_THREADS = os.cpu_count() or 1
+_BATCH_THREADS = _pool.CORES
 
 _C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
             np.dtype(np.bool_): "unsigned char"}
@@ -799,7 +798,6 @@ class FusedProgram:
         workers = min(_BATCH_THREADS, count) if count * size >= _PARALLEL_BATCH else 1
         with self._lock:
             if workers > 1:      # contiguous chunks, each on its own table and workspace
-                from easyad.replay import _threads
                 tables = self._thread_tables(workers)
                 edges = [count * w // workers for w in range(workers + 1)]
 
@@ -808,7 +806,7 @@ class FusedProgram:
                     start = np.array(bases, dtype=np.uint64) + \
                         (step * lo).astype(np.uint64)
                     _segments_batch(fns, tables[w][0], slot_table, start, step, hi - lo)
-                futures = [_threads().submit(chunk, w) for w in range(1, workers)]
+                futures = [_pool.threads().submit(chunk, w) for w in range(1, workers)]
                 chunk(0)
                 for future in futures:
                     future.result()
