@@ -496,10 +496,13 @@ class TensorFunction:
         return counts.pop() if len(counts) == 1 else None
 
     def _batched(self, what: str, x: Any, args: tuple[Any, ...], count: int,
-                 tangents: Sequence[Any] = ()) -> list[np.ndarray]:
+                 tangents: Sequence[Any] = (),
+                 tangent_specs: Sequence[tuple[tuple[int, ...], Any]] | None = None
+                 ) -> list[np.ndarray]:
         """``what`` at every point of the batch ``x``, outputs with a leading axis: one C
         loop without the GIL where the fused program allows it (no Python step in it),
-        else one replay per point. ``tangents`` (hvp) may be batched too."""
+        else one replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the outputs',
+        ``tangent_specs``) may be batched too."""
         if count == 0:
             raise ValueError("a batch of no points: x's leading axis is 0")
         leaves, _ = _trees.flatten(x)
@@ -517,7 +520,7 @@ class TensorFunction:
         for b in range(count):
             point = _trees.unflatten(self._x_tree, [a[b] for a in X])
             ts = [t[b] if np.ndim(t) > len(s) else t
-                  for t, (s, _) in zip(tangents, self._x_specs)]
+                  for t, (s, _) in zip(tangents, tangent_specs or self._x_specs)]
             outs.append([self._host(o) for o in self._run(what, point, args, ts)])
         return [np.stack([o[k] for o in outs]) for k in range(len(outs[0]))]
 
@@ -632,30 +635,49 @@ class TensorFunction:
                                                in zip(out, self._x_specs)])
 
     def hessian(self, x: Any, *args: Any) -> Any:
-        """The Hessian of f (one number) at ``x``, dense: one replay of the HVP program per
-        element of x (so for x of modest size; ``hvp`` for products with a direction).
+        """The Hessian of f (one number) at ``x``, dense: the HVP program with each unit
+        direction, as one batch (one C loop where the program allows, else a replay per
+        element of x: for x of modest size; ``hvp`` for products with a direction).
         Shape ``x.shape + x.shape`` for one array; ``H[a][b]`` of shape ``a.shape +
         b.shape`` for a structure of arrays, as ``ad.hessian``."""
-        xs_statics = self._inputs(x, args)
-        columns: list[list[np.ndarray]] = []   # per element of x: d gradient / d x_j
-        for k, (shape, _) in enumerate(self._x_specs):
-            for j in range(int(np.prod(shape, dtype=int))):
-                tangents = [np.zeros(s, dtype=dt) for s, dt in self._x_specs]
-                tangents[k].reshape(-1)[j] = 1.0
-                out = self._run("hvp", x, args, tangents, xs_statics)
-                columns.append([self._host(g).reshape(s) for g, (s, _)
-                                in zip(out, self._x_specs)])
+        columns = self._unit_batch("hvp", x, args, self._x_specs)
         rows = []
         for a, (shape_a, _) in enumerate(self._x_specs):
-            blocks, start = [], 0
-            for shape_b, _ in self._x_specs:
-                size = int(np.prod(shape_b, dtype=int))
-                cols = [c[a] for c in columns[start:start + size]]
-                start += size
-                block = np.stack(cols, axis=-1) if cols else np.zeros(shape_a + (0,))
-                blocks.append(block.reshape(shape_a + shape_b))
+            blocks = [np.moveaxis(c, 0, -1).reshape(shape_a + shape_b)
+                      for c, (shape_b, _) in zip(self._split(columns[a]), self._x_specs)]
             rows.append(_trees.unflatten(self._x_tree, blocks))
         return _trees.unflatten(self._x_tree, rows)
+
+    def _unit_batch(self, what: str, x: Any, args: tuple[Any, ...],
+                    specs: list[tuple[tuple[int, ...], Any]]) -> list[np.ndarray]:
+        """``what`` ("hvp", "vjp") at x with every unit vector of ``specs`` (x's leaves
+        for hvp, the outputs' for vjp) as the direction: one batch of as many points as
+        those have elements; results (points,) + each x leaf's shape."""
+        xs, _ = self._inputs(x, args)
+        sizes = [int(np.prod(s, dtype=int)) for s, _ in specs]
+        total = sum(sizes)
+        if total == 0:
+            return [np.zeros((0,) + s, dtype=dt) for s, dt in self._x_specs]
+        hosts = _on_host(xs)
+        X = _trees.unflatten(self._x_tree, [np.broadcast_to(a, (total,) + a.shape)
+                                            for a in hosts])
+        units, start = [], 0
+        for (shape, dtype), size in zip(specs, sizes):
+            u = np.zeros((total, size), dtype=dtype)
+            u[np.arange(start, start + size), np.arange(size)] = 1.0
+            units.append(u.reshape((total,) + shape))
+            start += size
+        out = self._batched(what, X, args, total, units, specs)
+        return [o.reshape((total,) + s) for o, (s, _) in zip(out, self._x_specs)]
+
+    def _split(self, rows: np.ndarray) -> list[np.ndarray]:
+        """A batch over every element of x, split into the points of each leaf."""
+        out, start = [], 0
+        for shape, _ in self._x_specs:
+            size = int(np.prod(shape, dtype=int))
+            out.append(rows[start:start + size])
+            start += size
+        return out
 
     def vjp(self, x: Any, u: Any, *args: Any) -> Any:
         """The vector-Jacobian product u^T J of f at ``x`` (x's structure), ``u`` in the
@@ -683,22 +705,15 @@ class TensorFunction:
         output's structure of x's structure of such blocks)."""
         first = self._recordings["first"]
         specs = first.out_specs
-        xs_statics = self._inputs(x, args)
-        per_output = []
-        for i, (shape, _) in enumerate(specs):
-            rows = []
-            for j in range(int(np.prod(shape, dtype=int))):
-                cotangents = [np.zeros(s, dtype=dt) for s, dt in specs]
-                cotangents[i].reshape(-1)[j] = 1.0
-                out = self._run("vjp", x, args, cotangents, xs_statics)
-                rows.append([self._host(g).reshape(s) for g, (s, _) in
-                             zip(out, self._x_specs)])
+        rows = self._unit_batch("vjp", x, args, specs)    # per x leaf: (m,) + its shape
+        per_output, start = [], 0
+        for shape, _ in specs:
+            size = int(np.prod(shape, dtype=int))
             blocks = []
-            for k, (in_shape, _) in enumerate(self._x_specs):
-                block = np.stack([r[k] for r in rows]) if rows else \
-                    np.zeros((0,) + in_shape)
-                block = block.reshape(shape + in_shape)
+            for r, (in_shape, _) in zip(rows, self._x_specs):
+                block = r[start:start + size].reshape(shape + in_shape)
                 blocks.append(float(block) if block.ndim == 0 else block)
+            start += size
             per_output.append(_trees.unflatten(self._x_tree, blocks))
         return _trees.unflatten(first.out_tree, per_output)
 
