@@ -221,6 +221,11 @@ class _Plan:
         self.producer: dict[int, Instruction] = {}
         self.recomputed: set[int] = set()
         self.recipe_reads: dict[int, set[int]] = {}
+        # set by _stored (see _selections): the roots a selection compares, never
+        # recomputed, and the instructions (by id) those are computed from, whose libm
+        # calls are the scalar ones wherever they run
+        self.compared: set[int] = set()
+        self.exact_math: set[int] = set()
         self.stored: set[int] | None = None       # the roots in memory: loops merge then
         self._map_trees: dict[tuple[int, int], _expr.Node] | None = None
 
@@ -538,8 +543,10 @@ class _Renderer:
             mapping = {name: self._operand(body, i, shape, index)
                        for name, i in zip(names, ins.ins)}
             for k, (o, dt) in enumerate(zip(outs, dtypes)):
-                tree = self._calls(body, constant_strong_zeros(
-                    _expr.substitute(self.plan.map_tree(ins, k), mapping)))
+                tree = constant_strong_zeros(
+                    _expr.substitute(self.plan.map_tree(ins, k), mapping))
+                tree = self._scalar_calls(tree) if id(ins) in plan.exact_math \
+                    else self._calls(body, tree)
                 number = _expr.constant(tree)
                 if number is not None and np.dtype(dt).kind == "f" and \
                         float(np.dtype(dt).type(number)) == number:
@@ -576,6 +583,12 @@ class _Renderer:
     def _calls(self, body: _Loop, tree: _expr.Node) -> _expr.Node:
         """An expression's calls as the target computes them best (here as they are)."""
         return tree
+
+    def _scalar_calls(self, tree: _expr.Node) -> _expr.Node:
+        """An expression of ``plan.exact_math``: its libm calls by names without vector
+        versions (``easyad_s_*``, bound to libm's scalar symbols), the same function of
+        its input in every lane and remainder of any loop (see ``_selections``)."""
+        return _renamed(tree, {f: f"easyad_s_{f}" for f in _vector_math()})
 
     def _operand(self, body: _Loop, i: Any, shape: Any, index: str) -> str:
         """A name (or plain literal) for operand i (broadcast to ``shape``) at ``index``."""
@@ -967,7 +980,11 @@ def _header() -> list[str]:
         lines += [f'extern double easyad_v_{f}(double) __asm__("{f}") '
                   f'__attribute__((const, __simd__("notinbranch")));',
                   f"#define {f} easyad_v_{f}"]
-    return lines + ["#endif", ""]
+    # the same functions with no vector versions, for the values selections compare
+    lines.append("#endif")
+    lines += [f'extern double easyad_s_{f}(double) __asm__("{f}") __attribute__((const));'
+              for f in _vector_math()]
+    return lines + [""]
 
 
 def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
@@ -1047,9 +1064,81 @@ def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
             stored.update(r(o) for o in ins.outs)
     stored -= set(p.inputs) | set(p.constants)
     plan.producer = producer
+    _selections(plan, producer)
     _choose_recomputed(plan, stored, producer, readers)
     plan.stored = stored
     return stored
+
+
+# Selections (max/min along axes, comparisons, where, abs and relu at 0, maximum/minimum,
+# sign, heaviside) decide on the very value they compare. A max's adjoint goes to the
+# elements equal to the max: if the backward loop recomputed exp(x) with the vector exp
+# of glibc's libmvec while the max was taken over the scalar exp's values, no element
+# would be equal and the gradient of the row would be lost. So a compared value is made
+# once and read from memory (or its loop's register) by every reader, never recomputed;
+# and it, with everything it is computed from, calls the scalar libm (one function of its
+# input): a vectorised loop's lanes and its scalar remainder round vector math two ways,
+# so equal inputs would stop being a tie depending on where they are in the array.
+# mul0/div0 (the strong zeros) are not selections here: they only decide between a
+# product and the zero it is next to.
+_SELECTING_CALLS = frozenset({"sign", "heaviside", "maximum", "minimum"})
+_COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+
+
+def compared_names(tree: _expr.Node | str) -> set[str]:
+    """The variables of an expression whose values a selection in it compares: the
+    operands of a comparison, of sign, heaviside, maximum and minimum, and what a
+    choose's condition reads."""
+    found: set[str] = set()
+    for node in _expr.walk(tree):
+        if isinstance(node, _expr.Bin) and node.op in _COMPARISONS:
+            found |= _expr.variables(node)
+        elif isinstance(node, _expr.Call) and node.name in _SELECTING_CALLS:
+            found |= set().union(*(_expr.variables(a) for a in node.args))
+        elif isinstance(node, _expr.Call) and node.name == "choose":
+            found |= _expr.variables(node.args[0])
+    return found
+
+
+def _renamed(tree: _expr.Node, names: dict[str, str]) -> _expr.Node:
+    """The expression with its calls of ``names``' keys calling the values instead."""
+    if isinstance(tree, _expr.Call):
+        return _expr.Call(names.get(tree.name, tree.name),
+                          tuple(_renamed(a, names) for a in tree.args))
+    if isinstance(tree, _expr.Bin):
+        return _expr.Bin(tree.op, _renamed(tree.left, names), _renamed(tree.right, names))
+    if isinstance(tree, _expr.Neg):
+        return _expr.Neg(_renamed(tree.operand, names))
+    return tree
+
+
+def _selections(plan: _Plan, producer: dict[int, Instruction]) -> None:
+    """Sets ``plan.compared`` (the roots a selection compares: a max's or min's operand,
+    the compared operands of a map) and ``plan.exact_math`` (the instructions they are
+    computed from, back to inputs, constants and Python steps)."""
+    p, r = plan.program, plan.r
+    compared: set[int] = set()
+    for kind, item in plan.schedule:
+        for ins in (item if kind == "c" else [item]):
+            if ins.op == "reduce" and ins.params[0] in ("max", "min"):
+                compared.add(r(ins.ins[0]))
+            elif ins.op == "map":
+                names = set().union(*(compared_names(e) for e in ins.params[1]))
+                compared.update(r(i) for name, i in zip(ins.params[2], ins.ins)
+                                if type(i) is int and name in names)
+    exact: set[int] = set()
+    pending = list(compared)
+    seen: set[int] = set()
+    while pending:
+        slot = pending.pop()
+        made_by = producer.get(slot)
+        if slot in seen or made_by is None or made_by.op not in _C_OPS:
+            continue
+        seen.add(slot)
+        exact.add(id(made_by))
+        pending += [r(i) for i in made_by.ins if type(i) is int]
+    plan.compared = compared - set(p.inputs) - set(p.constants)
+    plan.exact_math = exact
 
 
 # A value that later loops read is recomputed in them instead of stored (XLA fuses
@@ -1080,7 +1169,8 @@ def _choose_recomputed(plan: _Plan, stored: set[int], producer: dict[int, Instru
                 if plan.loop_shape(ins) != ("assemble",)}
     outputs = {r(o) for o in plan.outputs}
     for slot, ins in producer.items():
-        if slot not in stored or slot in outputs or id(ins) not in in_loops or \
+        if slot not in stored or slot in outputs or slot in plan.compared or \
+                id(ins) not in in_loops or \
                 not (ins.op in _ELEMENTWISE or plan.is_pad(ins)) or \
                 any(id(reader) not in in_loops or not plan.reads_in_order(reader, slot)
                     for reader in readers.get(slot, ())):
