@@ -1075,29 +1075,43 @@ def _stored(plan: _Plan, outputs: Sequence[int]) -> set[int]:
 # elements equal to the max: if the backward loop recomputed exp(x) with the vector exp
 # of glibc's libmvec while the max was taken over the scalar exp's values, no element
 # would be equal and the gradient of the row would be lost. So a compared value is made
-# once and read from memory (or its loop's register) by every reader, never recomputed;
-# and it, with everything it is computed from, calls the scalar libm (one function of its
-# input): a vectorised loop's lanes and its scalar remainder round vector math two ways,
-# so equal inputs would stop being a tie depending on where they are in the array.
-# mul0/div0 (the strong zeros) are not selections here: they only decide between a
-# product and the zero it is next to.
+# once and read from memory (or its loop's register) by every reader, never recomputed
+# through a function that may round two ways (_rounds_apart; arithmetic, sqrt and the
+# helpers give the same bits anywhere, and are still recomputed); and it, with everything
+# it is computed from, calls the scalar libm (one function of its input): a vectorised
+# loop's lanes and its scalar remainder round vector math two ways, so equal inputs would
+# stop being a tie depending on where they are in the array.
+# The strong zeros are not selections here: mul0 and div0, and the tests of a value's
+# kind that their recorded forms make (u == 0.0, u - u == 0.0, u == u) only decide between
+# a product and the zero it is next to.
 _SELECTING_CALLS = frozenset({"sign", "heaviside", "maximum", "minimum"})
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 
 
 def compared_names(tree: _expr.Node | str) -> set[str]:
     """The variables of an expression whose values a selection in it compares: the
-    operands of a comparison, of sign, heaviside, maximum and minimum, and what a
-    choose's condition reads."""
+    operands of a comparison (not of a strong zero's test) and of sign, heaviside, maximum
+    and minimum. A bool that a choose reads (where's condition) is not among them: the
+    comparison that made it compares values already, and those are computed once, so
+    it comes out the same wherever it is made."""
     found: set[str] = set()
     for node in _expr.walk(tree):
-        if isinstance(node, _expr.Bin) and node.op in _COMPARISONS:
+        if isinstance(node, _expr.Bin) and node.op in _COMPARISONS and not _kind_test(node):
             found |= _expr.variables(node)
         elif isinstance(node, _expr.Call) and node.name in _SELECTING_CALLS:
             found |= set().union(*(_expr.variables(a) for a in node.args))
-        elif isinstance(node, _expr.Call) and node.name == "choose":
-            found |= _expr.variables(node.args[0])
     return found
+
+
+def _kind_test(node: _expr.Bin) -> bool:
+    """Whether a comparison tests what kind of number a value is (zero, finite, NaN: an
+    equality with a number, or of an expression with itself), as strong zeros do."""
+    if node.op not in ("==", "!="):
+        return False
+    left, right = node.left, node.right
+    if isinstance(left, _expr.Bin) and left.op == "-" and left.left == left.right:
+        left = _expr.Num(0.0)                 # u - u: 0 where u is finite
+    return left == right or isinstance(left, _expr.Num) or isinstance(right, _expr.Num)
 
 
 def _renamed(tree: _expr.Node, names: dict[str, str]) -> _expr.Node:
@@ -1169,13 +1183,12 @@ def _choose_recomputed(plan: _Plan, stored: set[int], producer: dict[int, Instru
                 if plan.loop_shape(ins) != ("assemble",)}
     outputs = {r(o) for o in plan.outputs}
     for slot, ins in producer.items():
-        if slot not in stored or slot in outputs or slot in plan.compared or \
-                id(ins) not in in_loops or \
+        if slot not in stored or slot in outputs or id(ins) not in in_loops or \
                 not (ins.op in _ELEMENTWISE or plan.is_pad(ins)) or \
                 any(id(reader) not in in_loops or not plan.reads_in_order(reader, slot)
                     for reader in readers.get(slot, ())):
             continue
-        cost, reads = 0, set()
+        cost, reads, rounds_apart = 0, set(), False
         seen: set[int] = set()
         pending = [slot]
         while pending:
@@ -1184,6 +1197,7 @@ def _choose_recomputed(plan: _Plan, stored: set[int], producer: dict[int, Instru
                 continue
             seen.add(id(made_by))
             cost += _operation_cost(made_by)
+            rounds_apart = rounds_apart or _rounds_apart(made_by)
             for i in made_by.ins:
                 if type(i) is int:
                     u = r(i)
@@ -1191,11 +1205,27 @@ def _choose_recomputed(plan: _Plan, stored: set[int], producer: dict[int, Instru
                         reads.add(u)
                     else:
                         pending.append(u)
+        if slot in plan.compared and rounds_apart:
+            continue          # a selection's operand: made once (see _selections)
         arrays = sum(1 for u in reads if math.prod(p.shapes[u]) > 1)
         if cost <= _RECOMPUTE_COST and arrays <= _RECOMPUTE_ARRAYS:
             stored.discard(slot)
             plan.recomputed.add(slot)
             plan.recipe_reads[slot] = reads
+
+
+# calls that give the same bits in every loop, lane and remainder (correctly rounded, or
+# easyad's helpers, which vector loops run lane by lane); other libm functions may not
+_SAME_EVERYWHERE = frozenset({"fabs", "sqrt", "mul0", "div0", "tmul", "maximum", "minimum",
+                              "sign", "heaviside", "choose", "pow"})
+
+
+def _rounds_apart(ins: Instruction) -> bool:
+    """Whether ``ins``, computed in two places, may round two ways: a map calling a
+    function with vector versions (exp, sin...)."""
+    return ins.op == "map" and any(
+        isinstance(node, _expr.Call) and node.name not in _SAME_EVERYWHERE
+        for expr in ins.params[1] for node in _expr.walk(expr))
 
 
 def _operation_cost(ins: Instruction) -> int:
