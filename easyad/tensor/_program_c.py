@@ -21,6 +21,10 @@
   first dimension, run as one loop (``_Plan.loops``), each in the range of its own
   elements. Rosenbrock's value and gradient so read x once and write g, instead of
   storing three arrays to add in a second loop.
+- **Selections** (``_selections``): a value that max/min, a comparison, maximum/minimum
+  or sign compares is made once (never recomputed through libm) and, with what it is made
+  of, by libm's scalar functions, so the backward sweep's "equals the max" sees the bits
+  the max was taken over and equal inputs tie anywhere (docs/internals.md).
 - **Numbers**: a recorded constant of one element (the gradient's seed) is a literal,
   and so is a value that is one number; ``mul0`` (the strong zero) of a number c with
   |c| >= 1 is written ``c * y + 0.0``, the same bits with no comparison.
