@@ -48,7 +48,9 @@ elements in each ran 3.5x faster than a work-item per element):
   and width one kernel compares every vector builtin with the scalar one at special
   values mixed in vectors (``untrusted_vector_math``, kept on disk with the devices'
   probe verdicts); those that differ by more than a few units in the last place are
-  called lane by lane (``_kernels.lanewise_math``).
+  called lane by lane (``_kernels.lanewise_math``). So are all the builtins of the values
+  a selection compares and of what they are made of (``_program_c._selections``), so
+  those are one function of their input in the vector loop and its scalar rest alike.
 - **backend steps** (``_program.step``): matmul and ``linear``, reductions over some axes,
   cross-entropy, scatter-adds with repeated indices, assembles of several parts, host
   calls (array primitives) and the guards (the only reads on the host, besides what the
