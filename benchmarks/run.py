@@ -22,15 +22,18 @@ figures no commit could reproduce. --quick runs fewer, shorter rounds and never 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import importlib
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import timeit
 from dataclasses import dataclass
@@ -85,6 +88,24 @@ class Context:
         self.rounds = rounds
         self.seconds = seconds
         self.seed = seed
+
+    @contextlib.contextmanager
+    def cold_cache(self):
+        """A fresh, empty $EASYAD_CACHE_DIR for the block, removed after it: a compile time
+        measured inside is a real compile (gcc), not a hit in the on-disk cache of
+        compiled programs that every later run finds (easyad/_compile.py). Every compile
+        time a report states is measured this way."""
+        old = os.environ.get("EASYAD_CACHE_DIR")
+        fresh = tempfile.mkdtemp(prefix="easyad-bench-cold-")
+        os.environ["EASYAD_CACHE_DIR"] = fresh
+        try:
+            yield fresh
+        finally:
+            if old is None:
+                os.environ.pop("EASYAD_CACHE_DIR", None)
+            else:
+                os.environ["EASYAD_CACHE_DIR"] = old
+            shutil.rmtree(fresh, ignore_errors=True)   # loaded libraries stay mapped
 
     def log(self, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -242,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="exit with status 1 when a target is missed")
     args = parser.parse_args(argv)
 
+    # compile times a report states are cold: PoCL's on-disk kernel cache off for the run
+    # (read when the OpenCL platform starts, after this); easyad's own cache: cold_cache()
+    os.environ.setdefault("POCL_KERNEL_CACHE", "0")
     sys.path.insert(0, str(HERE))
     modules = [importlib.import_module(stem) for stem in discover()]
     if args.list:
