@@ -54,7 +54,13 @@ def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], ou
                 pairs.add((q, p))
         return len(pairs) > limit
 
+    # only the output's ancestors: an entry the output does not read (dead code, another
+    # output's work) adds no Hessian entry, and a false one costs a colour and a sweep
+    live = view.ancestors((output,))
     for i in range(output + 1):
+        if i not in live:
+            deps.append(empty)
+            continue
         kind = view.kind(i)
         a, b = view.operand(i, 0), view.operand(i, 1)
         da = deps[a] if a >= 0 else empty
