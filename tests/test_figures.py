@@ -1,5 +1,6 @@
 """Every figure the docs state is rendered from benchmarks/results/*.md and is current, and
 the results files name a clean commit (benchmarks/run.py --write refuses a dirty tree)."""
+import os
 import pathlib
 import shutil
 import subprocess
@@ -110,3 +111,53 @@ def test_write_refuses_a_dirty_tree_before_measuring(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench_run.main(["--write"])
     assert exit_.value.code == 2 and "uncommitted" in capsys.readouterr().err
+
+
+# ---- what the benchmarks measure ----
+
+def test_cold_cache_makes_a_compile_real(tmp_path, monkeypatch):
+    """A compile time measured in ctx.cold_cache() is gcc's, not a hit in the disk cache
+    an earlier run filled (which took 0.003 s where a compile takes about 0.1 s)."""
+    import numpy as np
+
+    import easyad as ad
+    from easyad import _compile
+    if _compile.compiler() is None:
+        pytest.skip("no C compiler on this machine")
+    warm = tmp_path / "warm"
+    monkeypatch.setenv("EASYAD_CACHE_DIR", str(warm))
+    ad.record(lambda x: x[0] * x[1] + ad.sin(x[0]), np.ones(2)).compile()
+    assert list(warm.rglob("*.so"))                  # the user's cache holds the program
+    compiles = []
+    real = _compile._compile
+    monkeypatch.setattr(_compile, "_compile", lambda *a: compiles.append(a[4]) or real(*a))
+    ctx = bench_run.Context(quick=True, rounds=1, seconds=0.01, seed=0)
+    with ctx.cold_cache() as fresh:
+        assert os.environ["EASYAD_CACHE_DIR"] == fresh and not os.listdir(fresh)
+        F = ad.record(lambda x: x[0] * x[1] + ad.sin(x[0]), np.ones(2)).compile()
+        assert F.compiled and F.gradient(np.array([2.0, 3.0])).tolist() == [
+            3.0 + np.cos(2.0), 2.0]
+    assert len(compiles) == 1 and compiles[0].startswith(fresh)   # compiled, not loaded
+    assert os.environ["EASYAD_CACHE_DIR"] == str(warm) and not os.path.exists(fresh)
+
+
+def test_casadis_jit_gets_the_flags_easyad_compiles_with(monkeypatch, tmp_path):
+    """The compiled rows compare code, not compiler settings: CasADi's JIT flags are the
+    ones easyad's build passes to gcc (captured from a build), at both levels."""
+    import bench_replay
+    from easyad import _compile
+    if _compile.compiler() is None or _compile._headers() is None:
+        pytest.skip("no C compiler or headers")
+    monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path))
+    used = []
+    # a stand-in compiler that notes its flags and reports success (nothing is loaded)
+    monkeypatch.setattr(_compile, "_compile",
+                        lambda argv, flags, *rest: used.append(flags) is None)
+    for entries in (100, _compile._BIG):
+        used.clear()
+        assert _compile.build(f"int easyad_probe_{entries};", entries).startswith(str(tmp_path))
+        easyads = [f for f in used[0] if f not in ("-fPIC", "-shared", "-w", "-std=gnu99")]
+        assert "-march=native" in easyads
+        options = bench_replay._jit(entries)
+        assert options["jit"] and options["compiler"] == "shell"
+        assert options["jit_options"]["flags"] == easyads, entries
