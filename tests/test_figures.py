@@ -106,6 +106,7 @@ def test_write_refuses_a_dirty_tree_before_measuring(monkeypatch, capsys):
     def dirty(root=None):
         raise bench_run.DirtyTree("--write refused: the checkout has 1 uncommitted change(s)")
     monkeypatch.setattr(bench_run, "clean_commit", dirty)
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")    # main sets it: undone after the test
     measured = []
     monkeypatch.setattr(bench_run, "discover", lambda: measured.append(1) or [])
     with pytest.raises(SystemExit) as exit_:
@@ -161,3 +162,17 @@ def test_casadis_jit_gets_the_flags_easyad_compiles_with(monkeypatch, tmp_path):
         options = bench_replay._jit(entries)
         assert options["jit"] and options["compiler"] == "shell"
         assert options["jit_options"]["flags"] == easyads, entries
+
+
+def test_written_results_name_their_commit(tmp_path, monkeypatch):
+    (tmp_path / "bench_fake_for_test.py").write_text(
+        'NAME = "fake"\nTITLE = "a fake benchmark"\nLIBRARIES = ["easyad"]\n'
+        'def run(ctx):\n    return "| a | b |\\n| --- | --- |\\n| x | 1.5x |\\n", []\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(bench_run, "discover", lambda: ["bench_fake_for_test"])
+    monkeypatch.setattr(bench_run, "clean_commit", lambda root=None: "ab" * 20)
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")    # main sets it: undone after the test
+    assert bench_run.main(["--write", "--output", str(tmp_path / "out"), "--rounds", "1"]) == 0
+    text = (tmp_path / "out" / "fake.md").read_text()
+    assert f"- commit: {'ab' * 20} (a clean checkout)" in text
+    assert _benchmarks.figure(tmp_path / "out", "fake x b") == "1.5"
