@@ -60,8 +60,11 @@ def write_includes(results: pathlib.Path, out: pathlib.Path) -> list[pathlib.Pat
 
 MARKER = re.compile(r"<!--fig (?P<spec>[^>]*?)-->(?P<value>[^<]*)<!--/fig-->")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?")
-# the pages whose figures are rendered (and checked: tests/test_figures.py)
-PAGES = ["README.md", "docs/performance.md", "docs/record-replay.md", "docs/nn.md"]
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+# the pages whose figures are rendered and checked (tests/test_figures.py): the README and
+# every page of the documentation site
+PAGES = ["README.md", *sorted(p.relative_to(_ROOT).as_posix()
+                              for p in (_ROOT / "docs").glob("*.md"))]
 
 
 class FigureError(LookupError):
@@ -169,8 +172,12 @@ NOT_MEASURED = [
     "grown 1.2x",           # the growth factor of the tape's arrays, a constant
     "grow by 1.2x",
     "up to 2x within seconds",  # how a shared machine's speed moves (why the method is so)
-    "(3.10+)",              # Python's version
-    "PoCL 3.1",             # the OpenCL driver's version
+    "3.10+",                # Python's version
+    "PoCL 3.1",             # the OpenCL driver's versions
+    "PoCL 3.0",
+    "x = -0.0",             # a value in conventions.md's table, not a measurement
+    "about 35 s on 2 cores",    # how long a build takes (internals.md), not easyad's speed
+    "(about 15 s)",         # how long a figure script runs (forward-vs-reverse.md)
     "PyTorch 2.13",         # the version the tests compare with
     "middle 50%",           # the name of a statistic
 ]
@@ -198,7 +205,7 @@ def unrendered(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = _ROOT
     parser = argparse.ArgumentParser(description="Render (--render) or check the figures "
                                      "of " + ", ".join(PAGES) + " from benchmarks/results.")
     parser.add_argument("--render", action="store_true", help="rewrite the pages' values")
