@@ -40,7 +40,6 @@ TITLE = "easyad record once, replay many: Function vs recording again vs CasADi 
 LIBRARIES = ["easyad", "numpy", "casadi", "torch"]
 
 
-
 def _jit(entries):
     """CasADi's JIT options, compiling with the flags ``F.compile()`` gives gcc for a tape of
     this many entries (easyad/_compile.py): the same optimisation level (-O1 from its
