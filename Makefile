@@ -27,10 +27,11 @@ $(VENV)/.deps-run: pyproject.toml | $(BIN)/python
 		'easyad-checkout.pth').write_text('$(CURDIR)\n')"
 	touch $@
 
-# the test references and tools on top: sympy, scipy, PyTorch 2.13.0 (CPU), mypy, ruff, sphinx
-$(VENV)/.deps-test: pyproject.toml $(VENV)/.deps-run
+# the test references and tools on top: sympy, scipy, PyTorch 2.13.0 (CPU), mypy, ruff, sphinx,
+# and what the examples need (tqdm, matplotlib), so tests/test_nn.py::test_examples_run runs
+$(VENV)/.deps-test: pyproject.toml Makefile $(VENV)/.deps-run
 	$(PIP) pytest hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
-	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7"
+	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm
 	touch $@
 
 # codegen (codegen/ -> easyad/_generated/) + cythonize + compile, each step only when its

@@ -15,21 +15,25 @@ The machines these run on are shared and noisy; a median over interleaved rounds
 what survives that, a single best-of-N does not.
 
 A run prints its reports; with --write it also writes results/NAME.md for each module it
-ran (with the date, the machine and the library versions), the committed results. --quick
-runs fewer, shorter rounds and never writes.
+ran (with the date, the machine, the library versions and the commit measured), the
+committed results; it refuses to run from a checkout with uncommitted changes, whose
+figures no commit could reproduce. --quick runs fewer, shorter rounds and never writes.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import importlib
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import timeit
 from dataclasses import dataclass
@@ -84,6 +88,24 @@ class Context:
         self.rounds = rounds
         self.seconds = seconds
         self.seed = seed
+
+    @contextlib.contextmanager
+    def cold_cache(self):
+        """A fresh, empty $EASYAD_CACHE_DIR for the block, removed after it: a compile time
+        measured inside is a real compile (gcc), not a hit in the on-disk cache of
+        compiled programs that every later run finds (easyad/_compile.py). Every compile
+        time a report states is measured this way."""
+        old = os.environ.get("EASYAD_CACHE_DIR")
+        fresh = tempfile.mkdtemp(prefix="easyad-bench-cold-")
+        os.environ["EASYAD_CACHE_DIR"] = fresh
+        try:
+            yield fresh
+        finally:
+            if old is None:
+                os.environ.pop("EASYAD_CACHE_DIR", None)
+            else:
+                os.environ["EASYAD_CACHE_DIR"] = old
+            shutil.rmtree(fresh, ignore_errors=True)   # loaded libraries stay mapped
 
     def log(self, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -157,16 +179,44 @@ def version_of(distribution: str) -> str:
         return "not installed"
 
 
-def git_revision() -> str:
+def git_revision(root: Path = ROOT) -> str:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+        out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
 
 
-def header(module, ctx: Context, command: str) -> str:
+class DirtyTree(RuntimeError):
+    """--write from a checkout whose figures no commit could reproduce."""
+
+
+def clean_commit(root: Path = ROOT) -> str:
+    """The full hash of HEAD, which the results files record; raises DirtyTree unless the
+    checkout is a git work tree with no change to a tracked file and no untracked file
+    (ignored build outputs aside): a results file must name the code it measured."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                              text=True, timeout=30)
+    try:
+        head, status = git("rev-parse", "--verify", "HEAD"), git("status", "--porcelain")
+    except (OSError, subprocess.SubprocessError) as error:
+        raise DirtyTree(f"--write needs git to name the commit measured ({error})") from None
+    if head.returncode or status.returncode:
+        raise DirtyTree(f"--write needs a git checkout with a commit: {root} is not one "
+                        f"({(head.stderr or status.stderr).strip()})")
+    changed = [line for line in status.stdout.splitlines() if line.strip()]
+    if changed:     # "XY path" lines
+        raise DirtyTree(
+            f"--write refused: the checkout has {len(changed)} uncommitted change(s) "
+            f"({', '.join(line[3:] for line in changed[:5])}"
+            f"{', ...' if len(changed) > 5 else ''}); commit or stash them first, so that "
+            f"the results name the commit they measured (runs without --write print only)")
+    return head.stdout.strip()
+
+
+def header(module, ctx: Context, command: str, commit: str | None = None) -> str:
     versions = [f"easyad {version_of('easyad')} (git {git_revision()})"]
     versions += [f"{name} {version_of(name)}" for name in module.LIBRARIES if name != "easyad"]
     now = datetime.datetime.now().astimezone()
@@ -178,6 +228,7 @@ def header(module, ctx: Context, command: str) -> str:
         f"{cpu_model()}, {platform.system()} {platform.machine()}",
         f"- Python: {platform.python_implementation()} {platform.python_version()}",
         f"- libraries: {', '.join(versions)}",
+        *([f"- commit: {commit} (a clean checkout)"] if commit else []),
         f"- command: `{command}`",
         f"- method: {ctx.rounds} rounds; each round times every variant with timeit for a "
         f"fixed number of calls (about {ctx.seconds:g} s each), in a freshly shuffled order; "
@@ -212,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="exit with status 1 when a target is missed")
     args = parser.parse_args(argv)
 
+    # compile times a report states are cold: PoCL's on-disk kernel cache off for the run
+    # (read when the OpenCL platform starts, after this); easyad's own cache: cold_cache()
+    os.environ.setdefault("POCL_KERNEL_CACHE", "0")
     sys.path.insert(0, str(HERE))
     modules = [importlib.import_module(stem) for stem in discover()]
     if args.list:
@@ -226,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     if wanted:
         modules = [m for m in modules if m.NAME in wanted]
 
+    commit = None
+    if args.write and not args.quick:
+        try:     # before any module runs: writing the first results file dirties the tree
+            commit = clean_commit()
+        except DirtyTree as error:
+            parser.error(str(error))
     rounds, seconds = QUICK if args.quick else FULL
     ctx = Context(args.quick, args.rounds or rounds, args.seconds or seconds, args.seed)
     command = "python benchmarks/run.py" + (" " + " ".join(sys.argv[1:]) if argv is None
@@ -236,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         body, missed = module.run(ctx)
         ctx.log(f"   ({time.perf_counter() - started:.0f} s)")
-        text = header(module, ctx, command) + "\n\n" + body.rstrip() + "\n"
+        text = header(module, ctx, command, commit) + "\n\n" + body.rstrip() + "\n"
         print(text)
         if args.write and not args.quick:
             args.output.mkdir(parents=True, exist_ok=True)

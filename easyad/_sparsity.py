@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from easyad import _expr, _rules
-from easyad._tapeview import COMPARE, CONSTANT, CUSTOM, GUARD, NODE, SELECT, VARIABLE, TapeView
+from easyad._tapeview import (COMPARE, CONSTANT, CUSTOM, GUARD, NODE, SELECT, VARIABLE,
+                              TapeView, select_condition)
 
 # a pattern denser than this share of n*n is computed densely (colouring would not pay)
 _DENSE_SHARE = 0.5
@@ -33,6 +34,22 @@ def _couplings() -> dict[int, tuple[frozenset[str], ...]]:
             _expr.variables(_expr.partial_tangent(rule, k)) & {"dx", "dy", "dz"}
             for k in range(rule.arity))
     return out
+
+
+def _ancestors(view: TapeView, output: int) -> bytearray:
+    """live[i] = 1 for the entries ``output`` reads, directly or not (itself included):
+    TapeView.ancestors in one backward pass over plain lists (operands come before)."""
+    live = bytearray(output + 1)
+    live[output] = 1
+    arg0, arg1 = view.arg0[:output + 1].tolist(), view.arg1[:output + 1].tolist()
+    for i in range(output, -1, -1):
+        if live[i]:
+            for j in (arg0[i], arg1[i]):
+                if j >= 0:
+                    live[j] = 1
+            if view.kind(i) == SELECT:
+                live[select_condition(i)] = 1
+    return live
 
 
 def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], output: int
@@ -54,7 +71,13 @@ def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], ou
                 pairs.add((q, p))
         return len(pairs) > limit
 
+    # only the output's ancestors: an entry the output does not read (dead code, another
+    # output's work) adds no Hessian entry, and a false one costs a colour and a sweep
+    live = _ancestors(view, output)
     for i in range(output + 1):
+        if not live[i]:
+            deps.append(empty)
+            continue
         kind = view.kind(i)
         a, b = view.operand(i, 0), view.operand(i, 1)
         da = deps[a] if a >= 0 else empty
