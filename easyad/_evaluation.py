@@ -14,8 +14,10 @@ back from f's outputs (the machinery under ``functional.py``'s API).
 """
 from __future__ import annotations
 
+import contextvars
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -33,6 +35,130 @@ from easyad.tensor._trace import _recorded as _recorded_parts_of
 
 Vector = NDArray[np.float64]
 _PLAIN_REAL = (int, float, np.integer, np.floating, np.bool_)
+
+
+# ---- levels: which transform a value belongs to -----------------------------------------
+# Every transform call opens a level while f runs. A forward level is a Trace depth: the
+# transform makes its inputs one depth above every level open around it (and above its
+# point), so a Trace of an outer transform that f's closure holds meets them as a
+# constant of the outer level, never as the same perturbation (the core reads a Trace's
+# depth as its level: docs/forward-vs-reverse.md, "Nesting modes"). Reverse levels share
+# one list: a reverse transform inside another records onto the open list and sweeps
+# with create_graph, so a closure's Records are on the tape it differentiates. The state:
+# (the depth of the innermost open forward level, the open list or None).
+_LEVEL: contextvars.ContextVar[tuple[int, WengertList | None]] = contextvars.ContextVar(
+    "easyad_transform_level", default=(0, None))
+
+
+def _open_level() -> tuple[int, WengertList | None]:
+    return _LEVEL.get()
+
+
+@contextmanager
+def _level(depth: int, tape: WengertList | None) -> Iterator[None]:
+    token = _LEVEL.set((depth, tape))
+    try:
+        yield
+    finally:
+        _LEVEL.reset(token)
+
+
+def _depth(v: Any) -> int:
+    """How many forward levels (Trace depths) a value carries."""
+    if type(v) is Trace:
+        return 1
+    if isinstance(v, Trace):
+        return int(v.depth)        # a NestedTrace
+    if isinstance(v, TraceTensor):
+        return 1 + max(_depth(v._value), _depth(v._tangent))
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return max((_depth(e) for e in v.reshape(-1)), default=0)
+    return 0
+
+
+def _constant_above(v: Any, depth: int) -> Any:
+    """``v`` (of a lower depth) as a value of ``depth``: constant at the levels above."""
+    while _depth(v) < depth:
+        v = _lift(v, 0.0 if _shape(v) == () and not isinstance(v, np.ndarray)
+                  else np.zeros(_shape(v)))
+    return v
+
+
+def _rebase(v: Any, x: Any, depth: int) -> Any:
+    """The point's leaf ``v`` at ``depth``, its innermost value replaced by the variable
+    ``x`` of a reverse transform (the Trace levels above are kept: their tangents are
+    the outer transforms' directions, constants to this one)."""
+    if depth == 0:
+        return x
+    if _depth(v) == depth:
+        if isinstance(v, TraceTensor):
+            return TraceTensor._of(_rebase(v._value, x, depth - 1), v._tangent)
+        return Trace(_rebase(v.number, x, depth - 1), v.derivative)
+    return _constant_above(_rebase(v, x, depth - 1), depth)
+
+
+def _base(v: Any) -> Any:
+    """The innermost value of a point's leaf under its Trace levels."""
+    while True:
+        if isinstance(v, TraceTensor):
+            v = v._value
+        elif isinstance(v, Trace):
+            v = v.number
+        else:
+            return v
+
+
+def _split_top(v: Any, depth: int) -> tuple[Any, Any]:
+    """An output's (value, tangent) at the forward level ``depth``: a value of a lower
+    depth is a constant there (tangent zero)."""
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        parts = [_split_top(e, depth) for e in v.reshape(-1)]
+        return tuple(_gathered([p[k] for p in parts], v.shape)  # type: ignore[return-value]
+                     for k in (0, 1))
+    if _depth(v) == depth:
+        if isinstance(v, TraceTensor):
+            return v._value, v._tangent
+        return v.number, v.derivative
+    if isinstance(v, (Tensor, TraceTensor, np.ndarray)):
+        return v, np.zeros(_shape(v))
+    return v, 0.0
+
+
+def _gathered(items: list[Any], shape: tuple[int, ...]) -> Any:
+    """Elements as an array: floats as a float array, anything else as an object array."""
+    if all(isinstance(e, _PLAIN_REAL) for e in items):
+        return np.array(items, dtype=np.float64).reshape(shape)
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out.reshape(shape)
+
+
+def _join(primal: Any, tangent: Any) -> Any:
+    """A value one level up from its two parts (scalars: a Trace; arrays: a TraceTensor)."""
+    arrays = (Tensor, TraceTensor, np.ndarray)
+    if not isinstance(primal, arrays) and not isinstance(tangent, arrays):
+        return Trace(primal, tangent)
+    if isinstance(primal, np.ndarray) and isinstance(tangent, np.ndarray):
+        return TraceTensor(primal, tangent)
+    if not isinstance(primal, (Tensor, TraceTensor)):
+        primal = Tensor.constant(np.asarray(primal, dtype=np.float64))
+    if not isinstance(tangent, (Tensor, TraceTensor)):
+        return _lift(primal, tangent)
+    return TraceTensor._of(primal, tangent)
+
+
+def _detached(v: Any) -> Any:
+    """An output of a reverse transform on its own list, for the levels around it: its
+    Trace levels kept, its Records read as numbers."""
+    if isinstance(v, TraceTensor):
+        return _join(_detached(v._value), _detached(v._tangent))
+    if isinstance(v, Trace) and type(v) is not Trace:
+        return Trace(_detached(v.number), _detached(v.derivative))
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return _gathered([_detached(e) for e in v.reshape(-1)], v.shape)
+    if isinstance(v, Trace):
+        return v
+    return _value(v)
 
 
 # ---- inputs ---------------------------------------------------------------------------
@@ -70,6 +196,7 @@ class _Point:
         self.scalar = [a.ndim == 0 for a in self.arrays]
         self.devices = [v.device if isinstance(v, (Tensor, TraceTensor)) else None
                         for v in leaves]
+        self.level: tuple[int, WengertList | None] = (1, None)     # see _forward_point
 
     @property
     def size(self) -> int:
@@ -229,25 +356,32 @@ class _Reverse:
 
     def __init__(self, f: Callable[..., Any], x0: Any, args: tuple[Any, ...],
                  elements: bool = True) -> None:
-        if type(x0) is np.ndarray and x0.ndim and x0.dtype.kind in "biuf":
+        open_depth, open_tape = _LEVEL.get()
+        if (type(x0) is np.ndarray and x0.ndim and x0.dtype.kind in "biuf"
+                and open_depth == 0 and open_tape is None):
             self._one_array(f, x0, args, elements)
             return
         leaves, tree = _trees.flatten(x0)
-        # under a forward transform (Traces reach us): forward over reverse. The inputs
-        # are variables carrying the outer tangents, f runs on TraceTensors over recorded
-        # tensors (Traces of Records), and each derivative is swept from both parts of
-        # the output: the gradient and its tangent (H v)
-        self.tangents: list[Any] | None = None
-        if any(_trees.is_traced(v) for v in leaves):
-            self.tangents = [_tangent_of(v) for v in leaves]
-            leaves = [_primal_of(v) for v in leaves]
-            if any(_trees.is_traced(v) for v in leaves):
-                raise _ReverseInForward(
-                    "reverse mode inside two forward transforms: use reverse mode for one "
-                    "of the outer transforms")
+        # under forward levels (Traces reach us, in the point or in f's closure): forward
+        # over reverse. The inputs are variables under the point's Trace levels (raised
+        # to the open depth), f runs on Traces of Records (TraceTensors over recorded
+        # tensors), and each derivative is swept from every part of the output, which
+        # gives the gradient with its tangents (H v) at each of those levels
+        self.depth = max([open_depth] + [_depth(v) for v in leaves])
+        traced = leaves
+        if self.depth:
+            leaves = [_base(v) for v in leaves]
+            if any(isinstance(v, np.ndarray) and v.dtype == object and _depth(v)
+                   for v in leaves):
+                raise NotImplementedError(
+                    "a reverse transform at a point of arrays of Traces: pass a TraceTensor "
+                    "(or use forward mode for the inner transform)")
         tapes = {id(t): t for t in (_tape_of(v) for v in leaves) if t is not None}
         if len(tapes) > 1:
             raise ValueError("the point holds records of two different WengertLists")
+        if not tapes and open_tape is not None:
+            # f may close over Records of an outer reverse transform: record on its list
+            tapes = {id(open_tape): open_tape}
         self.nested = bool(tapes)
         self.tape: WengertList = next(iter(tapes.values())) if tapes else WengertList()
         self.point = None if self.nested else _Point(_trees.unflatten(tree, leaves))
@@ -262,15 +396,16 @@ class _Reverse:
         self.tree = tree
         self.shapes = [() if s else tuple(i.shape) for s, i in zip(self.scalar, self.inputs)]
         given = self.inputs
-        if self.tangents is not None:
-            given = [x if t is None else _lift(x, t) for x, t in zip(self.inputs, self.tangents)]
-        self.result = _call(f, _trees.unflatten(tree, given), args)
+        if self.depth:
+            given = [_rebase(v, x, self.depth) for v, x in zip(traced, self.inputs)]
+        with _level(self.depth, self.tape):
+            self.result = _call(f, _trees.unflatten(tree, given), args)
 
     def _one_array(self, f: Callable[..., Any], x0: NDArray[Any], args: tuple[Any, ...],
                    elements: bool) -> None:
         """The common case, set up without the structure machinery: one plain array of
         reals (no structure, nothing recorded or traced) on a fresh list."""
-        self.tangents = None
+        self.depth = 0
         self.nested = False
         self.tape = WengertList()
         self.point = None
@@ -284,7 +419,7 @@ class _Reverse:
     @property
     def mode(self) -> str:
         """What f's outputs may hold: Traces too under a forward transform."""
-        return "any" if self.tangents is not None else "reverse"
+        return "any" if self.depth else "reverse"
 
     def _make(self, a: NDArray[np.float64], scalar: bool, device: Any, elements: bool) -> Any:
         if scalar:
@@ -313,14 +448,27 @@ class _Reverse:
         Under a forward transform: Traces/TraceTensors (derivative, its tangent).
         ``last``: no sweep of this evaluation follows, so a list of its own (top level)
         releases the values tensor operations saved as the sweep passes them."""
-        if self.tangents is not None:
-            if isinstance(z, TraceTensor):
-                z = z.sum()
-            primal, tangent = (z.number, z.derivative) if isinstance(z, Trace) else (z, 0.0)
-            first = self._plain_sweep(primal)
-            return [_lift(g0, g1) for g0, g1 in zip(first, self._plain_sweep(tangent,
-                                                                             last=last))]
+        if self.depth:
+            return self._swept_levels(z, last)
         return self._plain_sweep(z, seed, last)
+
+    def _swept_levels(self, z: Any, last: bool) -> list[Any]:
+        """Under forward levels: each part of z swept (its top level split, recursively),
+        the derivatives joined again level by level."""
+        if isinstance(z, TraceTensor):
+            z = z.sum()
+        if isinstance(z, Trace):
+            first = self._swept_levels(z.number, False)
+            second = self._swept_levels(z.derivative, last)
+            return [_join(g0, g1) for g0, g1 in zip(first, second)]
+        return self._plain_sweep(z, last=last)
+
+    def value(self, out: Any) -> Any:
+        """An output for the caller: as it is on a shared list, else numbers (under
+        forward levels: Traces of numbers)."""
+        if self.nested:
+            return out
+        return _detached(out) if self.depth else _value(out)
 
     def _plain_sweep(self, z: Any, seed: Any = None, last: bool = False) -> list[Any]:
         if type(z) is Record and z.tape is self.tape and not self.nested:   # the common case
@@ -515,7 +663,7 @@ def _assemble(rows: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, 
                            nested),
                  _assemble([_tangent_of(r) for r in rows], out_shape, in_shape, scalar_in,
                            nested)]
-        return _lift(*parts)
+        return _join(*parts)
     if not nested:
         block = np.array(rows, dtype=np.float64).reshape(out_shape + in_shape)
         return float(block) if block.ndim == 0 else block
@@ -563,22 +711,50 @@ def _forward_point(x0: Any, caller: str) -> _Point:
         raise NotImplementedError(
             f"{caller} (forward mode) inside another forward-mode transform: nest Traces "
             f"directly, or use reverse mode for one of them")
-    return _Point(x0)
+    point = _Point(x0)
+    # this transform's level: one depth above every level open around it and above the
+    # point; over Records when a reverse transform is open (or the point is recorded)
+    open_depth, tape = _LEVEL.get()
+    depth = max([open_depth] + [_depth(v) for v in leaves]) + 1
+    if tape is None:
+        tape = next((t for t in (_tape_of(_base(r)) for r in point.recorded
+                                 if r is not None) if t is not None), None)
+    point.level = (depth, tape)
+    return point
+
+
+def _forward_inputs(point: _Point, tangents: list[Any]) -> list[Any]:
+    depth, tape = point.level
+    inputs: list[Any] = []
+    for a, t, scalar, device, recorded in zip(point.arrays, tangents, point.scalar,
+                                              point.devices, point.recorded):
+        device = device if device is not None else get_device()
+        if recorded is None and depth == 1 and tape is None:      # the common case
+            inputs.append(Trace(float(a), float(t)) if scalar
+                          else TraceTensor._input(a, t, device))
+            continue
+        base = recorded
+        if base is None:
+            # inside a reverse transform: on its list, so the Records f's closure holds
+            # meet a Trace over Records (a float Trace and a Record do not mix)
+            base = float(a) if tape is None and scalar else a if tape is None else \
+                tape.variable(float(a)) if scalar else Tensor.variable(a, tape, device=device)
+        inputs.append(_lift(_constant_above(base, depth - 1), t))
+    return inputs
 
 
 def _forward_run(f: Callable[..., Any], point: _Point, tangents: list[Any],
                  args: tuple[Any, ...]) -> Any:
-    inputs: list[Any] = []
-    for a, t, scalar, device, recorded in zip(point.arrays, tangents, point.scalar,
-                                              point.devices, point.recorded):
-        if recorded is not None:     # reverse over forward: a Trace over the recorded leaf
-            inputs.append(_lift(recorded, t))
-        elif scalar:
-            inputs.append(Trace(float(a), float(t)))
-        else:
-            inputs.append(TraceTensor._input(a, t, device if device is not None
-                                             else get_device()))
-    return _call(f, point.rebuild(inputs), args)
+    inputs = _forward_inputs(point, tangents)
+    with _level(*point.level):
+        return _call(f, point.rebuild(inputs), args)
+
+
+def _forward_nested(point: _Point) -> bool:
+    """Whether a forward transform's results stay values of the levels around it
+    (Traces, Records) rather than numbers."""
+    depth, tape = point.level
+    return depth > 1 or tape is not None
 
 
 def _recorded_parts(leaf: Any) -> tuple[Any, Any]:
@@ -614,7 +790,8 @@ def _tangent(leaf: Any) -> Any:
 def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...],
                       first: Any = None) -> Any:
     columns: list[list[Any]] = []       # per input element: the output leaves' tangents
-    nested = any(r is not None for r in point.recorded)
+    nested = _forward_nested(point)
+    depth = point.level[0]
     mode = "any" if nested else "forward"
     out_tree: TreeDef | None = None
     out_shapes: list[tuple[int, ...]] = []
@@ -634,7 +811,7 @@ def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...
                 raise ValueError(f"{_name(f)} returned outputs of another structure or shape "
                                  f"on one pass than on another: its output must not change "
                                  f"size")
-            columns.append([_recorded_parts(v)[1] if nested else _tangent(v)
+            columns.append([_split_top(v, depth)[1] if nested else _tangent(v)
                             for v in leaves])
     if out_tree is None:       # no inputs: one evaluation tells the output's structure
         leaves, out_tree = _output_leaves(_forward_run(f, point, point.arrays, args), f,
