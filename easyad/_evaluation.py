@@ -414,7 +414,11 @@ class _Reverse:
         self.shapes = [x0.shape]
         x = _input_tensor(x0, self.tape, elements)
         self.inputs = [x]
-        self.result = f(x, *args)
+        token = _LEVEL.set((0, self.tape))     # (_level, inlined: the common case)
+        try:
+            self.result = f(x, *args)
+        finally:
+            _LEVEL.reset(token)
 
     @property
     def mode(self) -> str:
