@@ -14,16 +14,14 @@ back from f's outputs (the machinery under ``functional.py``'s API).
 """
 from __future__ import annotations
 
-import contextvars
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from easyad import _trees
+from easyad import _levels, _trees
 from easyad._core import Node, Record, Trace, WengertList
 from easyad._trees import LEAF, TreeDef
 from easyad.errors import TapeMismatchError
@@ -37,30 +35,13 @@ Vector = NDArray[np.float64]
 _PLAIN_REAL = (int, float, np.integer, np.floating, np.bool_)
 
 
-# ---- levels: which transform a value belongs to -----------------------------------------
-# Every transform call opens a level while f runs. A forward level is a Trace depth: the
-# transform makes its inputs one depth above every level open around it (and above its
-# point), so a Trace of an outer transform that f's closure holds meets them as a
-# constant of the outer level, never as the same perturbation (the core reads a Trace's
-# depth as its level: docs/forward-vs-reverse.md, "Nesting modes"). Reverse levels share
-# one list: a reverse transform inside another records onto the open list and sweeps
-# with create_graph, so a closure's Records are on the tape it differentiates. The state:
-# (the depth of the innermost open forward level, the open list or None).
-_LEVEL: contextvars.ContextVar[tuple[int, WengertList | None]] = contextvars.ContextVar(
-    "easyad_transform_level", default=(0, None))
+# ---- levels (easyad/_levels.py): which transform a value belongs to ----------------------
+_LEVEL = _levels.LEVEL
+_level = _levels.opened
 
 
 def _open_level() -> tuple[int, WengertList | None]:
     return _LEVEL.get()
-
-
-@contextmanager
-def _level(depth: int, tape: WengertList | None) -> Iterator[None]:
-    token = _LEVEL.set((depth, tape))
-    try:
-        yield
-    finally:
-        _LEVEL.reset(token)
 
 
 def _depth(v: Any) -> int:
@@ -568,8 +549,9 @@ def _over_tape(v: Any) -> bool:
 
 
 def _tangent_of(v: Any) -> Any:
-    if isinstance(v, TraceTensor):
-        return v._tangent if _over_tape(v) else np.array(v.tangent, dtype=np.float64)
+    if isinstance(v, TraceTensor):        # parts of levels below (or recorded) kept
+        return v._tangent if _over_tape(v) or _depth(v) > 1 else \
+            np.array(v.tangent, dtype=np.float64)
     if isinstance(v, Trace):
         return v.derivative if _nested_trace(v) else float(v.derivative)
     return None
@@ -577,7 +559,8 @@ def _tangent_of(v: Any) -> Any:
 
 def _primal_of(v: Any) -> Any:
     if isinstance(v, TraceTensor):
-        return v._value if _over_tape(v) else np.array(v.value, dtype=np.float64)
+        return v._value if _over_tape(v) or _depth(v) > 1 else \
+            np.array(v.value, dtype=np.float64)
     if isinstance(v, Trace):
         return v.number if _nested_trace(v) else float(v.number)
     return v
@@ -611,12 +594,15 @@ def _constant_like(array: NDArray[np.float64], like: Any) -> Any:
 
 
 def _traces_block(items: list[Any], shape: tuple[int, ...]) -> Any:
-    """Scalar Traces (of Traces..., forward over forward) as one TraceTensor of ``shape``."""
-    if any(isinstance(v, Trace) for v in items):
-        return TraceTensor._of(
-            _traces_block([v.number if isinstance(v, Trace) else v for v in items], shape),
-            _traces_block([v.derivative if isinstance(v, Trace) else 0.0 for v in items],
-                          shape))
+    """Scalars (Traces of any depth, over Records or floats) as one tensor of ``shape``: a
+    TraceTensor of their levels over a recorded Tensor or a constant one."""
+    top = max((_depth(v) for v in items), default=0)
+    if top:
+        parts = [_split_top(v, top) for v in items]
+        return TraceTensor._of(_traces_block([p[0] for p in parts], shape),
+                               _traces_block([p[1] for p in parts], shape))
+    if any(type(v) is Record for v in items):
+        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), items, shape)
     return Tensor.constant(np.array(items, dtype=np.float64).reshape(shape))
 
 
@@ -846,7 +832,5 @@ def _recorded_block(columns: list[Any], out_shape: tuple[int, ...],
     if out_shape == ():
         if in_shape == ():
             return columns[0]
-        if not any(type(c) is Record or _over_tape(c) for c in columns):
-            return _traces_block(columns, in_shape)        # forward over forward
-        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), columns, in_shape)
+        return _traces_block(columns, in_shape)
     return stack(columns, axis=-1).reshape(out_shape + in_shape)

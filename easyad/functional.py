@@ -65,7 +65,7 @@ from easyad._evaluation import (_arguments, _as_array, _forward_nested, _forward
                                 _forward_run, _jacobian_forward, _jacobian_reverse, _name,
                                 _open_level, _output_leaves, _Point, _Reverse, _scalar_output,
                                 _shape, _split_top, _tangent, _value)
-from easyad.tensor import Tensor
+from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor._base import ObjectArrayOperand
 
 __all__ = ["derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp", "hessian", "hvp"]
@@ -466,4 +466,4 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
 
 
 def _total(t: Any) -> Any:
-    return t.sum() if isinstance(t, Tensor) else t
+    return t.sum() if isinstance(t, (Tensor, TraceTensor)) else t

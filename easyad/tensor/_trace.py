@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _expr, _rules
+from easyad import _expr, _levels, _rules
 from easyad._core import Record, Trace
 from easyad._expressions import compile_rule
 from easyad.tensor import _shapes as shapes
@@ -206,7 +206,7 @@ class TraceTensor(RuleMethods):
 
     @staticmethod
     def concatenate(items: Any, axis: int = 0) -> "TraceTensor":
-        over = any(_recorded(v) for v in items)
+        over = _over_reverse(items)
         top = max(_depth(v) for v in items)
         pairs = [_pair(v, _backend_of(items), over, top) for v in items]
         return TraceTensor._of(_generic.concatenate([p[0] for p in pairs], axis),
@@ -214,7 +214,7 @@ class TraceTensor(RuleMethods):
 
     @staticmethod
     def stack(items: Any, axis: int = 0) -> "TraceTensor":
-        over = any(_recorded(v) for v in items)
+        over = _over_reverse(items)
         top = max(_depth(v) for v in items)
         pairs = [_pair(v, _backend_of(items), over, top) for v in items]
         return TraceTensor._of(_generic.stack([p[0] for p in pairs], axis),
@@ -225,7 +225,7 @@ class TraceTensor(RuleMethods):
         be = _backend_of([condition, a, b])
         if isinstance(condition, TraceTensor):
             condition = condition._value
-        over = _recorded(a) or _recorded(b)
+        over = _over_reverse((a, b))
         top = max(_depth(a), _depth(b))
         (av, at), (bv, bt) = _pair(a, be, over, top), _pair(b, be, over, top)
         return TraceTensor._of(_generic._where(condition, av, bv),
@@ -346,6 +346,19 @@ def _recorded(v: Any) -> bool:
     return False
 
 
+def _on_tape(v: Any) -> bool:
+    return type(v) is Record or isinstance(v, Tensor) and v.tape is not None
+
+
+def _over_reverse(args: Any) -> bool:
+    """Whether the operands meet over recorded parts: a TraceTensor over recorded tensors,
+    or, inside a transform (where a closure's recorded values are of another level), a
+    recorded operand, a constant at the TraceTensor's level. Outside transforms a plain
+    TraceTensor and a recorded tensor do not mix."""
+    return any(_recorded(a) for a in args) or (any(_on_tape(a) for a in args)
+                                               and _levels.inside())
+
+
 def _pair(v: Any, be: Any, over_reverse: bool = False, top: int = 1) -> tuple[Any, Any]:
     """``v`` as (value, tangent) tensors on backend ``be`` at level ``top`` (recorded ones
     only forward over reverse: a TraceTensor whose parts are on a tape)."""
@@ -407,11 +420,11 @@ def _inlined(partial: str, value: str) -> str:
     return _expr.render(_expr.substitute(partial, {"z": value}))
 
 
-def _jvp_recorded(rule: _rules.Rule, args: tuple[Any, ...], top: int = 1) -> Any:
+def _jvp_recorded(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
     """Forward over reverse: value and tangent by recorded tensor operations (the rule's
     value and partials from the table on tensors), so both can be differentiated again."""
     compiled = _graph.tensor_rules()[rule.name]
-    values, tangents = _split(args, top)
+    values, tangents = _split(args, 1)
     x, y = values[0], values[1] if rule.arity == 2 else 0.0
     z = compiled.value(x, y, None)
     tangent: Any = None
@@ -513,13 +526,9 @@ def _zeros_like(v: Any) -> Any:
 
 
 def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
-    if any(_nested(a) for a in args):
-        top = max(_depth(a) for a in args)
-        if any(_recorded(a) for a in args) and all(
-                _depth(a) in (0, top) for a in args):
-            return _jvp_recorded(rule, args, top)
-        return _jvp_nested(rule, args, top)
-    if any(_recorded(a) for a in args):
+    if any(_nested(a) for a in args):      # (over recorded parts too: they recur here)
+        return _jvp_nested(rule, args, max(_depth(a) for a in args))
+    if _over_reverse(args):
         return _jvp_recorded(rule, args)
     be = _backend_of(args)
     parts = [_parts(a, be) for a in args]
@@ -544,7 +553,7 @@ def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
 
 def _matmul(a: Any, b: Any) -> Any:
     be = _backend_of([a, b])
-    over = _recorded(a) or _recorded(b)
+    over = _over_reverse((a, b))
     top = max(_depth(a), _depth(b))
     (av, at), (bv, bt) = _pair(a, be, over, top), _pair(b, be, over, top)
     value = av @ bv
