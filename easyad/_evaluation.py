@@ -303,28 +303,7 @@ def _scalar_output(result: Any, f: Callable[..., Any], caller: str,
     return leaf
 
 
-def _forward_value(v: Any) -> Any:
-    """An output under a forward transform, for it: a plain Trace or TraceTensor."""
-    if isinstance(v, (Trace, TraceTensor)):
-        p, t = _primal_of(_value_parts(v)[0]), _value_parts(v)[1]
-        return _lift(p, t)
-    return _value(v)
-
-
-def _value_parts(v: Any) -> tuple[Any, Any]:
-    if isinstance(v, TraceTensor):
-        return np.array(v._value.value), np.array(v._tangent.value)
-    number, derivative = v.number, v.derivative
-    return (number.number if type(number) is Record else float(number),
-            derivative.number if type(derivative) is Record else float(derivative))
-
-
 # ---- reverse mode ---------------------------------------------------------------------
-
-class _ReverseInForward(NotImplementedError):
-    """A reverse transform reached by forward-mode inputs (ad.jacobian's "auto" mode then
-    differentiates by reverse mode instead)."""
-
 
 class _Reverse:
     """One reverse-mode evaluation of ``f``: its inputs on a list, f's output on it.
@@ -632,7 +611,7 @@ def _rows(run: _Reverse, leaf: Any) -> tuple[tuple[int, ...], list[list[Any]]]:
 
 def _scalars_of(leaf: Any) -> tuple[tuple[int, ...], Callable[[int], Any]]:
     """An output leaf's shape and a function giving its element i (flat) as a scalar."""
-    if isinstance(leaf, Tensor):
+    if isinstance(leaf, (Tensor, TraceTensor)):      # (under forward levels: TraceTensors)
         if leaf.shape == ():
             return (), lambda i: leaf.sum()
         flat = leaf.reshape(-1)
@@ -745,20 +724,6 @@ def _forward_nested(point: _Point) -> bool:
     (Traces, Records) rather than numbers."""
     depth, tape = point.level
     return depth > 1 or tape is not None
-
-
-def _recorded_parts(leaf: Any) -> tuple[Any, Any]:
-    """An output's value and tangent as recorded values (reverse over forward)."""
-    if isinstance(leaf, TraceTensor):
-        return leaf._value, leaf._tangent
-    if isinstance(leaf, Trace):
-        return leaf.number, leaf.derivative
-    if isinstance(leaf, np.ndarray) and leaf.dtype == object:
-        parts = [_recorded_parts(e) for e in leaf.reshape(-1)]
-        f64 = np.dtype(np.float64)
-        return tuple(from_scalars(Tensor, resolve(None), f64, [p[k] for p in parts],
-                                  leaf.shape) for k in (0, 1))  # type: ignore[return-value]
-    return leaf, (leaf.detach() * 0.0 if isinstance(leaf, Tensor) else 0.0)
 
 
 def _tangent(leaf: Any) -> Any:

@@ -351,7 +351,6 @@ def test_kinds_of_different_chains_meet_on_the_record_chain():
 
 
 def test_constructor_errors_are_clear():
-    lst = ad.WengertList()
     with pytest.raises(TypeError, match="number must be a real number"):
         ad.Trace("2.0", 1.0)
     with pytest.raises(TypeError, match="derivative must be a real number, Trace or Record, "
