@@ -10,7 +10,10 @@ back from f's outputs (the machinery under ``functional.py``'s API).
 - forward mode (``_forward_run``): f runs on TraceTensors and Traces, over recorded leaves
   inside a reverse transform;
 - Jacobians are assembled row by row (reverse) or column by column (forward) into blocks
-  of shape ``out.shape + in.shape``, recorded when nested.
+  of shape ``out.shape + in.shape``, recorded when nested;
+- levels (``_levels.py``): each evaluation of f runs inside its transform's level, which
+  decides the depth of a forward transform's Traces and the list a reverse transform
+  records on, so f may close over the variables of the transforms around it.
 """
 from __future__ import annotations
 

@@ -36,6 +36,14 @@ The transforms compose, in every order of modes:
   TraceTensors of TraceTensors for arrays, so ``ad.jacobian(ad.jacobian(f, mode="forward"),
   mode="forward")`` is the Hessian, to any depth.
 
+An inner f may also close over the outer variable (``ad.derivative(lambda x:
+ad.derivative(lambda y: x * y)(2.0))`` is 1), in every order and to any depth: each
+transform call opens a level (``_levels.py``), so the outer variable is a constant of its
+own level inside the inner transform, never the inner perturbation; a reverse transform
+inside another records onto the open list; and an inner result is a value of the outer
+levels (Traces, Records), so no perturbation leaks. docs/forward-vs-reverse.md, "Nesting
+modes".
+
 ========================  ====================================  ===========================
 call                      result                                mode, cost
 ========================  ====================================  ===========================
