@@ -47,6 +47,22 @@ def _open_level() -> tuple[int, WengertList | None]:
     return _LEVEL.get()
 
 
+def _point_leaves(x0: Any) -> tuple[list[Any], TreeDef]:
+    """A point's leaves, a list or tuple of Records or Traces (``[x]`` of an outer
+    transform's scalar) gathered: Records as an object array, Traces as a TraceTensor
+    of their levels."""
+    leaves, tree = _trees.flatten(x0)
+    for k, v in enumerate(leaves):
+        if isinstance(v, (list, tuple)):
+            items = np.array(v, dtype=object)
+            flat = list(items.reshape(-1))
+            if any(isinstance(e, Trace) for e in flat):
+                leaves[k] = _traces_block(flat, items.shape)
+            elif any(type(e) is Record for e in flat):
+                leaves[k] = items
+    return leaves, tree
+
+
 def _depth(v: Any) -> int:
     """How many forward levels (Trace depths) a value carries."""
     if type(v) is Trace:
@@ -168,7 +184,7 @@ class _Point:
     """A structure of plain arrays: where a transform evaluates ``f``."""
 
     def __init__(self, x0: Any, what: str = "x0") -> None:
-        leaves, self.tree = _trees.flatten(x0)
+        leaves, self.tree = _point_leaves(x0)
         names = _trees.paths(self.tree, what)
         # recorded leaves (a forward transform inside a reverse one) are kept: the
         # forward pass runs on TraceTensors over them
@@ -324,7 +340,7 @@ class _Reverse:
                 and open_depth == 0 and open_tape is None):
             self._one_array(f, x0, args, elements)
             return
-        leaves, tree = _trees.flatten(x0)
+        leaves, tree = _point_leaves(x0)
         # under forward levels (Traces reach us, in the point or in f's closure): forward
         # over reverse. The inputs are variables under the point's Trace levels (raised
         # to the open depth), f runs on Traces of Records (TraceTensors over recorded
@@ -677,7 +693,7 @@ def _number(v: Any) -> Any:
 
 
 def _forward_point(x0: Any, caller: str) -> _Point:
-    leaves, _ = _trees.flatten(x0)
+    leaves, _ = _point_leaves(x0)
     # a Trace or TraceTensor is nested (forward over forward); object arrays of Traces not
     if any(_trees.is_traced(v) and not isinstance(v, (Trace, TraceTensor)) for v in leaves):
         raise NotImplementedError(

@@ -71,8 +71,8 @@ from easyad import _trees
 from easyad._core import Record, Trace
 from easyad._evaluation import (_arguments, _as_array, _forward_nested, _forward_point,
                                 _forward_run, _jacobian_forward, _jacobian_reverse, _name,
-                                _open_level, _output_leaves, _Point, _Reverse, _scalar_output,
-                                _shape, _split_top, _tangent, _value)
+                                _open_level, _output_leaves, _Point, _point_leaves, _Reverse,
+                                _scalar_output, _shape, _split_top, _tangent, _value)
 from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor._base import ObjectArrayOperand
 
@@ -249,7 +249,7 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
     @functools.wraps(f)
     def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
         arguments = _arguments(extra, args)
-        leaves, _ = _trees.flatten(x0)
+        leaves, _ = _point_leaves(x0)
         if mode == "reverse" or any(_trees.is_recorded(v) for v in leaves):
             return _jacobian_reverse(f, x0, arguments)
         point = _forward_point(x0, "jacobian")

@@ -260,6 +260,38 @@ def test_arrays_three_levels_every_order(modes):
     np.testing.assert_allclose(got, ref, rtol=1e-12)
 
 
+# ---- structures, a point that is also closed over, tensor operations --------------------
+
+@pytest.mark.parametrize("outer", [ad.derivative, lambda g: ad.grad(g)], ids=["F", "R"])
+def test_structures_close_over_an_outer_variable(outer):
+    # d/ds of sum(d/db [a s + sum(b s^2)]) = d/ds 2 s^2 = 4 s
+    p0 = {"a": 1.0, "b": np.ones(2)}
+
+    def body(p, s):
+        return p["a"] * s + ad.sum(p["b"] * s * s)
+    by_grad = outer(lambda s: ad.sum(ad.grad(lambda p: body(p, s))(p0)["b"]))(2.0)
+    direction = {"a": 0.0, "b": np.ones(2)}
+    by_jvp = outer(lambda s: ad.jvp(lambda p: body(p, s), p0, direction)[1])(2.0)
+    assert by_grad == pytest.approx(8.0) and by_jvp == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("inner", SCALAR, ids=_names(SCALAR))
+@pytest.mark.parametrize("outer", [_derivative, _grad], ids=["F", "R"])
+def test_the_outer_variable_as_point_and_closure(outer, inner):
+    # d/dx [d/dy x y^2 at y = x] = d/dx 2 x^2 = 4 x
+    assert outer(lambda x: inner(lambda y: x * y * y, x), 1.5) == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_matmul_closes_over_an_outer_matrix(mode):
+    # grad_v (v . W v) = (W + W^T) v; its Jacobian by W: d/dW_ab = e_a v_b + e_b v_a
+    v0 = np.array([1.0, 2.0])
+    W0 = torch.tensor([[1.0, 2.0], [0.5, -1.0]])
+    ref = tf.jacrev(lambda W: tf.grad(lambda v: v @ (W @ v))(torch.tensor(v0)))(W0)
+    got = ad.jacobian(lambda W: ad.grad(lambda v: v @ (W @ v))(v0), mode=mode)(W0.numpy())
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-14)
+
+
 # ---- what keeps its meaning -------------------------------------------------------------
 
 def test_hand_made_traces_keep_their_meaning():
