@@ -693,7 +693,7 @@ def _number(v: Any) -> Any:
 
 
 def _forward_point(x0: Any, caller: str) -> _Point:
-    leaves, _ = _point_leaves(x0)
+    leaves, _ = _trees.flatten(x0)
     # a Trace or TraceTensor is nested (forward over forward); object arrays of Traces not
     if any(_trees.is_traced(v) and not isinstance(v, (Trace, TraceTensor)) for v in leaves):
         raise NotImplementedError(
@@ -703,7 +703,7 @@ def _forward_point(x0: Any, caller: str) -> _Point:
     # this transform's level: one depth above every level open around it and above the
     # point; over Records when a reverse transform is open (or the point is recorded)
     open_depth, tape = _LEVEL.get()
-    depth = max([open_depth] + [_depth(v) for v in leaves]) + 1
+    depth = max([open_depth] + [_depth(r) for r in point.recorded if r is not None]) + 1
     if tape is None:
         tape = next((t for t in (_tape_of(_base(r)) for r in point.recorded
                                  if r is not None) if t is not None), None)
@@ -716,11 +716,11 @@ def _forward_inputs(point: _Point, tangents: list[Any]) -> list[Any]:
     inputs: list[Any] = []
     for a, t, scalar, device, recorded in zip(point.arrays, tangents, point.scalar,
                                               point.devices, point.recorded):
-        device = device if device is not None else get_device()
         if recorded is None and depth == 1 and tape is None:      # the common case
-            inputs.append(Trace(float(a), float(t)) if scalar
-                          else TraceTensor._input(a, t, device))
+            inputs.append(Trace(float(a), float(t)) if scalar else TraceTensor._input(
+                a, t, device if device is not None else get_device()))
             continue
+        device = device if device is not None else get_device()
         base = recorded
         if base is None:
             # inside a reverse transform: on its list, so the Records f's closure holds
@@ -734,8 +734,11 @@ def _forward_inputs(point: _Point, tangents: list[Any]) -> list[Any]:
 def _forward_run(f: Callable[..., Any], point: _Point, tangents: list[Any],
                  args: tuple[Any, ...]) -> Any:
     inputs = _forward_inputs(point, tangents)
-    with _level(*point.level):
+    token = _LEVEL.set(point.level)       # (_level, inlined: every forward pass)
+    try:
         return _call(f, point.rebuild(inputs), args)
+    finally:
+        _LEVEL.reset(token)
 
 
 def _forward_nested(point: _Point) -> bool:
