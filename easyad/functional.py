@@ -72,7 +72,9 @@ from easyad._core import Record, Trace
 from easyad._evaluation import (_arguments, _as_array, _forward_nested, _forward_point,
                                 _forward_run, _jacobian_forward, _jacobian_reverse, _name,
                                 _open_level, _output_leaves, _Point, _point_leaves, _Reverse,
-                                _scalar_output, _shape, _split_top, _tangent, _value)
+                                _scalar_output, _shape, _split_top, _tangent, _tape_of,
+                                _value)
+from easyad._levels import opened as _level
 from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor._base import ObjectArrayOperand
 
@@ -382,7 +384,10 @@ def _by_replay(f: Callable[..., Any], x: NDArray[np.float64], args: tuple[Any, .
     shape = x.shape
 
     def flat(z: Any) -> Any:
-        return f(z[0] if shape == () else z.reshape(shape), *args)
+        # f runs in a reverse level on the recording's list: a transform inside f that
+        # closes over z records there too (and its result replays)
+        with _level(0, _tape_of(z)):
+            return f(z[0] if shape == () else z.reshape(shape), *args)
     try:
         F = record(flat, x.reshape(-1), tensor=False)
     except ObjectArrayOperand:

@@ -161,6 +161,18 @@ def test_hessian_and_hvp_close_over_an_outer_variable():
         np.testing.assert_allclose(J[:, 0], expected, rtol=1e-14)
 
 
+@pytest.mark.parametrize("inner", SCALAR, ids=_names(SCALAR))
+def test_hessian_and_hvp_of_a_function_with_an_inner_transform(inner):
+    # f = x0 * d/dy (x0 x1 y^2) at 1 = 2 x0^2 x1: H = [[4 x1, 4 x0], [4 x0, 0]] (the
+    # replay path records f, and the inner transform with it)
+    def f(x):
+        return x[0] * inner(lambda y: x[0] * x[1] * y * y, 1.0)
+    x0, v = np.array([1.5, -0.5]), np.array([1.0, 2.0])
+    H = np.array([[4 * x0[1], 4 * x0[0]], [4 * x0[0], 0.0]])
+    np.testing.assert_allclose(ad.hessian(f)(x0), H, rtol=1e-14)
+    np.testing.assert_allclose(ad.hvp(f, x0, v), H @ v, rtol=1e-14)
+
+
 # ---- arrays: the mixed partials of a Lagrangian -----------------------------------------
 
 X0 = np.array([0.5, -1.2, 2.0])
