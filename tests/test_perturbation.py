@@ -173,6 +173,17 @@ def test_hessian_and_hvp_of_a_function_with_an_inner_transform(inner):
     np.testing.assert_allclose(ad.hvp(f, x0, v), H @ v, rtol=1e-14)
 
 
+@pytest.mark.parametrize("inner", [_derivative, _jvp, _grad, _vjp], ids=_names(
+    [_derivative, _jvp, _grad, _vjp]))
+def test_record_replays_an_inner_transform_over_its_input(inner):
+    # f = x0 * d/dy (x0 y^2) at 1 = 2 x0^2, recorded at 2 and replayed at 3
+    F = ad.record(lambda x: x[0] * inner(lambda y: x[0] * y * y, 1.0), np.array([2.0]))
+    z = np.array([3.0])
+    assert F(z) == pytest.approx(18.0)
+    np.testing.assert_allclose(F.gradient(z), [12.0], rtol=1e-14)
+    np.testing.assert_allclose(F.hessian(z), [[4.0]], rtol=1e-14)
+
+
 # ---- arrays: the mixed partials of a Lagrangian -----------------------------------------
 
 X0 = np.array([0.5, -1.2, 2.0])
