@@ -151,7 +151,9 @@ def record(f: Callable[..., Any], x0: Any, *args: Any, on_branch_change: str = "
         xs[i] = lst.variable(float(v))
     previous = _core._set_strict_tape(lst) if strict else None
     try:
-        with _levels.opened(0, lst):    # a transform inside f records on lst (it replays)
+        # a transform inside f records on lst (so it replays), above any forward level
+        # open around this call (whose Traces f may close over: then f fails, as it should)
+        with _levels.opened(_levels.LEVEL.get()[0], lst):
             y = f(xs)
     except ObjectArrayOperand:      # tensor operations: record f as a tensor program
         if chosen is False:

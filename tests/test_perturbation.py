@@ -184,6 +184,18 @@ def test_record_replays_an_inner_transform_over_its_input(inner):
     np.testing.assert_allclose(F.hessian(z), [[4.0]], rtol=1e-14)
 
 
+def test_record_inside_a_transform_refuses_the_outer_variable():
+    # a recording cannot hold another level's values: it raises, never freezes them
+    D = ad.derivative
+    z = np.array([2.0])
+    with pytest.raises(TypeError, match="do not mix"):
+        D(lambda x: ad.record(lambda y: x * y[0], z)(z))(3.0)
+    with pytest.raises(TypeError, match="f returned a Trace"):
+        D(lambda x: ad.record(lambda y: D(lambda s: x * s * y[0])(1.0), z)(z))(3.0)
+    with pytest.raises(ad.TapeMismatchError):
+        ad.grad(lambda x: ad.record(lambda y: x * y[0], z)(z))(3.0)
+
+
 # ---- arrays: the mixed partials of a Lagrangian -----------------------------------------
 
 X0 = np.array([0.5, -1.2, 2.0])
