@@ -346,17 +346,18 @@ def _recorded(v: Any) -> bool:
     return False
 
 
-def _on_tape(v: Any) -> bool:
-    return type(v) is Record or isinstance(v, Tensor) and v.tape is not None
-
-
 def _over_reverse(args: Any) -> bool:
     """Whether the operands meet over recorded parts: a TraceTensor over recorded tensors,
     or, inside a transform (where a closure's recorded values are of another level), a
     recorded operand, a constant at the TraceTensor's level. Outside transforms a plain
     TraceTensor and a recorded tensor do not mix."""
-    return any(_recorded(a) for a in args) or (any(_on_tape(a) for a in args)
-                                               and _levels.inside())
+    on_tape = False
+    for a in args:          # (one loop: this runs for every elementwise operation)
+        if _recorded(a):
+            return True
+        if type(a) is Record or isinstance(a, Tensor) and a.tape is not None:
+            on_tape = True
+    return on_tape and _levels.inside()
 
 
 def _pair(v: Any, be: Any, over_reverse: bool = False, top: int = 1) -> tuple[Any, Any]:
