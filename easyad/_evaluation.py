@@ -10,7 +10,10 @@ back from f's outputs (the machinery under ``functional.py``'s API).
 - forward mode (``_forward_run``): f runs on TraceTensors and Traces, over recorded leaves
   inside a reverse transform;
 - Jacobians are assembled row by row (reverse) or column by column (forward) into blocks
-  of shape ``out.shape + in.shape``, recorded when nested.
+  of shape ``out.shape + in.shape``, recorded when nested;
+- levels (``_levels.py``): each evaluation of f runs inside its transform's level, which
+  decides the depth of a forward transform's Traces and the list a reverse transform
+  records on, so f may close over the variables of the transforms around it.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from easyad import _trees
+from easyad import _levels, _trees
 from easyad._core import Node, Record, Trace, WengertList
 from easyad._trees import LEAF, TreeDef
 from easyad.errors import TapeMismatchError
@@ -33,6 +36,129 @@ from easyad.tensor._trace import _recorded as _recorded_parts_of
 
 Vector = NDArray[np.float64]
 _PLAIN_REAL = (int, float, np.integer, np.floating, np.bool_)
+
+
+# ---- levels (easyad/_levels.py): which transform a value belongs to ----------------------
+_LEVEL = _levels.LEVEL
+_level = _levels.opened
+
+
+def _open_level() -> tuple[int, WengertList | None]:
+    return _LEVEL.get()
+
+
+def _point_leaves(x0: Any) -> tuple[list[Any], TreeDef]:
+    """A point's leaves, a list or tuple of Records or Traces (``[x]`` of an outer
+    transform's scalar) gathered: Records as an object array, Traces as a TraceTensor
+    of their levels."""
+    leaves, tree = _trees.flatten(x0)
+    for k, v in enumerate(leaves):
+        if isinstance(v, (list, tuple)):
+            items = np.array(v, dtype=object)
+            flat = list(items.reshape(-1))
+            if any(isinstance(e, Trace) for e in flat):
+                leaves[k] = _traces_block(flat, items.shape)
+            elif any(type(e) is Record for e in flat):
+                leaves[k] = items
+    return leaves, tree
+
+
+def _depth(v: Any) -> int:
+    """How many forward levels (Trace depths) a value carries."""
+    if type(v) is Trace:
+        return 1
+    if isinstance(v, Trace):
+        return int(v.depth)        # a NestedTrace
+    if isinstance(v, TraceTensor):
+        return 1 + max(_depth(v._value), _depth(v._tangent))
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return max((_depth(e) for e in v.reshape(-1)), default=0)
+    return 0
+
+
+def _constant_above(v: Any, depth: int) -> Any:
+    """``v`` (of a lower depth) as a value of ``depth``: constant at the levels above."""
+    while _depth(v) < depth:
+        v = _lift(v, 0.0 if _shape(v) == () and not isinstance(v, np.ndarray)
+                  else np.zeros(_shape(v)))
+    return v
+
+
+def _rebase(v: Any, x: Any, depth: int) -> Any:
+    """The point's leaf ``v`` at ``depth``, its innermost value replaced by the variable
+    ``x`` of a reverse transform (the Trace levels above are kept: their tangents are
+    the outer transforms' directions, constants to this one)."""
+    if depth == 0:
+        return x
+    if _depth(v) == depth:
+        if isinstance(v, TraceTensor):
+            return TraceTensor._of(_rebase(v._value, x, depth - 1), v._tangent)
+        return Trace(_rebase(v.number, x, depth - 1), v.derivative)
+    return _constant_above(_rebase(v, x, depth - 1), depth)
+
+
+def _base(v: Any) -> Any:
+    """The innermost value of a point's leaf under its Trace levels."""
+    while True:
+        if isinstance(v, TraceTensor):
+            v = v._value
+        elif isinstance(v, Trace):
+            v = v.number
+        else:
+            return v
+
+
+def _split_top(v: Any, depth: int) -> tuple[Any, Any]:
+    """An output's (value, tangent) at the forward level ``depth``: a value of a lower
+    depth is a constant there (tangent zero)."""
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        parts = [_split_top(e, depth) for e in v.reshape(-1)]
+        return tuple(_gathered([p[k] for p in parts], v.shape)  # type: ignore[return-value]
+                     for k in (0, 1))
+    if _depth(v) == depth:
+        if isinstance(v, TraceTensor):
+            return v._value, v._tangent
+        return v.number, v.derivative
+    if isinstance(v, (Tensor, TraceTensor, np.ndarray)):
+        return v, np.zeros(_shape(v))
+    return v, 0.0
+
+
+def _gathered(items: list[Any], shape: tuple[int, ...]) -> Any:
+    """Elements as an array: floats as a float array, anything else as an object array."""
+    if all(isinstance(e, _PLAIN_REAL) for e in items):
+        return np.array(items, dtype=np.float64).reshape(shape)
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out.reshape(shape)
+
+
+def _join(primal: Any, tangent: Any) -> Any:
+    """A value one level up from its two parts (scalars: a Trace; arrays: a TraceTensor)."""
+    arrays = (Tensor, TraceTensor, np.ndarray)
+    if not isinstance(primal, arrays) and not isinstance(tangent, arrays):
+        return Trace(primal, tangent)
+    if isinstance(primal, np.ndarray) and isinstance(tangent, np.ndarray):
+        return TraceTensor(primal, tangent)
+    if not isinstance(primal, (Tensor, TraceTensor)):
+        primal = Tensor.constant(np.asarray(primal, dtype=np.float64))
+    if not isinstance(tangent, (Tensor, TraceTensor)):
+        return _lift(primal, tangent)
+    return TraceTensor._of(primal, tangent)
+
+
+def _detached(v: Any) -> Any:
+    """An output of a reverse transform on its own list, for the levels around it: its
+    Trace levels kept, its Records read as numbers."""
+    if isinstance(v, TraceTensor):
+        return _join(_detached(v._value), _detached(v._tangent))
+    if isinstance(v, Trace) and type(v) is not Trace:
+        return Trace(_detached(v.number), _detached(v.derivative))
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return _gathered([_detached(e) for e in v.reshape(-1)], v.shape)
+    if isinstance(v, Trace):
+        return v
+    return _value(v)
 
 
 # ---- inputs ---------------------------------------------------------------------------
@@ -58,7 +184,7 @@ class _Point:
     """A structure of plain arrays: where a transform evaluates ``f``."""
 
     def __init__(self, x0: Any, what: str = "x0") -> None:
-        leaves, self.tree = _trees.flatten(x0)
+        leaves, self.tree = _point_leaves(x0)
         names = _trees.paths(self.tree, what)
         # recorded leaves (a forward transform inside a reverse one) are kept: the
         # forward pass runs on TraceTensors over them
@@ -70,6 +196,7 @@ class _Point:
         self.scalar = [a.ndim == 0 for a in self.arrays]
         self.devices = [v.device if isinstance(v, (Tensor, TraceTensor)) else None
                         for v in leaves]
+        self.level: tuple[int, WengertList | None] = (1, None)     # see _forward_point
 
     @property
     def size(self) -> int:
@@ -195,28 +322,7 @@ def _scalar_output(result: Any, f: Callable[..., Any], caller: str,
     return leaf
 
 
-def _forward_value(v: Any) -> Any:
-    """An output under a forward transform, for it: a plain Trace or TraceTensor."""
-    if isinstance(v, (Trace, TraceTensor)):
-        p, t = _primal_of(_value_parts(v)[0]), _value_parts(v)[1]
-        return _lift(p, t)
-    return _value(v)
-
-
-def _value_parts(v: Any) -> tuple[Any, Any]:
-    if isinstance(v, TraceTensor):
-        return np.array(v._value.value), np.array(v._tangent.value)
-    number, derivative = v.number, v.derivative
-    return (number.number if type(number) is Record else float(number),
-            derivative.number if type(derivative) is Record else float(derivative))
-
-
 # ---- reverse mode ---------------------------------------------------------------------
-
-class _ReverseInForward(NotImplementedError):
-    """A reverse transform reached by forward-mode inputs (ad.jacobian's "auto" mode then
-    differentiates by reverse mode instead)."""
-
 
 class _Reverse:
     """One reverse-mode evaluation of ``f``: its inputs on a list, f's output on it.
@@ -229,25 +335,32 @@ class _Reverse:
 
     def __init__(self, f: Callable[..., Any], x0: Any, args: tuple[Any, ...],
                  elements: bool = True) -> None:
-        if type(x0) is np.ndarray and x0.ndim and x0.dtype.kind in "biuf":
+        open_depth, open_tape = _LEVEL.get()
+        if (type(x0) is np.ndarray and x0.ndim and x0.dtype.kind in "biuf"
+                and open_depth == 0 and open_tape is None):
             self._one_array(f, x0, args, elements)
             return
-        leaves, tree = _trees.flatten(x0)
-        # under a forward transform (Traces reach us): forward over reverse. The inputs
-        # are variables carrying the outer tangents, f runs on TraceTensors over recorded
-        # tensors (Traces of Records), and each derivative is swept from both parts of
-        # the output: the gradient and its tangent (H v)
-        self.tangents: list[Any] | None = None
-        if any(_trees.is_traced(v) for v in leaves):
-            self.tangents = [_tangent_of(v) for v in leaves]
-            leaves = [_primal_of(v) for v in leaves]
-            if any(_trees.is_traced(v) for v in leaves):
-                raise _ReverseInForward(
-                    "reverse mode inside two forward transforms: use reverse mode for one "
-                    "of the outer transforms")
+        leaves, tree = _point_leaves(x0)
+        # under forward levels (Traces reach us, in the point or in f's closure): forward
+        # over reverse. The inputs are variables under the point's Trace levels (raised
+        # to the open depth), f runs on Traces of Records (TraceTensors over recorded
+        # tensors), and each derivative is swept from every part of the output, which
+        # gives the gradient with its tangents (H v) at each of those levels
+        self.depth = max([open_depth] + [_depth(v) for v in leaves])
+        traced = leaves
+        if self.depth:
+            leaves = [_base(v) for v in leaves]
+            if any(isinstance(v, np.ndarray) and v.dtype == object and _depth(v)
+                   for v in leaves):
+                raise NotImplementedError(
+                    "a reverse transform at a point of arrays of Traces: pass a TraceTensor "
+                    "(or use forward mode for the inner transform)")
         tapes = {id(t): t for t in (_tape_of(v) for v in leaves) if t is not None}
         if len(tapes) > 1:
             raise ValueError("the point holds records of two different WengertLists")
+        if not tapes and open_tape is not None:
+            # f may close over Records of an outer reverse transform: record on its list
+            tapes = {id(open_tape): open_tape}
         self.nested = bool(tapes)
         self.tape: WengertList = next(iter(tapes.values())) if tapes else WengertList()
         self.point = None if self.nested else _Point(_trees.unflatten(tree, leaves))
@@ -262,15 +375,16 @@ class _Reverse:
         self.tree = tree
         self.shapes = [() if s else tuple(i.shape) for s, i in zip(self.scalar, self.inputs)]
         given = self.inputs
-        if self.tangents is not None:
-            given = [x if t is None else _lift(x, t) for x, t in zip(self.inputs, self.tangents)]
-        self.result = _call(f, _trees.unflatten(tree, given), args)
+        if self.depth:
+            given = [_rebase(v, x, self.depth) for v, x in zip(traced, self.inputs)]
+        with _level(self.depth, self.tape):
+            self.result = _call(f, _trees.unflatten(tree, given), args)
 
     def _one_array(self, f: Callable[..., Any], x0: NDArray[Any], args: tuple[Any, ...],
                    elements: bool) -> None:
         """The common case, set up without the structure machinery: one plain array of
         reals (no structure, nothing recorded or traced) on a fresh list."""
-        self.tangents = None
+        self.depth = 0
         self.nested = False
         self.tape = WengertList()
         self.point = None
@@ -279,12 +393,16 @@ class _Reverse:
         self.shapes = [x0.shape]
         x = _input_tensor(x0, self.tape, elements)
         self.inputs = [x]
-        self.result = f(x, *args)
+        token = _LEVEL.set((0, self.tape))     # (_level, inlined: the common case)
+        try:
+            self.result = f(x, *args)
+        finally:
+            _LEVEL.reset(token)
 
     @property
     def mode(self) -> str:
         """What f's outputs may hold: Traces too under a forward transform."""
-        return "any" if self.tangents is not None else "reverse"
+        return "any" if self.depth else "reverse"
 
     def _make(self, a: NDArray[np.float64], scalar: bool, device: Any, elements: bool) -> Any:
         if scalar:
@@ -313,14 +431,27 @@ class _Reverse:
         Under a forward transform: Traces/TraceTensors (derivative, its tangent).
         ``last``: no sweep of this evaluation follows, so a list of its own (top level)
         releases the values tensor operations saved as the sweep passes them."""
-        if self.tangents is not None:
-            if isinstance(z, TraceTensor):
-                z = z.sum()
-            primal, tangent = (z.number, z.derivative) if isinstance(z, Trace) else (z, 0.0)
-            first = self._plain_sweep(primal)
-            return [_lift(g0, g1) for g0, g1 in zip(first, self._plain_sweep(tangent,
-                                                                             last=last))]
+        if self.depth:
+            return self._swept_levels(z, last)
         return self._plain_sweep(z, seed, last)
+
+    def _swept_levels(self, z: Any, last: bool) -> list[Any]:
+        """Under forward levels: each part of z swept (its top level split, recursively),
+        the derivatives joined again level by level."""
+        if isinstance(z, TraceTensor):
+            z = z.sum()
+        if isinstance(z, Trace):
+            first = self._swept_levels(z.number, False)
+            second = self._swept_levels(z.derivative, last)
+            return [_join(g0, g1) for g0, g1 in zip(first, second)]
+        return self._plain_sweep(z, last=last)
+
+    def value(self, out: Any) -> Any:
+        """An output for the caller: as it is on a shared list, else numbers (under
+        forward levels: Traces of numbers)."""
+        if self.nested:
+            return out
+        return _detached(out) if self.depth else _value(out)
 
     def _plain_sweep(self, z: Any, seed: Any = None, last: bool = False) -> list[Any]:
         if type(z) is Record and z.tape is self.tape and not self.nested:   # the common case
@@ -416,8 +547,9 @@ def _over_tape(v: Any) -> bool:
 
 
 def _tangent_of(v: Any) -> Any:
-    if isinstance(v, TraceTensor):
-        return v._tangent if _over_tape(v) else np.array(v.tangent, dtype=np.float64)
+    if isinstance(v, TraceTensor):        # parts of levels below (or recorded) kept
+        return v._tangent if _over_tape(v) or _depth(v) > 1 else \
+            np.array(v.tangent, dtype=np.float64)
     if isinstance(v, Trace):
         return v.derivative if _nested_trace(v) else float(v.derivative)
     return None
@@ -425,7 +557,8 @@ def _tangent_of(v: Any) -> Any:
 
 def _primal_of(v: Any) -> Any:
     if isinstance(v, TraceTensor):
-        return v._value if _over_tape(v) else np.array(v.value, dtype=np.float64)
+        return v._value if _over_tape(v) or _depth(v) > 1 else \
+            np.array(v.value, dtype=np.float64)
     if isinstance(v, Trace):
         return v.number if _nested_trace(v) else float(v.number)
     return v
@@ -459,12 +592,15 @@ def _constant_like(array: NDArray[np.float64], like: Any) -> Any:
 
 
 def _traces_block(items: list[Any], shape: tuple[int, ...]) -> Any:
-    """Scalar Traces (of Traces..., forward over forward) as one TraceTensor of ``shape``."""
-    if any(isinstance(v, Trace) for v in items):
-        return TraceTensor._of(
-            _traces_block([v.number if isinstance(v, Trace) else v for v in items], shape),
-            _traces_block([v.derivative if isinstance(v, Trace) else 0.0 for v in items],
-                          shape))
+    """Scalars (Traces of any depth, over Records or floats) as one tensor of ``shape``: a
+    TraceTensor of their levels over a recorded Tensor or a constant one."""
+    top = max((_depth(v) for v in items), default=0)
+    if top:
+        parts = [_split_top(v, top) for v in items]
+        return TraceTensor._of(_traces_block([p[0] for p in parts], shape),
+                               _traces_block([p[1] for p in parts], shape))
+    if any(type(v) is Record for v in items):
+        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), items, shape)
     return Tensor.constant(np.array(items, dtype=np.float64).reshape(shape))
 
 
@@ -494,7 +630,7 @@ def _rows(run: _Reverse, leaf: Any) -> tuple[tuple[int, ...], list[list[Any]]]:
 
 def _scalars_of(leaf: Any) -> tuple[tuple[int, ...], Callable[[int], Any]]:
     """An output leaf's shape and a function giving its element i (flat) as a scalar."""
-    if isinstance(leaf, Tensor):
+    if isinstance(leaf, (Tensor, TraceTensor)):      # (under forward levels: TraceTensors)
         if leaf.shape == ():
             return (), lambda i: leaf.sum()
         flat = leaf.reshape(-1)
@@ -515,7 +651,7 @@ def _assemble(rows: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, 
                            nested),
                  _assemble([_tangent_of(r) for r in rows], out_shape, in_shape, scalar_in,
                            nested)]
-        return _lift(*parts)
+        return _join(*parts)
     if not nested:
         block = np.array(rows, dtype=np.float64).reshape(out_shape + in_shape)
         return float(block) if block.ndim == 0 else block
@@ -563,36 +699,53 @@ def _forward_point(x0: Any, caller: str) -> _Point:
         raise NotImplementedError(
             f"{caller} (forward mode) inside another forward-mode transform: nest Traces "
             f"directly, or use reverse mode for one of them")
-    return _Point(x0)
+    point = _Point(x0)
+    # this transform's level: one depth above every level open around it and above the
+    # point; over Records when a reverse transform is open (or the point is recorded)
+    open_depth, tape = _LEVEL.get()
+    depth = max([open_depth] + [_depth(r) for r in point.recorded if r is not None]) + 1
+    if tape is None:
+        tape = next((t for t in (_tape_of(_base(r)) for r in point.recorded
+                                 if r is not None) if t is not None), None)
+    point.level = (depth, tape)
+    return point
+
+
+def _forward_inputs(point: _Point, tangents: list[Any]) -> list[Any]:
+    depth, tape = point.level
+    inputs: list[Any] = []
+    for a, t, scalar, device, recorded in zip(point.arrays, tangents, point.scalar,
+                                              point.devices, point.recorded):
+        if recorded is None and depth == 1 and tape is None:      # the common case
+            inputs.append(Trace(float(a), float(t)) if scalar else TraceTensor._input(
+                a, t, device if device is not None else get_device()))
+            continue
+        device = device if device is not None else get_device()
+        base = recorded
+        if base is None:
+            # inside a reverse transform: on its list, so the Records f's closure holds
+            # meet a Trace over Records (a float Trace and a Record do not mix)
+            base = float(a) if tape is None and scalar else a if tape is None else \
+                tape.variable(float(a)) if scalar else Tensor.variable(a, tape, device=device)
+        inputs.append(_lift(_constant_above(base, depth - 1), t))
+    return inputs
 
 
 def _forward_run(f: Callable[..., Any], point: _Point, tangents: list[Any],
                  args: tuple[Any, ...]) -> Any:
-    inputs: list[Any] = []
-    for a, t, scalar, device, recorded in zip(point.arrays, tangents, point.scalar,
-                                              point.devices, point.recorded):
-        if recorded is not None:     # reverse over forward: a Trace over the recorded leaf
-            inputs.append(_lift(recorded, t))
-        elif scalar:
-            inputs.append(Trace(float(a), float(t)))
-        else:
-            inputs.append(TraceTensor._input(a, t, device if device is not None
-                                             else get_device()))
-    return _call(f, point.rebuild(inputs), args)
+    inputs = _forward_inputs(point, tangents)
+    token = _LEVEL.set(point.level)       # (_level, inlined: every forward pass)
+    try:
+        return _call(f, point.rebuild(inputs), args)
+    finally:
+        _LEVEL.reset(token)
 
 
-def _recorded_parts(leaf: Any) -> tuple[Any, Any]:
-    """An output's value and tangent as recorded values (reverse over forward)."""
-    if isinstance(leaf, TraceTensor):
-        return leaf._value, leaf._tangent
-    if isinstance(leaf, Trace):
-        return leaf.number, leaf.derivative
-    if isinstance(leaf, np.ndarray) and leaf.dtype == object:
-        parts = [_recorded_parts(e) for e in leaf.reshape(-1)]
-        f64 = np.dtype(np.float64)
-        return tuple(from_scalars(Tensor, resolve(None), f64, [p[k] for p in parts],
-                                  leaf.shape) for k in (0, 1))  # type: ignore[return-value]
-    return leaf, (leaf.detach() * 0.0 if isinstance(leaf, Tensor) else 0.0)
+def _forward_nested(point: _Point) -> bool:
+    """Whether a forward transform's results stay values of the levels around it
+    (Traces, Records) rather than numbers."""
+    depth, tape = point.level
+    return depth > 1 or tape is not None
 
 
 def _tangent(leaf: Any) -> Any:
@@ -614,7 +767,8 @@ def _tangent(leaf: Any) -> Any:
 def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...],
                       first: Any = None) -> Any:
     columns: list[list[Any]] = []       # per input element: the output leaves' tangents
-    nested = any(r is not None for r in point.recorded)
+    nested = _forward_nested(point)
+    depth = point.level[0]
     mode = "any" if nested else "forward"
     out_tree: TreeDef | None = None
     out_shapes: list[tuple[int, ...]] = []
@@ -634,7 +788,7 @@ def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...
                 raise ValueError(f"{_name(f)} returned outputs of another structure or shape "
                                  f"on one pass than on another: its output must not change "
                                  f"size")
-            columns.append([_recorded_parts(v)[1] if nested else _tangent(v)
+            columns.append([_split_top(v, depth)[1] if nested else _tangent(v)
                             for v in leaves])
     if out_tree is None:       # no inputs: one evaluation tells the output's structure
         leaves, out_tree = _output_leaves(_forward_run(f, point, point.arrays, args), f,
@@ -665,7 +819,5 @@ def _recorded_block(columns: list[Any], out_shape: tuple[int, ...],
     if out_shape == ():
         if in_shape == ():
             return columns[0]
-        if not any(type(c) is Record or _over_tape(c) for c in columns):
-            return _traces_block(columns, in_shape)        # forward over forward
-        return from_scalars(Tensor, resolve(None), np.dtype(np.float64), columns, in_shape)
+        return _traces_block(columns, in_shape)
     return stack(columns, axis=-1).reshape(out_shape + in_shape)

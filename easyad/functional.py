@@ -36,6 +36,14 @@ The transforms compose, in every order of modes:
   TraceTensors of TraceTensors for arrays, so ``ad.jacobian(ad.jacobian(f, mode="forward"),
   mode="forward")`` is the Hessian, to any depth.
 
+An inner f may also close over the outer variable (``ad.derivative(lambda x:
+ad.derivative(lambda y: x * y)(2.0))`` is 1), in every order and to any depth: each
+transform call opens a level (``_levels.py``), so the outer variable is a constant of its
+own level inside the inner transform, never the inner perturbation; a reverse transform
+inside another records onto the open list; and an inner result is a value of the outer
+levels (Traces, Records), so no perturbation leaks. docs/forward-vs-reverse.md, "Nesting
+modes".
+
 ========================  ====================================  ===========================
 call                      result                                mode, cost
 ========================  ====================================  ===========================
@@ -61,11 +69,13 @@ from numpy.typing import NDArray
 
 from easyad import _trees
 from easyad._core import Record, Trace
-from easyad._evaluation import (_arguments, _as_array, _forward_point, _forward_run,
-                                _forward_value, _jacobian_forward, _jacobian_reverse, _name,
-                                _output_leaves, _Point, _recorded_parts, _Reverse,
-                                _ReverseInForward, _scalar_output, _shape, _tangent, _value)
-from easyad.tensor import Tensor
+from easyad._evaluation import (_arguments, _as_array, _forward_nested, _forward_point,
+                                _forward_run, _jacobian_forward, _jacobian_reverse, _name,
+                                _open_level, _output_leaves, _Point, _point_leaves, _Reverse,
+                                _scalar_output, _shape, _split_top, _tangent, _tape_of,
+                                _value)
+from easyad._levels import opened as _level
+from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor._base import ObjectArrayOperand
 
 __all__ = ["derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp", "hessian", "hvp"]
@@ -148,8 +158,7 @@ def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
         run = _Reverse(f, x0, _arguments(extra, args))
         out = _scalar_output(run.result, f, "grad", run.mode)
-        value = out if run.nested else _forward_value(out) if run.tangents else _value(out)
-        return value, run.gradient(run.sweep(out, last=True))
+        return run.value(out), run.gradient(run.sweep(out, last=True))
 
     vg.__doc__ = f"The value and gradient of {_name(f)} (made by easyad.value_and_grad)."
     return vg
@@ -242,7 +251,7 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
     @functools.wraps(f)
     def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
         arguments = _arguments(extra, args)
-        leaves, _ = _trees.flatten(x0)
+        leaves, _ = _point_leaves(x0)
         if mode == "reverse" or any(_trees.is_recorded(v) for v in leaves):
             return _jacobian_reverse(f, x0, arguments)
         point = _forward_point(x0, "jacobian")
@@ -250,11 +259,8 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
             return _jacobian_forward(f, point, arguments)
         tangents = [np.zeros(a.shape) for a in point.arrays]
         next(t for t in tangents if t.size).reshape(-1)[0] = 1.0
-        try:
-            first = _forward_run(f, point, tangents, arguments)
-        except _ReverseInForward:    # f is a reverse transform (ad.jacobian(ad.grad(g)))
-            return _jacobian_reverse(f, x0, arguments)
-        out, _ = _output_leaves(first, f, "forward")
+        first = _forward_run(f, point, tangents, arguments)
+        out, _ = _output_leaves(first, f, "any" if _forward_nested(point) else "forward")
         m = sum(int(np.prod(_shape(v), dtype=int)) for v in out)
         if point.size < m:
             return _jacobian_forward(f, point, arguments, first)
@@ -289,9 +295,9 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
     point = _forward_point(x0, "jvp")
     direction = point.like(v, "v")
     result = _forward_run(f, point, direction, _arguments(extra, args))
-    if any(r is not None for r in point.recorded):     # inside a reverse transform
+    if _forward_nested(point):     # inside other transforms: values of their levels
         leaves, tree = _output_leaves(result, f, "any")
-        parts = [_recorded_parts(e) for e in leaves]
+        parts = [_split_top(e, point.level[0]) for e in leaves]
         return (_trees.unflatten(tree, [p[0] for p in parts]),
                 _trees.unflatten(tree, [p[1] for p in parts]))
     leaves, tree = _output_leaves(result, f, "forward")
@@ -339,8 +345,7 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
             raise ValueError(f"{name} must have one weight per output element of "
                              f"{_name(f)}, so {what}; got shape {w.shape}")
         total = total + _weighted(leaf, w.reshape(shape))
-    value = _trees.unflatten(tree, [e if run.nested else _forward_value(e) if run.tangents
-                                    else _value(e) for e in leaves])
+    value = _trees.unflatten(tree, [run.value(e) for e in leaves])
     return value, run.gradient(run.sweep(total, last=True))
 
 
@@ -364,6 +369,10 @@ def _replayable(x0: Any, args: tuple[Any, ...]) -> NDArray[np.float64] | None:
     leaves, tree = _trees.flatten(x0)
     if not tree.is_leaf or _trees.is_recorded(leaves[0]) or _trees.is_traced(leaves[0]):
         return None
+    if _open_level() != (0, None):
+        # inside another transform f may close over its Traces or Records, which a
+        # recording for replay would freeze as constants
+        return None
     return _as_array(leaves[0], "x0")
 
 
@@ -375,7 +384,10 @@ def _by_replay(f: Callable[..., Any], x: NDArray[np.float64], args: tuple[Any, .
     shape = x.shape
 
     def flat(z: Any) -> Any:
-        return f(z[0] if shape == () else z.reshape(shape), *args)
+        # f runs in a reverse level on the recording's list: a transform inside f that
+        # closes over z records there too (and its result replays)
+        with _level(0, _tape_of(z)):
+            return f(z[0] if shape == () else z.reshape(shape), *args)
     try:
         F = record(flat, x.reshape(-1), tensor=False)
     except ObjectArrayOperand:
@@ -467,4 +479,4 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
 
 
 def _total(t: Any) -> Any:
-    return t.sum() if isinstance(t, Tensor) else t
+    return t.sum() if isinstance(t, (Tensor, TraceTensor)) else t

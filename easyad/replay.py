@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from easyad import _core, _pool, _tapeview
+from easyad import _core, _levels, _pool, _tapeview
 from easyad._core import Record, Trace, WengertList
 from easyad.anomaly import check_replay
 from easyad.errors import BranchChangedError, TapeFormatError
@@ -151,7 +151,10 @@ def record(f: Callable[..., Any], x0: Any, *args: Any, on_branch_change: str = "
         xs[i] = lst.variable(float(v))
     previous = _core._set_strict_tape(lst) if strict else None
     try:
-        y = f(xs)
+        # a transform inside f records on lst (so it replays), above any forward level
+        # open around this call (whose Traces f may close over: then f fails, as it should)
+        with _levels.opened(_levels.LEVEL.get()[0], lst):
+            y = f(xs)
     except ObjectArrayOperand:      # tensor operations: record f as a tensor program
         if chosen is False:
             raise

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _expr, _rules
+from easyad import _expr, _levels, _rules
 from easyad._core import Record, Trace
 from easyad._expressions import compile_rule
 from easyad.tensor import _shapes as shapes
@@ -206,15 +206,17 @@ class TraceTensor(RuleMethods):
 
     @staticmethod
     def concatenate(items: Any, axis: int = 0) -> "TraceTensor":
-        over = any(_recorded(v) for v in items)
-        pairs = [_pair(v, _backend_of(items), over) for v in items]
+        over = _over_reverse(items)
+        top = max(_depth(v) for v in items)
+        pairs = [_pair(v, _backend_of(items), over, top) for v in items]
         return TraceTensor._of(_generic.concatenate([p[0] for p in pairs], axis),
                                _generic.concatenate([p[1] for p in pairs], axis))
 
     @staticmethod
     def stack(items: Any, axis: int = 0) -> "TraceTensor":
-        over = any(_recorded(v) for v in items)
-        pairs = [_pair(v, _backend_of(items), over) for v in items]
+        over = _over_reverse(items)
+        top = max(_depth(v) for v in items)
+        pairs = [_pair(v, _backend_of(items), over, top) for v in items]
         return TraceTensor._of(_generic.stack([p[0] for p in pairs], axis),
                                _generic.stack([p[1] for p in pairs], axis))
 
@@ -223,8 +225,9 @@ class TraceTensor(RuleMethods):
         be = _backend_of([condition, a, b])
         if isinstance(condition, TraceTensor):
             condition = condition._value
-        over = _recorded(a) or _recorded(b)
-        (av, at), (bv, bt) = _pair(a, be, over), _pair(b, be, over)
+        over = _over_reverse((a, b))
+        top = max(_depth(a), _depth(b))
+        (av, at), (bv, bt) = _pair(a, be, over, top), _pair(b, be, over, top)
         return TraceTensor._of(_generic._where(condition, av, bv),
                                _generic._where(condition, at, bt))
 
@@ -272,6 +275,34 @@ def _nested(v: Any) -> bool:
         isinstance(v.number, Trace) or isinstance(v.derivative, Trace))
 
 
+def _depth(v: Any) -> int:
+    """How many levels of tangents ``v`` carries (its forward level: a transform makes
+    its inputs one depth above the levels open around it, so operands of a lower depth are
+    constants of the top one's level, never the same perturbation)."""
+    if isinstance(v, TraceTensor):
+        return 1 + max(_depth(v._value), _depth(v._tangent))
+    if isinstance(v, Trace):
+        return 1 if type(v) is Trace else int(v.depth)
+    return 0
+
+
+def _split(args: tuple[Any, ...], top: int) -> tuple[list[Any], list[Any]]:
+    """The operands' values and tangents at level ``top`` (None: a constant there)."""
+    values: list[Any] = []
+    tangents: list[Any] = []
+    for a in args:
+        if isinstance(a, TraceTensor) and _depth(a) == top:
+            values.append(a._value)
+            tangents.append(a._tangent)
+        elif isinstance(a, Trace) and _depth(a) == top:
+            values.append(a.number)
+            tangents.append(a.derivative)
+        else:
+            values.append(a)
+            tangents.append(None)
+    return values, tangents
+
+
 def _zero_d(v: Any, be: Any) -> Any:
     """A number of the level below (a Trace, or a float) as a 0-d TraceTensor / Tensor."""
     if isinstance(v, Trace):
@@ -315,9 +346,26 @@ def _recorded(v: Any) -> bool:
     return False
 
 
-def _pair(v: Any, be: Any, over_reverse: bool = False) -> tuple[Any, Any]:
-    """``v`` as (value, tangent) tensors on backend ``be`` (recorded ones only forward
-    over reverse: a TraceTensor whose parts are on a tape)."""
+def _over_reverse(args: Any) -> bool:
+    """Whether the operands meet over recorded parts: a TraceTensor over recorded tensors,
+    or, inside a transform (where a closure's recorded values are of another level), a
+    recorded operand, a constant at the TraceTensor's level. Outside transforms a plain
+    TraceTensor and a recorded tensor do not mix."""
+    on_tape = False
+    for a in args:          # (one loop: this runs for every elementwise operation)
+        if _recorded(a):
+            return True
+        if type(a) is Record or isinstance(a, Tensor) and a.tape is not None:
+            on_tape = True
+    return on_tape and _levels.inside()
+
+
+def _pair(v: Any, be: Any, over_reverse: bool = False, top: int = 1) -> tuple[Any, Any]:
+    """``v`` as (value, tangent) tensors on backend ``be`` at level ``top`` (recorded ones
+    only forward over reverse: a TraceTensor whose parts are on a tape)."""
+    if top > 1 and _depth(v) < top:       # a constant of the top level
+        value = v if isinstance(v, (TraceTensor, Tensor)) else _as_part(v, be, over_reverse)
+        return value, _graph.zeros(Tensor, be, value.shape, value.dtype)
     if isinstance(v, TraceTensor):
         return v._value, v._tangent
     if _nested(v):                        # a Trace of Traces: 0-d TraceTensors
@@ -340,6 +388,14 @@ def _pair(v: Any, be: Any, over_reverse: bool = False) -> tuple[Any, Any]:
     value = v if isinstance(v, Tensor) else Tensor.constant(np.asarray(v, dtype=float),
                                                             device=be.device)
     return value, wrap(Tensor, be, be.full(value.shape, 0.0, value.dtype), value.shape, value.dtype)
+
+
+def _as_part(v: Any, be: Any, over_reverse: bool) -> Any:
+    """A number (a Trace of its levels, a Record, a float) as a 0-d tensor of its levels."""
+    if isinstance(v, Trace):
+        return TraceTensor._of(_as_part(v.number, be, over_reverse),
+                               _as_part(v.derivative, be, over_reverse))
+    return _pair(v, be, over_reverse)[0]
 
 
 def _parts(v: Any, be: Any) -> tuple[Any, Any, tuple[int, ...], Any] | None:
@@ -369,18 +425,7 @@ def _jvp_recorded(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
     """Forward over reverse: value and tangent by recorded tensor operations (the rule's
     value and partials from the table on tensors), so both can be differentiated again."""
     compiled = _graph.tensor_rules()[rule.name]
-    values: list[Any] = []
-    tangents: list[Any] = []
-    for a in args:
-        if isinstance(a, TraceTensor):
-            values.append(a._value)
-            tangents.append(a._tangent)
-        elif isinstance(a, Trace):
-            values.append(a.number)
-            tangents.append(a.derivative)
-        else:
-            values.append(a)
-            tangents.append(None)
+    values, tangents = _split(args, 1)
     x, y = values[0], values[1] if rule.arity == 2 else 0.0
     z = compiled.value(x, y, None)
     tangent: Any = None
@@ -456,22 +501,11 @@ def _nested_rules() -> Any:
     return {r.name: compile_rule(r, ns) for r in _rules.RULES}
 
 
-def _jvp_nested(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
+def _jvp_nested(rule: _rules.Rule, args: tuple[Any, ...], top: int) -> Any:
     """Forward over forward: the rule's value and tangent computed on the parts, which
     carry the inner level's tangents themselves."""
     compiled = _nested_rules()[rule.name]
-    values: list[Any] = []
-    tangents: list[Any] = []
-    for a in args:
-        if isinstance(a, TraceTensor):
-            values.append(a._value)
-            tangents.append(a._tangent)
-        elif isinstance(a, Trace):
-            values.append(a.number)
-            tangents.append(a.derivative)
-        else:
-            values.append(a)
-            tangents.append(None)
+    values, tangents = _split(args, top)
     x, y = values[0], values[1] if rule.arity == 2 else 0.0
     z = compiled.value(x, y, None)
     tangent: Any = None
@@ -493,10 +527,10 @@ def _zeros_like(v: Any) -> Any:
 
 
 def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
-    if any(_recorded(a) for a in args):
+    if any(_nested(a) for a in args):      # (over recorded parts too: they recur here)
+        return _jvp_nested(rule, args, max(_depth(a) for a in args))
+    if _over_reverse(args):
         return _jvp_recorded(rule, args)
-    if any(_nested(a) for a in args):
-        return _jvp_nested(rule, args)
     be = _backend_of(args)
     parts = [_parts(a, be) for a in args]
     if any(p is None for p in parts):
@@ -520,8 +554,9 @@ def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
 
 def _matmul(a: Any, b: Any) -> Any:
     be = _backend_of([a, b])
-    over = _recorded(a) or _recorded(b)
-    (av, at), (bv, bt) = _pair(a, be, over), _pair(b, be, over)
+    over = _over_reverse((a, b))
+    top = max(_depth(a), _depth(b))
+    (av, at), (bv, bt) = _pair(a, be, over, top), _pair(b, be, over, top)
     value = av @ bv
     tangent = at @ bv + av @ bt
     if isinstance(value, _PARTS):

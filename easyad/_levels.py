@@ -1,0 +1,35 @@
+"""Which transforms are open while ``f`` runs: the state behind nested transforms with
+closures (``_evaluation.py`` opens the levels; the tensor layer reads them).
+
+Every transform call opens a level. A forward level is a Trace depth: the transform makes
+its inputs one depth above every level open around it (and above its point), so a Trace
+of an outer transform that f's closure holds meets them as a constant of the outer level,
+never as the same perturbation. Reverse levels share one list: a reverse transform inside
+another records onto the open list (sweeps with create_graph), so the Records a closure
+holds are on the tape it differentiates. The state: (the depth of the innermost open
+forward level, the open list or None); (0, None) outside every transform.
+"""
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+LEVEL: contextvars.ContextVar[tuple[int, Any]] = contextvars.ContextVar(
+    "easyad_transform_level", default=(0, None))
+OUTSIDE = (0, None)
+
+
+def inside() -> bool:
+    """Whether a transform is running ``f`` (values of different levels may meet)."""
+    return LEVEL.get() != OUTSIDE
+
+
+@contextmanager
+def opened(depth: int, tape: Any) -> Iterator[None]:
+    token = LEVEL.set((depth, tape))
+    try:
+        yield
+    finally:
+        LEVEL.reset(token)
