@@ -431,8 +431,9 @@ class Function:
         ``compile(hessian=True)``); the first call, batches, a point where that program
         flags something or gives a non-finite entry, and functions it cannot express
         (selects, abs, maximum, minimum, user primitives), by forward-over-reverse sweeps
-        (blocks of directions per sweep). The two agree to rounding (1e-12 relative in the
-        tests), not always bit for bit."""
+        (blocks of directions per sweep). The two do the same operations in the same
+        order: every route gives the same numbers (NaN and infinities too; the sign of a
+        zero aside), and the same symmetric matrix (``H[c, r]`` is ``H[r, c]``, r <= c)."""
         self._need_scalar("hessian")
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:      # one point: the second-order program
