@@ -358,13 +358,22 @@ def test_tensor_function_agrees_with_the_scalar_routes(seed):
     the scalar routes to rounding at ordinary points; its value is the same number by
     every method (call, value_and_gradient, batches)."""
     rng = np.random.default_rng(100 + seed)
-    names = [n for n in RULE_NAMES if n != "pow_const_base"]     # see the report
+    # (c ** t with c < 0 fails while recording tensor code: its backward evaluates log(c)
+    # with the domain check; the scalar routes compute NaN there)
+    names = [n for n in RULE_NAMES if n != "pow_const_base"]
     steps = random_program(rng, names[rng.integers(len(names))], N)
     F, f = _recorded(steps, ORDINARY[0])
     T = ad.record(f, ORDINARY[0], tensor=True)
     for x in ORDINARY:
         H = F.hessian(x)
         assert np.allclose(T.hessian(x), H, rtol=1e-12, atol=1e-12 * (1 + np.abs(H).max()))
+        # ad.hessian / ad.hvp of a structure: the graph route (reverse over reverse)
+        on_tensors = lambda p: run_program(steps, p["x"], N)     # noqa: E731
+        graph = ad.hessian(on_tensors)({"x": x})["x"]["x"]
+        assert np.allclose(graph, H, rtol=1e-12, atol=1e-12 * (1 + np.abs(H).max()))
+        v = np.array([0.3, -1.0, 2.0])
+        assert np.allclose(ad.hvp(on_tensors, {"x": x}, {"x": v})["x"], H @ v, rtol=1e-12,
+                           atol=1e-12 * (1 + np.abs(H).max()))
         value = T(x)
         assert value == T.value_and_gradient(x)[0]
         assert T(np.stack([x, x]))[1] == value
