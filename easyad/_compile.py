@@ -321,7 +321,12 @@ class _Emitter:
             inner = self._negated(a)
             if inner is not None:              # (-u) * c = u * (-c), exactly
                 return self.rule("mul", inner, ("c", -b[1]), exact=exact)
-            # not (u * c1) * c2 = u * (c1 * c2): it rounds, and overflows, elsewhere
+            inner_constant = self.partials[1][a[1]]
+            if self.ops[a[1]] == _OP["mul"] and self.args[1][a[1]] < 0 \
+                    and _rescales_exactly(inner_constant, b[1]):
+                # (u * c1) * c2 = u * (c1 * c2), here bit for bit (Rosenbrock's 100 * 2u)
+                return self.rule("mul", ("e", self.args[0][a[1]]),
+                                 ("c", inner_constant * b[1]), exact=exact)
         if name == "add" and a[0] == "e" and b[0] == "e":
             for u, w in ((a, b), (b, a)):
                 inner = self._negated(w)
@@ -446,6 +451,16 @@ def _fold(name: str, x: float, y: float) -> float | None:
         with np.errstate(all="ignore"):
             result = float(numpy_function(x) if arity == 1 else numpy_function(x, y))
         return None if math.isfinite(result) else result
+
+
+def _rescales_exactly(c1: float, c2: float) -> bool:
+    """Whether (u * c1) * c2 is u * (c1 * c2) bit for bit at every u: c1 a power of two
+    of magnitude 1 at least (u * c1 exact, or an overflow that u * (c1 * c2) has too)
+    and |c2| >= 1 (so no overflow of u * c1 that the other form escapes). Otherwise the
+    two round, and overflow, at other points, and the program would not be the sweeps'."""
+    mantissa, _ = math.frexp(c1)
+    return abs(mantissa) == 0.5 and abs(c1) >= 1.0 and abs(c2) >= 1.0 \
+        and math.isfinite(c1 * c2)
 
 
 class _Decline(Exception):
