@@ -437,7 +437,7 @@ def _fold(name: str, x: float, y: float) -> float | None:
     function = arithmetic.get(name) or getattr(math, name, None)   # the C library's
     if function is None or name == "pow":
         return None
-    arity = _rules.RULES_BY_NAME[name].arity
+    arity = 2 if name in arithmetic else _rules.RULES_BY_NAME[name].arity
     try:
         return float(function(x) if arity == 1 else function(x, y))
     except (ArithmeticError, ValueError):
@@ -449,7 +449,8 @@ def _fold(name: str, x: float, y: float) -> float | None:
         if numpy_function is None:
             return None
         with np.errstate(all="ignore"):
-            result = float(numpy_function(x) if arity == 1 else numpy_function(x, y))
+            result = float(numpy_function(x) if _rules.RULES_BY_NAME[name].arity == 1
+                           else numpy_function(x, y))
         return None if math.isfinite(result) else result
 
 
