@@ -212,6 +212,7 @@ def test_routes_agree_on_random_programs(focus):
                         assert np.allclose(product, H[:, j], rtol=1e-12,
                                            atol=1e-12 * (1.0 + np.abs(H).max()))
                         assert same(ad.hvp(f, x, v), product)
+                        assert same(G.hvp(np.stack([x, x]), np.stack([v, -v]))[0], product)
 
 
 def _quiet():
