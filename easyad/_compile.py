@@ -142,6 +142,12 @@ def optimise(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...]
         a, b = operands
         p = (partial[0][e], partial[1][e])
         if kind != _tapeview.RULE:     # comparisons, guards and selects stay as they are
+            if kind == _tapeview.GUARD and a[0] == "c" and b[0] == "c":
+                rep.append(("c", recorded[e]))     # of constants: it never changes
+                continue
+            if kind in (_tapeview.GUARD, _tapeview.COMPARE) and a[0] == "c":
+                # a comparison reads an entry first: the constant as a fixed variable
+                a = ("e", emit(_rules.OP_VARIABLE, none, none, a[1], (0.0, 0.0)))
             rep.append(("e", emit(op, a, b, recorded[e], p)))
             continue
         if all(r[0] == "c" for r in operands[:arity]):
@@ -268,9 +274,23 @@ class _Emitter:
     def key(r: tuple[str, Any]) -> tuple[str, Any]:
         return r if r[0] == "e" else ("c", np.float64(r[1]).tobytes())
 
-    def rule(self, name: str, a: tuple[str, Any], b: tuple[str, Any] = ("c", 0.0)
-             ) -> tuple[str, Any]:
-        """The rule ``name`` of a (and b): folded on constants, shared when seen before."""
+    def entry(self, r: tuple[str, Any]) -> tuple[str, Any]:
+        """r as an entry: a constant becomes a fixed variable (not an input) holding it,
+        for the places a tape needs an entry (a unary rule's or a comparison's first
+        operand, a rule that has one operand at least)."""
+        if r[0] == "e":
+            return r
+        k = (_rules.OP_VARIABLE, self.key(r))
+        if k not in self.seen:
+            self.seen[k] = ("e", self.raw(_rules.OP_VARIABLE, ("c", 0.0), ("c", 0.0), r[1]))
+        return self.seen[k]
+
+    def rule(self, name: str, a: tuple[str, Any], b: tuple[str, Any] = ("c", 0.0), *,
+             exact: bool = False) -> tuple[str, Any]:
+        """The rule ``name`` of a (and b): folded on constants, shared when seen before.
+        Every rewrite keeps the value bit for bit (so the program rounds and overflows
+        where the sweeps do); ``exact``: the sign of a zero too (values, which a later
+        atan2 or 1/x may read; derivative code drops ``+ 0``)."""
         rule = _rules.RULES_BY_NAME[name]
         if rule.arity == 1:
             b = ("c", 0.0)
@@ -278,12 +298,14 @@ class _Emitter:
             folded = _fold(name, a[1], b[1])
             if folded is not None:
                 return ("c", folded)
-        if name in ("add", "sub") and b[0] == "c" and b[1] == 0.0:
-            return a            # u + 0 = u - 0 = u (but for the sign of a zero)
-        if name == "add" and a[0] == "c" and a[1] == 0.0:
-            return b
-        if name == "sub" and a[0] == "c" and a[1] == 0.0 and b[0] == "e":
-            return self.neg(b)
+            a = self.entry(a)         # computed at run time, by the VM's function
+        if not exact:
+            if name in ("add", "sub") and b[0] == "c" and b[1] == 0.0:
+                return a            # u + 0 = u - 0 = u (but for the sign of a zero)
+            if name == "add" and a[0] == "c" and a[1] == 0.0:
+                return b
+            if name == "sub" and a[0] == "c" and a[1] == 0.0 and b[0] == "e":
+                return self.neg(b)
         if name == "pow" and b[0] == "c" and a[0] == "e":
             if b[1] == 1.0:     # the table's pow: x for the exponent 1, 1 for 0, exactly
                 return a
@@ -298,21 +320,22 @@ class _Emitter:
                 return self.neg(a)
             inner = self._negated(a)
             if inner is not None:              # (-u) * c = u * (-c), exactly
-                return self.rule("mul", inner, ("c", -b[1]))
+                return self.rule("mul", inner, ("c", -b[1]), exact=exact)
+            inner_constant = self.partials[1][a[1]]
             if self.ops[a[1]] == _OP["mul"] and self.args[1][a[1]] < 0 \
-                    and math.isfinite(b[1] * self.partials[1][a[1]]):
-                # (u * c1) * c2 = u * (c1 * c2), to rounding
+                    and _rescales_exactly(inner_constant, b[1]):
+                # (u * c1) * c2 = u * (c1 * c2), here bit for bit (Rosenbrock's 100 * 2u)
                 return self.rule("mul", ("e", self.args[0][a[1]]),
-                                 ("c", b[1] * self.partials[1][a[1]]))
+                                 ("c", inner_constant * b[1]), exact=exact)
         if name == "add" and a[0] == "e" and b[0] == "e":
             for u, w in ((a, b), (b, a)):
                 inner = self._negated(w)
                 if inner is not None:          # u + (-w) = u - w, exactly
-                    return self.rule("sub", u, inner)
+                    return self.rule("sub", u, inner, exact=exact)
         if name == "sub" and b[0] == "e":
             inner = self._negated(b)
             if inner is not None:              # u - (-w) = u + w, exactly
-                return self.rule("add", a, inner)
+                return self.rule("add", a, inner, exact=exact)
         op = _OP[name]
         k = (op, self.key(a), self.key(b))
         if k not in self.seen:
@@ -411,16 +434,34 @@ def _fold(name: str, x: float, y: float) -> float | None:
     arithmetic = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
                   "div": operator.truediv,
                   "neg": lambda a, _: -a}
-    try:
-        if name in arithmetic:
-            return float(arithmetic[name](x, y))
-        function = getattr(math, name, None)      # the C library's, as the VM's
-        if function is None or name == "pow":
-            return None
-        result = function(x) if _rules.RULES_BY_NAME[name].arity == 1 else function(x, y)
-        return float(result) if math.isfinite(result) else None
-    except (ArithmeticError, ValueError, TypeError):
+    function = arithmetic.get(name) or getattr(math, name, None)   # the C library's
+    if function is None or name == "pow":
         return None
+    arity = 2 if name in arithmetic else _rules.RULES_BY_NAME[name].arity
+    try:
+        return float(function(x) if arity == 1 else function(x, y))
+    except (ArithmeticError, ValueError):
+        # outside the domain, or overflow: Python raises where C returns NaN or an
+        # infinity, which is what the derivative code (never checked) computes there
+        numpy_function = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                          "div": np.divide, "neg": np.negative}.get(name) \
+            or getattr(np, name, None)
+        if numpy_function is None:
+            return None
+        with np.errstate(all="ignore"):
+            result = float(numpy_function(x) if _rules.RULES_BY_NAME[name].arity == 1
+                           else numpy_function(x, y))
+        return None if math.isfinite(result) else result
+
+
+def _rescales_exactly(c1: float, c2: float) -> bool:
+    """Whether (u * c1) * c2 is u * (c1 * c2) bit for bit at every u: c1 a power of two
+    of magnitude 1 at least (u * c1 exact, or an overflow that u * (c1 * c2) has too)
+    and |c2| >= 1 (so no overflow of u * c1 that the other form escapes). Otherwise the
+    two round, and overflow, at other points, and the program would not be the sweeps'."""
+    mantissa, _ = math.frexp(c1)
+    return abs(mantissa) == 0.5 and abs(c1) >= 1.0 and abs(c2) >= 1.0 \
+        and math.isfinite(c1 * c2)
 
 
 class _Decline(Exception):
@@ -428,8 +469,8 @@ class _Decline(Exception):
 
 
 def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
-                         rows: np.ndarray, cols: np.ndarray, colour: np.ndarray
-                         ) -> tuple[Any, list[int], list[int]] | None:
+                         rows: np.ndarray, cols: np.ndarray, colour: np.ndarray,
+                         order: Any = None) -> tuple[Any, list[int], list[int]] | None:
     """The Hessian's nonzeros as a program of their own, built once: a WengertList whose
     outputs are H[rows[t], cols[t]] for each t with rows[t] <= cols[t] (the upper triangle
     in the pattern's order: the Hessian is symmetric), then the values of the entries with
@@ -440,13 +481,17 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
     sum of its unit vectors); entries are shared when equal, constants folded (the
     adjoints of sums are 1 and vanish from the program), products with a zero tangent
     dropped, and only what the nonzeros read kept. The partials and their tangents are the
-    rule table's expressions (``_expr``), as the sweeps compute them. Replayed by the VM
-    (values only) or compiled, it gives the sweeps' Hessian to rounding at every point
-    where its outputs are finite (at run time its products are plain ones: a 0 * inf the
-    sweeps' strong zero makes 0 shows as NaN here, and the caller then runs the sweeps).
-    Guards are kept, so a changed branch is flagged. None where the tape holds selects,
-    comparisons feeding arithmetic, user primitives, tensor nodes, abs/maximum/minimum
-    (whose partials are piecewise helpers), or is too large (``_SECOND_LIMIT``)."""
+    rule table's expressions (``_expr``), as the sweeps compute them, and every rewrite
+    keeps values bit for bit; ``order`` (the tape's entries in the VM's layout order,
+    ``_Replayer._layout()["original"]``) makes the adjoints and their tangents summed in
+    the sweeps' order. So, replayed by the VM (values only) or compiled, it gives the
+    sweeps' numbers for H[r, c], r <= c (the sweeps mirror that triangle too) wherever its
+    outputs are finite, but for the sign of a zero (at run time its products are plain
+    ones: a 0 * inf the sweeps' strong zero makes 0 shows as NaN here, and the caller
+    then runs the sweeps). Guards are kept, so a changed branch is flagged. None where the
+    Hessian has no nonzero, or the tape holds selects, comparisons feeding arithmetic,
+    user primitives, tensor nodes, abs/maximum/minimum (whose partials are piecewise
+    helpers), or is too large (``_SECOND_LIMIT``)."""
     view = _tapeview.TapeView(tape)
     ops = view.ops.tolist()
     K = int(colour.max()) + 1 if len(colour) else 1
@@ -477,8 +522,8 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
             refs = [value[arg[k][e]] if arg[k][e] >= 0 else ("c", partial[k][e])
                     for k in (0, 1)]
             if kind == _tapeview.GUARD:
-                if refs[0][0] == "e" or refs[1][0] == "e":
-                    E.raw(op, refs[0], refs[1], recorded[e])
+                if refs[0][0] == "e" or refs[1][0] == "e":    # else it never changes
+                    E.raw(op, E.entry(refs[0]), refs[1], recorded[e])
                 value.append(("c", recorded[e]))     # a guard's value feeds nothing
                 continue
             rule = _RULE_OF[op]
@@ -487,8 +532,8 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
             if all(r[0] == "c" for r in refs[:rule.arity]):
                 value.append(("c", recorded[e]))
                 continue
-            value.append(E.rule(rule.name, refs[0], refs[1]))
-        # partials of the output's ancestors, and the adjoints (reverse, in tape order)
+            value.append(E.rule(rule.name, refs[0], refs[1], exact=True))
+        # partials of the output's ancestors, and the adjoints
         live = [False] * (output + 1)
         live[output] = True
         for e in range(output, -1, -1):
@@ -509,11 +554,15 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
             env_of[e] = env
             parts[e] = [E.expression(_partial_tree(ops[e], k), env)
                         if k < rule.arity and arg[k][e] >= 0 else None for k in (0, 1)]
+        # the sweeps' order: reverse layout position (the tape's where no layout is given)
+        rank = {} if order is None else {int(e): p for p, e in enumerate(order)}
+        backward = sorted(parts, key=rank.__getitem__, reverse=True) \
+            if all(e in rank for e in parts) else sorted(parts, reverse=True)
         adjoint: list[tuple[str, Any] | None] = [None] * (output + 1)
         adjoint[output] = ("c", 1.0)
-        for e in range(output, -1, -1):
+        for e in backward:
             g = adjoint[e]
-            if e not in parts or E.zero(g):
+            if E.zero(g):
                 continue
             for k in (0, 1):
                 if parts[e][k] is not None:
@@ -540,9 +589,7 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
                 dparts[e] = [E.expression(_tangent_tree(ops[e], k), env)
                              if parts[e][k] is not None else None for k in (0, 1)]
             dadj: list[tuple[str, Any] | None] = [None] * (output + 1)
-            for e in range(output, -1, -1):
-                if e not in parts:
-                    continue
+            for e in backward:
                 g, q = adjoint[e], dadj[e]
                 if E.zero(q) and e not in dparts:
                     continue
@@ -560,6 +607,8 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
     outs = []
     upper = [result[int(colour[cc])][int(rr)]
              for rr, cc in zip(rows.tolist(), cols.tolist()) if rr <= cc]
+    if not upper:
+        return None      # a linear function: the sweeps' zeros (and checks) are cheap
     for r in upper:
         outs.append(r[1] if r[0] == "e" else E.raw(_rules.OP_VARIABLE, ("c", 0.0), ("c", 0.0),
                                                    r[1]))

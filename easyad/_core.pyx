@@ -100,7 +100,9 @@ cdef int _raise_operands(str name, object x, object y) except -1:
 
 def _unary_fallback(function, str name, str numpy_name, x):
     if isinstance(x, np.ndarray):
-        ufunc = getattr(np, numpy_name, None) if numpy_name else None
+        # an object array's ufunc calls a method of each element, which a float element
+        # (a constant among Records) lacks: the elementwise function handles every kind
+        ufunc = getattr(np, numpy_name, None) if numpy_name and x.dtype.kind != "O" else None
         if ufunc is not None:
             return ufunc(x)
         result = np.frompyfunc(function, 1, 1)(x)
@@ -115,7 +117,9 @@ def _unary_fallback(function, str name, str numpy_name, x):
 
 def _binary_fallback(function, str name, str numpy_name, x, y):
     if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-        ufunc = getattr(np, numpy_name, None) if numpy_name else None
+        objects = (isinstance(x, np.ndarray) and x.dtype.kind == "O") or \
+            (isinstance(y, np.ndarray) and y.dtype.kind == "O")
+        ufunc = getattr(np, numpy_name, None) if numpy_name and not objects else None
         if ufunc is not None:
             return ufunc(x, y)
         return np.frompyfunc(function, 2, 1)(x, y)

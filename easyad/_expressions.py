@@ -130,6 +130,40 @@ def generic_namespace() -> Mapping[str, Any]:
     return ns
 
 
+def _unchecked(name: str, function: Any) -> Any:
+    """``function`` as derivative code computes it on plain numbers: C's NaN or infinity
+    where Python raises (log(-2) in the partial of (-2) ** x, as the replay sweeps give);
+    on Records and tensors the function itself (whose errors are the recording's)."""
+    fallback = getattr(np, _expr.call_rules()[name].spelling("numpy") or name, None)
+
+    def call(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except (ValueError, ArithmeticError):
+            if fallback is None or not all(type(a) in (float, int) for a in args):
+                raise
+            with np.errstate(all="ignore"):
+                return float(fallback(*args))
+    return call
+
+
+@functools.lru_cache(maxsize=1)
+def derivative_namespace() -> Mapping[str, Any]:
+    """The generic namespace for partials and their tangents (create_graph sweeps): a
+    function of plain numbers that fails gives C's value instead (``_unchecked``)."""
+    ns = dict(generic_namespace())
+    for name in _expr.call_rules():
+        ns[name] = _unchecked(name, ns[name])
+    return ns
+
+
+@functools.lru_cache(maxsize=1)
+def derivative_rules() -> Mapping[str, CompiledRule]:
+    """Every rule's partials compiled against ``derivative_namespace()``."""
+    ns = derivative_namespace()
+    return {r.name: compile_rule(r, ns) for r in rules.RULES}
+
+
 def series_namespace(is_zero: Callable[[Any], bool]) -> Mapping[str, Any]:
     """The generic namespace with the strong-zero helpers judging whole values by
     ``is_zero`` (Taylor series: a factor that is 0 as a whole series contributes nothing)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from easyad import _core
 from easyad._core import ElementwiseStep, Record, WengertList, _CoreStep
-from easyad._expressions import _mul0, generic_rules
+from easyad._expressions import _mul0, derivative_rules
 from easyad._tapeview import CUSTOM, NODE, SELECT, TapeView
 from easyad.errors import StaleRecordError, TapeMismatchError
 
@@ -29,7 +29,7 @@ def backward_graph(z: Record, seed: float = 1.0) -> GraphDerivatives:
     if tape is None:
         return GraphDerivatives(None, {}, 0)
     view = TapeView(tape)  # a snapshot: the sweep appends to the list as it goes
-    compiled = generic_rules()
+    compiled = derivative_rules()    # plain-number partials as the sweeps: NaN, no raise
     adjoints: dict[int, Any] = {z.index: seed}
     for i in range(z.index, -1, -1):
         g = adjoints.get(i)

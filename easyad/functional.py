@@ -429,7 +429,8 @@ def hessian(f: Callable[..., Any]) -> Callable[..., Any]:
             shape = x.shape
             H = _by_replay(f, x, arguments, lambda F, z: F.hessian(z))
             if H is not None:
-                return float(H) if shape == () else np.asarray(H).reshape(shape + shape)
+                H = np.asarray(H)     # one number: H is (1, 1)
+                return float(H.reshape(())) if shape == () else H.reshape(shape + shape)
         return jacobian(_graph_gradient(f), mode="reverse")(x0, *arguments)
 
     evaluate.__doc__ = f"Hessian of {_name(f)} (easyad.hessian)."
@@ -464,7 +465,8 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
         direction = _Point(x0).like(v, "v")[0]
         result = _by_replay(f, x, arguments, lambda F, z: F.hvp(z, direction.reshape(-1)))
         if result is not None:
-            return float(result) if x.shape == () else np.asarray(result).reshape(x.shape)
+            result = np.asarray(result)       # one number: (1,)
+            return float(result.reshape(())) if x.shape == () else result.reshape(x.shape)
     g = _graph_gradient(f)
     point = _Point(x0)
     directions = point.like(v, "v")

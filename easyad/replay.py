@@ -262,7 +262,9 @@ class Function:
                 elif n <= _COMPILED_DENSE_HESSIAN:
                     seeds = np.eye(n)
                     every = np.arange(n * n, dtype=np.int64)
-                    self._native_map = (every, every)
+                    rows, cols = np.divmod(every, n)   # the upper triangle, mirrored
+                    self._native_map = (every, np.minimum(rows, cols) * n
+                                        + np.maximum(rows, cols))
             made = _compile.native(self.tape, self.inputs, self.outputs,
                                    optimised=optimise, seeds=seeds, hvp=hvp)
             if made is not None or self._native is None:
@@ -432,8 +434,9 @@ class Function:
         ``compile(hessian=True)``); the first call, batches, a point where that program
         flags something or gives a non-finite entry, and functions it cannot express
         (selects, abs, maximum, minimum, user primitives), by forward-over-reverse sweeps
-        (blocks of directions per sweep). The two agree to rounding (1e-12 relative in the
-        tests), not always bit for bit."""
+        (blocks of directions per sweep). The two do the same operations in the same
+        order: every route gives the same numbers (NaN and infinities too; the sign of a
+        zero aside), and the same symmetric matrix (``H[c, r]`` is ``H[r, c]``, r <= c)."""
         self._need_scalar("hessian")
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:      # one point: the second-order program
@@ -538,8 +541,10 @@ class Function:
             made = None
             if not self.tape._customs_count():
                 rows, cols, colour = self._pattern()
+                order = self._replayer._layout()["original"]   # the sweeps' order
                 program = _compile.second_order_program(self.tape, self.inputs,
-                                                        self.outputs[0], rows, cols, colour)
+                                                        self.outputs[0], rows, cols, colour,
+                                                        order)
                 if program is not None:
                     # the program computes the upper triangle: H[r, c] is output k of the
                     # k-th (r <= c) pair, H[c, r] the same
@@ -579,6 +584,8 @@ class Function:
                 seeds[0, np.arange(start, stop), np.arange(stop - start)] = 1.0
                 _, _, H[:, :, start:stop], mask = self._run(_SECOND, X, on_branch_change,
                                                              "hessian", (seeds,))
+            below = np.tril_indices(n, -1)    # the upper triangle, mirrored (see _plan)
+            H[:, below[0], below[1]] = H[:, below[1], below[0]]
             return self._masked(H if batch else H[0], mask, batch)
         # sparse: one sweep direction per colour of columns, then direct recovery
         seeds, target, source = plan[:3]
@@ -605,9 +612,14 @@ class Function:
                 if colours < n:
                     seeds = np.zeros((1, n, colours))
                     seeds[0, np.arange(n), colour] = 1.0
-                    # H[r, c] is entry (r, colour[c]) of the compressed H @ seeds; the
-                    # last three: the same, as the one-point C path takes them
-                    target, source = rows * n + cols, rows * colours + colour[cols]
+                    # H[r, c] is entry (r, colour[c]) of the compressed H @ seeds, taken
+                    # from the upper triangle (r <= c) for both (r, c) and (c, r): the
+                    # two sweeps round (and overflow) differently, the Hessian is
+                    # symmetric, and the second-order program computes that triangle
+                    # too, with the same operations. The last three: the same, as the
+                    # one-point C path takes them
+                    low, high = np.minimum(rows, cols), np.maximum(rows, cols)
+                    target, source = rows * n + cols, low * colours + colour[high]
                     plan = (seeds, target, source, np.ascontiguousarray(seeds[0]),
                             target.astype(np.int64), source.astype(np.int64))
             self._plan = plan

@@ -564,8 +564,10 @@ def test_values_read_by_later_loops_are_recomputed_there():
     assert bound.plan.recomputed
     assert _workspace(bound, F.program) == []
     segment = bound.source[bound.source.index("void easyad_segment_0"):]
-    assert segment.count("for (long i") == 3           # [0, 1), [1, 999), [999, 1000)
-    middle = segment.split("for (long i = 1; i < 999L; i++)")[1].split("}")[0]
+    # runs [0, 1), [1, 999), [999, 1000); the sum's lanes (i % 8) cut [1, 999) into
+    # [1, 8), whole blocks of 8 in [8, 992), [992, 999)
+    assert segment.count("for (long i") == 4 and segment.count("for (long block") == 1
+    middle = segment.split("for (long block = 8; block < 992L; block += 8)")[1].split("}")[0]
     assert "?" not in middle and "acc" in middle
 
 

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from easyad import _rules
-from easyad._expressions import CompiledRule, compile_rule, generic_namespace, number_of
+from easyad._expressions import (CompiledRule, compile_rule, derivative_namespace,
+                                 generic_namespace, number_of)
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import BOOL, TensorBase, wrap
 
@@ -175,7 +176,7 @@ def _piecewise(name: str, function: Any, generic: Any) -> Any:
 @functools.lru_cache(maxsize=1)
 def tensor_namespace() -> Mapping[str, Any]:
     """The generic namespace with the value-reading helpers made elementwise."""
-    ns = dict(generic_namespace())
+    ns = dict(derivative_namespace())    # partials of plain numbers: C's NaN, no raise
     ns.update(mul0=_mul0, div0=_div0, choose=where,
               sign=_piecewise("sign", np.sign, ns["sign"]),
               heaviside=_piecewise("heaviside", lambda v: np.heaviside(v, 0.5),

@@ -407,6 +407,17 @@ class _Loop:
         return name
 
 
+_LANES = 8      # running sums of a sum to one number (as many as AVX-512's doubles)
+
+
+def _pairwise(array: str, count: int, start: int = 0) -> str:
+    """array[start] + ... + array[start + count - 1], added pairwise in a fixed order."""
+    if count == 1:
+        return f"{array}[{start}]"
+    half = count // 2
+    return f"({_pairwise(array, half, start)} + {_pairwise(array, count - half, start + half)})"
+
+
 class _Renderer:
     """C of one segment (see the module docstring). The loop body of a group (``_body``) is
     shared with the OpenCL renderer (``_program_cl``), which changes the types, the
@@ -459,9 +470,11 @@ class _Renderer:
         if not groups:
             return ""             # its values are all recomputed where they are read
         members = [ins for _, group in groups for ins in group]
-        sums = [f"acc{ins.outs[0]}" for ins in members if ins.op == "reduce"
-                and self.plan.vectorises(ins)]
-        pragma = "    #pragma omp simd" + (f" reduction(+:{', '.join(sums)})" if sums else "")
+        # a sum to one number adds element i to the running sum of lane i % 8 (_LANES),
+        # whatever loop it is in: so the program of the value alone and the one of the
+        # value and gradient (whose loops are merged and cut elsewhere, and vectorised
+        # another width) sum in one order, and give the same value to the bit
+        lanes = any(ins.op == "reduce" and self.plan.vectorises(ins) for ins in members)
         simd = all(self.plan.vectorises(ins) for ins in members)
         pre: list[str] = []
         post: list[str] = []
@@ -471,9 +484,25 @@ class _Renderer:
                 [(shape, group) for shape, group in groups if math.prod(shape) >= hi], inside)
             pre += [line for line in run_pre if line not in pre]     # the same in each
             post += [line for line in run_post if line not in post]
-            loops.append((pragma + "\n" if simd else "")
-                         + f"    for (long i = {lo}; i < {hi}L; i++) {{\n" + "\n".join(loop)
-                         + "\n    }\n")
+            body = "\n".join(loop) + "\n    }\n"
+            if not lanes:
+                loops.append(("    #pragma omp simd\n" if simd else "")
+                             + f"    for (long i = {lo}; i < {hi}L; i++) {{\n" + body)
+                continue
+            # whole blocks of _LANES elements as vector lanes, the ends one at a time
+            start = min(hi, -(-lo // _LANES) * _LANES)
+            stop = max(start, hi - hi % _LANES) if simd else start
+            for a, b, block in ((lo, start, False), (start, stop, True), (stop, hi, False)):
+                if a >= b:
+                    continue
+                if block:
+                    loops.append(f"    for (long block = {a}; block < {b}L; block += {_LANES})"
+                                 f" {{\n    #pragma omp simd\n    for (long lane = 0; lane < "
+                                 f"{_LANES}; lane++) {{\n        const long i = block + lane;\n"
+                                 + body + "    }\n")
+                else:
+                    loops.append(f"    for (long i = {a}; i < {b}L; i++) {{\n        const "
+                                 f"long lane = i % {_LANES};\n" + body)
         return ("    {\n" + "".join(line + "\n" for line in pre) + "".join(loops)
                 + "".join(line + "\n" for line in post) + "    }\n")
 
@@ -688,9 +717,14 @@ class _Renderer:
             update = f"{{{{ const double t_ = {{v}}; if (t_ != t_ || t_ {cmp} {{acc}}) " \
                      f"{{acc}} = t_; }}}}"
         out_size = math.prod(self.p.shapes[o])
+        if out_size == 1 and op == "sum":
+            # one running sum per lane (see _loop: fewer rounding steps in a row, as
+            # numpy's pairwise sum), added up in a fixed order after the loop
+            pre.append(f"    double acc{o}[{_LANES}] = {{0.0}};")
+            loop.append(f"        acc{o}[lane] += {v};")
+            post.append(f"    {self.ptr(o)}[0] = ({ctype})({_pairwise(f'acc{o}', _LANES)});")
+            return
         if out_size == 1:
-            # a sum's accumulator is a reduction of the simd loop: one running sum per
-            # vector lane (fewer rounding steps in a row, as numpy's pairwise sum)
             pre.append(f"    double acc{o} = {init};")
             loop.append("        " + update.format(acc=f"acc{o}", v=v))
             post.append(f"    {self.ptr(o)}[0] = ({ctype})(acc{o});")
