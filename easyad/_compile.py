@@ -1201,7 +1201,7 @@ def compiler() -> list[str] | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _identity(argv: tuple[str, ...]) -> str:
+def _compiler_identity(argv: tuple[str, ...]) -> str:
     """What the compiler is (its resolved path and ``--version``), once per process: the
     cache key changes when the compiler does."""
     try:
@@ -1261,9 +1261,9 @@ def _key(source: str, headers: list[tuple[str, bytes]], argv: list[str], flags: 
     """The cache name: a hash of everything that changes the shared object."""
     from easyad import __version__
     digest = hashlib.sha256()
-    for part in [str(_FORMAT), __version__, source, " ".join(argv), _identity(tuple(argv)),
-                 " ".join(flags), platform.machine(), _cpu() if native else "",
-                 sys.platform, sys.implementation.cache_tag or "",
+    for part in [str(_FORMAT), __version__, source, " ".join(argv),
+                 _compiler_identity(tuple(argv)), " ".join(flags), platform.machine(),
+                 _cpu() if native else "", sys.platform, sys.implementation.cache_tag or "",
                  *(os.environ.get(v, "") for v in ("CPATH", "C_INCLUDE_PATH",
                                                     "GCC_EXEC_PREFIX", "COMPILER_PATH"))]:
         digest.update(part.encode("utf-8", "surrogateescape") + b"\0")

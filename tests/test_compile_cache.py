@@ -403,7 +403,7 @@ def test_the_key_covers_compiler_flags_version_and_cpu(monkeypatch):
     source = '#include "_ops.h"\nint main(void) { return 0; }\n'
     _, headers = _compile._included(source)
     assert {name for name, _ in headers} >= {"_ops.h", "_helpers.h", "_status.h"}
-    monkeypatch.setattr(_compile, "_identity", lambda argv: "gcc 12.2.0")
+    monkeypatch.setattr(_compile, "_compiler_identity", lambda argv: "gcc 12.2.0")
     monkeypatch.setattr(_compile, "_cpu", lambda: "flags: avx2")
 
     def key(**change):
@@ -417,7 +417,7 @@ def test_the_key_covers_compiler_flags_version_and_cpu(monkeypatch):
                key(native=False),
                key(headers=[(n, t + b" ") if n == "_status.h" else (n, t)
                             for n, t in headers])]
-    monkeypatch.setattr(_compile, "_identity", lambda argv: "gcc 13.1.0")
+    monkeypatch.setattr(_compile, "_compiler_identity", lambda argv: "gcc 13.1.0")
     changed.append(key())
     monkeypatch.setattr(_compile, "_cpu", lambda: "flags: avx512f")
     changed.append(key())
