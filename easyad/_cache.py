@@ -131,8 +131,8 @@ def _make(path: str) -> None:
             break
         probe = up
     if os.path.lexists(probe) and not os.path.isdir(probe):
-        raise CacheError(f"the cache path {path!r} cannot be made: {probe!r} is a file, "
-                         f"not a folder; {_FIX}")
+        raise CacheError(f"the cache path {path!r} cannot be made: {probe!r} is a file "
+                         f"(or a broken link), not a folder; {_FIX}")
     for level in reversed(missing):
         try:
             os.mkdir(level, 0o700)

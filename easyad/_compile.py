@@ -55,6 +55,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 import warnings
 from typing import Any
 
@@ -1338,11 +1339,12 @@ def _build(source: str, entries: int, extra: tuple[str, ...], who: str) -> str |
     expected = len(source) / 1e6 * _SECONDS_PER_MB[level[0]]
     if expected >= _NOTICE_S:
         _log.warning("easyad: %s compiles a program of %s entries to C: about %.0f s on one "
-                     "core (stopped after $EASYAD_COMPILE_TIMEOUT = %g s; cached after)...",
-                     who, f"{entries:,}", expected, timeout)
+                     "core (stopped after $EASYAD_COMPILE_TIMEOUT = %g s; cached for next "
+                     "time) ...", who, f"{entries:,}", expected, timeout)
     refused: list[str] = []
+    deadline = time.monotonic() + timeout   # for all tries together
     for flags, name in choices:
-        if _compile(argv, flags, includes, source, folder, name, timeout, refused):
+        if _compile(argv, flags, includes, source, folder, name, timeout, deadline, refused):
             return os.path.join(folder, name + ".so")
         if refused[-1] == "ran":     # the compiler could not run at all, or timed out
             break
@@ -1375,7 +1377,8 @@ def _run(command: list[str], cwd: str, timeout: float) -> tuple[int, str]:
 
 
 def _compile(argv: list[str], flags: list[str], includes: list[str], source: str,
-             folder: str, name: str, timeout: float, refused: list[str]) -> bool:
+             folder: str, name: str, timeout: float, deadline: float,
+             refused: list[str]) -> bool:
     """Compile source into folder/name.so, with its sha256 beside it (each written to a
     temporary name, flushed and renamed: another process finds the whole file or none);
     False, with the reason added to refused, if the compiler fails ("ran" last where it
@@ -1387,7 +1390,7 @@ def _compile(argv: list[str], flags: list[str], includes: list[str], source: str
         # relative names: the object holds no temporary path, so builds are identical
         command = [*argv, *flags, *includes, "program.c", "-o", "program.so", "-lm"]
         try:
-            code, said = _run(command, work, timeout)
+            code, said = _run(command, work, max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             refused += [f"the C compiler {argv[0]!r} did not finish within {timeout:g} s "
                         f"(the program is too big to compile in that time). Raise "
@@ -1400,7 +1403,7 @@ def _compile(argv: list[str], flags: list[str], includes: list[str], source: str
         built = os.path.join(work, "program.so")
         if code != 0 or not os.path.isfile(built):
             memory = " (out of memory? raise $EASYAD_COMPILE_MEMORY_MB)" \
-                if code < 0 or "memory" in said else ""
+                if code < 0 or "memory" in said or "Killed signal" in said else ""
             said = f": {said.strip()[:500]}" if said.strip() else ""
             refused.append(f"the C compiler {argv[0]!r} failed (exit {code}){memory}{said}. "
                            f"Install a working gcc or clang, or point $CC at one.")
