@@ -1402,11 +1402,15 @@ def _compile(argv: list[str], flags: list[str], includes: list[str], source: str
             return False
         built = os.path.join(work, "program.so")
         if code != 0 or not os.path.isfile(built):
-            memory = " (out of memory? raise $EASYAD_COMPILE_MEMORY_MB)" \
-                if code < 0 or "memory" in said or "Killed signal" in said else ""
+            how = f"exit {code}"
+            if code < 0:
+                how = f"killed by {signal.Signals(-code).name}" \
+                    if -code in signal.valid_signals() else f"killed by signal {-code}"
+            if code == -signal.SIGKILL or "memory" in said or "Killed signal" in said:
+                how += "; out of memory? raise $EASYAD_COMPILE_MEMORY_MB"
             said = f": {said.strip()[:500]}" if said.strip() else ""
-            refused.append(f"the C compiler {argv[0]!r} failed (exit {code}){memory}{said}. "
-                           f"Install a working gcc or clang, or point $CC at one.")
+            refused.append(f"the C compiler {argv[0]!r} failed ({how}){said}. Install a "
+                           f"working gcc or clang, or point $CC at one.")
             return False
         with open(built, "rb") as handle:
             data = handle.read()

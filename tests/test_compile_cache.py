@@ -328,6 +328,15 @@ def test_the_compiler_runs_with_bounded_memory(cache, tmp_path, monkeypatch):
     assert seen.read_text().strip() == str(1500 * 1024)
 
 
+def test_a_compiler_that_crashes_is_named_and_the_vm_goes_on(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", script(tmp_path / "crashing-cc", """
+        [ "$1" = --version ] && echo "crashing-cc 1.0" && exit 0
+        kill -SEGV $$
+    """))
+    F, said = compile_quietly(f_of(10))
+    assert_falls_back(F, said, "crashing-cc' failed (killed by SIGSEGV)", k=10)
+
+
 @needs_cc
 def test_a_program_over_the_size_limit_stays_in_the_vm(cache, monkeypatch):
     monkeypatch.setenv("EASYAD_COMPILE_MAX_ENTRIES", "5")
