@@ -31,6 +31,9 @@ class CacheError(OSError):
     the message says why and what to do."""
 
 
+# Owners and permission bits as checked here are POSIX's; elsewhere (Windows: ACLs, no
+# owner in stat) only the atomic writes and the not-a-folder checks apply
+_POSIX = hasattr(os, "geteuid")
 _FIX = ("point $EASYAD_CACHE_DIR at a folder of your own (it is created 0700), "
         "e.g. ~/.cache/easyad")
 
@@ -66,7 +69,8 @@ def _others_can_write(st: os.stat_result) -> bool:
 
 
 def _uid() -> int:
-    return os.geteuid() if hasattr(os, "geteuid") else -1
+    return os.geteuid() if _POSIX else -1
+
 
 
 def _check_on_the_way(path: str) -> None:
@@ -98,6 +102,10 @@ def private_directory(*parts: str) -> str:
     module's docstring); raises CacheError where it is not safe or not a folder."""
     path = os.path.abspath(os.path.join(root(), *parts))
     _make(path)
+    if not _POSIX:
+        if not os.path.isdir(path):
+            raise CacheError(f"the cache folder {path!r} is not a folder; {_FIX}")
+        return path
     for where in (path, os.path.realpath(path)):
         _check_on_the_way(where)
         st = os.lstat(where)
@@ -159,7 +167,7 @@ def read_private(path: str) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise CacheError(f"the cache file {path!r} is not a regular file")
-        if st.st_uid != _uid() or _others_can_write(st):
+        if _POSIX and (st.st_uid != _uid() or _others_can_write(st)):
             raise CacheError(f"the cache file {path!r} was not written by this user (owner "
                              f"uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o})")
         return handle.read()
