@@ -376,6 +376,16 @@ def test_a_bad_setting_is_named_and_the_default_used(cache, tmp_path, monkeypatc
     assert "using 300" in str(said[0].message)
 
 
+def test_a_library_the_loader_refuses_is_a_warning_not_an_exception(cache, tmp_path):
+    garbage = tmp_path / "easyad-garbage.so"
+    garbage.write_bytes(b"not a shared object")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _compile.load(str(garbage), purpose="tensor") is None
+    [said] = [w for w in caught if issubclass(w.category, ad.CompilerWarning)]
+    assert "cannot be loaded" in str(said.message) and "runs unfused" in str(said.message)
+
+
 # ---- the key: everything that changes the binary ----
 
 @needs_cc
