@@ -21,6 +21,7 @@ $(BIN)/python:
 # The checkout goes on the venv's path by a .pth file: what an editable install gives,
 # without pip compiling the core once more (make build compiles it, once).
 $(VENV)/.deps-run: pyproject.toml | $(BIN)/python
+	@echo "easyad: installing the build tools, numpy, pyopencl and PoCL into $(VENV) (once, about a minute) ..."
 	$(PIP) "setuptools>=77" "Cython>=3.0" wheel "numpy>=1.24"
 	$(PIP) pyopencl pocl-binary-distribution
 	$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_path('purelib'), \
@@ -30,12 +31,13 @@ $(VENV)/.deps-run: pyproject.toml | $(BIN)/python
 # the test references and tools on top: sympy, scipy, PyTorch 2.13.0 (CPU), mypy, ruff, sphinx,
 # and what the examples need (tqdm, matplotlib), so tests/test_nn.py::test_examples_run runs
 $(VENV)/.deps-test: pyproject.toml Makefile $(VENV)/.deps-run
+	@echo "easyad: installing the test references and tools (sympy, scipy, PyTorch, ruff, sphinx, tqdm) into $(VENV) (once, a few minutes) ..."
 	$(PIP) pytest hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
 	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm
 	touch $@
 
 # codegen (codegen/ -> easyad/_generated/) + cythonize + compile, each step only when its
-# inputs changed
+# inputs changed (setup.py announces the long ones, with their time)
 build: $(VENV)/.deps-run
 	$(BIN)/python setup.py -q build_ext --inplace
 

@@ -212,8 +212,10 @@ class Function:
         ``_helpers.h``; affine runs as loops the compiler vectorises) and compiled with the
         C compiler found at run time (``$CC``, else the one Python was built with). The
         shared object is cached on disk (``$EASYAD_CACHE_DIR/compiled``, else
-        ``~/.cache/easyad/compiled``), keyed by a hash of the C source, the compiler
-        command and its flags, so a second process loads it without compiling.
+        ``~/.cache/easyad/compiled``: a private folder; a file is loaded only when its
+        sha256 matches the one written beside it), keyed by a hash of the C source, its
+        headers, the compiler and its flags, so a second process loads it without
+        compiling.
 
         Values, gradients and ``value_and_gradient``, for one point or a batch (rows split
         over threads, without the GIL), then run the compiled code; with ``hessian=True``
@@ -223,7 +225,7 @@ class Function:
         and batches of Hessians stay in the VM. Results are the VM's, bit for bit: a
         point where a guarded comparison comes out differently, or an entry fails (``log``
         of a negative number...), is handed to the VM, which raises, re-records or masks as
-        ``on_branch_change`` says. Without a working compiler this warns once
+        ``on_branch_change`` says. Without a working compiler (or cache) this warns once
         (``ad.CompilerWarning``) and the VM goes on; a tape with user primitives
         (``ad.primitive``) is not compiled (silently: the VM runs it). ``F.compiled`` says
         whether compiled code is in use.

@@ -285,8 +285,10 @@ def test_a_second_process_loads_from_the_cache_without_compiling(tmp_path):
     first = run()
     assert first.stdout.strip() == "ok", first.stderr
     assert len(list((tmp_path / "cache" / "compiled").glob("*.so"))) == 1
-    # now the "compiler" only leaves a mark and fails: the second process must not run it
-    wrapper.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    # now the "compiler" only says its version (part of the cache key) as before, and
+    # otherwise leaves a mark and fails: the second process must not compile
+    wrapper.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && exec {' '.join(real)} "
+                       f"--version\ntouch {marker}\nexit 1\n")
     second = run()
     assert second.stdout.strip() == "ok", second.stderr
     assert not marker.exists()

@@ -1046,10 +1046,11 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     text = "\n".join(source)
     extra = ("-fopenmp-simd", "-Wl,-z,defs") + (("-DEASYAD_VECTOR_MATH",) if _vector_math()
                                                  else ())
-    path = _compile.build(text, sum(len(s) for s in segments), extra)
-    if path is None:
+    path = _compile.build(text, sum(len(s) for s in segments), extra, purpose="tensor")
+    library = None if path is None else _compile.load(path, purpose="tensor")
+    if library is None:
         return None
-    return FusedProgram(plan, _compile._load(path), be, on_guard, stored, text)
+    return FusedProgram(plan, library, be, on_guard, stored, text)
 
 
 def _group_numbers(plan: _Plan) -> dict[int, int]:
