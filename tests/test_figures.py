@@ -153,8 +153,8 @@ def test_casadis_jit_gets_the_flags_easyad_compiles_with(monkeypatch, tmp_path):
     ones easyad's build passes to gcc (captured from a build), at both levels."""
     import bench_replay
     from easyad import _compile
-    if _compile.compiler() is None or _compile._headers() is None:
-        pytest.skip("no C compiler or headers")
+    if _compile.compiler() is None:
+        pytest.skip("no C compiler")
     monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path))
     used = []
     # a stand-in compiler that notes its flags and reports success (nothing is loaded)
