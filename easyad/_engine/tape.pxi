@@ -314,7 +314,10 @@ cdef class WengertList:
         cdef char* fresh[6]
         arrays[:] = [<char*>self._values, <char*>self._partial0, <char*>self._partial1,
                      <char*>self._arg0, <char*>self._arg1, <char*>self._ops]
-        if new_mapped and not old_mapped and _spare_capacity >= capacity:
+        # (max_entries is enforced by the capacity never exceeding it: _append grows, and
+        # _grow refuses, only when the capacity is reached; so no larger spare is taken)
+        if (new_mapped and not old_mapped and _spare_capacity >= capacity
+                and _spare_capacity <= self._max_entries):
             return self._take_spare(arrays, keep)
         for k in range(6):
             fresh[k] = <char*>easyad_array_resize(
@@ -820,7 +823,8 @@ def _rebuild_wengert_list(*state, source="pickled WengertList"):
                                        f"data (expected {expected})")
     lst = WengertList(max_entries)
     if n:
-        lst._resize(max(n, _MIN_CAPACITY))
+        # never above max_entries: the capacity is what enforces it (_grow)
+        lst._resize(min(max(n, _MIN_CAPACITY), lst._max_entries))
         destinations[:] = [<char*>lst._values, <char*>lst._partial0, <char*>lst._partial1,
                            <char*>lst._arg0, <char*>lst._arg1, <char*>lst._ops]
         for k in range(6):
