@@ -61,7 +61,7 @@ def test_first_order_modes(definition):
     F = ad.record(lambda v: op(v[0]) * v[1], [1.0, 2.0])
     np.testing.assert_allclose(F.gradient([X0, 3.0]), [3 * D[1], D[0]], rtol=tol)
     np.testing.assert_allclose(F.hessian([X0, 3.0]), [[3 * D[2], D[1]], [D[1], 0.0]],
-                               rtol=max(tol, 1e-13), atol=1e-12)
+                               rtol=max(tol, 1e-13) * 10, atol=1e-12)   # (numeric: 1e-5)
 
 
 def test_nested_traces_give_second_derivatives(definition):

@@ -34,7 +34,7 @@ READS_OF_A_COMPARISON = {
     "index": operator.index,
     "== True": lambda c: c == True,  # noqa: E712  (the comparison operator is what is tested)
     "and": lambda c: c & True,
-    "invert": operator.invert,
+    "invert": lambda c: not ~c,
     "add": lambda c: c + 0,
     "pickle": pickle.dumps,
 }
@@ -247,7 +247,7 @@ def _cube_d2(t):
     return 6 * t
 
 
-@pytest.mark.parametrize("recorded", [0, 3, 7])
+@pytest.mark.parametrize("recorded", [0, 3, 6])
 def test_max_entries_still_holds_after_unpickling(recorded):
     lst = ad.WengertList(max_entries=8)
     x = lst.variable(1.0)
@@ -290,9 +290,12 @@ def test_a_pickled_function_keeps_every_attribute():
         assert _fields(G.tape) == _fields(F.tape)
         point = np.array([-0.5, 3.0])
         expected = [-0.5 * 3.0 + math.sin(3.0), 0.5]
-        np.testing.assert_allclose(G(point), expected, rtol=1e-15)
-        np.testing.assert_allclose(G.jacobian(point),
-                                   [[3.0, -0.5 + math.cos(3.0)], [-1.0, 0.0]], rtol=1e-15)
+        value, mask = G(point)                   # "mask" came along
+        np.testing.assert_allclose(value, expected, rtol=1e-15)
+        assert not np.any(mask)
+        jacobian, mask = G.jacobian(point)
+        np.testing.assert_allclose(jacobian, [[3.0, -0.5 + math.cos(3.0)], [-1.0, 0.0]],
+                                   rtol=1e-15)
         with pytest.raises(Exception, match="clear"):   # still owned by the Function
             G.tape.clear()
 
