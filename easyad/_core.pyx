@@ -211,7 +211,7 @@ def _set_strict(WengertList tape not None, bint on):
     return previous
 
 
-cdef int _strict_read(Record r, str how) except -1:
+cdef int _strict_read(str how) except -1:
     import os, sys
     # Cython code makes no frame: frame 0 is the Python code that read the value. easyad's
     # own Python layers (primitives, outputs of f, error messages) may read it.

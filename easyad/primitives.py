@@ -158,9 +158,7 @@ class Primitive:
             def partial(a: Any, b: Any) -> Any:
                 return first(a, b)[k]
             second = None if d2f is None else (lambda a, b: tuple(d2f(a, b)[k]))
-        return _DerivedPrimitive(f"d{self.name}/d{k}" if self.arity == 2 else f"{self.name}'",
-                                 partial, second, self.arity, getattr(self, "root", self),
-                                 self.numeric)
+        return _DerivedPrimitive(self, k, partial, second)
 
     def _missing(self, order: int) -> ValueError:
         which = "derivative (df)" if order == 1 else "second derivative (d2f)"
@@ -271,10 +269,12 @@ class _DerivedPrimitive(Primitive):
     """A partial derivative of a user primitive, as an operation (nested Traces, Taylor
     series); a derivative it lacks is named after the primitive the user defined."""
 
-    def __init__(self, name: str, f: Callable[..., float], df: _Partials | None, arity: int,
-                 root: Primitive, numeric: bool) -> None:
-        super().__init__(name, f, df, None, arity)
-        self.root, self.numeric = root, numeric
+    def __init__(self, parent: Primitive, k: int, f: Callable[..., float],
+                 df: _Partials | None) -> None:
+        name = f"d{parent.name}/d{k}" if parent.arity == 2 else f"{parent.name}'"
+        super().__init__(name, f, df, None, parent.arity)
+        self.parent, self.k, self.numeric = parent, k, parent.numeric
+        self.root: Primitive = parent.root if isinstance(parent, _DerivedPrimitive) else parent
 
     def __call__(self, *args: Any) -> Any:
         if self.df is None and not self.numeric and any(_carries_derivatives(a) for a in args):
@@ -286,12 +286,20 @@ class _DerivedPrimitive(Primitive):
                 raise self._missing(2) from None
         return super().__call__(*args)
 
+    def __reduce__(self) -> Any:
+        # (a Trace of Records puts it on the tape) made again from the user's primitive
+        return (_derived_of, (self.parent, self.k))
+
     def _missing(self, order: int) -> ValueError:
         return ValueError(
             f"primitive {self.root.name!r}: this mode needs a derivative of higher order than "
             f"ad.define was given (df, d2f on floats): write df/d2f with easyad operations "
             f"(ad.exp, ad.sin, + - * /...) so they take Traces and Taylor series, or use a "
             f"lower order")
+
+
+def _derived_of(parent: Primitive, k: int) -> Primitive:
+    return parent._derived(k)
 
 
 # the array primitives live in the tensor layer (easyad/tensor/_custom.py), above this

@@ -148,3 +148,30 @@ def test_sqrt_at_zero_has_no_series_past_its_first_derivative():
     # away from 0 the series is the true one: sqrt(1 + s) = 1 + s/2 - s^2/8 + s^3/16
     np.testing.assert_allclose(ad.taylor(ad.sqrt, 1.0, 3), [1.0, 0.5, -0.25, 0.375],
                                rtol=1e-15)
+
+
+def _softplus(t):
+    return math.log1p(math.exp(t))
+
+
+def _softplus_d(t):
+    return 1 / (1 + math.exp(-t))
+
+
+def _softplus_d2(t):
+    return math.exp(-t) / (1 + math.exp(-t)) ** 2
+
+
+SOFTPLUS = ad.define("softplus_pickled", _softplus, _softplus_d, _softplus_d2)
+
+
+def test_a_tape_with_a_derived_operation_pickles():
+    # a Trace of Records puts softplus' (the derivative, an operation of its own) on the
+    # tape: it pickles as "the derivative of SOFTPLUS", so the copy sweeps the same
+    import pickle
+    lst = ad.WengertList()
+    a = lst.variable(X0)
+    g = SOFTPLUS(ad.Trace(a, 1.0)).derivative
+    lst2, g2, a2 = pickle.loads(pickle.dumps((lst, g, a)))
+    assert g2.derivatives()[a2] == pytest.approx(D[2], rel=1e-14)
+    assert g2.derivatives()[a2] == g.derivatives()[a]

@@ -920,6 +920,8 @@ cdef class Derivatives:
                 return 0.0  # the output was a constant: it depends on nothing
             _raise_tape_mismatch(self.tape, r.tape, "Derivatives")
         self._checked_tape()
+        if self.tape._strict:   # a float computed from the values: a read like .number
+            _strict_read("a derivative (d[x])")
         if r.generation != self.generation and not (
                 r._pending is not None
                 and (<PendingNumber>r._pending).generation == self.generation):
@@ -938,6 +940,8 @@ cdef class Derivatives:
         if tape is None:
             raise KeyError(f"no variable named {name!r}: the output is a constant, on no "
                            f"WengertList")
+        if tape._strict:
+            _strict_read("a derivative (d.by_name)")
         index = tape._indices.get(name)
         if index is None:
             known = ", ".join(repr(k) for k in tape._indices) or "none"
@@ -949,6 +953,8 @@ cdef class Derivatives:
         cdef WengertList tape = self._checked_tape()
         if tape is None:
             return {}
+        if tape._strict:
+            _strict_read("derivatives (d.as_dict)")
         return {name: (self._adjoints[index] if index < self._length else 0.0)
                 for name, index in tape._indices.items()}
 
