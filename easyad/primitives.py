@@ -16,8 +16,11 @@ Built on the public core plus the tape's ``_push_custom`` hook.
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from easyad import _core
 from easyad._core import NestedTrace, Record, Trace
@@ -26,12 +29,12 @@ _Partials = Callable[..., Any]
 
 
 def _real(v: Any) -> float | None:
-    if isinstance(v, (Trace, Record)):
-        return None
-    try:
+    # plain real numbers only: float() would also take a string, or read a one-element
+    # tensor and drop its derivative silently
+    if isinstance(v, numbers.Real) or (isinstance(v, np.ndarray) and v.ndim == 0
+                                       and v.dtype.kind in "biuf"):
         return float(v)
-    except (TypeError, ValueError):
-        return None
+    return None
 
 
 def _central(g: Callable[..., Any], xs: tuple[float, ...], k: int) -> tuple[Any, Any, float]:

@@ -175,3 +175,17 @@ def test_a_tape_with_a_derived_operation_pickles():
     lst2, g2, a2 = pickle.loads(pickle.dumps((lst, g, a)))
     assert g2.derivatives()[a2] == pytest.approx(D[2], rel=1e-14)
     assert g2.derivatives()[a2] == g.derivatives()[a]
+
+
+def test_a_scalar_operation_on_a_tensor_points_to_array_operations():
+    lst = ad.WengertList()
+    t = ad.Tensor.variable(np.array([0.1, 0.2]), lst)
+    with pytest.raises(TypeError, match=r"softplus_pickled\(\) takes numbers.*ArrayPrimitive"):
+        SOFTPLUS(t)
+    one = ad.Tensor.variable(np.array([0.1]), lst)   # float() would read it: refused too
+    with pytest.raises(TypeError, match="ArrayPrimitive"):
+        SOFTPLUS(one)
+    with pytest.raises(TypeError, match="got str"):
+        SOFTPLUS("0.1")
+    assert len(lst) == 2                     # nothing recorded by the failed calls
+    assert SOFTPLUS(np.float32(0.5)) == SOFTPLUS(np.array(0.5)) == _softplus(0.5)
