@@ -211,6 +211,13 @@ def _set_strict(WengertList tape not None, bint on):
     return previous
 
 
+cdef int _refuse_conversion(str what) except -1:
+    raise TypeError(
+        f"{what} of a Record would read its value with no guard: a replay (ad.record) at "
+        f"another point would reuse it silently. Compare Records to branch (x > 0, "
+        f"ad.where(x > 0, a, b)), or read x.number outside recording")
+
+
 cdef int _strict_read(str how) except -1:
     import os, sys
     # Cython code makes no frame: frame 0 is the Python code that read the value. easyad's

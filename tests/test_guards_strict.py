@@ -79,6 +79,7 @@ READS_OF_A_RECORD = {
     "repr() or str()": repr,
     "repr() or str() ": str,       # (the same message: str is repr)
     "repr() or str()  ": lambda r: f"{r}",
+    ".number ": lambda r: f"{r:.3f}",
     "a pickle": pickle.dumps,
     # derivatives are floats computed from the values: a branch on them is no guard either
     "a derivative (d[x])": lambda r: (r * r).derivatives()[r],
@@ -112,18 +113,27 @@ def test_repr_of_a_record_shows_its_value_outside_strict_mode():
 
 @pytest.mark.parametrize("strict", [False, True])
 @pytest.mark.parametrize("convert", [float, int, round, math.floor, math.ceil, math.trunc,
-                                     hash, operator.index, np.float64,
-                                     lambda r: np.asarray(r, dtype=float),
-                                     lambda r: format(r, ".3f")],
-                         ids=["float", "int", "round", "floor", "ceil", "trunc", "hash",
-                              "index", "np.float64", "np.asarray", "format spec"])
+                                     operator.index, np.float64,
+                                     lambda r: np.asarray(r, dtype=float), lambda r: [0][r]],
+                         ids=["float", "int", "round", "floor", "ceil", "trunc", "index",
+                              "np.float64", "np.asarray", "subscript"])
 def test_conversions_of_a_record_never_read_its_value_silently(convert, strict):
-    # a Record is no float: each of these raises (TypeError), strict or not
+    # a Record is no float: each of these raises TypeError saying so, strict or not
     def f(v):
         convert(v[0])
         return v[0]
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="of a Record would read its value with no guard.*"
+                                        "Compare Records"):
         ad.record(f, [1.5], strict=strict)
+    with pytest.raises(TypeError, match="unhashable"):
+        ad.record(lambda v: hash(v[0]), [1.5], strict=strict)
+
+
+def test_a_format_spec_formats_the_value_outside_strict_mode():
+    lst = ad.WengertList()
+    x = lst.variable(2.0 / 3.0)
+    assert f"{x:.3f}" == "0.667" and f"{x * 3.0:08.2e}" == format(2.0, "08.2e")
+    assert f"{x}" == repr(x)
 
 
 def test_strict_mode_keeps_guarded_reads_and_ends_with_the_recording():
