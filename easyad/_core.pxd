@@ -44,6 +44,8 @@ cdef class WengertList:
     cdef readonly Py_ssize_t serial
     cdef bint _frozen        # owned by a Function: clear() is refused
     cdef dict _pending       # entry index -> PendingNumber: values still on a device
+    cdef bint _strict        # recorded by ad.record(..., strict=True): user code may not
+                             # read its values (per list, so threads record independently)
 
     cdef int _grow(self) except -1
     cdef int _resize(self, Py_ssize_t capacity) except -1
@@ -83,6 +85,6 @@ cdef class Comparison:
     cdef readonly WengertList tape
     cdef readonly Py_ssize_t index
     cdef unsigned long long generation
-    cdef readonly bint outcome
+    cdef bint _outcome       # read through the outcome property, which marks a guard
 
     cdef bint _branch(self)

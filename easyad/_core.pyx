@@ -202,33 +202,39 @@ cdef int _anomaly_on_tape(WengertList tape, str name, double z, double p0,
     return 0
 
 
-# ---- strict recording (ad.record(..., strict=True)): Record.number refuses to be read ----
+# ---- strict recording (ad.record(..., strict=True)): user code may not read values ----
+# The switch is a flag on the WengertList being recorded, not a global: two threads
+# recording at once (one strict, one not) cannot turn each other's checks on or off.
 
-cdef object _strict_tape = None
-
-
-def _set_strict_tape(tape):
-    """Make reading .number of Records on ``tape`` from user code raise (None: off);
-    returns the previous tape (ad.record restores it)."""
-    global _strict_tape
-    previous = _strict_tape
-    _strict_tape = tape
+def _set_strict(WengertList tape not None, bint on):
+    """Make every read of the values of Records on ``tape`` from user code (.number,
+    repr/str, pickling) raise while ``on``; returns the previous setting (ad.record
+    restores it)."""
+    previous = tape._strict
+    tape._strict = on
     return previous
 
 
-cdef int _strict_number_read(Record r) except -1:
+cdef int _refuse_conversion(str what) except -1:
+    raise TypeError(
+        f"{what} of a Record would read its value with no guard: a replay (ad.record) at "
+        f"another point would reuse it silently. Compare Records to branch (x > 0, "
+        f"ad.where(x > 0, a, b)), or read x.number outside recording")
+
+
+cdef int _strict_read(str how) except -1:
     import os, sys
-    # Cython code makes no frame: frame 0 is the Python code that read .number. easyad's
-    # own Python layers (primitives, outputs of f) may read it.
+    # Cython code makes no frame: frame 0 is the Python code that read the value. easyad's
+    # own Python layers (primitives, outputs of f, error messages) may read it.
     frame = sys._getframe(0)
     filename = os.path.abspath(frame.f_code.co_filename)
     if filename.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep):
         return 0
     raise RuntimeError(
-        f"{frame.f_code.co_filename}:{frame.f_lineno} reads .number of a recorded variable inside "
-        f"ad.record(..., strict=True): a branch on the value records no guard, so replay "
-        f"at another point would follow this branch silently. Compare Records instead "
-        f"(x > 0 records a guard that replay checks) or use ad.where(cond, a, b)")
+        f"{frame.f_code.co_filename}:{frame.f_lineno} reads {how} of a recorded variable "
+        f"inside ad.record(..., strict=True): a branch on the value records no guard, so "
+        f"replay at another point would follow this branch silently. Compare Records "
+        f"instead (x > 0 records a guard that replay checks) or use ad.where(cond, a, b)")
 
 
 include "_engine/checks.pxi"

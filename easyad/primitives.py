@@ -6,29 +6,35 @@
 ``ad.define(name, f, df, d2f=None)`` (or the ``@ad.primitive(derivative=df)`` decorator)
 makes an operation that runs on floats, Traces (forward), Records (one tape entry with
 cached partials, as a table rule's), replayed Functions (a registered callback), recorded
-backward sweeps (``create_graph``) and Hessians when ``d2f`` is given. ``derivative=
+backward sweeps (``create_graph``), Hessians and nested Traces (Trace of Trace, Trace of
+Record) when ``d2f`` is given, and Taylor series (``ad.taylor``: the derivative functions
+are called on the series when written with easyad operations, else on floats, which gives
+orders up to the derivatives given). ``derivative=
 "numeric"`` differentiates a black box by central differences (approximate, documented).
 Built on the public core plus the tape's ``_push_custom`` hook.
 """
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from easyad import _core
-from easyad._core import Record, Trace
+from easyad._core import NestedTrace, Record, Trace
 
 _Partials = Callable[..., Any]
 
 
 def _real(v: Any) -> float | None:
-    if isinstance(v, (Trace, Record)):
-        return None
-    try:
+    # plain real numbers only: float() would also take a string, or read a one-element
+    # tensor and drop its derivative silently
+    if isinstance(v, numbers.Real) or (isinstance(v, np.ndarray) and v.ndim == 0
+                                       and v.dtype.kind in "biuf"):
         return float(v)
-    except (TypeError, ValueError):
-        return None
+    return None
 
 
 def _central(g: Callable[..., Any], xs: tuple[float, ...], k: int) -> tuple[Any, Any, float]:
@@ -113,9 +119,7 @@ class Primitive:
     def _need(self, order: int) -> _Partials:
         rule = self.df if order == 1 else self.d2f
         if rule is None:
-            which = "derivative (df)" if order == 1 else "second derivative (d2f)"
-            raise ValueError(f"primitive {self.name!r} has no {which}; pass it to ad.define "
-                             f"or ad.primitive, or use derivative='numeric'")
+            raise self._missing(order)
         return rule
 
     def _partials(self, *xs: float) -> tuple[float, ...]:
@@ -145,10 +149,85 @@ class Primitive:
                  for k in range(2)]
         return first[0](x, y), first[1](x, y)
 
+    def _derived(self, k: int) -> Primitive:
+        """d f / d x_k as a Primitive of its own: its derivative is row k of d2f (None
+        when d2f was not given: using it then raises, naming this primitive's d2f)."""
+        first = self._need(1)
+        d2f = self.d2f
+        if self.arity == 1:
+            partial: Callable[..., Any] = first
+            second: _Partials | None = d2f
+        else:
+            def partial(a: Any, b: Any) -> Any:
+                return first(a, b)[k]
+            second = None if d2f is None else (lambda a, b: tuple(d2f(a, b)[k]))
+        return _DerivedPrimitive(self, k, partial, second)
+
+    def _missing(self, order: int) -> ValueError:
+        which = "derivative (df)" if order == 1 else "second derivative (d2f)"
+        return ValueError(f"primitive {self.name!r} has no {which}; pass it to ad.define "
+                          f"or ad.primitive, or use derivative='numeric'")
+
+    # ---- nested Traces: the chain rule one level at a time ----
+    def _nested(self, args: tuple[Any, ...]) -> Any:
+        # f(p + d eps) = f(p) + f'(p) d eps, with p and d of the level below (Traces or
+        # Records); f' is itself a Primitive, so the levels below differentiate it too
+        primals = [a.number if type(a) is NestedTrace else a for a in args]
+        tangents = [a.derivative if type(a) is NestedTrace else 0.0 for a in args]
+        value = self(*primals)
+        tangent: Any = 0.0
+        for k, d in enumerate(tangents):
+            if isinstance(d, (int, float)) and d == 0.0:
+                continue   # a constant at this level
+            tangent = tangent + self._derived(k)(*primals) * d
+        return Trace(value, tangent)
+
+    # ---- Taylor series: z' = sum_k f_k(u) u_k', coefficient by coefficient ----
+    def _series(self, args: tuple[Any, ...]) -> Any:
+        from easyad.taylor import Taylor
+        if any(isinstance(a, (Trace, Record)) for a in args):
+            raise TypeError(f"{self.name}(): a Taylor series does not mix with forward "
+                            f"(Trace) or reverse (Record) mode")
+        order = min(a.order for a in args if isinstance(a, Taylor))
+        us = [a.truncate(order) if isinstance(a, Taylor) else Taylor.constant(a, order)
+              for a in args]
+        z = [float(self.f(*(u.number for u in us)))]
+        active = [k for k, u in enumerate(us) if order and u.coefficients[1:].any()]
+        if not active:
+            return Taylor.constant(z[0], order)
+        below = [u.truncate(order - 1) for u in us]
+        partials = {k: self._partial_series(k, below).coefficients for k in active}
+        for m in range(1, order + 1):
+            j = range(1, m + 1)
+            z.append(sum(sum(i * us[k].coefficients[i] * partials[k][m - i] for i in j)
+                         for k in active) / m)
+        return Taylor(z)
+
+    def _partial_series(self, k: int, us: list[Any]) -> Any:
+        """The series of d f / d x_k at the series ``us``: df itself on the series when it
+        is written with easyad operations (exact to any order), else the derived primitive
+        on floats, one order at a time down to the derivatives given."""
+        from easyad.taylor import Taylor
+        first = self._need(1)
+        if not self.numeric and us[0].order > 0:
+            try:
+                d = first(*us)
+                d = d if self.arity == 1 else d[k]
+                if isinstance(d, Taylor):
+                    return d
+                return Taylor.constant(float(d), us[0].order)   # a constant derivative
+            except TypeError:
+                pass   # df calls math on floats: go on with the derived primitive
+        return self._derived(k)._series(tuple(us))
+
     # ---- the operation, in every mode ----
     def __call__(self, *args: Any) -> Any:
         if len(args) != self.arity:
             raise TypeError(f"{self.name}() takes {self.arity} argument(s), got {len(args)}")
+        if any(type(a) is NestedTrace for a in args):
+            return self._nested(args)
+        if any(getattr(type(a), "_is_taylor_series", False) for a in args):
+            return self._series(args)
         numbers = [a.number if isinstance(a, (Trace, Record)) else _real(a) for a in args]
         if any(v is None for v in numbers):
             bad = next(a for a, v in zip(args, numbers) if v is None)
@@ -183,6 +262,47 @@ class Primitive:
         slots = [partials[k] if index[k] >= 0 else xs[k] for k in range(self.arity)]
         slots += [0.0] * (2 - len(slots))
         return tape._push_custom(self, index[0], index[1], value, slots[0], slots[1])
+
+
+def _carries_derivatives(value: Any) -> bool:
+    return isinstance(value, (Trace, Record)) or getattr(type(value), "_is_taylor_series", False)
+
+
+class _DerivedPrimitive(Primitive):
+    """A partial derivative of a user primitive, as an operation (nested Traces, Taylor
+    series); a derivative it lacks is named after the primitive the user defined."""
+
+    def __init__(self, parent: Primitive, k: int, f: Callable[..., float],
+                 df: _Partials | None) -> None:
+        name = f"d{parent.name}/d{k}" if parent.arity == 2 else f"{parent.name}'"
+        super().__init__(name, f, df, None, parent.arity)
+        self.parent, self.k, self.numeric = parent, k, parent.numeric
+        self.root: Primitive = parent.root if isinstance(parent, _DerivedPrimitive) else parent
+
+    def __call__(self, *args: Any) -> Any:
+        if self.df is None and not self.numeric and any(_carries_derivatives(a) for a in args):
+            # the last derivative given: written with easyad operations, it differentiates
+            # itself (a third derivative from d2f(Trace of Traces)); calling math raises
+            try:
+                return self.f(*args)
+            except TypeError:
+                raise self._missing(2) from None
+        return super().__call__(*args)
+
+    def __reduce__(self) -> Any:
+        # (a Trace of Records puts it on the tape) made again from the user's primitive
+        return (_derived_of, (self.parent, self.k))
+
+    def _missing(self, order: int) -> ValueError:
+        return ValueError(
+            f"primitive {self.root.name!r}: this mode needs a derivative of higher order than "
+            f"ad.define was given (df, d2f on floats): write df/d2f with easyad operations "
+            f"(ad.exp, ad.sin, + - * /...) so they take Traces and Taylor series, or use a "
+            f"lower order")
+
+
+def _derived_of(parent: Primitive, k: int) -> Primitive:
+    return parent._derived(k)
 
 
 # the array primitives live in the tensor layer (easyad/tensor/_custom.py), above this

@@ -108,7 +108,11 @@ def record(f: Callable[..., Any], x0: Any, *args: Any, on_branch_change: str = "
     a point where a comparison ``f`` branched on would come out differently. A branch on
     a plain float (``x[0].number > 0``) records no guard, and replay silently follows the
     recorded branch: with ``strict=True``, reading ``.number`` of a recorded variable in
-    ``f`` raises RuntimeError naming the line, so such branches are found.
+    ``f`` (or its ``repr``/``str``, or pickling it) raises RuntimeError naming the line, so
+    such branches are found; every other read (``bool``, ``Comparison.outcome``,
+    ``int(x > 0)``...) records a guard. Strict mode belongs to this recording alone:
+    recordings in other threads are not affected. Tensor code needs no strict mode: every
+    value it reads on the host (``t.value``, ``float(t)``, ``bool(t)``...) is a guard.
 
     **Tensor code** (``tensor=True``; chosen by itself when ``x0`` is not one 1-D array,
     when arguments follow ``x0``, when ``device`` is given, or when ``f`` uses tensor
@@ -149,7 +153,9 @@ def record(f: Callable[..., Any], x0: Any, *args: Any, on_branch_change: str = "
     xs = np.empty(x.shape[0], dtype=object)
     for i, v in enumerate(x):
         xs[i] = lst.variable(float(v))
-    previous = _core._set_strict_tape(lst) if strict else None
+    # strict is a flag on this recording's own list (not process-wide), set for the
+    # duration of f: other threads' recordings keep their own setting
+    _core._set_strict(lst, bool(strict))
     try:
         # a transform inside f records on lst (so it replays), above any forward level
         # open around this call (whose Traces f may close over: then f fails, as it should)
@@ -161,8 +167,7 @@ def record(f: Callable[..., Any], x0: Any, *args: Any, on_branch_change: str = "
         return _recorded.record_tensor(f, x0, on_branch_change=on_branch_change,
                                        device=device, fuse=fuse)
     finally:
-        if strict:
-            _core._set_strict_tape(previous)
+        _core._set_strict(lst, False)
     outputs, scalar = _output_records(lst, y)
     return Function(lst, [r.index for r in xs], [r.index for r in outputs], scalar=scalar,
                     f=f, on_branch_change=on_branch_change)

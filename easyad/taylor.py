@@ -67,6 +67,7 @@ class Taylor:
     """
 
     __slots__ = ("_c",)
+    _is_taylor_series = True   # how user primitives (primitives.py) spot a series
     __hash__ = None  # type: ignore[assignment]  # == compares values, as for Trace
 
     def __init__(self, coefficients: ArrayLike) -> None:

@@ -32,7 +32,7 @@ cdef object _record_compare(Record a, object other, int op):
     c.tape = tape
     c.index = n
     c.generation = tape.generation
-    c.outcome = outcome
+    c._outcome = outcome
     return c
 
 
@@ -41,8 +41,9 @@ cdef object _record_compare(Record a, object other, int op):
 cdef class Comparison:
     """The outcome of comparing Records, recorded on their WengertList.
 
-    It behaves as the bool outcome. Branching on it (``if x > 0:``) makes the comparison a
-    *guard*: a Function replayed at a point where the outcome differs reports the changed
+    It behaves as the bool outcome. Branching on it (``if x > 0:``), or reading the outcome
+    any other way (``c.outcome``, ``int(c)``, ``repr(c)``, ``hash(c)``...), makes the
+    comparison a *guard*: a Function replayed at a point where the outcome differs reports the changed
     branch. Passed to ``ad.where(x > 0, a, b)`` it makes a *select*, which replay evaluates
     again at every point.
 
@@ -67,7 +68,7 @@ cdef class Comparison:
             op = tape._ops[self.index]
             if op < OP_GUARD_LT:
                 tape._ops[self.index] = op + _GUARD_OFFSET
-        return self.outcome
+        return self._outcome
 
     def __bool__(self):
         return self._branch()
@@ -88,7 +89,7 @@ cdef class Comparison:
         return self._branch() != other
 
     def __hash__(self):
-        return hash(self.outcome)
+        return hash(self._branch())
 
     def __invert__(self):
         return not self._branch()
@@ -124,12 +125,19 @@ cdef class Comparison:
         return (tape is not None and self.generation == tape.generation
                 and tape._ops[self.index] >= OP_GUARD_LT)
 
+    @property
+    def outcome(self):
+        """The bool outcome; reading it marks a guard, as branching on it does."""
+        return self._branch()
+
+    # Every other way of reading the outcome marks a guard too: the text of repr/str, a
+    # hash or a pickle can steer the program as well as an ``if`` can.
     def __repr__(self):
-        return f"{self.outcome!r}"
+        return repr(self._branch())
 
     def __reduce__(self):
         # the tape entry it names does not travel: pickle the outcome, bool(c)
-        return (bool, (self.outcome,))
+        return (bool, (self._branch(),))
 
 
 cdef inline int _select_operand(object v, WengertList tape, Py_ssize_t* index,
@@ -157,7 +165,7 @@ cdef Record _record_select(Comparison condition, object a, object b):
                                f"cleared; compare the new records")
     _select_operand(a, tape, &ia, &x)
     _select_operand(b, tape, &ib, &y)
-    cdef bint chosen = condition.outcome
+    cdef bint chosen = condition._outcome   # a select is no guard: replay re-evaluates it
     if c != _select_condition(tape._length):
         # the select will read its condition from the entry just before it: copy it there
         op = tape._ops[c]

@@ -314,7 +314,10 @@ cdef class WengertList:
         cdef char* fresh[6]
         arrays[:] = [<char*>self._values, <char*>self._partial0, <char*>self._partial1,
                      <char*>self._arg0, <char*>self._arg1, <char*>self._ops]
-        if new_mapped and not old_mapped and _spare_capacity >= capacity:
+        # (max_entries is enforced by the capacity never exceeding it: _append grows, and
+        # _grow refuses, only when the capacity is reached; so no larger spare is taken)
+        if (new_mapped and not old_mapped and _spare_capacity >= capacity
+                and _spare_capacity <= self._max_entries):
             return self._take_spare(arrays, keep)
         for k in range(6):
             fresh[k] = <char*>easyad_array_resize(
@@ -820,7 +823,8 @@ def _rebuild_wengert_list(*state, source="pickled WengertList"):
                                        f"data (expected {expected})")
     lst = WengertList(max_entries)
     if n:
-        lst._resize(max(n, _MIN_CAPACITY))
+        # never above max_entries: the capacity is what enforces it (_grow)
+        lst._resize(min(max(n, _MIN_CAPACITY), lst._max_entries))
         destinations[:] = [<char*>lst._values, <char*>lst._partial0, <char*>lst._partial1,
                            <char*>lst._arg0, <char*>lst._arg1, <char*>lst._ops]
         for k in range(6):
@@ -916,6 +920,8 @@ cdef class Derivatives:
                 return 0.0  # the output was a constant: it depends on nothing
             _raise_tape_mismatch(self.tape, r.tape, "Derivatives")
         self._checked_tape()
+        if self.tape._strict:   # a float computed from the values: a read like .number
+            _strict_read("a derivative (d[x])")
         if r.generation != self.generation and not (
                 r._pending is not None
                 and (<PendingNumber>r._pending).generation == self.generation):
@@ -934,6 +940,8 @@ cdef class Derivatives:
         if tape is None:
             raise KeyError(f"no variable named {name!r}: the output is a constant, on no "
                            f"WengertList")
+        if tape._strict:
+            _strict_read("a derivative (d.by_name)")
         index = tape._indices.get(name)
         if index is None:
             known = ", ".join(repr(k) for k in tape._indices) or "none"
@@ -945,6 +953,8 @@ cdef class Derivatives:
         cdef WengertList tape = self._checked_tape()
         if tape is None:
             return {}
+        if tape._strict:
+            _strict_read("derivatives (d.as_dict)")
         return {name: (self._adjoints[index] if index < self._length else 0.0)
                 for name, index in tape._indices.items()}
 

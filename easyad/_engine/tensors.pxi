@@ -359,7 +359,7 @@ def tensor_binary_rule(TensorCore self, rule, other, bint reflected):
         r = <Record>other
         _ready(r)                     # a number still on a device: read (restores its generation)
         if r.tape is not None:
-            if (r.generation != r.tape.generation or _strict_tape is not None
+            if (r.generation != r.tape.generation or r.tape._strict
                     or (tape is not None and r.tape is not tape)):
                 return _slow_binary(self, rule, other, reflected)
             i_other = r.index
