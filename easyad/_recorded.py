@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _trees
+from easyad import _arrays, _trees
 from easyad._core import WengertList
 from easyad.errors import BranchChangedError
 from easyad.tensor import Tensor, _devices
@@ -261,7 +261,7 @@ class TensorFunction:
         self.f, self.on_branch_change, self.fuse = f, on_branch_change, fuse
         self._backend = _devices.resolve(device)
         leaves, self._x_tree = _trees.flatten(x0)
-        self._x_specs = [(a.shape, a.dtype) for a in (self._float(v) for v in leaves)]
+        self._x_specs = [(a.shape, a.dtype) for a in (self._float(v, "x0") for v in leaves)]
         arg_leaves, self._arg_tree = _flatten_args(args)
         self._arg_kinds = [None if _float_leaf(v) else _Static(v) for v in arg_leaves]
         self._arg_specs = [None if k is not None else self._float(v).shape
@@ -275,18 +275,19 @@ class TensorFunction:
         self._learning_rate = np.zeros(())     # sgd_step's, an input of the program
         statics = [k if k is not None else self._float(v)
                    for k, v in zip(self._arg_kinds, arg_leaves)]
-        self._record("gradient", [self._float(v) for v in leaves], statics)
+        self._record("gradient", [self._float(v, "x0") for v in leaves], statics)
 
     # -- inputs --
     @staticmethod
-    def _float(v: Any) -> np.ndarray:
+    def _float(v: Any, what: str = "an argument") -> np.ndarray:
+        """A float leaf as tensors hold it: float32 stays float32 (in native byte order),
+        other reals become float64 (``_arrays.real_array``: complex and the like raise)."""
         if isinstance(v, TensorBase):
             v = v.value
         a = np.asarray(v)
-        if a.dtype.kind not in "biuf":
-            raise TypeError(f"a recorded tensor function takes arrays of numbers, not "
-                            f"{a.dtype}")
-        return a if a.dtype in FLOAT_DTYPES else a.astype(np.float64)
+        _arrays.check_real(a, what)
+        native = a.dtype.newbyteorder("=")
+        return _arrays.real_array(a, what, native if native in FLOAT_DTYPES else np.float64)
 
     def _inputs(self, x: Any, args: tuple[Any, ...]) -> tuple[list[np.ndarray], list[Any]]:
         if type(x) is np.ndarray and not args and self._simple:   # one array, no arguments
@@ -306,7 +307,7 @@ class TensorFunction:
             if resident is not None:
                 xs.append(resident)
                 continue
-            a = np.asarray(v.value if isinstance(v, TensorBase) else v, dtype=dtype)
+            a = _arrays.real_array(v.value if isinstance(v, TensorBase) else v, "x", dtype)
             if a.shape != shape:
                 raise ValueError(f"recorded for an input of shape {shape}, got {a.shape}; "
                                  f"record again for another shape")
@@ -368,7 +369,8 @@ class TensorFunction:
                 type(a) is not np.ndarray or not t.is_leaf for a, t in zip(args, self._arg_tree)):
             return None
         for v, (shape, dtype) in zip(values, self._x_specs):
-            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype \
+                    or not v.flags.aligned:
                 return None
         out: list[Any] = []
         for a, kind, shape in zip(args, self._arg_kinds, self._arg_specs):
@@ -376,8 +378,8 @@ class TensorFunction:
                 if not kind.same(a):
                     return None
                 out.append(kind)
-            elif a.shape != shape or a.dtype.kind != "f":
-                return None
+            elif a.shape != shape or a.dtype not in FLOAT_DTYPES or not a.flags.aligned:
+                return None     # (FLOAT_DTYPES are native: '>f8' is converted by _float)
             else:
                 out.append(a)
         return values, out
@@ -506,8 +508,7 @@ class TensorFunction:
         if count == 0:
             raise ValueError("a batch of no points: x's leading axis is 0")
         leaves, _ = _trees.flatten(x)
-        X = [np.ascontiguousarray(np.asarray(v, dtype=dt)) for v, (_, dt)
-             in zip(leaves, self._x_specs)]
+        X = [_arrays.real_array(v, "x", dt) for v, (_, dt) in zip(leaves, self._x_specs)]
         point = _trees.unflatten(self._x_tree, [a[0] for a in X])
         xs, statics = self._inputs(point, args)
         floats = [a for a in statics if not isinstance(a, _Static)]
@@ -620,7 +621,7 @@ class TensorFunction:
             raise ValueError(f"v must have x's structure ({self._x_tree.describe()})")
         count = self._batch_count(x)
         if count is not None:       # v: one direction for all points, or one per point
-            tangents = [np.asarray(t, dtype=dt) for t, (_, dt) in zip(vs, self._x_specs)]
+            tangents = [_arrays.real_array(t, "v", dt) for t, (_, dt) in zip(vs, self._x_specs)]
             for t, (s, _) in zip(tangents, self._x_specs):
                 if t.shape not in (s, (count,) + s):
                     raise ValueError(f"v's leaf must have shape {s} or {(count,) + s}, got "
@@ -628,8 +629,11 @@ class TensorFunction:
             out = self._batched("hvp", x, args, count, tangents)
             return _trees.unflatten(self._x_tree, [g.reshape((count,) + s) for g, (s, _)
                                                    in zip(out, self._x_specs)])
-        tangents = [np.asarray(t, dtype=dt).reshape(s) for t, (s, dt) in
-                    zip(vs, self._x_specs)]
+        tangents = [_arrays.real_array(t, "v", dt) for t, (_, dt) in zip(vs, self._x_specs)]
+        for t, (s, _) in zip(tangents, self._x_specs):
+            if t.size != int(np.prod(s, dtype=int)):
+                raise ValueError(f"v's leaf must have shape {s}, got {t.shape}")
+        tangents = [t.reshape(s) for t, (s, _) in zip(tangents, self._x_specs)]
         out = self._run("hvp", x, args, tangents)
         return _trees.unflatten(self._x_tree, [self._host(g).reshape(s) for g, (s, _)
                                                in zip(out, self._x_specs)])
@@ -690,7 +694,7 @@ class TensorFunction:
                              f"({self._recordings['first'].out_tree.describe()})")
         cotangents = []
         for v, (shape, dtype) in zip(us, specs):
-            a = np.asarray(v, dtype=dtype)
+            a = _arrays.real_array(v, "u", dtype)
             if a.shape != shape:
                 raise ValueError(f"u's leaf must have the shape of f's output, {shape}, got "
                                  f"{a.shape}")

@@ -59,7 +59,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from easyad import _trees
+from easyad import _arrays, _trees
 from easyad._core import Record, Trace
 from easyad._evaluation import (_arguments, _as_array, _forward_point, _forward_run,
                                 _forward_value, _jacobian_forward, _jacobian_reverse, _name,
@@ -149,7 +149,7 @@ def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
         run = _Reverse(f, x0, _arguments(extra, args))
         out = _scalar_output(run.result, f, "grad", run.mode)
         value = out if run.nested else _forward_value(out) if run.tangents else _value(out)
-        return value, run.gradient(run.sweep(out, last=True))
+        return value, _in_dtype_of(x0, run.gradient(run.sweep(out, last=True)))
 
     vg.__doc__ = f"The value and gradient of {_name(f)} (made by easyad.value_and_grad)."
     return vg
@@ -241,7 +241,9 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
 
     @functools.wraps(f)
     def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
-        arguments = _arguments(extra, args)
+        return _in_dtype_of(x0, _jacobian(x0, _arguments(extra, args)))
+
+    def _jacobian(x0: Any, arguments: tuple[Any, ...]) -> Any:
         leaves, _ = _trees.flatten(x0)
         if mode == "reverse" or any(_trees.is_recorded(v) for v in leaves):
             return _jacobian_reverse(f, x0, arguments)
@@ -295,8 +297,8 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
         return (_trees.unflatten(tree, [p[0] for p in parts]),
                 _trees.unflatten(tree, [p[1] for p in parts]))
     leaves, tree = _output_leaves(result, f, "forward")
-    return (_trees.unflatten(tree, [_value(e) for e in leaves]),
-            _trees.unflatten(tree, [_tangent(e) for e in leaves]))
+    return _in_dtype_of(x0, (_trees.unflatten(tree, [_value(e) for e in leaves]),
+                             _trees.unflatten(tree, [_tangent(e) for e in leaves])))
 
 
 def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
@@ -341,7 +343,7 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
         total = total + _weighted(leaf, w.reshape(shape))
     value = _trees.unflatten(tree, [e if run.nested else _forward_value(e) if run.tangents
                                     else _value(e) for e in leaves])
-    return value, run.gradient(run.sweep(total, last=True))
+    return _in_dtype_of(x0, (value, run.gradient(run.sweep(total, last=True))))
 
 
 def _weighted(leaf: Any, w: NDArray[np.float64]) -> Any:
@@ -417,7 +419,8 @@ def hessian(f: Callable[..., Any]) -> Callable[..., Any]:
             shape = x.shape
             H = _by_replay(f, x, arguments, lambda F, z: F.hessian(z))
             if H is not None:
-                return float(H) if shape == () else np.asarray(H).reshape(shape + shape)
+                return float(H) if shape == () else _in_dtype_of(
+                    x0, np.asarray(H).reshape(shape + shape))
         return jacobian(_graph_gradient(f), mode="reverse")(x0, *arguments)
 
     evaluate.__doc__ = f"Hessian of {_name(f)} (easyad.hessian)."
@@ -452,7 +455,8 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
         direction = _Point(x0).like(v, "v")[0]
         result = _by_replay(f, x, arguments, lambda F, z: F.hvp(z, direction.reshape(-1)))
         if result is not None:
-            return float(result) if x.shape == () else np.asarray(result).reshape(x.shape)
+            return float(result) if x.shape == () else _in_dtype_of(
+                x0, np.asarray(result).reshape(x.shape))
     g = _graph_gradient(f)
     point = _Point(x0)
     directions = point.like(v, "v")
@@ -464,6 +468,18 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
             total = total + (_total(part * d) if d.ndim else part * float(d))
         return total
     return grad(directional)(x0, *arguments)
+
+
+def _in_dtype_of(x0: Any, result: Any) -> Any:
+    """``result``'s arrays in x0's floating dtype: derivatives follow the input's dtype
+    (float32 in, float32 out, as torch and JAX do), ints and bools give float64
+    (docs/conventions.md). The engines compute in float64 and round once at the end."""
+    if type(x0) is np.ndarray:      # the common case, without walking a structure
+        dtype = x0.dtype if x0.dtype.kind == "f" and x0.dtype.itemsize <= 8 \
+            else _arrays.FLOAT64
+    else:
+        dtype = _arrays.result_dtype(_trees.flatten(x0)[0])
+    return _arrays.as_result_dtype(result, dtype.newbyteorder("="))
 
 
 def _total(t: Any) -> Any:
