@@ -43,12 +43,16 @@ def _recording_of(what: str) -> str:
 
 
 def _float_leaf(v: Any) -> bool:
+    """Whether an argument after x is an input of the program (a float array), else a
+    static. Complex numbers, dates and time spans are neither: refused (TypeError)."""
     if isinstance(v, TensorBase):
         return True
-    if isinstance(v, np.ndarray):
-        return v.dtype.kind == "f"
-    if isinstance(v, (list, tuple)):
-        return np.asarray(v).dtype.kind == "f"
+    if isinstance(v, (np.ndarray, list, tuple)):
+        kind = (v if isinstance(v, np.ndarray) else np.asarray(v)).dtype.kind
+        if kind in "cmM":
+            _arrays.check_real(np.asarray(v), "an argument after x")
+        return kind == "f"
+    _arrays.refuse_complex_scalar(v, "an argument after x")
     return False
 
 
@@ -264,8 +268,11 @@ class TensorFunction:
         self._x_specs = [(a.shape, a.dtype) for a in (self._float(v, "x0") for v in leaves)]
         arg_leaves, self._arg_tree = _flatten_args(args)
         self._arg_kinds = [None if _float_leaf(v) else _Static(v) for v in arg_leaves]
-        self._arg_specs = [None if k is not None else self._float(v).shape
-                           for k, v in zip(self._arg_kinds, arg_leaves)]
+        # (shape, dtype) of each float argument: the program's input slot reads that dtype
+        self._arg_specs: list[Any] = []
+        for kind, v in zip(self._arg_kinds, arg_leaves):
+            a = self._float(v) if kind is None else None
+            self._arg_specs.append(None if a is None else (a.shape, a.dtype))
         self._simple = self._x_tree.is_leaf and not arg_leaves
         self._flat_keys = self._x_tree.keys if self._x_tree.kind == "dict" and all(
             c.is_leaf for c in self._x_tree.children) else None
@@ -318,16 +325,19 @@ class TensorFunction:
                              f"({', '.join(t.describe() for t in self._arg_tree)}), got "
                              f"{len(arg_tree)} ({', '.join(t.describe() for t in arg_tree)})")
         out: list[Any] = []
-        for v, kind, shape in zip(arg_leaves, self._arg_kinds, self._arg_specs):
+        for v, kind, spec in zip(arg_leaves, self._arg_kinds, self._arg_specs):
             if kind is not None:
                 if not kind.same(v):
+                    _float_leaf(v)      # complex, dates: the TypeError naming the dtype
                     raise ValueError(
                         "an argument that is not a float array (integers, a number, an "
                         "object) is part of the recording and changed; pass values that "
                         "change as float arrays (class labels one-hot), or record again")
                 out.append(kind)
             else:
-                a = self._float(v)
+                shape, dtype = spec
+                a = _arrays.real_array(v.value if isinstance(v, TensorBase) else v,
+                                       "an argument after x", dtype)
                 if a.shape != shape:
                     raise ValueError(f"recorded for an argument of shape {shape}, got "
                                      f"{a.shape}")
@@ -373,13 +383,13 @@ class TensorFunction:
                     or not v.flags.aligned:
                 return None
         out: list[Any] = []
-        for a, kind, shape in zip(args, self._arg_kinds, self._arg_specs):
+        for a, kind, spec in zip(args, self._arg_kinds, self._arg_specs):
             if kind is not None:
                 if not kind.same(a):
                     return None
                 out.append(kind)
-            elif a.shape != shape or a.dtype not in FLOAT_DTYPES or not a.flags.aligned:
-                return None     # (FLOAT_DTYPES are native: '>f8' is converted by _float)
+            elif (a.shape, a.dtype) != spec or not a.flags.aligned:
+                return None     # (the general path converts it to the recorded dtype)
             else:
                 out.append(a)
         return values, out

@@ -275,8 +275,9 @@ class Function:
         compiled code (no checks, no allocation, no Python in between); a point where a
         branch changes or an entry fails, anomaly mode, or a Function not compiled, goes
         through ``value_and_gradient`` (raising or re-recording as ``on_branch_change``
-        says; "mask" writes NaN). x, g: C-contiguous float64 (n,), value (1,), none sharing
-        memory; keep them alive and write x in place (``x[:] = ...``) between calls.
+        says; "mask" writes NaN). x, g: C-contiguous, aligned, native float64 (n,), value
+        (1,), none sharing memory (anything else raises here: bound arrays are not
+        converted); keep them alive and write x in place (``x[:] = ...``) between calls.
 
         Examples
         --------
@@ -355,15 +356,20 @@ class Function:
         stays on the device, a ``pyopencl.array.Array`` (B, n) in Fortran order (its
         ``.T`` is the variable-major (n, B) array); only a 4-byte flag is read back
         (with ``on_branch_change="mask"`` the mask comes back as a numpy array).
-        ``out``: an array of the result's shape to write it into (returned); for one point
-        of a compiled Function this skips allocating (see also ``bind_gradient``)."""
+        ``out``: a writable array of the result's shape to write it into (returned); for
+        one point into native float64 this skips allocating (see also ``bind_gradient``);
+        another dtype float64 casts into safely is written converted, others raise
+        TypeError before anything runs (docs/conventions.md)."""
         if out is not None:
-            direct = _arrays.out_array(out, self._result_shape(x, (self.n_inputs,)))
-            if direct and on_branch_change is None and self.on_branch_change != "mask" \
-                    and type(x) is np.ndarray \
+            # C writes straight into out only where its gate finds x and out both native
+            # float64 vectors of n (out writable): any other out is checked, then written
+            # converted once the result is complete
+            if on_branch_change is None and self.on_branch_change != "mask" \
+                    and type(x) is np.ndarray and type(out) is np.ndarray \
                     and (self._native.gradient_into(x, out) if self._native is not None
                          else self._replayer.gradient_into(x, out)):
                 return out
+            _arrays.out_array(out, self._result_shape(x, (self.n_inputs,)))
             result = self.gradient(x, on_branch_change=on_branch_change, device=device)
             if isinstance(result, tuple):   # mask mode: (gradient, mask)
                 return _arrays.write_out(out, result[0]), result[1]
@@ -433,7 +439,7 @@ class Function:
         if out is not None:
             n = self.n_inputs
             direct = _arrays.out_array(out, self._result_shape(
-                x, (len(self.hessian_pattern()[0]),) if sparse else (n, n)))
+                x, (len(self._pattern()[0]),) if sparse else (n, n)))
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:      # one point: the second-order program
             # built from the second one-point call on (a one-off Hessian, ad.hessian,
@@ -496,8 +502,9 @@ class Function:
         ``compile(hessian=True)``, else in the VM) straight from C; a point it flags (a
         changed branch, a failed entry), a nonzero that is not finite there, anomaly mode,
         or a function that program cannot express, goes through ``hessian`` (which raises,
-        re-records or masks as ``on_branch_change`` says; "mask" writes NaN). x: C-contiguous
-        float64 (n,), h (nnz,), not sharing memory; write x in place between calls.
+        re-records or masks as ``on_branch_change`` says; "mask" writes NaN). x: C-contiguous,
+        aligned, native float64 (n,), h (nnz,) writable, not sharing memory (anything else
+        raises here); write x in place between calls.
 
         Examples
         --------
@@ -512,7 +519,7 @@ class Function:
         """
         self._need_scalar("bind_hessian")
         _arrays.bound_array(x, self.n_inputs, "x", writable=False)
-        _arrays.bound_array(h, len(self.hessian_pattern()[0]), "h", writable=True)
+        _arrays.bound_array(h, len(self._pattern()[0]), "h", writable=True)
 
         def fallback() -> None:
             result = self.hessian(x, sparse=True)
