@@ -435,11 +435,8 @@ class Function:
         (blocks of directions per sweep). The two agree to rounding (1e-12 relative in the
         tests), not always bit for bit."""
         self._need_scalar("hessian")
-        direct = False
-        if out is not None:
-            n = self.n_inputs
-            direct = _arrays.out_array(out, self._result_shape(
-                x, (len(self._pattern()[0]),) if sparse else (n, n)))
+        n = self.n_inputs
+        out_shape = (len(self._pattern()[0]),) if sparse else (n, n)
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:      # one point: the second-order program
             # built from the second one-point call on (a one-off Hessian, ad.hessian,
@@ -448,7 +445,9 @@ class Function:
             self._hessian_calls += 1
             if second is not None:
                 program, native, target, _, source = second
-                into = out if sparse and direct else None
+                # C writes into out only where its gate finds it a native float64 vector
+                # of nnz, writable; any other out is checked below, then written converted
+                into = out if sparse and type(out) is np.ndarray else None
                 where = None if sparse else target
                 H1 = native.second_point(x, source, where, into) if native is not None \
                     else None
@@ -456,8 +455,11 @@ class Function:
                     H1 = program.second_point(x, source, where, into)
                 if H1 is not None:
                     if out is not None and H1 is not out:
+                        _arrays.out_array(out, out_shape)
                         return _arrays.write_out(out, H1)
                     return H1
+        if out is not None:         # checked before the sweeps run
+            _arrays.out_array(out, self._result_shape(x, out_shape))
         result = self._hessian_dense(x, on_branch_change)
         if sparse:
             rows, cols = self.hessian_pattern()
@@ -757,7 +759,8 @@ class Function:
     def _result_shape(self, x: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of a result of ``shape`` per point at x: one point, or a batch
         (for checking ``out=`` before anything is computed)."""
-        return (int(np.shape(x)[0]),) + shape if np.ndim(x) == 2 else shape
+        given = x.shape if hasattr(x, "shape") else np.shape(x)   # (a device array too)
+        return (int(given[0]),) + shape if len(given) == 2 else shape
 
     @staticmethod
     def _masked(result: Any, mask: NDArray[np.bool_] | None, batch: bool) -> Any:

@@ -230,7 +230,8 @@ cdef class _Replayer:
                      cnp.ndarray out):
         """For a second-order program (``_compile.second_order_program``): the Hessian's
         nonzeros at x, nonzero k being output source[k] (int64), into out ((nnz,) float64,
-        C-contiguous, writable; returned) or a new array, or, with target (int64 (nnz,):
+        C-contiguous, writable; returned; any other out: None) or a new array, or, with
+        target (int64 (nnz,):
         flat indices), scattered into a new dense (n, n) array of zeros. None when the
         general path must answer: x not a float64 vector of n, a flagged point (an error,
         a changed branch), a nonzero that is not finite (the sweeps' strong zeros decide
@@ -433,8 +434,7 @@ cdef object _second_result(const double* vals, cnp.ndarray source, cnp.ndarray t
         dims[0] = count
         result = cnp.PyArray_EMPTY(1, dims, cnp.NPY_DOUBLE, 0)
     elif not (_plain_vector(out, count) and cnp.PyArray_ISWRITEABLE(out)):
-        raise ValueError(f"out must be a writable C-contiguous float64 array of shape "
-                         f"({count},)")
+        return None      # not C's to write: the caller checks out and writes it converted
     else:
         result = out
     if not _gather_finite(vals, frm, count, <double*>cnp.PyArray_DATA(result)):
