@@ -435,8 +435,6 @@ class Function:
         (blocks of directions per sweep). The two agree to rounding (1e-12 relative in the
         tests), not always bit for bit."""
         self._need_scalar("hessian")
-        n = self.n_inputs
-        out_shape = (len(self._pattern()[0]),) if sparse else (n, n)
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:      # one point: the second-order program
             # built from the second one-point call on (a one-off Hessian, ad.hessian,
@@ -455,11 +453,11 @@ class Function:
                     H1 = program.second_point(x, source, where, into)
                 if H1 is not None:
                     if out is not None and H1 is not out:
-                        _arrays.out_array(out, out_shape)
+                        _arrays.out_array(out, self._hessian_shape(sparse))
                         return _arrays.write_out(out, H1)
                     return H1
         if out is not None:         # checked before the sweeps run
-            _arrays.out_array(out, self._result_shape(x, out_shape))
+            _arrays.out_array(out, self._result_shape(x, self._hessian_shape(sparse)))
         result = self._hessian_dense(x, on_branch_change)
         if sparse:
             rows, cols = self.hessian_pattern()
@@ -472,6 +470,11 @@ class Function:
                 return _arrays.write_out(out, result[0]), result[1]
             return _arrays.write_out(out, result)
         return result
+
+    def _hessian_shape(self, sparse: bool) -> tuple[int, ...]:
+        """The shape of one point's Hessian: (nnz,) sparse, else (n, n)."""
+        n = self.n_inputs
+        return (len(self._pattern()[0]),) if sparse else (n, n)
 
     def hessian_pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
         """(rows, cols) of the Hessian's structurally non-zero entries, row by row (every
