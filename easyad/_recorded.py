@@ -185,7 +185,7 @@ class _Recording:
             if v._backend is not be:
                 raise ValueError("f returned a tensor made outside it (not from its inputs)")
             return int(v._data.index)
-        a = np.asarray(v, dtype=np.float64)
+        a = _arrays.real_array(v, "an output of f")    # (complex: refused, not dropped)
         return be._constant(be.real.asarray(a, a.dtype)).index
 
     @staticmethod

@@ -74,6 +74,7 @@ def _output_records(lst: WengertList, y: Any) -> tuple[list[Record], bool]:
         elif isinstance(item, Record) and item.tape is not None:
             raise ValueError(f"output {k} was recorded on another WengertList")
         else:
+            _arrays.refuse_complex_scalar(item, f"output {k} of f")
             try:
                 value = float(item.number if isinstance(item, Record) else item)
             except (TypeError, ValueError):

@@ -437,6 +437,9 @@ def test_complex_numbers_raise_on_every_tensor_path():
     _no_complex_warning(lambda: T.gradient(POINT + 1j))
     _no_complex_warning(lambda: TV.vjp(POINT, DIRECTION * 1j))
     _no_complex_warning(lambda: T.hvp(POINT, DIRECTION * 1j))
+    _no_complex_warning(lambda: ad.record(lambda x: [x[0], np.complex128(1j)], X0))
+    _no_complex_warning(lambda: ad.record(lambda x: (ad.sum(x), np.array([1j])), X0,
+                                          tensor=True))
     # nothing above left a half-made entry behind: the list still sweeps correctly
     d = ad.sum(t * t).derivatives()
     np.testing.assert_allclose(d[t], [2.0, 4.0])
