@@ -292,7 +292,6 @@ class TensorFunction:
         if isinstance(v, TensorBase):
             v = v.value
         a = np.asarray(v)
-        _arrays.check_real(a, what)
         native = a.dtype.newbyteorder("=")
         return _arrays.real_array(a, what, native if native in FLOAT_DTYPES else np.float64)
 

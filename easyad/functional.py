@@ -475,10 +475,11 @@ def _in_dtype_of(x0: Any, result: Any) -> Any:
     (float32 in, float32 out, as torch and JAX do), ints and bools give float64
     (docs/conventions.md). The engines compute in float64 and round once at the end."""
     if type(x0) is np.ndarray:      # the common case, without walking a structure
-        dtype = x0.dtype if x0.dtype.kind == "f" and x0.dtype.itemsize <= 8 \
-            else _arrays.FLOAT64
+        dtype = x0.dtype
     else:
         dtype = _arrays.result_dtype(_trees.flatten(x0)[0])
+    if dtype.kind != "f" or dtype.itemsize >= 8:     # float64 (or ints, longdouble): as is
+        return result
     return _arrays.as_result_dtype(result, dtype.newbyteorder("="))
 
 
