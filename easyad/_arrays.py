@@ -135,7 +135,8 @@ def write_out(out: NDArray[Any], result: Any) -> NDArray[Any]:
 def bound_array(a: Any, size: int, what: str, writable: bool) -> NDArray[np.float64]:
     """Check an array bound once for C to read or write in place (``bind_gradient``,
     ``bind_hessian``): nothing can be converted, so anything but a native, aligned,
-    C-contiguous float64 vector of ``size`` (writable for results) raises."""
+    C-contiguous float64 vector of ``size`` (writable for results) raises: TypeError for
+    what is not an ndarray of reals, ValueError for another dtype, shape or layout."""
     need = (f"a C-contiguous float64 array of shape ({size},) in native byte order"
             f"{', writable' if writable else ''}")
     if not isinstance(a, np.ndarray):
@@ -143,9 +144,9 @@ def bound_array(a: Any, size: int, what: str, writable: bool) -> NDArray[np.floa
     problem = dtype_problem(a.dtype, what)
     if problem is not None:
         raise problem
-    if a.dtype != FLOAT64:
+    if a.dtype != FLOAT64:      # (ValueError, as binding has always raised for these)
         order = " (big-endian)" if a.dtype.kind == "f" and a.dtype.byteorder == ">" else ""
-        raise TypeError(f"{what} must be {need}, got dtype {a.dtype}{order}: it is read "
+        raise ValueError(f"{what} must be {need}, got dtype {a.dtype}{order}: it is read "
                         f"or written in place, so it cannot be converted; make it with "
                         f"np.ascontiguousarray({what}, dtype=float64) and bind that")
     if a.shape != (size,):

@@ -273,11 +273,12 @@ def test_out_arrays_are_written_converted_or_refused(call, kind):
 BIND_KINDS = {
     "native": (lambda a: a.copy(), None),
     "read-only": (_read_only, "g"),        # fine for x (only read), refused for results
-    "big-endian": (_big_endian, TypeError),
+    "big-endian": (_big_endian, ValueError),
     "strided": (_strided, ValueError),
     "unaligned": (_unaligned, ValueError),
-    "float32": (lambda a: a.astype(np.float32), TypeError),
-    "int64": (lambda a: a.astype(np.int64), TypeError),
+    "float32": (lambda a: a.astype(np.float32), ValueError),
+    "int64": (lambda a: a.astype(np.int64), ValueError),
+    "complex": (lambda a: a.astype(np.complex128), TypeError),
     "list": (lambda a: a.tolist(), TypeError),
 }
 
