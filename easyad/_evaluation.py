@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from easyad import _levels, _trees
+from easyad import _arrays, _levels, _trees
 from easyad._core import Node, Record, Trace, WengertList
 from easyad._trees import LEAF, TreeDef
 from easyad.errors import TapeMismatchError
@@ -167,12 +167,7 @@ def _as_array(x: Any, what: str) -> NDArray[np.float64]:
     if isinstance(x, Tensor):
         return np.array(x.value, dtype=np.float64)
     array = np.asarray(x)
-    if array.dtype.kind == "c":
-        raise TypeError(f"{what} must be real numbers, got complex (dtype {array.dtype}): "
-                        f"easyad differentiates real functions; pass x.real if that is meant")
-    if array.dtype.kind not in "biuf":
-        raise TypeError(f"{what} must hold real numbers (floats or ints), "
-                        f"got an array of dtype {array.dtype}")
+    _arrays.check_real(array, what)
     return np.array(array, dtype=np.float64)
 
 
@@ -498,8 +493,8 @@ def _input_tensor(a: NDArray[Any], tape: WengertList, elements: bool,
         array = np.asarray(a, dtype=np.float64)
         return (Tensor._input(array, tape, device=device) if elements
                 else Tensor.variable(array, tape, device=device))
-    if a.dtype == np.float64 and a.flags.c_contiguous:
-        data = a.view()
+    if a.dtype == np.float64 and a.flags.c_contiguous and a.flags.aligned:
+        data = a.view()     # (dtype equality includes byte order: a native array)
         data.flags.writeable = False
     else:
         data = np.array(a, dtype=np.float64, order="C")

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _trees
+from easyad import _arrays, _trees
 from easyad._core import WengertList
 from easyad.errors import BranchChangedError
 from easyad.tensor import Tensor, _devices
@@ -43,12 +43,16 @@ def _recording_of(what: str) -> str:
 
 
 def _float_leaf(v: Any) -> bool:
+    """Whether an argument after x is an input of the program (a float array), else a
+    static. Complex numbers, dates and time spans are neither: refused (TypeError)."""
     if isinstance(v, TensorBase):
         return True
-    if isinstance(v, np.ndarray):
-        return v.dtype.kind == "f"
-    if isinstance(v, (list, tuple)):
-        return np.asarray(v).dtype.kind == "f"
+    if isinstance(v, (np.ndarray, list, tuple)):
+        kind = (v if isinstance(v, np.ndarray) else np.asarray(v)).dtype.kind
+        if kind in "cmM":
+            _arrays.check_real(np.asarray(v), "an argument after x")
+        return kind == "f"
+    _arrays.refuse_complex_scalar(v, "an argument after x")
     return False
 
 
@@ -181,7 +185,7 @@ class _Recording:
             if v._backend is not be:
                 raise ValueError("f returned a tensor made outside it (not from its inputs)")
             return int(v._data.index)
-        a = np.asarray(v, dtype=np.float64)
+        a = _arrays.real_array(v, "an output of f")    # (complex: refused, not dropped)
         return be._constant(be.real.asarray(a, a.dtype)).index
 
     @staticmethod
@@ -261,11 +265,14 @@ class TensorFunction:
         self.f, self.on_branch_change, self.fuse = f, on_branch_change, fuse
         self._backend = _devices.resolve(device)
         leaves, self._x_tree = _trees.flatten(x0)
-        self._x_specs = [(a.shape, a.dtype) for a in (self._float(v) for v in leaves)]
+        self._x_specs = [(a.shape, a.dtype) for a in (self._float(v, "x0") for v in leaves)]
         arg_leaves, self._arg_tree = _flatten_args(args)
         self._arg_kinds = [None if _float_leaf(v) else _Static(v) for v in arg_leaves]
-        self._arg_specs = [None if k is not None else self._float(v).shape
-                           for k, v in zip(self._arg_kinds, arg_leaves)]
+        # (shape, dtype) of each float argument: the program's input slot reads that dtype
+        self._arg_specs: list[Any] = []
+        for kind, v in zip(self._arg_kinds, arg_leaves):
+            a = self._float(v) if kind is None else None
+            self._arg_specs.append(None if a is None else (a.shape, a.dtype))
         self._simple = self._x_tree.is_leaf and not arg_leaves
         self._flat_keys = self._x_tree.keys if self._x_tree.kind == "dict" and all(
             c.is_leaf for c in self._x_tree.children) else None
@@ -275,18 +282,18 @@ class TensorFunction:
         self._learning_rate = np.zeros(())     # sgd_step's, an input of the program
         statics = [k if k is not None else self._float(v)
                    for k, v in zip(self._arg_kinds, arg_leaves)]
-        self._record("gradient", [self._float(v) for v in leaves], statics)
+        self._record("gradient", [self._float(v, "x0") for v in leaves], statics)
 
     # -- inputs --
     @staticmethod
-    def _float(v: Any) -> np.ndarray:
+    def _float(v: Any, what: str = "an argument") -> np.ndarray:
+        """A float leaf as tensors hold it: float32 stays float32 (in native byte order),
+        other reals become float64 (``_arrays.real_array``: complex and the like raise)."""
         if isinstance(v, TensorBase):
             v = v.value
         a = np.asarray(v)
-        if a.dtype.kind not in "biuf":
-            raise TypeError(f"a recorded tensor function takes arrays of numbers, not "
-                            f"{a.dtype}")
-        return a if a.dtype in FLOAT_DTYPES else a.astype(np.float64)
+        native = a.dtype.newbyteorder("=")
+        return _arrays.real_array(a, what, native if native in FLOAT_DTYPES else np.float64)
 
     def _inputs(self, x: Any, args: tuple[Any, ...]) -> tuple[list[np.ndarray], list[Any]]:
         if type(x) is np.ndarray and not args and self._simple:   # one array, no arguments
@@ -306,7 +313,7 @@ class TensorFunction:
             if resident is not None:
                 xs.append(resident)
                 continue
-            a = np.asarray(v.value if isinstance(v, TensorBase) else v, dtype=dtype)
+            a = _arrays.real_array(v.value if isinstance(v, TensorBase) else v, "x", dtype)
             if a.shape != shape:
                 raise ValueError(f"recorded for an input of shape {shape}, got {a.shape}; "
                                  f"record again for another shape")
@@ -317,16 +324,19 @@ class TensorFunction:
                              f"({', '.join(t.describe() for t in self._arg_tree)}), got "
                              f"{len(arg_tree)} ({', '.join(t.describe() for t in arg_tree)})")
         out: list[Any] = []
-        for v, kind, shape in zip(arg_leaves, self._arg_kinds, self._arg_specs):
+        for v, kind, spec in zip(arg_leaves, self._arg_kinds, self._arg_specs):
             if kind is not None:
                 if not kind.same(v):
+                    _float_leaf(v)      # complex, dates: the TypeError naming the dtype
                     raise ValueError(
                         "an argument that is not a float array (integers, a number, an "
                         "object) is part of the recording and changed; pass values that "
                         "change as float arrays (class labels one-hot), or record again")
                 out.append(kind)
             else:
-                a = self._float(v)
+                shape, dtype = spec
+                a = _arrays.real_array(v.value if isinstance(v, TensorBase) else v,
+                                       "an argument after x", dtype)
                 if a.shape != shape:
                     raise ValueError(f"recorded for an argument of shape {shape}, got "
                                      f"{a.shape}")
@@ -368,16 +378,17 @@ class TensorFunction:
                 type(a) is not np.ndarray or not t.is_leaf for a, t in zip(args, self._arg_tree)):
             return None
         for v, (shape, dtype) in zip(values, self._x_specs):
-            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype \
+                    or not v.flags.aligned:
                 return None
         out: list[Any] = []
-        for a, kind, shape in zip(args, self._arg_kinds, self._arg_specs):
+        for a, kind, spec in zip(args, self._arg_kinds, self._arg_specs):
             if kind is not None:
                 if not kind.same(a):
                     return None
                 out.append(kind)
-            elif a.shape != shape or a.dtype.kind != "f":
-                return None
+            elif (a.shape, a.dtype) != spec or not a.flags.aligned:
+                return None     # (the general path converts it to the recorded dtype)
             else:
                 out.append(a)
         return values, out
@@ -506,8 +517,7 @@ class TensorFunction:
         if count == 0:
             raise ValueError("a batch of no points: x's leading axis is 0")
         leaves, _ = _trees.flatten(x)
-        X = [np.ascontiguousarray(np.asarray(v, dtype=dt)) for v, (_, dt)
-             in zip(leaves, self._x_specs)]
+        X = [_arrays.real_array(v, "x", dt) for v, (_, dt) in zip(leaves, self._x_specs)]
         point = _trees.unflatten(self._x_tree, [a[0] for a in X])
         xs, statics = self._inputs(point, args)
         floats = [a for a in statics if not isinstance(a, _Static)]
@@ -620,7 +630,7 @@ class TensorFunction:
             raise ValueError(f"v must have x's structure ({self._x_tree.describe()})")
         count = self._batch_count(x)
         if count is not None:       # v: one direction for all points, or one per point
-            tangents = [np.asarray(t, dtype=dt) for t, (_, dt) in zip(vs, self._x_specs)]
+            tangents = [_arrays.real_array(t, "v", dt) for t, (_, dt) in zip(vs, self._x_specs)]
             for t, (s, _) in zip(tangents, self._x_specs):
                 if t.shape not in (s, (count,) + s):
                     raise ValueError(f"v's leaf must have shape {s} or {(count,) + s}, got "
@@ -628,8 +638,11 @@ class TensorFunction:
             out = self._batched("hvp", x, args, count, tangents)
             return _trees.unflatten(self._x_tree, [g.reshape((count,) + s) for g, (s, _)
                                                    in zip(out, self._x_specs)])
-        tangents = [np.asarray(t, dtype=dt).reshape(s) for t, (s, dt) in
-                    zip(vs, self._x_specs)]
+        tangents = [_arrays.real_array(t, "v", dt) for t, (_, dt) in zip(vs, self._x_specs)]
+        for t, (s, _) in zip(tangents, self._x_specs):
+            if t.size != int(np.prod(s, dtype=int)):
+                raise ValueError(f"v's leaf must have shape {s}, got {t.shape}")
+        tangents = [t.reshape(s) for t, (s, _) in zip(tangents, self._x_specs)]
         out = self._run("hvp", x, args, tangents)
         return _trees.unflatten(self._x_tree, [self._host(g).reshape(s) for g, (s, _)
                                                in zip(out, self._x_specs)])
@@ -690,7 +703,7 @@ class TensorFunction:
                              f"({self._recordings['first'].out_tree.describe()})")
         cotangents = []
         for v, (shape, dtype) in zip(us, specs):
-            a = np.asarray(v, dtype=dtype)
+            a = _arrays.real_array(v, "u", dtype)
             if a.shape != shape:
                 raise ValueError(f"u's leaf must have the shape of f's output, {shape}, got "
                                  f"{a.shape}")

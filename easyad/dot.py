@@ -14,6 +14,27 @@ from easyad._tapeview import COMPARE, GUARD, SELECT, VARIABLE, TapeView
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "neg": "-"}
 
 
+def _escape(text: str) -> str:
+    """``text`` safe inside a double-quoted DOT string, shown as it is: names come from
+    users and from loaded files, and an unescaped quote would end the string and add
+    attributes (``x", image="/etc/passwd``). Backslashes are doubled (Graphviz reads
+    ``\\N``, ``\\G``, ``\\l``... as escapes), quotes escaped, line breaks become ``\\n``
+    and other control characters their ``\\xNN`` code."""
+    out = []
+    for ch in str(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _label(view: TapeView, e: int) -> str:
     kind = view.kind(e)
     if kind in (COMPARE, GUARD):
@@ -48,7 +69,7 @@ def to_dot(tape: Any, derivatives: Any = None, inputs: Sequence[int] = (),
     for i in range(n):
         kind = view.kind(i)
         title = names.get(i, f"x{i}") if kind == VARIABLE else _label(view, i)
-        text = f"{i}: {title}\\nvalue {view.values[i]:.6g}"
+        text = f"{i}: {_escape(title)}\\nvalue {view.values[i]:.6g}"
         if adjoints is not None and i < len(adjoints):
             text += f"\\nadjoint {adjoints[i]:.6g}"
         style = ""

@@ -67,7 +67,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from easyad import _trees
+from easyad import _arrays, _trees
 from easyad._core import Record, Trace
 from easyad._evaluation import (_arguments, _as_array, _forward_nested, _forward_point,
                                 _forward_run, _jacobian_forward, _jacobian_reverse, _name,
@@ -158,7 +158,7 @@ def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
         run = _Reverse(f, x0, _arguments(extra, args))
         out = _scalar_output(run.result, f, "grad", run.mode)
-        return run.value(out), run.gradient(run.sweep(out, last=True))
+        return run.value(out), _in_dtype_of(x0, run.gradient(run.sweep(out, last=True)))
 
     vg.__doc__ = f"The value and gradient of {_name(f)} (made by easyad.value_and_grad)."
     return vg
@@ -250,7 +250,9 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
 
     @functools.wraps(f)
     def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
-        arguments = _arguments(extra, args)
+        return _in_dtype_of(x0, _jacobian(x0, _arguments(extra, args)))
+
+    def _jacobian(x0: Any, arguments: tuple[Any, ...]) -> Any:
         leaves, _ = _point_leaves(x0)
         if mode == "reverse" or any(_trees.is_recorded(v) for v in leaves):
             return _jacobian_reverse(f, x0, arguments)
@@ -301,8 +303,8 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
         return (_trees.unflatten(tree, [p[0] for p in parts]),
                 _trees.unflatten(tree, [p[1] for p in parts]))
     leaves, tree = _output_leaves(result, f, "forward")
-    return (_trees.unflatten(tree, [_value(e) for e in leaves]),
-            _trees.unflatten(tree, [_tangent(e) for e in leaves]))
+    return _in_dtype_of(x0, (_trees.unflatten(tree, [_value(e) for e in leaves]),
+                             _trees.unflatten(tree, [_tangent(e) for e in leaves])))
 
 
 def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
@@ -346,7 +348,7 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
                              f"{_name(f)}, so {what}; got shape {w.shape}")
         total = total + _weighted(leaf, w.reshape(shape))
     value = _trees.unflatten(tree, [run.value(e) for e in leaves])
-    return value, run.gradient(run.sweep(total, last=True))
+    return _in_dtype_of(x0, (value, run.gradient(run.sweep(total, last=True))))
 
 
 def _weighted(leaf: Any, w: NDArray[np.float64]) -> Any:
@@ -430,7 +432,8 @@ def hessian(f: Callable[..., Any]) -> Callable[..., Any]:
             H = _by_replay(f, x, arguments, lambda F, z: F.hessian(z))
             if H is not None:
                 H = np.asarray(H)     # one number: H is (1, 1)
-                return float(H.reshape(())) if shape == () else H.reshape(shape + shape)
+                return float(H.reshape(())) if shape == () else _in_dtype_of(
+                    x0, H.reshape(shape + shape))
         return jacobian(_graph_gradient(f), mode="reverse")(x0, *arguments)
 
     evaluate.__doc__ = f"Hessian of {_name(f)} (easyad.hessian)."
@@ -466,7 +469,8 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
         result = _by_replay(f, x, arguments, lambda F, z: F.hvp(z, direction.reshape(-1)))
         if result is not None:
             result = np.asarray(result)       # one number: (1,)
-            return float(result.reshape(())) if x.shape == () else result.reshape(x.shape)
+            return float(result.reshape(())) if x.shape == () else _in_dtype_of(
+                x0, result.reshape(x.shape))
     g = _graph_gradient(f)
     point = _Point(x0)
     directions = point.like(v, "v")
@@ -478,6 +482,19 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
             total = total + (_total(part * d) if d.ndim else part * float(d))
         return total
     return grad(directional)(x0, *arguments)
+
+
+def _in_dtype_of(x0: Any, result: Any) -> Any:
+    """``result``'s arrays in x0's floating dtype: derivatives follow the input's dtype
+    (float32 in, float32 out, as torch and JAX do), ints and bools give float64
+    (docs/conventions.md). The engines compute in float64 and round once at the end."""
+    if type(x0) is np.ndarray:      # the common case, without walking a structure
+        dtype = x0.dtype
+    else:
+        dtype = _arrays.result_dtype(_trees.flatten(x0)[0])
+    if dtype.kind != "f" or dtype.itemsize >= 8:     # float64 (or ints, longdouble): as is
+        return result
+    return _arrays.as_result_dtype(result, dtype.newbyteorder("="))
 
 
 def _total(t: Any) -> Any:

@@ -11,7 +11,6 @@ and ``on_branch_change`` says what happens (raise, re-record f there, or mask th
 """
 from __future__ import annotations
 
-import io
 import math
 import os
 import threading
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from easyad import _core, _levels, _pool, _tapeview
+from easyad import _arrays, _core, _levels, _pool, _tapeview
 from easyad._core import Record, Trace, WengertList
 from easyad.anomaly import check_replay
 from easyad.errors import BranchChangedError, TapeFormatError
@@ -44,19 +43,8 @@ _CORES = _pool.CORES
 _threads = _pool.threads
 
 
-def _refuse_complex(x: NDArray[Any], what: str) -> None:
-    # numpy would drop the imaginary part with only a ComplexWarning; Records refuse it
-    if x.dtype.kind == "c":
-        raise TypeError(f"{what} must be real numbers, got complex (dtype {x.dtype}): "
-                        f"easyad differentiates real functions; pass x.real if that is meant")
-
-
 def _as_input(x0: ArrayLike, what: str = "x0") -> NDArray[np.float64]:
-    x = np.asarray(x0)
-    _refuse_complex(x, what)
-    if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-        raise TypeError(f"{what} must be an array of floats, got dtype {x.dtype}")
-    x = x.astype(np.float64)
+    x = _arrays.real_array(x0, what)
     if x.ndim != 1:
         raise ValueError(f"{what} must be 1-D (one point), got shape {x.shape}")
     return x
@@ -86,6 +74,7 @@ def _output_records(lst: WengertList, y: Any) -> tuple[list[Record], bool]:
         elif isinstance(item, Record) and item.tape is not None:
             raise ValueError(f"output {k} was recorded on another WengertList")
         else:
+            _arrays.refuse_complex_scalar(item, f"output {k} of f")
             try:
                 value = float(item.number if isinstance(item, Record) else item)
             except (TypeError, ValueError):
@@ -196,7 +185,13 @@ class Function:
         if on_branch_change not in _BRANCH_MODES:
             raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, "
                              f"got {on_branch_change!r}")
-        self._replayer = _core._Replayer(tape, list(inputs), list(outputs))
+        inputs = _arrays.indices(inputs, "inputs")
+        outputs = _arrays.indices(outputs, "outputs")
+        if len(set(inputs)) != len(inputs):
+            twice = next(i for i in inputs if inputs.count(i) > 1)
+            raise ValueError(f"inputs names entry {twice} twice: each input of a Function is "
+                             f"its own variable (one per element of x)")
+        self._replayer = _core._Replayer(tape, inputs, outputs)
         # The Function owns its tape: hessian(), save() and to_dot() read it, so it is
         # frozen (clear() raises) rather than left to go stale under the Function.
         tape._freeze()
@@ -293,8 +288,9 @@ class Function:
         compiled code (no checks, no allocation, no Python in between); a point where a
         branch changes or an entry fails, anomaly mode, or a Function not compiled, goes
         through ``value_and_gradient`` (raising or re-recording as ``on_branch_change``
-        says; "mask" writes NaN). x, g: C-contiguous float64 (n,), value (1,), none sharing
-        memory; keep them alive and write x in place (``x[:] = ...``) between calls.
+        says; "mask" writes NaN). x, g: C-contiguous, aligned, native float64 (n,), value
+        (1,), none sharing memory (anything else raises here: bound arrays are not
+        converted); keep them alive and write x in place (``x[:] = ...``) between calls.
 
         Examples
         --------
@@ -308,6 +304,10 @@ class Function:
         array([2., 1.])
         """
         self._need_scalar("bind_gradient")
+        _arrays.bound_array(x, self.n_inputs, "x", writable=False)
+        _arrays.bound_array(g, self.n_inputs, "g", writable=True)
+        if value is not None:
+            _arrays.bound_array(value, 1, "value", writable=True)
 
         def fallback() -> None:
             result = self.value_and_gradient(x)
@@ -369,20 +369,24 @@ class Function:
         stays on the device, a ``pyopencl.array.Array`` (B, n) in Fortran order (its
         ``.T`` is the variable-major (n, B) array); only a 4-byte flag is read back
         (with ``on_branch_change="mask"`` the mask comes back as a numpy array).
-        ``out``: an array of the result's shape to write it into (returned); for one point
-        of a compiled Function this skips allocating (see also ``bind_gradient``)."""
+        ``out``: a writable array of the result's shape to write it into (returned); for
+        one point into native float64 this skips allocating (see also ``bind_gradient``);
+        another dtype float64 casts into safely is written converted, others raise
+        TypeError before anything runs (docs/conventions.md)."""
         if out is not None:
+            # C writes straight into out only where its gate finds x and out both native
+            # float64 vectors of n (out writable): any other out is checked, then written
+            # converted once the result is complete
             if on_branch_change is None and self.on_branch_change != "mask" \
                     and type(x) is np.ndarray and type(out) is np.ndarray \
                     and (self._native.gradient_into(x, out) if self._native is not None
                          else self._replayer.gradient_into(x, out)):
                 return out
+            _arrays.out_array(out, self._result_shape(x, (self.n_inputs,)))
             result = self.gradient(x, on_branch_change=on_branch_change, device=device)
             if isinstance(result, tuple):   # mask mode: (gradient, mask)
-                out[...] = result[0]
-                return out, result[1]
-            out[...] = result
-            return out
+                return _arrays.write_out(out, result[0]), result[1]
+            return _arrays.write_out(out, result)
         if device is None and on_branch_change is None and self.on_branch_change != "mask" \
                 and self.scalar and type(x) is np.ndarray:  # one point: one C call
             point = self._native.point(x, True) if self._native is not None else None
@@ -453,6 +457,8 @@ class Function:
             self._hessian_calls += 1
             if second is not None:
                 program, native, target, _, source = second
+                # C writes into out only where its gate finds it a native float64 vector
+                # of nnz, writable; any other out is checked below, then written converted
                 into = out if sparse and type(out) is np.ndarray else None
                 where = None if sparse else target
                 H1 = native.second_point(x, source, where, into) if native is not None \
@@ -461,9 +467,11 @@ class Function:
                     H1 = program.second_point(x, source, where, into)
                 if H1 is not None:
                     if out is not None and H1 is not out:
-                        out[...] = H1
-                        return out
+                        _arrays.out_array(out, self._hessian_shape(sparse))
+                        return _arrays.write_out(out, H1)
                     return H1
+        if out is not None:         # checked before the sweeps run
+            _arrays.out_array(out, self._result_shape(x, self._hessian_shape(sparse)))
         result = self._hessian_dense(x, on_branch_change)
         if sparse:
             rows, cols = self.hessian_pattern()
@@ -473,11 +481,14 @@ class Function:
                 result = result[..., rows, cols]
         if out is not None:
             if isinstance(result, tuple):
-                out[...] = result[0]
-                return out, result[1]
-            out[...] = result
-            return out
+                return _arrays.write_out(out, result[0]), result[1]
+            return _arrays.write_out(out, result)
         return result
+
+    def _hessian_shape(self, sparse: bool) -> tuple[int, ...]:
+        """The shape of one point's Hessian: (nnz,) sparse, else (n, n)."""
+        n = self.n_inputs
+        return (len(self._pattern()[0]),) if sparse else (n, n)
 
     def hessian_pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
         """(rows, cols) of the Hessian's structurally non-zero entries, row by row (every
@@ -510,8 +521,9 @@ class Function:
         ``compile(hessian=True)``, else in the VM) straight from C; a point it flags (a
         changed branch, a failed entry), a nonzero that is not finite there, anomaly mode,
         or a function that program cannot express, goes through ``hessian`` (which raises,
-        re-records or masks as ``on_branch_change`` says; "mask" writes NaN). x: C-contiguous
-        float64 (n,), h (nnz,), not sharing memory; write x in place between calls.
+        re-records or masks as ``on_branch_change`` says; "mask" writes NaN). x: C-contiguous,
+        aligned, native float64 (n,), h (nnz,) writable, not sharing memory (anything else
+        raises here); write x in place between calls.
 
         Examples
         --------
@@ -525,6 +537,8 @@ class Function:
         array([2., 6., 6., 0.])
         """
         self._need_scalar("bind_hessian")
+        _arrays.bound_array(x, self.n_inputs, "x", writable=False)
+        _arrays.bound_array(h, len(self._pattern()[0]), "h", writable=True)
 
         def fallback() -> None:
             result = self.hessian(x, sparse=True)
@@ -533,9 +547,6 @@ class Function:
         second = self._second()
         self._hessian_calls += 1         # hessian() now uses the program too
         if second is None:
-            rows = len(self.hessian_pattern()[0])
-            if not (isinstance(h, np.ndarray) and h.shape == (rows,)):
-                raise ValueError(f"h must be a C-contiguous float64 array of shape ({rows},)")
             return fallback
         return _core._BoundSecond(second[1], second[0], x, h, second[4], fallback)
 
@@ -644,9 +655,7 @@ class Function:
                 return product
         self._need_scalar("hvp")
         X, batch = self._rows(x)
-        V = np.asarray(v)
-        _refuse_complex(V, "v")
-        V = V.astype(np.float64)
+        V = _arrays.real_array(v, "v")
         if V.shape not in ((self.n_inputs,), (X.shape[0], self.n_inputs)):
             raise ValueError(f"v must have shape ({self.n_inputs},) or "
                              f"({X.shape[0]}, {self.n_inputs}), got {V.shape}")
@@ -764,11 +773,7 @@ class Function:
                              f"{self.n_outputs} outputs: use jacobian()")
 
     def _rows(self, x: ArrayLike) -> tuple[NDArray[np.float64], bool]:
-        X = np.asarray(x)
-        if X.dtype == object:
-            raise TypeError("x must be an array of floats (replay takes numbers, not Records)")
-        _refuse_complex(X, "x")
-        X = np.ascontiguousarray(X, dtype=np.float64)
+        X = _arrays.real_array(x, "x")
         n = self.n_inputs
         if X.ndim == 1 and X.shape[0] == n:
             return X[None, :], False
@@ -776,6 +781,12 @@ class Function:
             return X, True
         raise ValueError(f"x must have shape ({n},) or (B, {n}) for this Function of {n} "
                          f"inputs, got {X.shape}")
+
+    def _result_shape(self, x: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of a result of ``shape`` per point at x: one point, or a batch
+        (for checking ``out=`` before anything is computed)."""
+        given = x.shape if hasattr(x, "shape") else np.shape(x)   # (a device array too)
+        return (int(given[0]),) + shape if len(given) == 2 else shape
 
     @staticmethod
     def _masked(result: Any, mask: NDArray[np.bool_] | None, batch: bool) -> Any:
@@ -1008,41 +1019,74 @@ _FIELDS = {
     "name_values": ("U", 1), **{key: ("", 1) for key, _ in _ENTRY_FIELDS},
 }
 _MAX_HEADER = 10_000
+# A deflated member may expand at most this many times (Function.save stores its arrays
+# uncompressed; np.savez_compressed of a real tape stays far below): a larger claim is
+# damage or a zip bomb, refused before anything is decompressed.
+_MAX_EXPANSION = 64
 
 
 def _read_npy(archive: zipfile.ZipFile, key: str, problem: Callable[[str], Exception],
-              size: int) -> NDArray[Any]:
-    """One array of the archive, parsed without pickle and without trusting its header:
-    the member is read whole (zipfile checks its CRC-32) before numpy sees it, and the
-    shape the header states must match the bytes there are."""
+              size: int, budget: list[int]) -> NDArray[Any]:
+    """One array of the archive, parsed without pickle and without trusting its header.
+    Every size is checked before memory is taken for it: the member's declared size
+    against the file's (``budget``: bytes all members may still expand to), then the
+    shape the .npy header states against the member's size; only then is the payload
+    read (zipfile checks its CRC-32 at the end)."""
     try:
         info = archive.getinfo(key + ".npy")
     except KeyError:
         raise problem(f"the field {key!r} is missing") from None
-    # a deflated member expands at most ~1032 times: a larger claim is damage (or a bomb)
-    if info.compress_size > size or info.file_size > 1100 * info.compress_size + 4096:
+    stored = info.compress_type == zipfile.ZIP_STORED
+    if info.compress_size > size or info.file_size > budget[0] or (
+            stored and info.file_size != info.compress_size) or (
+            not stored and info.file_size > _MAX_EXPANSION * info.compress_size + 4096):
         raise problem(f"the field {key!r} claims {info.file_size} bytes in "
-                      f"{info.compress_size}")
+                      f"{info.compress_size} (the file has {size}); more than a saved "
+                      f"Function holds")
+    budget[0] -= info.file_size
     with archive.open(info) as member:
-        data = member.read()
-    stream = io.BytesIO(data)
-    version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(
-            stream, max_header_size=_MAX_HEADER)
-    elif version == (2, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(
-            stream, max_header_size=_MAX_HEADER)
-    else:
-        raise problem(f"the field {key!r} is in .npy format {version}")
-    if dtype.hasobject:
-        raise problem(f"the field {key!r} holds Python objects (dtype {dtype})")
-    count = math.prod(shape)
-    if count * dtype.itemsize != len(data) - stream.tell():
-        raise problem(f"the field {key!r} states shape {shape} of {dtype}, "
-                      f"{count * dtype.itemsize} bytes, but holds {len(data) - stream.tell()}")
-    array = np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell())
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(
+                member, max_header_size=_MAX_HEADER)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(
+                member, max_header_size=_MAX_HEADER)
+        else:
+            raise problem(f"the field {key!r} is in .npy format {version}")
+        if dtype.hasobject:
+            raise problem(f"the field {key!r} holds Python objects (dtype {dtype})")
+        count = math.prod(shape)
+        payload = info.file_size - member.tell()    # (the header's end, decompressed)
+        if count * dtype.itemsize != payload:
+            raise problem(f"the field {key!r} states shape {shape} of {dtype}, "
+                          f"{count * dtype.itemsize} bytes, but holds {payload}")
+        data = member.read(payload + 1)     # one more: a member longer than declared
+        if len(data) != payload:
+            raise problem(f"the field {key!r} holds {len(data)} bytes, not {payload}")
+        member.read()                       # to the end: zipfile checks the CRC-32 there
+    array = np.frombuffer(data, dtype=dtype, count=count)
     return array.reshape(shape, order="F" if fortran else "C")
+
+
+def _read_members(archive: zipfile.ZipFile, problem: Callable[[str], TapeFormatError],
+                  size: int) -> dict[str, NDArray[Any]]:
+    """The fields of a saved Function, each read by ``_read_npy`` within one budget: all
+    members together may expand to at most ``_MAX_EXPANSION`` times the file."""
+    budget = [_MAX_EXPANSION * size + 65536]
+    try:
+        with archive:
+            names = archive.namelist()
+            if "format.npy" not in names:
+                raise problem("it has no 'format' field")
+            data = {key: _read_npy(archive, key, problem, size, budget) for key in _FIELDS}
+            if "checksum.npy" in names:
+                data["checksum"] = _read_npy(archive, "checksum", problem, size, budget)
+    except TapeFormatError:
+        raise
+    except Exception as error:  # zipfile, zlib and numpy's header parser: all are damage
+        raise problem(f"it cannot be read as .npz ({type(error).__name__}: {error})") from error
+    return data
 
 
 def load(path: str | os.PathLike[str]) -> Function:
@@ -1065,19 +1109,16 @@ def load(path: str | os.PathLike[str]) -> Function:
         return TapeFormatError(f"{source}: {text}. The file is damaged, or is not a saved "
                                f"easyad Function (Function.save writes one)")
 
+    # the file is read member by member (never whole), each checked before it is read
     with open(path, "rb") as handle:    # a missing file is FileNotFoundError, as usual
-        blob = handle.read()
-    try:
-        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
-            if "format.npy" not in archive.namelist():
-                raise problem("it has no 'format' field")
-            data = {key: _read_npy(archive, key, problem, len(blob)) for key in _FIELDS}
-            if "checksum.npy" in archive.namelist():
-                data["checksum"] = _read_npy(archive, "checksum", problem, len(blob))
-    except TapeFormatError:
-        raise
-    except Exception as error:  # zipfile, zlib and numpy's header parser: all are damage
-        raise problem(f"it cannot be read as .npz ({type(error).__name__}: {error})") from error
+        size = os.fstat(handle.fileno()).st_size
+        try:
+            archive = zipfile.ZipFile(handle)
+        except Exception as error:
+            raise problem(f"it cannot be read as .npz ({type(error).__name__}: "
+                          f"{error})") from error
+        data = _read_members(archive, problem, size)
+
     version = data["version"]
     if version.ndim or version.dtype.kind not in "iu":
         raise problem(f"its version is {version.tolist()!r} ({version.dtype}), not an "

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _arrays
 from easyad.tensor import ParameterValues, Tensor, recorded_parameter
 
 FLOAT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
@@ -62,7 +63,8 @@ class Parameter:
     def __init__(self, data: Any, dtype: Any = None, device: Any = None,
                  requires_grad: bool = True) -> None:
         array = np.asarray(data)
-        if dtype is None and array.dtype == np.float32:
+        _arrays.check_real(array, "a Parameter's data")    # complex: not dropped to real
+        if dtype is None and array.dtype.kind == "f" and array.dtype.itemsize == 4:
             dtype = np.float32
         self._values = ParameterValues(np.array(array, dtype=float_dtype(dtype), order="C",
                                                 copy=True))

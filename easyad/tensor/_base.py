@@ -19,8 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from easyad import _expr
-from easyad import _core
+from easyad import _arrays, _core, _expr
 from easyad._core import Node as _core_Node
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
@@ -125,11 +124,15 @@ def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
     if type(v) is Trace:
         raise TypeError(f"cannot combine a Tensor with a {type(v).__name__}: forward mode "
                         f"and reverse mode do not mix")
+    if isinstance(v, (complex, np.complexfloating)):   # float() would drop the imaginary
+        _arrays.refuse_complex_scalar(v, "a tensor operand")
     if isinstance(v, (bool, int, float, np.number, np.bool_)):
         return Operand(float(v), (), None, -1, None)
     if isinstance(v, (np.ndarray, list, tuple)):
         a = np.asarray(v)
         refuse_object_array(a)
+        if a.dtype.kind == "c":
+            _arrays.check_real(a, "a tensor operand")
         if a.dtype.kind not in "biuf":
             return None
         dt: np.dtype
@@ -309,7 +312,7 @@ class TensorBase(_core.TensorCore):
             raise TypeError(f"tensors hold float64 or float32, not {dtype}")
         if a.dtype.kind not in "biuf":
             refuse_object_array(a)       # Records (ad.record's scalar recording): say so
-            raise TypeError(f"a tensor is made from real numbers, got an array of {a.dtype}")
+            _arrays.check_real(a, "a tensor's values")
         return be, be.asarray(a, dtype), dtype
 
     @classmethod

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _core
+from easyad import _arrays, _core
 from easyad.errors import TapeMismatchError
 from easyad.tensor import _elementwise, _generic, _program, _structural
 from easyad.tensor._base import Node, TensorBase, _no_vjp, live_tape, wrap
@@ -69,7 +69,8 @@ class Tensor(TensorBase, RuleMethods):
                 raise ValueError(f"the backward sweep from a tensor of shape {self._shape} "
                                  f"needs a seed of that shape; or sweep from ad.sum(t)")
             seed = np.ones(self._shape)
-        seed = np.broadcast_to(np.asarray(seed, dtype=self._dtype), self._shape)
+        # (a complex seed would lose its imaginary part to numpy's cast: refused)
+        seed = np.broadcast_to(_arrays.real_array(seed, "seed", self._dtype), self._shape)
         return tape._backward_from(self._handle, self._backend.asarray(seed, self._dtype),
                                    release=release)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _expr, _levels, _rules
+from easyad import _arrays, _expr, _levels, _rules
 from easyad._core import Record, Trace
 from easyad._expressions import compile_rule
 from easyad.tensor import _shapes as shapes
@@ -385,8 +385,8 @@ def _pair(v: Any, be: Any, over_reverse: bool = False, top: int = 1) -> tuple[An
     if type(v) is Trace:
         value = Tensor.constant(np.asarray(v.number), device=be.device)
         return value, Tensor.constant(np.asarray(v.derivative), device=be.device)
-    value = v if isinstance(v, Tensor) else Tensor.constant(np.asarray(v, dtype=float),
-                                                            device=be.device)
+    value = v if isinstance(v, Tensor) else Tensor.constant(
+        _arrays.real_array(v, "a forward-mode operand"), device=be.device)
     return value, wrap(Tensor, be, be.full(value.shape, 0.0, value.dtype), value.shape, value.dtype)
 
 

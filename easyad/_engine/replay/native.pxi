@@ -77,8 +77,7 @@ cdef class _Native:
         mode, or a point the compiled code flags (a changed branch, a failed entry)."""
         cdef Py_ssize_t n = self.n_inputs
         cdef int flags
-        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
-                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+        if (not _plain_vector(x, n)
                 or _anomaly_mode):
             return None
         cdef cnp.npy_intp size = self.n_outputs
@@ -109,8 +108,7 @@ cdef class _Native:
         """``_Replayer.second_point`` by the compiled code of a second-order program."""
         cdef Py_ssize_t n = self.n_inputs
         cdef int flags
-        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
-                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+        if (not _plain_vector(x, n)
                 or _anomaly_mode):
             return None
         _check_source(source, self.n_outputs)
@@ -131,9 +129,7 @@ cdef class _Native:
             free(vals)
 
     cdef bint _vector(self, cnp.ndarray x, Py_ssize_t n):
-        return (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
-                and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)
-                and cnp.PyArray_ISWRITEABLE(x))
+        return _plain_vector(x, n) and cnp.PyArray_ISWRITEABLE(x)
 
     def gradient_into(self, cnp.ndarray x, cnp.ndarray g):
         """The gradient at x written into g (both C-contiguous float64 (n,), g writable):
@@ -141,8 +137,7 @@ cdef class _Native:
         cdef Py_ssize_t n = self.n_inputs
         cdef int flags
         cdef double value
-        if not (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
-                and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)) \
+        if not _plain_vector(x, n) \
                 or not self._vector(g, n) or _anomaly_mode or self.n_outputs != 1 \
                 or _overlap(x, g, n):
             return False
@@ -168,8 +163,7 @@ cdef class _Native:
         cdef int flags
         if self.hessian_fn == NULL:
             return None
-        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
-                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+        if (not _plain_vector(x, n)
                 or _anomaly_mode or self.n_outputs != 1):
             return None
         if (cnp.PyArray_TYPE(target) != cnp.NPY_INT64 or cnp.PyArray_TYPE(source) != cnp.NPY_INT64
@@ -206,10 +200,8 @@ cdef class _Native:
         cdef int flags
         if self.hvp_fn == NULL or _anomaly_mode or self.n_outputs != 1:
             return None
-        for array in (x, v):
-            if (cnp.PyArray_TYPE(array) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(array) != 1
-                    or cnp.PyArray_DIM(array, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(array)):
-                return None
+        if not (_plain_vector(x, n) and _plain_vector(v, n)):
+            return None
         cdef cnp.npy_intp size = n
         cdef cnp.ndarray out = cnp.PyArray_EMPTY(1, &size, cnp.NPY_DOUBLE, 0)
         cdef double* work = <double*>malloc(self.second_work_size * sizeof(double))
@@ -232,9 +224,11 @@ cdef class _Native:
         cdef int64_t bad
         if not (0 <= r0 <= r1 <= X.shape[0]) or X.shape[1] != self.n_inputs:
             raise ValueError("rows: X must be (B, n) and 0 <= r0 <= r1 <= B")
-        for array in (X, out, G, flags):
-            if array is not None and not cnp.PyArray_IS_C_CONTIGUOUS(array):
-                raise ValueError("compiled replay arrays must be C-contiguous")
+        for array in (X, out, G):
+            if array is not None and not _doubles(array):
+                raise ValueError("compiled replay arrays must be C-contiguous native float64")
+        if flags is None or not cnp.PyArray_IS_C_CONTIGUOUS(flags):
+            raise ValueError("compiled replay flags must be C-contiguous")
         cdef const double* x = <const double*>cnp.PyArray_DATA(X)
         cdef double* o = <double*>cnp.PyArray_DATA(out)
         cdef double* g = <double*>cnp.PyArray_DATA(G) if G is not None else NULL
@@ -286,9 +280,7 @@ cdef class _BoundGradient:
         for name, array, size in (("x", x, n), ("g", g, n), ("value", value, 1)):
             if array is None:
                 continue
-            if (cnp.PyArray_TYPE(array) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(array) != 1
-                    or cnp.PyArray_DIM(array, 0) != size
-                    or not cnp.PyArray_IS_C_CONTIGUOUS(array)
+            if (not _plain_vector(array, size)
                     or (name != "x" and not cnp.PyArray_ISWRITEABLE(array))):
                 raise ValueError(f"{name} must be a C-contiguous float64 array of shape "
                                  f"({size},){'' if name == 'x' else ', writable'}")
@@ -368,9 +360,7 @@ cdef class _BoundSecond:
         _check_source(source, replayer.n_outputs)
         self.count = cnp.PyArray_SIZE(source)
         for name, array, size in (("x", x, n), ("h", h, self.count)):
-            if (cnp.PyArray_TYPE(array) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(array) != 1
-                    or cnp.PyArray_DIM(array, 0) != size
-                    or not cnp.PyArray_IS_C_CONTIGUOUS(array)
+            if (not _plain_vector(array, size)
                     or (name == "h" and not cnp.PyArray_ISWRITEABLE(array))):
                 raise ValueError(f"{name} must be a C-contiguous float64 array of shape "
                                  f"({size},){'' if name == 'x' else ', writable'}")

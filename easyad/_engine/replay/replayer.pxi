@@ -6,6 +6,21 @@ cdef enum:
                                 # many entries on (below, the release costs more than it frees)
 
 
+cdef inline bint _doubles(cnp.ndarray a):
+    # whether C may read a as doubles: float64 in native byte order, aligned, C-contiguous
+    # (PyArray_TYPE alone is NPY_DOUBLE for big-endian '>f8' too: read as garbage)
+    return (a is not None and cnp.PyArray_TYPE(a) == cnp.NPY_DOUBLE
+            and cnp.PyArray_ISNOTSWAPPED(a) and cnp.PyArray_ISALIGNED(a)
+            and cnp.PyArray_IS_C_CONTIGUOUS(a))
+
+
+cdef inline bint _plain_vector(cnp.ndarray x, Py_ssize_t n):
+    # a vector of n doubles C may read (the gate of every one-point fast path: anything
+    # else goes to the Python path, which converts it, easyad/_arrays.py)
+    return _doubles(x) and cnp.PyArray_NDIM(x) == 1 and cnp.PyArray_DIM(x, 0) == n
+
+
+
 cdef int _point_row(const _Program* P, const double* X, double* out, double* G,
                     double* work) noexcept nogil:
     # one point: the outputs into out (NULL: not wanted), the gradient of output 0 into G
@@ -169,8 +184,7 @@ cdef class _Replayer:
         cdef const _Program* P = &self.program
         cdef Py_ssize_t n = self.n_inputs, m = self.n_outputs, k
         cdef int code = 0
-        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
-                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+        if (not _plain_vector(x, n)
                 or (gradient and m != 1) or not self._plain()):
             return None
         if not gradient:
@@ -198,11 +212,7 @@ cdef class _Replayer:
         call (as point)."""
         cdef Py_ssize_t n = self.n_inputs
         cdef int code
-        if not (cnp.PyArray_TYPE(x) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(x) == 1
-                and cnp.PyArray_DIM(x, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(x)
-                and cnp.PyArray_TYPE(g) == cnp.NPY_DOUBLE and cnp.PyArray_NDIM(g) == 1
-                and cnp.PyArray_DIM(g, 0) == n and cnp.PyArray_IS_C_CONTIGUOUS(g)
-                and cnp.PyArray_ISWRITEABLE(g)) \
+        if not (_plain_vector(x, n) and _plain_vector(g, n) and cnp.PyArray_ISWRITEABLE(g)) \
                 or self.n_outputs != 1 or not self._plain() or _overlap(x, g, n):
             return False
         cdef double* work = self._take_work()
@@ -220,7 +230,8 @@ cdef class _Replayer:
                      cnp.ndarray out):
         """For a second-order program (``_compile.second_order_program``): the Hessian's
         nonzeros at x, nonzero k being output source[k] (int64), into out ((nnz,) float64,
-        C-contiguous, writable; returned) or a new array, or, with target (int64 (nnz,):
+        C-contiguous, writable; returned; any other out: None) or a new array, or, with
+        target (int64 (nnz,):
         flat indices), scattered into a new dense (n, n) array of zeros. None when the
         general path must answer: x not a float64 vector of n, a flagged point (an error,
         a changed branch), a nonzero that is not finite (the sweeps' strong zeros decide
@@ -228,8 +239,7 @@ cdef class _Replayer:
         cdef const _Program* P = &self.program
         cdef Py_ssize_t n = self.n_inputs
         cdef int code
-        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
-                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+        if (not _plain_vector(x, n)
                 or not self._plain()):
             return None
         _check_source(source, self.n_outputs)
@@ -256,13 +266,12 @@ cdef class _Replayer:
         cdef Py_ssize_t n = self.n_inputs, K, k, count
         cdef int32_t guard = -1, status_entry = -1
         cdef int code = 0
-        if (cnp.PyArray_TYPE(x) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(x) != 1
-                or cnp.PyArray_DIM(x, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(x)
+        if (not _plain_vector(x, n)
                 or self.n_outputs != 1 or tape._customs or _anomaly_mode
                 or tape._length < P.length):
             return None
-        if (cnp.PyArray_TYPE(seeds) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(seeds) != 2
-                or cnp.PyArray_DIM(seeds, 0) != n or not cnp.PyArray_IS_C_CONTIGUOUS(seeds)
+        if (not _doubles(seeds) or cnp.PyArray_NDIM(seeds) != 2
+                or cnp.PyArray_DIM(seeds, 0) != n
                 or cnp.PyArray_TYPE(target) != cnp.NPY_INT64
                 or cnp.PyArray_TYPE(source) != cnp.NPY_INT64
                 or cnp.PyArray_SIZE(target) != cnp.PyArray_SIZE(source)):
@@ -321,8 +330,11 @@ cdef class _Replayer:
         cdef WengertList tape = self.tape
         if tape._length < self.program.length:
             raise RuntimeError("the Function's tape was cleared after recording; record again")
-        for array in (X, out, jac, second, seeds, changed, guard, status, status_entry):
-            if array is not None and not cnp.PyArray_IS_C_CONTIGUOUS(array):
+        for array in (X, out, jac, second, seeds):
+            if array is not None and not _doubles(array):
+                raise ValueError("replay arrays must be C-contiguous native float64")
+        for array in (changed, guard, status, status_entry):
+            if array is None or not cnp.PyArray_IS_C_CONTIGUOUS(array):
                 raise ValueError("replay arrays must be C-contiguous")
         self.program.customs = <void*>tape._customs if tape._customs else NULL
         R.X = <const double*>cnp.PyArray_DATA(X)
@@ -421,11 +433,8 @@ cdef object _second_result(const double* vals, cnp.ndarray source, cnp.ndarray t
     if out is None:
         dims[0] = count
         result = cnp.PyArray_EMPTY(1, dims, cnp.NPY_DOUBLE, 0)
-    elif (cnp.PyArray_TYPE(out) != cnp.NPY_DOUBLE or cnp.PyArray_NDIM(out) != 1
-            or cnp.PyArray_DIM(out, 0) != count or not cnp.PyArray_IS_C_CONTIGUOUS(out)
-            or not cnp.PyArray_ISWRITEABLE(out)):
-        raise ValueError(f"out must be a writable C-contiguous float64 array of shape "
-                         f"({count},)")
+    elif not (_plain_vector(out, count) and cnp.PyArray_ISWRITEABLE(out)):
+        return None      # not C's to write: the caller checks out and writes it converted
     else:
         result = out
     if not _gather_finite(vals, frm, count, <double*>cnp.PyArray_DATA(result)):
