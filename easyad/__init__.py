@@ -62,7 +62,7 @@ from easyad.tensor import (
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
 
-__version__ = "0.1.0"
+from easyad._version import __version__  # noqa: E402
 
 __all__ = [
     "BranchChangedError", "Comparison", "Derivatives", "Function", "TensorFunction",

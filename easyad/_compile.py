@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _cache, _core, _expr, _rules, _tapeview
+from easyad._version import __version__
 from easyad.errors import CompilerWarning
 
 _FORMAT = 1                       # bump when the rendered C changes meaning
@@ -1309,7 +1310,6 @@ def _included(source: str) -> tuple[list[str], list[tuple[str, bytes]]]:
 def _key(source: str, headers: list[tuple[str, bytes]], argv: list[str], flags: list[str],
          native: bool) -> str:
     """The cache name: a hash of everything that changes the shared object."""
-    from easyad import __version__
     digest = hashlib.sha256()
     for part in [str(_FORMAT), __version__, source, " ".join(argv),
                  _compiler_identity(tuple(argv)), " ".join(flags), platform.machine(),
