@@ -206,11 +206,11 @@ def fused_width(be: Any, real: str) -> int | None:
         width, lanewise = _forced[real]
         be.__dict__.setdefault("_untrusted_vector_math", {})[(real, width)] = lanewise
         return width
-    chosen = be.__dict__.setdefault("_fused_width", {})
-    if real in chosen:
-        return chosen[real]
-    from easyad.tensor import _proofs
     asked = vector_width(be, real)
+    chosen = be.__dict__.setdefault("_fused_width", {})
+    if (real, asked) in chosen:
+        return chosen[real, asked]
+    from easyad.tensor import _proofs
     widths = [w for w in (16, 8, 4, 2) if w <= asked] + [0]
     failed: list[str] = []
     width = None
@@ -219,19 +219,20 @@ def fused_width(be: Any, real: str) -> int | None:
         if v["ok"]:
             width = w
             break
-        failed.append(f"{_width_name(w)} failed ({v['problem']})")
+        failed.append(f"{_width_name(w)} ({v['problem']})")
     if failed:
         instead = ("no fused kernels: each instruction runs as its own kernel" if width is None
                    else f"{_width_name(width)} instead")
         warnings.warn(
             f"OpenCL device {be.device.name} ({be.device.description}): fused "
-            f"{_proofs.REALS[real]} kernels with {'; '.join(failed)} (each proven in a child "
-            f"process, so the driver could not crash this one); recorded programs use "
-            f"{instead}. Override: {VECTOR_ENV}=N picks the width to start from (0: scalar "
-            f"kernels); a driver that builds them all: {_PROOF_FIX}; verdicts are kept in "
+            f"{_proofs.REALS[real]} kernels failed their proof with {'; '.join(failed)}; "
+            f"recorded programs use {instead} (every kind of kernel is built and run in a "
+            f"child process first, so a driver that crashes takes only that one down). "
+            f"Override: {VECTOR_ENV}=N picks the widest width to try (0: scalar kernels); a "
+            f"driver that builds them all: {_PROOF_FIX}; verdicts are kept in "
             f"{_proofs.cache_path()} (delete it to prove again)",
-            KernelFallbackWarning, stacklevel=4)
-    chosen[real] = width
+            KernelFallbackWarning, stacklevel=5)
+    chosen[real, asked] = width
     return width
 
 

@@ -140,50 +140,43 @@ def _last_line(text: str) -> str:
 
 
 def prove(platform: int, device: int, kinds: list[str]) -> dict[str, dict[str, Any]]:
-    """Verdicts for ``kinds`` on device ``device`` of platform ``platform``, proven in child
-    processes: one child for all, a new one for the rest after a child dies."""
-    out: dict[str, dict[str, Any]] = {}
-    pending = list(kinds)
+    """Verdicts for ``kinds`` on device ``device`` of platform ``platform``, each proven in
+    a child process of its own: a kind passes only if its child also exits cleanly (PoCL
+    may abort at exit over a program it built wrongly, after the numbers came back)."""
+    return {kind: _prove_in_child(platform, device, kind) for kind in kinds}
+
+
+def _prove_in_child(platform: int, device: int, kind: str) -> dict[str, Any]:
     root = str(_PACKAGE.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    while pending:
-        request = {"platform": platform, "device": device, "kinds": pending}
+    request = {"platform": platform, "device": device, "kinds": [kind]}
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", "from easyad.tensor._proofs import _child; _child()"],
+            input=json.dumps(request), capture_output=True, text=True,
+            timeout=PROOF_TIMEOUT_S, env=env)
+        stdout, stderr, died = child.stdout, child.stderr, child.returncode
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "problem": f"the proof did not finish in {PROOF_TIMEOUT_S:.0f} s"}
+    verdict = None
+    for line in stdout.splitlines():
         try:
-            child = subprocess.run(
-                [sys.executable, "-c", "from easyad.tensor._proofs import _child; _child()"],
-                input=json.dumps(request), capture_output=True, text=True,
-                timeout=PROOF_TIMEOUT_S, env=env)
-            stdout, stderr = child.stdout, child.stderr
-            died: int | str | None = None if child.returncode == 0 else child.returncode
-        except subprocess.TimeoutExpired as timeout:
-            stdout = timeout.stdout.decode() if isinstance(timeout.stdout, bytes) else (
-                timeout.stdout or "")
-            stderr = ""
-            died = f"timed out after {PROOF_TIMEOUT_S:.0f} s"
-        started = None
-        for line in stdout.splitlines():
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue   # a driver printed on stdout
-            if not isinstance(message, dict):
-                continue
-            if "start" in message:
-                started = message["start"]
-            elif message.get("kind") in pending and _valid(message.get("verdict")):
-                out[message["kind"]] = message["verdict"]
-                started = None
-        pending = [k for k in pending if k not in out]
-        if not pending:
-            break
-        culprit = started if started in pending else pending[0]
-        said = _last_line(stderr)
-        out[culprit] = {"ok": False, "problem": (
-            f"the driver crashed ({_how(died if died is not None else 0)})"
-            + (f"; its last words: {said}" if said else ""))}
-        pending.remove(culprit)
-    return out
+            message = json.loads(line)
+        except ValueError:
+            continue   # a driver printed on stdout
+        if isinstance(message, dict) and message.get("kind") == kind and \
+                _valid(message.get("verdict")):
+            verdict = message["verdict"]
+    said = _last_line(stderr)
+    if died:
+        when = " after its numbers came back" if verdict is not None else ""
+        return {"ok": False, "problem": f"the driver crashed{when}: {_how(died)}"
+                + (f"; its last words: {said}" if said else "")}
+    if verdict is None:
+        return {"ok": False, "problem": "the proof gave no verdict"
+                + (f"; its last words: {said}" if said else "")}
+    return verdict
 
 
 # ---- the child: build, run and check each kind ----
@@ -421,7 +414,6 @@ def _child() -> None:
         sys.stdout.flush()   # the parent learns which kind a crash happened on
 
     for kind in request["kinds"]:
-        say({"start": kind})
         if kind in crash:
             os.kill(os.getpid(), signal.SIGSEGV)
         try:
