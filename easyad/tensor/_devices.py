@@ -144,7 +144,7 @@ def _prove_eager_kernels(name: str, description: str, handle: Any, v: dict[str, 
     warnings.warn(f"OpenCL device {name} ({description}): {v['problem']} (proven in a child "
                   f"process, so the driver could not crash this one); {instead}. Fix: "
                   f"{v['fix']}; verdicts are kept in {_proofs.cache_path()} (delete it to "
-                  f"prove again)", KernelFallbackWarning, stacklevel=4)
+                  f"prove again)", KernelFallbackWarning, stacklevel=_proofs.caller_stacklevel())
 
 
 def rescan() -> None:

@@ -231,13 +231,13 @@ def fused_width(be: Any, real: str) -> int | None:
             f"Override: {VECTOR_ENV}=N picks the widest width to try (0: scalar kernels); a "
             f"driver that builds them all: {_PROOF_FIX}; verdicts are kept in "
             f"{_proofs.cache_path()} (delete it to prove again)",
-            KernelFallbackWarning, stacklevel=5)
+            KernelFallbackWarning, stacklevel=_proofs.caller_stacklevel())
     chosen[real, asked] = width
     return width
 
 
 _PROOF_FIX = ("on Debian/Ubuntu `sudo apt-get install pocl-opencl-icd` (the system's PoCL; "
-              "PyPI's PoCL 3.0 crashes on 8-lane double vectors on some AVX-512 AMD CPUs)")
+              "PyPI's PoCL 3.0 crashes on its widest vectors on some AVX-512 AMD CPUs)")
 
 
 def _proven(be: Any, real: str, width: int) -> bool:

@@ -84,6 +84,16 @@ def _valid(verdict: Any) -> bool:
         isinstance(verdict.get("problem", ""), str)
 
 
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of a warning issued by the caller of this function that points at
+    the first frame outside easyad (the user's line, not easyad's internals)."""
+    level, frame = 2, sys._getframe(2)
+    root = str(_PACKAGE)
+    while frame is not None and frame.f_code.co_filename.startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _where(handle: Any, cl: Any) -> tuple[int, int]:
     """The (platform, device) indices of ``handle`` in pyopencl's enumeration (the child
     finds the device by them)."""
@@ -196,7 +206,7 @@ def _close(name: str, got: Any, want: Any, real: str) -> str | None:
     if good.all():
         return None
     k = int(np.argmin(good))
-    return f"{name} computed wrong numbers ({got[k]!r} instead of {want[k]!r})"
+    return f"{name} computed wrong numbers ({float(got[k])!r} instead of {float(want[k])!r})"
 
 
 def _eager_cases(be: Any, host: Any, dtype: Any) -> list[tuple[str, Any, Any]]:
@@ -414,7 +424,8 @@ def _child() -> None:
         sys.stdout.flush()   # the parent learns which kind a crash happened on
 
     for kind in request["kinds"]:
-        if kind in crash:
+        if kind in crash:     # as a driver's crash: the default action (LLVM handles it)
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGSEGV)
         try:
             verdict = _prove(device, kind)
