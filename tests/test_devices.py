@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _devices, _probe
+from easyad.tensor import _devices, _probe, _proofs
 
 pyopencl = pytest.importorskip("pyopencl")
 
@@ -137,6 +138,10 @@ else:
     else:
         raise AssertionError("set_device('opencl') accepted a broken device")
 """
+    # the session's kernel proofs, keyed by device: a device seen only here is proven anew
+    (tmp_path / "cache").mkdir()
+    if os.path.exists(_proofs.cache_path()):
+        shutil.copy(_proofs.cache_path(), tmp_path / "cache")
     result = run_python(code, {"OCL_ICD_VENDORS": str(empty),
                                "EASYAD_CACHE_DIR": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stdout + result.stderr

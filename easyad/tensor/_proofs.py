@@ -94,6 +94,18 @@ def caller_stacklevel() -> int:
     return level
 
 
+_keys: dict[int, str] = {}
+
+
+def _device_key(handle: Any, cl: Any) -> str:
+    """``_probe.device_key``, worked out once per device in a process (it reads the CPU's
+    flags)."""
+    key = _keys.get(handle.int_ptr)
+    if key is None:
+        key = _keys[handle.int_ptr] = _probe.device_key(handle, cl)
+    return key
+
+
 def _where(handle: Any, cl: Any) -> tuple[int, int]:
     """The (platform, device) indices of ``handle`` in pyopencl's enumeration (the child
     finds the device by them)."""
@@ -108,7 +120,7 @@ def verdicts(handle: Any, kinds: list[str]) -> dict[str, dict[str, Any]]:
     """The verdict of each kind (``{"ok", "problem", ...}``) on the device ``handle``: from
     this process, else the disk, else proven now in child processes (and kept on disk)."""
     import pyopencl as cl
-    prefix = f"{_probe.device_key(handle, cl)}:{fingerprint()}:"
+    prefix = f"{_device_key(handle, cl)}:{fingerprint()}:"
     with _lock:
         missing = [k for k in kinds if prefix + k not in _known]
         if missing:
