@@ -41,14 +41,18 @@ elements in each ran 3.5x faster than a work-item per element):
   scatters, pads under a condition, broadcasts of arrays, dtypes other than real_t and
   bools) keeps the scalar kernel. Loads and stores go through a vector type aligned as
   its elements: plain vector moves (some PoCL builds call vload/vstore out of line).
-  Where a device does not build the vector kernels, the program's scalar kernels are
-  built instead; ``EASYAD_OPENCL_VECTOR=0`` asks for them (a width asks for that width).
+  Each width is built here only after a child process proved it (``fused_width``,
+  ``_proofs``: PyPI's PoCL 3.0 crashes in LLVM on double8 on some AVX-512 AMD CPUs):
+  where it fails, the widest narrower one that passed, then scalar kernels, then none
+  (one KernelFallbackWarning). Where a device does not build the vector kernels of a
+  program, its scalar kernels are built instead; ``EASYAD_OPENCL_VECTOR=0`` asks for
+  them (a width asks for at most that width).
   A driver's vector builtins need not equal its scalar ones (PoCL 3.1's double8 pow got
-  lanes wrong next to a zero: pow is lane by lane always), so once per device, precision
-  and width one kernel compares every vector builtin with the scalar one at special
-  values mixed in vectors (``untrusted_vector_math``, kept on disk with the devices'
-  probe verdicts); those that differ by more than a few units in the last place are
-  called lane by lane (``_kernels.lanewise_math``).
+  lanes wrong next to a zero: pow is lane by lane always), so the proof of a width runs
+  one kernel comparing every vector builtin with the scalar one at special values mixed
+  in vectors (``_check_vector_math``; its finding is kept in the verdict and read by
+  ``untrusted_vector_math``); those that differ by more than a few units in the last
+  place are called lane by lane (``_kernels.lanewise_math``).
 - **backend steps** (``_program.step``): matmul and ``linear``, reductions over some axes,
   cross-entropy, scatter-adds with repeated indices, assembles of several parts, host
   calls (array primitives) and the guards (the only reads on the host, besides what the
