@@ -189,12 +189,15 @@ def test_the_real_devices_vector_widths():
             width = _program_cl.fused_width(d.backend, real)
             asked = _program_cl.vector_width(d.backend, real)
             tried = [w for w in (16, 8, 4, 2) if w <= asked] + [0]
-            assert width in tried
-            verdicts = _proofs.verdicts(d._handle, [f"fused:{real}:{w}" for w in tried])
-            for w in tried[:tried.index(width)]:
+            failed = tried[:tried.index(width)] if width is not None else tried
+            verdicts = _proofs.verdicts(d._handle, [f"fused:{real}:{w}" for w in failed])
+            for w in failed:
                 assert not verdicts[f"fused:{real}:{w}"]["ok"]
                 assert verdicts[f"fused:{real}:{w}"]["problem"]
-            assert verdicts[f"fused:{real}:{width}"]["ok"]
+            if width is None:
+                continue
+            assert _proofs.verdicts(d._handle, [f"fused:{real}:{width}"])[
+                f"fused:{real}:{width}"]["ok"]
             x = np.linspace(0.1, 1.9, 8 * 16 + 3).astype(dtype)
             F = ad.record(_f, x, device=d, tensor=True)
             np.testing.assert_allclose(F.gradient(x), _f_gradient(x.astype(np.float64)),
