@@ -122,8 +122,9 @@ lst = ad.WengertList()
 t = ad.Tensor.variable(np.arange(3.0), lst)
 assert ad.sum(t * t).derivatives()[t].tolist() == [0.0, 2.0, 4.0]
 cl = [d for d in ad.devices(include_unusable=True) if d.kind == "opencl"]
-assert cl, ad.device_report()
-if cl[0].usable:
+if not cl:
+    print("NO PYPI POCL")
+elif cl[0].usable:
     assert ad.set_device("opencl").name == cl[0].name
     x = ad.Tensor.variable(np.arange(3.0), ad.WengertList())
     print("WORKS", ad.sum(x * x).derivatives()[x].tolist())
@@ -145,6 +146,8 @@ else:
     result = run_python(code, {"OCL_ICD_VENDORS": str(empty),
                                "EASYAD_CACHE_DIR": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stdout + result.stderr
+    if result.stdout.startswith("NO PYPI POCL"):
+        pytest.skip("this pyopencl brings no PoCL of its own (the system's driver only)")
     assert result.stdout.startswith(("WORKS [0.0, 2.0, 4.0]", "REFUSED"))
     assert result.stderr == ""                     # nothing printed, nothing at exit
 
