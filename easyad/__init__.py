@@ -25,6 +25,7 @@ from easyad.errors import (
     CompilerWarning,
     DeviceError,
     GradientCheckError,
+    KernelFallbackWarning,
     ShapeError,
     StaleRecordError,
     TapeFormatError,
@@ -71,7 +72,7 @@ __all__ = [
     "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
     "Primitive", "ArrayPrimitive", "define", "primitive", "AnomalyError", "detect_anomaly",
-    "TapeFormatError", "where", "CompilerWarning",
+    "TapeFormatError", "where", "CompilerWarning", "KernelFallbackWarning",
     # the functional API, its check, Taylor mode
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",

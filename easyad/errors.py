@@ -107,8 +107,21 @@ class CompilerWarning(UserWarning):
     """
 
 
+class KernelFallbackWarning(UserWarning):
+    """A kind of OpenCL kernel failed its proof on a device (built and run in a child
+    process first, so a driver that crashes on it crashes there), and easyad uses a safer
+    kind instead: narrower vectors, scalar kernels, or one kernel per instruction. Results
+    are the same; the message says what failed, what is used instead, and how to override.
+
+    >>> import easyad as ad
+    >>> issubclass(ad.KernelFallbackWarning, UserWarning)
+    True
+    """
+
+
 __all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",
-           "ShapeError", "AnomalyError", "TapeFormatError", "DeviceError", "CompilerWarning"]
+           "ShapeError", "AnomalyError", "TapeFormatError", "DeviceError", "CompilerWarning",
+           "KernelFallbackWarning"]
 
 
 class DeviceError(RuntimeError):

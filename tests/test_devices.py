@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _devices, _probe
+from easyad.tensor import _devices, _probe, _proofs
 
 pyopencl = pytest.importorskip("pyopencl")
 
@@ -121,8 +122,9 @@ lst = ad.WengertList()
 t = ad.Tensor.variable(np.arange(3.0), lst)
 assert ad.sum(t * t).derivatives()[t].tolist() == [0.0, 2.0, 4.0]
 cl = [d for d in ad.devices(include_unusable=True) if d.kind == "opencl"]
-assert cl, ad.device_report()
-if cl[0].usable:
+if not cl:
+    print("NO PYPI POCL")
+elif cl[0].usable:
     assert ad.set_device("opencl").name == cl[0].name
     x = ad.Tensor.variable(np.arange(3.0), ad.WengertList())
     print("WORKS", ad.sum(x * x).derivatives()[x].tolist())
@@ -137,9 +139,15 @@ else:
     else:
         raise AssertionError("set_device('opencl') accepted a broken device")
 """
+    # the session's kernel proofs, keyed by device: a device seen only here is proven anew
+    (tmp_path / "cache").mkdir()
+    if os.path.exists(_proofs.cache_path()):
+        shutil.copy(_proofs.cache_path(), tmp_path / "cache")
     result = run_python(code, {"OCL_ICD_VENDORS": str(empty),
                                "EASYAD_CACHE_DIR": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stdout + result.stderr
+    if result.stdout.startswith("NO PYPI POCL"):
+        pytest.skip("this pyopencl brings no PoCL of its own (the system's driver only)")
     assert result.stdout.startswith(("WORKS [0.0, 2.0, 4.0]", "REFUSED"))
     assert result.stderr == ""                     # nothing printed, nothing at exit
 

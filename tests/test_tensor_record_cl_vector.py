@@ -44,8 +44,9 @@ def _run(monkeypatch, f, args, setting=None):
 
 
 def _width(F, dtype=np.float64):
-    """The vector width of this device for dtype (0: it gets scalar kernels)."""
-    return _program_cl.vector_width(F._backend, "double" if dtype == np.float64 else "float")
+    """The vector width fused kernels of dtype get on this device: the widest that passed
+    its proof (0: scalar kernels)."""
+    return _program_cl.fused_width(F._backend, "double" if dtype == np.float64 else "float")
 
 
 def _leaves(tree):
@@ -264,7 +265,7 @@ def test_scalar_kernels_where_the_vector_ones_do_not_build(monkeypatch):
     x = RNG.uniform(0.1, 2.0, N)
     F = ad.record(_chain, x, device="opencl", tensor=True)
     be = F._backend
-    if not _program_cl.vector_width(be, "double"):
+    if not _program_cl.fused_width(be, "double"):    # (a fallback warns here, not below)
         pytest.skip("this device gets scalar kernels")
     real_kernel = type(be).kernel
     refused = []
@@ -315,31 +316,31 @@ def test_the_width_setting(monkeypatch, setting, expected):
     assert width == (preferred if preferred in (2, 4, 8, 16) else 0)
 
 
-def test_vector_math_is_checked_against_the_scalar_builtins_once_per_device(monkeypatch,
-                                                                          tmp_path):
-    """The device's vector builtins are compared with its scalar ones at special values,
-    once (kept by the backend and on disk); a builtin whose lanes differ is found; a check
-    that cannot run trusts none of them."""
-    from easyad.tensor import _devices
+def test_vector_math_is_checked_against_the_scalar_builtins_in_the_proof(monkeypatch):
+    """The device's vector builtins are compared with its scalar ones at special values in
+    the child process that proves the width (the check is a kernel too); the verdict keeps
+    what it found and the backend reads it from there, building nothing; a width with no
+    verdict of its check trusts none of them; a builtin whose lanes differ is found."""
+    from easyad.tensor import _devices, _proofs
     be = _devices.resolve("opencl")
-    width = _program_cl.vector_width(be, "double")
+    width = _program_cl.fused_width(be, "double")
     if not width:
         pytest.skip("this device gets scalar kernels")
-    monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(be, "_untrusted_vector_math", {}, raising=False)
-    found = _program_cl.untrusted_vector_math(be, "double", width)
+    verdict = _proofs.verdicts(be.device._handle, [f"fused:double:{width}"])
+    found = frozenset(verdict[f"fused:double:{width}"]["lanewise"])
     assert found <= _program_cl._VECTOR_MATH
 
-    class Broken:
+    class Broken:             # the device, where building a kernel fails
         device = be.device
 
         def kernel(self, *args):
             raise DeviceError("build failed")
-    # the verdict on disk is read (no kernel is built)
     assert _program_cl.untrusted_vector_math(Broken(), "double", width) == found
-    monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path / "none"))
+    no_check = {"ok": True, "problem": ""}      # a verdict without the check's finding
+    monkeypatch.setattr(_proofs, "verdicts", lambda handle, kinds: {k: no_check for k in kinds})
     assert _program_cl.untrusted_vector_math(Broken(), "double", width) == \
         _program_cl._VECTOR_MATH
+    monkeypatch.undo()
 
     class Wrong:             # the device, with its vector sin off by one in one lane
         def __init__(self):
@@ -363,7 +364,7 @@ def test_untrusted_vector_math_is_computed_lane_by_lane(monkeypatch):
     same values as eager execution and as the scalar kernels."""
     from easyad.tensor import _devices
     be = _devices.resolve("opencl")
-    width = _program_cl.vector_width(be, "double")
+    width = _program_cl.fused_width(be, "double")
     if not width:
         pytest.skip("this device gets scalar kernels")
     kept = be.__dict__.setdefault("_untrusted_vector_math", {})

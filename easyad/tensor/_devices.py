@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from easyad.errors import DeviceError
-from easyad.tensor import _probe
+from easyad.errors import DeviceError, KernelFallbackWarning
+from easyad.tensor import _probe, _proofs
 
 FIX_NO_OPENCL = ("install the 'opencl' extra (pip install 'easyad[opencl]': pyopencl and a "
                  "CPU driver) and, where PyPI's PoCL cannot build kernels for this CPU, the "
@@ -102,7 +103,7 @@ def _opencl_devices() -> tuple[Device, ...]:
                           "handle": handle, "platform_name": platform.name.strip()})
     if not found:
         _missing.append("OpenCL platforms are installed but list no device")
-    cached = _probe.read_cache()
+    cached = {k: v for k, v in _probe.read_cache().items() if _probe.valid_verdict(v)}
     new = [{k: f[k] for k in ("key", "platform", "device")} for f in found
            if f["key"] not in cached]
     if new:
@@ -111,18 +112,46 @@ def _opencl_devices() -> tuple[Device, ...]:
         cached.update(verdicts)
     out = []
     for i, f in enumerate(found):
-        handle, v = f["handle"], cached[str(f["key"])]
-        out.append(Device(f"opencl:{i}", "opencl",
-                          f"{handle.name.strip()} ({f['platform_name']}, "
-                          f"driver {handle.driver_version.strip()})",
+        handle, v = f["handle"], dict(cached[str(f["key"])])
+        description = (f"{handle.name.strip()} ({f['platform_name']}, "
+                       f"driver {handle.driver_version.strip()})")
+        if v["usable"]:
+            _prove_eager_kernels(f"opencl:{i}", description, handle, v)
+        out.append(Device(f"opencl:{i}", "opencl", description,
                           bool(handle.type & cl.device_type.GPU), bool(v["usable"]),
                           bool(v["fp64"]), str(v["problem"]), str(v["fix"]), handle))
     return tuple(out)
 
 
+def _prove_eager_kernels(name: str, description: str, handle: Any, v: dict[str, Any]) -> None:
+    """Narrow the probe's verdict ``v`` by the proofs of the eager kernel kinds (``_proofs``:
+    every kind the backend builds, built and run in a child process first): a device
+    whose float32 kernels fail is not usable, one whose float64 kernels fail is float32
+    only, each with one KernelFallbackWarning."""
+    kinds = ["eager:float"] + (["eager:double"] if v["fp64"] else [])
+    proofs = _proofs.verdicts(handle, kinds)
+    failed = proofs["eager:float"] if not proofs["eager:float"]["ok"] else \
+        proofs.get("eager:double", {"ok": True})
+    if failed["ok"]:
+        return
+    single = proofs["eager:float"]["ok"]
+    precision = "float64" if single else "float32"
+    v.update(usable=single, fp64=False,
+             problem=f"its {precision} kernels failed their proof: {failed['problem']}",
+             fix=_probe.FIX_FP64 if single else _probe.FIX_BUILD)
+    instead = ("float32 tensors only there" if single else
+               "it is left out of devices(): tensors stay on numpy unless another device works")
+    warnings.warn(f"OpenCL device {name} ({description}): {v['problem']} (proven in a child "
+                  f"process, so the driver could not crash this one); {instead}. Fix: "
+                  f"{v['fix']}; verdicts are kept in {_proofs.cache_path()} (delete it to "
+                  f"prove again)", KernelFallbackWarning, stacklevel=_proofs.caller_stacklevel())
+
+
 def rescan() -> None:
-    """Forget the devices found (the next question looks again; cached verdicts stay)."""
+    """Forget the devices found and the kernel proofs' verdicts of this process (the next
+    question looks again; the verdicts cached on disk stay)."""
     _opencl_devices.cache_clear()
+    _proofs.forget()
 
 
 def devices(include_unusable: bool = False) -> list[Device]:

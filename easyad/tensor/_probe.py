@@ -80,22 +80,31 @@ def device_key(handle: Any, cl: Any) -> str:
     return hashlib.sha256("\x1f".join(p.strip() for p in parts).encode()).hexdigest()[:32]
 
 
-def read_cache() -> dict[str, Any]:
+def valid_verdict(verdict: Any) -> bool:
+    """Whether a cached probe verdict has its fields (a damaged one is probed again)."""
+    return isinstance(verdict, dict) and all(
+        isinstance(verdict.get(k), t) for k, t in
+        (("usable", bool), ("fp64", bool), ("problem", str), ("fix", str)))
+
+
+def read_cache(path: str | None = None) -> dict[str, Any]:
+    """The verdicts kept in ``path`` (default: the probe's file); {} where the file is
+    missing, unreadable or not a JSON object (a corrupted file means: prove again)."""
     try:
-        with open(cache_path()) as f:
+        with open(path or cache_path()) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
 
 
-def write_cache(verdicts: dict[str, Any]) -> None:
-    """Merge ``verdicts`` into the cache file (atomically; an unwritable cache is no error:
-    the next process probes again)."""
-    path = cache_path()
+def write_cache(verdicts: dict[str, Any], path: str | None = None) -> None:
+    """Merge ``verdicts`` into the cache file ``path`` (default: the probe's; atomically;
+    an unwritable cache is no error: the next process probes again)."""
+    path = path or cache_path()
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = read_cache()
+        data = read_cache(path)
         data.update(verdicts)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".probe-")
         with os.fdopen(fd, "w") as f:

@@ -41,16 +41,21 @@ elements in each ran 3.5x faster than a work-item per element):
   scatters, pads under a condition, broadcasts of arrays, dtypes other than real_t and
   bools) keeps the scalar kernel. Loads and stores go through a vector type aligned as
   its elements: plain vector moves (some PoCL builds call vload/vstore out of line).
-  Where a device does not build the vector kernels, the program's scalar kernels are
-  built instead; ``EASYAD_OPENCL_VECTOR=0`` asks for them (a width asks for that width).
+  Each width is built here only after a child process proved it (``fused_width``,
+  ``_proofs``: PyPI's PoCL 3.0 crashes in LLVM on double8 on some AVX-512 AMD CPUs):
+  where it fails, the widest narrower one that passed, then scalar kernels, then none
+  (one KernelFallbackWarning). Where a device does not build the vector kernels of a
+  program, its scalar kernels are built instead; ``EASYAD_OPENCL_VECTOR=0`` asks for
+  them (a width asks for at most that width).
   A driver's vector builtins need not equal its scalar ones (PoCL 3.1's double8 pow got
-  lanes wrong next to a zero: pow is lane by lane always), so once per device, precision
-  and width one kernel compares every vector builtin with the scalar one at special
-  values mixed in vectors (``untrusted_vector_math``, kept on disk with the devices'
-  probe verdicts); those that differ by more than a few units in the last place are
-  called lane by lane (``_kernels.lanewise_math``). So are all the builtins of the values
-  a selection compares and of what they are made of (``_program_c._selections``), so
-  those are one function of their input in the vector loop and its scalar rest alike.
+  lanes wrong next to a zero: pow is lane by lane always), so the proof of a width runs
+  one kernel comparing every vector builtin with the scalar one at special values mixed
+  in vectors (``_check_vector_math``; its finding is kept in the verdict and read by
+  ``untrusted_vector_math``); those that differ by more than a few units in the last
+  place are called lane by lane (``_kernels.lanewise_math``). So are all the builtins of
+  the values a selection compares and of what they are made of
+  (``_program_c._selections``), so those are one function of their input in the vector
+  loop and its scalar rest alike.
 - **backend steps** (``_program.step``): matmul and ``linear``, reductions over some axes,
   cross-entropy, scatter-adds with repeated indices, assembles of several parts, host
   calls (array primitives) and the guards (the only reads on the host, besides what the
@@ -76,7 +81,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _expr
-from easyad.errors import CompilerWarning, DeviceError
+from easyad.errors import CompilerWarning, DeviceError, KernelFallbackWarning
 from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction, Program, live_instructions, step
 from easyad.tensor._program_c import (_Loop, _offset, _pad_position, _Plan, _Renderer,
@@ -110,28 +115,18 @@ def untrusted_vector_math(be: Any, real: str, width: int) -> frozenset[str]:
     """The math builtins whose vector versions (``width`` lanes of ``real``) give other
     values than the scalar ones on this device, lane by lane, at zeros, infinities, NaN,
     subnormal, huge and ordinary values mixed in one vector (PoCL 3.1's double8 pow got
-    lanes wrong next to a zero: other drivers and CPUs may have other such bugs). Checked
-    once per backend by one kernel; those found are computed lane by lane
-    (``_kernels.lanewise_math``). If the check does not build or run: all of them."""
-    kept = getattr(be, "_untrusted_vector_math", None)
-    if kept is None:
-        kept = be._untrusted_vector_math = {}
+    lanes wrong next to a zero: other drivers and CPUs may have other such bugs). Found by
+    ``_check_vector_math`` in the child process that proves the width (``_proofs``: the
+    check is a kernel too, never built here first), kept per backend; those found are
+    computed lane by lane (``_kernels.lanewise_math``). A width not proven: all of them."""
+    kept = be.__dict__.setdefault("_untrusted_vector_math", {})
     key = (real, width)
     if key not in kept:
-        import pyopencl
-
-        from easyad.tensor import _probe
-        # on disk with the devices' probe verdicts: by device, driver and CPU flags
-        disk = f"vector-math-v1:{_probe.device_key(be.device._handle, pyopencl)}:{real}:{width}"
-        found = _probe.read_cache().get(disk)
-        if isinstance(found, list) and all(name in _VECTOR_MATH for name in found):
-            kept[key] = frozenset(found)
-        else:
-            try:
-                kept[key] = _check_vector_math(be, real, width)
-                _probe.write_cache({disk: sorted(kept[key])})
-            except Exception:             # noqa: BLE001 (a driver's error of any kind)
-                kept[key] = _VECTOR_MATH
+        from easyad.tensor import _proofs
+        verdict = _proofs.verdicts(be.device._handle, [f"fused:{real}:{width}"])
+        found = next(iter(verdict.values())).get("lanewise")
+        ok = isinstance(found, list) and all(name in _VECTOR_MATH for name in found)
+        kept[key] = frozenset(found) if ok else _VECTOR_MATH
     return kept[key]
 
 
@@ -187,11 +182,11 @@ class _NotVector(Exception):
 
 
 def vector_width(be: Any, real: str) -> int:
-    """The lanes of the vector loops of fused kernels on ``be``'s device: 0 (scalar
+    """The lanes asked for the vector loops of fused kernels on ``be``'s device: 0 (scalar
     kernels) on a GPU, where the device prefers no vectors or where EASYAD_OPENCL_VECTOR
     is 0; else the width that variable gives, or the device's preferred vector width of
-    ``real`` (PoCL: its target's vector register, 8 doubles with AVX-512, 4 with AVX2; a
-    wider vector than the target has may not build)."""
+    ``real`` (PoCL: its target's vector register, 8 doubles with AVX-512, 4 with AVX2).
+    What is built is ``fused_width``: the widest of these that passed its proof."""
     if be.device.is_gpu:
         return 0
     setting = os.environ.get(VECTOR_ENV, "").strip()
@@ -201,6 +196,67 @@ def vector_width(be: Any, real: str) -> int:
     except Exception:       # a driver that does not answer: scalar kernels
         return 0
     return width if width in (2, 4, 8, 16) else 0
+
+
+# set only in a proof's child (_proofs): the width being proven there, and its lanewise math
+_forced: dict[str, tuple[int, frozenset[str]]] = {}
+
+
+def fused_width(be: Any, real: str) -> int | None:
+    """The vector width the fused kernels of ``real`` are built with on ``be``'s device:
+    the widest of ``vector_width``'s and the narrower ones (halving to 2), then 0 (scalar
+    kernels), whose kind passed its proof in a child process (``_proofs``: a driver that
+    crashes on a kind crashes there, not here); None when no kind passed (no fused
+    kernels: one kernel per instruction). A width other than the one asked for comes with
+    one ``KernelFallbackWarning`` per device and precision in a process."""
+    if real in _forced:
+        width, lanewise = _forced[real]
+        be.__dict__.setdefault("_untrusted_vector_math", {})[(real, width)] = lanewise
+        return width
+    asked = vector_width(be, real)
+    chosen = be.__dict__.setdefault("_fused_width", {})
+    if (real, asked) in chosen:
+        return chosen[real, asked]
+    from easyad.tensor import _proofs
+    widths = [w for w in (16, 8, 4, 2) if w <= asked] + [0]
+    failed: list[str] = []
+    width = None
+    for w in widths:
+        v = _proofs.verdicts(be.device._handle, [f"fused:{real}:{w}"])[f"fused:{real}:{w}"]
+        if v["ok"]:
+            width = w
+            break
+        failed.append(f"{_width_name(w)} ({v['problem']})")
+    if failed:
+        instead = ("no fused kernels: each instruction runs as its own kernel" if width is None
+                   else f"{_width_name(width)} instead")
+        warnings.warn(
+            f"OpenCL device {be.device.name} ({be.device.description}): fused "
+            f"{_proofs.REALS[real]} kernels failed their proof with {'; '.join(failed)}; "
+            f"recorded programs use {instead} (every kind of kernel is built and run in a "
+            f"child process first, so a driver that crashes takes only that one down). "
+            f"Override: {VECTOR_ENV}=N picks the widest width to try (0: scalar kernels); a "
+            f"driver that builds them all: {_PROOF_FIX}; verdicts are kept in "
+            f"{_proofs.cache_path()} (delete it to prove again)",
+            KernelFallbackWarning, stacklevel=_proofs.caller_stacklevel())
+    chosen[real, asked] = width
+    return width
+
+
+_PROOF_FIX = ("on Debian/Ubuntu `sudo apt-get install pocl-opencl-icd` (the system's PoCL; "
+              "PyPI's PoCL 3.0 crashes on its widest vectors on some AVX-512 AMD CPUs)")
+
+
+def _proven(be: Any, real: str, width: int) -> bool:
+    if real in _forced:
+        return _forced[real][0] == width
+    from easyad.tensor import _proofs
+    return bool(_proofs.verdicts(be.device._handle, [f"fused:{real}:{width}"])
+                [f"fused:{real}:{width}"]["ok"])
+
+
+def _width_name(width: int) -> str:
+    return f"{width}-lane vectors" if width else "scalar loops"
 
 
 class _CLPlan(_Plan):
@@ -727,7 +783,9 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     # one real_t for the program's kernels: float when its values are float32 (and bools)
     real = "float" if used & {np.dtype(np.float64), np.dtype(np.float32)} == \
         {np.dtype(np.float32)} else "double"
-    width = vector_width(be, real)
+    width = fused_width(be, real)
+    if width is None:         # not even the scalar kernels passed their proof (warned)
+        return None
     while True:
         stored = _stored(plan, outputs)
         kernels, source = _render(plan, stored, be, real, width)
@@ -736,7 +794,8 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
             return FusedCLProgram(plan, be, on_guard, stored, kernels, source, real)
         except (DeviceError, AttributeError) as error:
             # a kernel missing from a built program is an AttributeError of pyopencl
-            if vector:        # the vector loops do not build here: the scalar kernels
+            # the vector loops do not build here: the scalar kernels, if proven
+            if vector and _proven(be, real, 0):
                 width, plan = 0, _CLPlan(program, instructions, outputs)
                 continue
             if not isinstance(error, DeviceError) or "build" not in str(error):

@@ -172,6 +172,18 @@ class ReplayKernel:
         k = self._foreign.get(context)
         if k is None:
             import pyopencl as cl
+
+            from easyad.errors import DeviceError
+            from easyad.tensor import _devices
+            # built only where a listed device passed its proofs (float64 kernels, the
+            # replay kernel among them: _proofs), as the backends' kernels are
+            handle = context.devices[0]
+            if not any(d._handle == handle and d.fp64 for d in _devices.devices()
+                       if d.kind == "opencl"):
+                raise DeviceError(
+                    f"the replay kernel is not built on {handle.name.strip()!r}: it is no "
+                    f"device whose float64 kernels passed their proofs (see `python -m "
+                    f"easyad devices`). Fix: put X on a working device listed there")
             k = cl.Program(context, self.source).build().easyad_replay
             k.set_scalar_arg_dtypes(_SCALARS)
             self._foreign[context] = k
