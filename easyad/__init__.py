@@ -63,7 +63,7 @@ from easyad.tensor import (
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
 
-from easyad._version import __version__  # noqa: E402
+from easyad._version import __version__ as __version__  # noqa: E402  (re-exported)
 
 __all__ = [
     "BranchChangedError", "Comparison", "Derivatives", "Function", "TensorFunction",
