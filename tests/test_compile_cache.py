@@ -440,7 +440,7 @@ def test_the_key_covers_compiler_flags_version_and_cpu(monkeypatch):
     changed.append(key())
     monkeypatch.setattr(_compile, "_cpu", lambda: "flags: avx512f")
     changed.append(key())
-    monkeypatch.setattr(ad, "__version__", "99.0")
+    monkeypatch.setattr(_compile, "__version__", "99.0")   # easyad._version's, as imported there
     changed.append(key())
     assert len({base, *changed}) == len(changed) + 1
 

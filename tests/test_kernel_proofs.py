@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _devices, _probe, _program_cl, _proofs
+from easyad.tensor import _devices, _probe, _program_cl, _proof_child, _proofs
 from easyad.tensor._program import BoundProgram
 
 pytestmark = pytest.mark.skipif(not [d for d in ad.devices() if d.kind == "opencl"],
@@ -206,8 +206,29 @@ def test_the_real_devices_vector_widths():
 
 
 def test_wrong_numbers_fail_a_proof():
-    assert _proofs._close("x", [1.0, np.nan, np.inf], [1.0, np.nan, np.inf], "double") is None
-    assert "wrong numbers (2.0 instead of 1.0)" in _proofs._close("x", [2.0], [1.0], "double")
-    assert "wrong numbers" in _proofs._close("x", [np.nan], [1.0], "float")
-    assert _proofs._close("x", [1.00001], [1.0], "float") is None
-    assert "shape" in _proofs._close("x", [1.0, 2.0], [1.0], "double")
+    assert _proof_child._close("x", [1.0, np.nan, np.inf], [1.0, np.nan, np.inf], "double") is None
+    assert "wrong numbers (2.0 instead of 1.0)" in _proof_child._close("x", [2.0], [1.0], "double")
+    assert "wrong numbers" in _proof_child._close("x", [np.nan], [1.0], "float")
+    assert _proof_child._close("x", [1.00001], [1.0], "float") is None
+    assert "shape" in _proof_child._close("x", [1.0, 2.0], [1.0], "double")
+
+
+def test_verdicts_others_could_have_written_are_not_trusted(tmp_path, monkeypatch):
+    """A verdict says which kernels are safe to build in this process: one in a file or a
+    folder others can write (a plant) is ignored, as a damaged one is, and proven again."""
+    monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path / "cache"))
+    verdict = {"usable": True, "fp64": True, "problem": "", "fix": ""}
+    _probe.write_cache({"somekey": verdict})
+    path = _probe.cache_path()
+    assert _probe.read_cache() == {"somekey": verdict}
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+    os.chmod(path, 0o666)                               # a file others can write
+    assert _probe.read_cache() == {}
+    os.chmod(path, 0o600)
+    os.chmod(os.path.dirname(path), 0o777)              # a folder others can write
+    assert _probe.read_cache() == {}
+    os.chmod(os.path.dirname(path), 0o700)
+    with open(path, "w") as f:                          # an outdated or damaged entry
+        json.dump({"somekey": verdict, "old": {"usable": "damaged"}}, f)
+    _probe.write_cache({"other": verdict})             # is dropped at the next write
+    assert _probe.read_cache() == {"somekey": verdict, "other": verdict}

@@ -9,8 +9,9 @@ are cached on disk keyed by the device's identity and driver version (and, for C
 the CPU's feature flags, as a home folder may be shared by different machines), so later
 processes read a small JSON file instead of compiling anything.
 
-This file is also the child's program (``python _probe.py`` reads a request on stdin): it
-imports nothing of easyad, only the standard library, numpy and pyopencl.
+This file is also the child's program (``python _probe.py`` reads a request on stdin): the
+child imports nothing of easyad, only the standard library, numpy and pyopencl (the cache
+functions, parent-side, import ``easyad._cache`` when called).
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from typing import Any
+from collections.abc import Callable
 
 # bump when the probe or the verdict's fields change: old verdicts are then ignored
 PROBE_VERSION = 1
@@ -50,12 +51,10 @@ FIX_FP64 = "use dtype=numpy.float32 on this device, or a device with float64 (cl
 
 
 def cache_path() -> str:
-    """Where verdicts are kept: $EASYAD_CACHE_DIR, else $XDG_CACHE_HOME/easyad, else
-    ~/.cache/easyad."""
-    root = os.environ.get("EASYAD_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "easyad")
-    return os.path.join(root, f"opencl-probe-v{PROBE_VERSION}.json")
+    """Where verdicts are kept: in easyad's private cache folder (``easyad._cache``:
+    $EASYAD_CACHE_DIR, else $XDG_CACHE_HOME/easyad, else ~/.cache/easyad)."""
+    from easyad import _cache     # here, not at the top: the child runs this file alone
+    return os.path.join(_cache.root(), f"opencl-probe-v{PROBE_VERSION}.json")
 
 
 def _cpu_flags() -> str:
@@ -89,27 +88,33 @@ def valid_verdict(verdict: Any) -> bool:
 
 def read_cache(path: str | None = None) -> dict[str, Any]:
     """The verdicts kept in ``path`` (default: the probe's file); {} where the file is
-    missing, unreadable or not a JSON object (a corrupted file means: prove again)."""
+    missing, unreadable, not a JSON object, or not this user's own file in a private
+    folder (a verdict says which kernels are safe to build in this process, so a planted
+    one could crash it: such a file means prove again, as a corrupted one does)."""
+    from easyad import _cache
+    path = path or cache_path()
     try:
-        with open(path or cache_path()) as f:
-            data = json.load(f)
+        _cache.private_directory()
+        data = json.loads(_cache.read_private(path))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
 
 
-def write_cache(verdicts: dict[str, Any], path: str | None = None) -> None:
-    """Merge ``verdicts`` into the cache file ``path`` (default: the probe's; atomically;
-    an unwritable cache is no error: the next process probes again)."""
+def write_cache(verdicts: dict[str, Any], path: str | None = None,
+                valid: Callable[[Any], bool] = valid_verdict) -> None:
+    """Merge ``verdicts`` into the cache file ``path`` (default: the probe's), keeping only
+    entries ``valid`` accepts (damaged or outdated ones are dropped), written atomically
+    into the private cache folder; an unusable cache is no error: the next process proves
+    again."""
+    from easyad import _cache
     path = path or cache_path()
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = read_cache(path)
+        folder = _cache.private_directory()
+        data = {k: v for k, v in read_cache(path).items() if valid(v)}
         data.update(verdicts)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".probe-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        _cache.write_atomic(folder, os.path.basename(path),
+                            json.dumps(data, indent=1, sort_keys=True).encode())
     except OSError:
         pass
 

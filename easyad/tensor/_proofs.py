@@ -55,7 +55,8 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 # what renders or runs the proven kernels: a change to any of these proves again
 _RENDERERS = ("_helpers.h", "_rules.py", "_expr.py", "tensor/_kernels.py", "tensor/_opencl.py",
               "tensor/_program.py", "tensor/_program_c.py", "tensor/_program_cl.py",
-              "tensor/_replay_cl.py", "tensor/_proofs.py")
+              "tensor/_replay_cl.py", "tensor/_proofs.py",
+              "tensor/_proof_child.py")
 
 
 def cache_path() -> str:
@@ -135,7 +136,7 @@ def verdicts(handle: Any, kinds: list[str]) -> dict[str, dict[str, Any]]:
                 found = prove(platform, device, missing)
             except LookupError as error:
                 found = {k: {"ok": False, "problem": str(error)} for k in missing}
-            _probe.write_cache({prefix + k: v for k, v in found.items()}, cache_path())
+            _probe.write_cache({prefix + k: v for k, v in found.items()}, cache_path(), _valid)
             _known.update({prefix + k: v for k, v in found.items()})
         return {k: _known[prefix + k] for k in kinds}
 
@@ -175,7 +176,7 @@ def _prove_in_child(platform: int, device: int, kind: str) -> dict[str, Any]:
     request = {"platform": platform, "device": device, "kinds": [kind]}
     try:
         child = subprocess.run(
-            [sys.executable, "-c", "from easyad.tensor._proofs import _child; _child()"],
+            [sys.executable, "-c", "from easyad.tensor._proof_child import main; main()"],
             input=json.dumps(request), capture_output=True, text=True,
             timeout=PROOF_TIMEOUT_S, env=env)
         stdout, stderr, died = child.stdout, child.stderr, child.returncode
@@ -199,249 +200,3 @@ def _prove_in_child(platform: int, device: int, kind: str) -> dict[str, Any]:
         return {"ok": False, "problem": "the proof gave no verdict"
                 + (f"; its last words: {said}" if said else "")}
     return verdict
-
-
-# ---- the child: build, run and check each kind ----
-
-def _close(name: str, got: Any, want: Any, real: str) -> str | None:
-    """None if ``got`` equals ``want`` to the precision's tolerance (NaN where NaN), else
-    what differs."""
-    import numpy as np
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    if got.size != want.size:      # (a reduction to one number: () or (1,) by backend)
-        return f"{name}: shape {got.shape} instead of {want.shape}"
-    got, want = got.reshape(-1), want.reshape(-1)
-    rtol = 1e-9 if real == "double" else 2e-4
-    with np.errstate(all="ignore"):
-        scale = np.nanmax(np.abs(want[np.isfinite(want)]), initial=0.0)
-        good = np.isclose(got, want, rtol=rtol, atol=rtol * 1e-3 * scale, equal_nan=True)
-    if good.all():
-        return None
-    k = int(np.argmin(good))
-    return f"{name} computed wrong numbers ({float(got[k])!r} instead of {float(want[k])!r})"
-
-
-def _eager_cases(be: Any, host: Any, dtype: Any) -> list[tuple[str, Any, Any]]:
-    """(what, device result, host result) of each eager kernel kind, on ``be`` and on the
-    numpy backend ``host``."""
-    import numpy as np
-
-    from easyad import _rules
-    from easyad.tensor._base import BOOL
-    rng = np.random.default_rng(24)
-    x = rng.uniform(0.15, 0.85, (7, 13)).astype(dtype)
-    y = rng.uniform(0.2, 0.9, (13,)).astype(dtype)
-    y2, z = (rng.uniform(0.2, 0.9, (7, 13)).astype(dtype) for _ in range(2))
-    g = np.array(0.75, dtype=dtype)
-    big = rng.normal(size=(5003,)).astype(dtype)
-    cube = rng.normal(size=(4, 5, 6)).astype(dtype)
-    cases = []
-
-    def both(what: str, run: Any) -> None:
-        """``run`` on each backend: a buffer, or a list of them (stacked)."""
-        def host_of(b: Any) -> Any:
-            out = run(b)
-            return np.stack([b.to_numpy(o) for o in out]) if isinstance(out, list) \
-                else b.to_numpy(out)
-        cases.append((what, host_of(be), host_of(host)))
-
-    def on(b: Any, a: Any) -> Any:
-        return b.asarray(a, dtype)
-    values = tuple(r.value for r in _rules.RULES)
-    both("every rule's value (an operand broadcast through strides)", lambda b: b.map(
-        "proof_values", values, {"x": on(b, x), "y": on(b, y)}, x.shape,
-        (dtype,) * len(values)))
-    adjoints = tuple(f"mul0(g, {p})" for r in _rules.RULES for p in r.partials) + ("x * c",)
-    both("every rule's adjoint (a 0-d operand, a scalar one)", lambda b: b.map(
-        "proof_adjoints", adjoints, {"x": on(b, x), "y": on(b, y2), "z": on(b, z),
-                                     "g": on(b, g), "c": 1.5},
-        x.shape, (dtype,) * len(adjoints)))
-    both("comparisons and a select on bools", lambda b: b.map(
-        "proof_select", ("choose(m, x * 2.0, -y)",), {
-            "m": b.map("proof_compare", ("x < y",), {"x": on(b, x), "y": on(b, y2)},
-                       x.shape, (BOOL,))[0], "x": on(b, x), "y": on(b, y2)},
-        x.shape, (dtype,))[0])
-    for op in ("sum", "max", "min"):
-        both(f"reduction ({op}, to one number, several passes)",
-             lambda b, op=op: b.reduce(op, on(b, big), (0,)))
-        both(f"reduction ({op}, axes brought together)",
-             lambda b, op=op: b.reduce(op, on(b, cube), (0, 2)))
-    both("reduction of a middle axis", lambda b: b.reduce("sum", on(b, cube), (1,)))
-    both("a strided gather", lambda b: b.strided(on(b, x), 2, (3, 4), (13, 2)))
-    both("strided scatters", lambda b: b.assemble((7, 13), dtype, [
-        (1, (3, 4), (13, 2), b.strided(on(b, x), 0, (3, 4), (13, 1))),
-        (40, (2, 2), (13, 1), on(b, z[:2, :2]))]))
-    index = np.array([[3, 0, 12], [90, 5, 5]], dtype=np.int64)
-    both("a gather by index", lambda b: b.take(on(b, x), index))
-    both("a scatter-add by index", lambda b: b.scatter_add((7, 13), dtype, index, on(
-        b, z[:2, :3]), unique=False))
-    both("a scatter by unique index", lambda b: b.scatter_add((7, 13), dtype, np.array(
-        [1, 7, 33]), on(b, y[:3]), unique=True))
-    a3 = rng.normal(size=(2, 19, 37)).astype(dtype)
-    b3 = rng.normal(size=(1, 37, 11)).astype(dtype)
-    both("a matmul", lambda b: b.matmul(on(b, a3), on(b, b3)))
-    both("a matmul of transposed operands", lambda b: b.matmul(
-        on(b, np.ascontiguousarray(a3.transpose(0, 2, 1))),
-        on(b, np.ascontiguousarray(b3.transpose(0, 2, 1))), True, True))
-    both("a fill and an add", lambda b: b.full((5, 3), 2.5, dtype) + on(b, z[:5, :3]))
-    return cases
-
-
-def _replay_case(device: Any) -> tuple[str, Any, Any]:
-    """The scalar replay kernel: f = sin(a) exp(b) + a^2.5 (a branch on a > b), its value and
-    gradient at a few points against the derivatives by hand."""
-    import numpy as np
-
-    import easyad as ad
-    from easyad.tensor._replay_cl import replay_gradient_opencl
-    lst = ad.WengertList()
-    a, b = lst.variable(0.7), lst.variable(0.3)
-    out = ad.sin(a) * ad.exp(b) + (a ** 2.5 if a > b else b)
-    X = np.array([[0.7, 0.3], [0.9, 0.1], [0.5, 0.2]])
-    values, grads, _ = replay_gradient_opencl(lst._arrays(), [a.index, b.index], out.index, X,
-                                              device)
-    s, e = np.sin(X[:, 0]), np.exp(X[:, 1])
-    want = np.column_stack([s * e + X[:, 0] ** 2.5, np.cos(X[:, 0]) * e
-                            + 2.5 * X[:, 0] ** 1.5, s * e])
-    return "the replay kernel", np.column_stack([values, grads]), want
-
-
-# programs for the fused kernels: (name, f, input maker); each covers kinds of instructions
-def _unary_all(x: Any) -> Any:
-    import easyad as ad
-    from easyad import _rules
-    total = 0.0
-    for rule in _rules.UNARY_RULES:
-        t = 1.0 + x if rule.name == "acosh" else x
-        total = total + ad.sum((-t if rule.name == "neg" else getattr(ad, rule.name)(t)) * x)
-    return total
-
-
-def _binary_all(p: Any) -> Any:
-    import operator
-
-    import easyad as ad
-    from easyad import _rules
-    ops = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
-           "div": operator.truediv, "pow": operator.pow}
-    x, y = p
-    total = 0.0
-    for rule in _rules.BINARY_RULES:
-        total = total + ad.sum((ops.get(rule.name) or getattr(ad, rule.name))(x, y) * x)
-    return total
-
-
-def _structure(x: Any) -> Any:
-    import numpy as np
-
-    import easyad as ad
-    index = np.arange(0, x.shape[0], 3)
-    return (ad.amax(x) + ad.amin(x) * 2.0 + ad.sum(x * x)          # reductions to one
-            + ad.sum(x[3:] * ad.exp(-x[:-3]))                        # a pad (slice adjoint)
-            + ad.sum(x[index] * ad.cos(x[index]))                    # gathers
-            + ad.sum(ad.where(x > 0.5, x ** 2, -x) + ad.maximum(x, 0.3) * ad.tanh(x))
-            + ad.sum(ad.sin(x) * ad.sum(x) + x[5]))                  # broadcast numbers
-
-
-def _fused_cases(device: Any, real: str, width: int) -> list[tuple[str, Any, Any]]:
-    """Each program recorded on numpy and run there kernel by kernel (the reference), then
-    bound to ``device``: fused into OpenCL kernels at ``width`` and run there (recording on
-    the device would first build an eager kernel per operation: minutes, not seconds)."""
-    import warnings
-
-    import numpy as np
-
-    import easyad as ad
-    from easyad.errors import CompilerWarning
-    dtype = np.dtype(REALS[real])
-    rng = np.random.default_rng(25)
-    n = 16 * 7 + 5                 # whole vectors of every width and a scalar rest
-    x = rng.uniform(0.15, 0.85, n).astype(dtype)
-    y = rng.uniform(0.2, 0.9, n).astype(dtype)
-    v = rng.normal(size=n).astype(dtype)
-    cases: list[tuple[str, Any, Any]] = []
-
-    def flat(value: Any, grad: Any) -> Any:
-        return np.concatenate([np.ravel(value)]
-                              + [np.ravel(g) for g in ad._trees.flatten(grad)[0]])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CompilerWarning)   # kernels that did not build
-        for name, f, arg in (("every unary rule", _unary_all, x),
-                             ("every binary rule", _binary_all, (x, y)),
-                             ("reductions, pads, gathers, selects", _structure, x)):
-            F = ad.record(f, arg, tensor=True, fuse=False)
-            want = flat(*F.value_and_gradient(arg))
-            want_hvp = F.hvp(x, v) if f is _structure else None
-            F._backend, F.fuse = device.backend, True
-            F._bound.clear()
-            cases.append((f"{name} (value and gradient)", flat(*F.value_and_gradient(arg)),
-                          want))
-            if want_hvp is not None:
-                cases.append((f"{name} (a Hessian-vector product)", F.hvp(x, v), want_hvp))
-            built = [rest[1].width for kind, *rest in F._bound["gradient"].steps
-                     if kind == "kernel"]
-            if width and width not in built:
-                raise AssertionError(f"{name}: no kernel was built {width} lanes wide "
-                                     f"(widths {built})")
-    return cases
-
-
-def _prove(device: Any, kind: str) -> dict[str, Any]:
-    import numpy as np
-
-    from easyad.tensor import _devices, _program_cl
-    from easyad.tensor._numpy import NumpyBackend
-    parts = kind.split(":")
-    real = parts[1]
-    be = device.backend
-    if parts[0] == "eager":
-        cases = _eager_cases(be, NumpyBackend(_devices.NUMPY), np.dtype(REALS[real]))
-        if real == "double":
-            cases.append(_replay_case(device))
-        verdict: dict[str, Any] = {"ok": True, "problem": ""}
-    else:
-        width = int(parts[2])
-        lanewise: frozenset[str] = frozenset()
-        if width:
-            try:
-                lanewise = _program_cl._check_vector_math(be, real, width)
-            except Exception:   # noqa: BLE001 (a check that does not build: trust none)
-                lanewise = _program_cl._VECTOR_MATH
-        _program_cl._forced[real] = (width, lanewise)
-        cases = _fused_cases(device, real, width)
-        verdict = {"ok": True, "problem": "", "lanewise": sorted(lanewise)}
-    for what, got, want in cases:
-        problem = _close(what, got, want, real)
-        if problem:
-            return {"ok": False, "problem": problem}
-    return verdict
-
-
-def _child() -> None:
-    request = json.loads(sys.stdin.read())
-    import pyopencl as cl
-
-    import easyad as ad
-    from easyad.tensor import _devices
-    ad.set_device("numpy")        # the references: eager numpy, whatever EASYAD_DEVICE says
-    handle = cl.get_platforms()[request["platform"]].get_devices()[request["device"]]
-    # the device as _devices would list it, without listing (no proof in a proof)
-    device = _devices.Device("opencl:proof", "opencl", handle.name.strip(),
-                             bool(handle.type & cl.device_type.GPU), True,
-                             bool(handle.double_fp_config), "", "", handle)
-    crash = {k.strip() for k in os.environ.get(CRASH_ENV, "").split(",")}
-
-    def say(message: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()   # the parent learns which kind a crash happened on
-
-    for kind in request["kinds"]:
-        if kind in crash:     # as a driver's crash: the default action (LLVM handles it)
-            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGSEGV)
-        try:
-            verdict = _prove(device, kind)
-        except Exception as error:   # noqa: BLE001 (any failure is the kind's verdict)
-            verdict = {"ok": False, "problem": f"{type(error).__name__}: "
-                                               f"{_probe.first_log_line(str(error))}"}
-        say({"kind": kind, "verdict": verdict})
