@@ -88,3 +88,17 @@ def device(request):
 def opencl_device(request):
     """Each working OpenCL device (for tests of OpenCL-only features)."""
     return request.param
+
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory):
+    """A compile cache of the test module's own ($EASYAD_CACHE_DIR), for modules that
+    compile programs: shared by their tests, cold for the module."""
+    folder = tmp_path_factory.mktemp("easyad-cache")
+    old = os.environ.get("EASYAD_CACHE_DIR")
+    os.environ["EASYAD_CACHE_DIR"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("EASYAD_CACHE_DIR", None)
+    else:
+        os.environ["EASYAD_CACHE_DIR"] = old

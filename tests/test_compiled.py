@@ -30,15 +30,8 @@ needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cache(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("easyad-cache")
-    old = os.environ.get("EASYAD_CACHE_DIR")
-    os.environ["EASYAD_CACHE_DIR"] = str(folder)
-    yield folder
-    if old is None:
-        os.environ.pop("EASYAD_CACHE_DIR", None)
-    else:
-        os.environ["EASYAD_CACHE_DIR"] = old
+def cache(module_cache):
+    return module_cache
 
 
 def same(a, b):

@@ -4,7 +4,6 @@ and derivatives of the same program, plain-float evaluation with the math module
 mode (Traces), and recording again. The VM and the compiled code are also compared with
 each other (bit for bit: the compiled code calls the same C functions in the same order).
 Compiled Functions are built once per module, into a temporary cache."""
-import os
 import warnings
 
 import numpy as np
@@ -45,15 +44,8 @@ def same_bits(a, b):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("easyad-cache")
-    old = os.environ.get("EASYAD_CACHE_DIR")
-    os.environ["EASYAD_CACHE_DIR"] = str(folder)
-    yield folder
-    if old is None:
-        os.environ.pop("EASYAD_CACHE_DIR", None)
-    else:
-        os.environ["EASYAD_CACHE_DIR"] = old
+def cache(module_cache):
+    return module_cache
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import re
+import sys
 
 import matplotlib
 
@@ -18,21 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def tables(text: str) -> list[list[list[str]]]:
-    """The markdown tables of ``text``: lists of rows of stripped cells (header first)."""
-    found, current = [], []
-    for line in text.splitlines() + [""]:
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
-                current.append(cells)
-        elif current:
-            found.append(current)
-            current = []
-    return found
-
+sys.path.insert(0, str(ROOT / "docs"))
+from _benchmarks import tables  # noqa: E402  (the one reader of the results' tables)
 
 def ratio_panels(path: pathlib.Path) -> list[tuple[str, str, list[str], list[float]]]:
     """(title, ratio column name, row labels, ratios) for each table with a ratio column."""

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 # bump when the probe or the verdict's fields change: old verdicts are then ignored
 PROBE_VERSION = 1
@@ -119,6 +119,18 @@ def write_cache(verdicts: dict[str, Any], path: str | None = None,
         pass
 
 
+def json_messages(text: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects a child printed, one a line (a driver may print on stdout too:
+    other lines are skipped)."""
+    for line in text.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            yield message
+
+
 def first_log_line(message: str) -> str:
     """The line of a build failure that says why: the first 'error' line of the build log,
     else its first non-empty line."""
@@ -155,11 +167,7 @@ def probe(requests: list[dict[str, Any]], sources: dict[str, str] | None = None,
                 timeout.stdout or "")
             died = f"timed out after {PROBE_TIMEOUT_S:.0f} s"
         started = None
-        for line in out.splitlines():
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue   # a driver printed on stdout
+        for message in json_messages(out):
             if "start" in message:
                 started = message["start"]
             elif "verdict" in message:

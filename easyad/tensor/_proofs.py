@@ -183,13 +183,8 @@ def _prove_in_child(platform: int, device: int, kind: str) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         return {"ok": False, "problem": f"the proof did not finish in {PROOF_TIMEOUT_S:.0f} s"}
     verdict = None
-    for line in stdout.splitlines():
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue   # a driver printed on stdout
-        if isinstance(message, dict) and message.get("kind") == kind and \
-                _valid(message.get("verdict")):
+    for message in _probe.json_messages(stdout):
+        if message.get("kind") == kind and _valid(message.get("verdict")):
             verdict = message["verdict"]
     said = _last_line(stderr)
     if died:
