@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import gc
 import importlib
 import os
@@ -179,7 +180,10 @@ def version_of(distribution: str) -> str:
         return "not installed"
 
 
+@functools.lru_cache(maxsize=None)
 def git_revision(root: Path = ROOT) -> str:
+    """``git describe`` of the checkout, read once per run: the first results file a run
+    writes would otherwise make every later one say "-dirty"."""
     try:
         out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
                              capture_output=True, text=True, timeout=10)
@@ -286,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             commit = clean_commit()
         except DirtyTree as error:
             parser.error(str(error))
+    git_revision()     # read now, before a results file is written
     rounds, seconds = QUICK if args.quick else FULL
     ctx = Context(args.quick, args.rounds or rounds, args.seconds or seconds, args.seed)
     command = "python benchmarks/run.py" + (" " + " ".join(sys.argv[1:]) if argv is None
