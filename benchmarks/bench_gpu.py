@@ -19,6 +19,14 @@ on machines without a GPU.
   queue finished: the launch cost per operation.
 - **chain**: ``sum((exp(-x) sin(x) + 2 sqrt(x)) / (1 + x x))`` on 10^7 float32 values,
   value and gradient: easyad eager, easyad replayed (one fused kernel), PyTorch eager.
+- **small op floor**: the same 100 multiplications as one prebuilt pyopencl kernel launched
+  into preallocated buffers: what the driver costs, so easyad's own share is visible.
+- **Rosenbrock replay** (issue 15 item 3): a scalar tape (n = 100) replayed for B = 10^6
+  points, float64: ``F.gradient(Xd, device=...)`` with X already on the device and G left
+  there, against the compiled C replay (``F.compile()``) on all the machine's cores.
+  Target: at most 1/10 of the C time.
+- **TensorFunction batch**: ``ad.record(f, x0, tensor=True, device=...)`` of a vectorised
+  Rosenbrock (n = 100) given B points at once, against the numpy device's one C loop.
 
 Every variant is checked before timing: one step from the same weights gives PyTorch's
 loss to 1e-4 (float32), the chain gives numpy's value and gradient to 1e-4.
@@ -33,7 +41,7 @@ import easyad as ad
 from easyad import nn, optim
 
 NAME = "gpu"
-TITLE = "GPU: easyad on OpenCL against PyTorch on CUDA (issue 16)"
+TITLE = "GPU: easyad on OpenCL against PyTorch on CUDA (issues 16, 30)"
 LIBRARIES = ["easyad", "numpy", "torch", "pyopencl"]
 
 SIZES = [(128, 64), (1024, 1024), (4096, 4096)]      # (H, B)
@@ -44,6 +52,8 @@ TOLERANCE = 1e-4      # float32
 BURST = 10            # steps per call of the "10 steps" variants
 N_CHAIN = 10**7
 SMALL_OPS = 100
+REPLAY_BATCH = 10**6
+TENSOR_BATCH = 200
 
 
 def _device():
@@ -130,6 +140,8 @@ def _mlp_variants(torch, tdev, device, hidden, batch):
         "easyad replayed, step + loss": lambda: replayed.sgd_step(named, x, onehot, lr=LR),
         "PyTorch, step + loss": lambda: torch_step().item(),
         f"easyad eager, {BURST} steps": burst(eager_step, lambda loss: loss.number),
+        f"easyad replayed, {BURST} steps": burst(
+            lambda: replayed.sgd_step(named, x, onehot, lr=LR), lambda loss: loss),
         f"PyTorch, {BURST} steps": burst(torch_step, lambda loss: loss.item()),
     }
 
@@ -185,7 +197,62 @@ def _small_op_variants(torch, tdev, device):
         for _ in range(SMALL_OPS):
             y = y * 1.0001
         sync()
-    return {"easyad": easyad_ops, "PyTorch": torch_ops}
+    import pyopencl as cl
+    queue = device.backend.queue
+    kernel = cl.Program(queue.context, """
+        __kernel void scale(__global float *y, __global const float *x, float a, int n) {
+            int i = get_global_id(0); if (i < n) y[i] = x[i] * a; }""").build().scale
+    kernel.set_scalar_arg_dtypes([None, None, np.float32, np.int32])
+    bufs = [cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4000) for _ in range(2)]
+
+    def floor_ops():
+        for i in range(SMALL_OPS):
+            kernel(queue, (1024,), (256,), bufs[(i + 1) % 2], bufs[i % 2],
+                   np.float32(1.0001), np.int32(1000))
+        queue.finish()
+    return {"easyad": easyad_ops, "pyopencl kernel (floor)": floor_ops, "PyTorch": torch_ops}
+
+
+def _rosenbrock(x):
+    s = 0.0
+    for i in range(len(x) - 1):
+        s = s + 100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2
+    return s
+
+
+def _rosenbrock_vector(x):
+    return ad.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def _replay_variants(device, batch, n=100):
+    """Scalar-tape replay of B Rosenbrock gradients: OpenCL device-resident and with host
+    arrays, against the compiled C replay on all cores; all checked against the C one."""
+    import pyopencl.array as cl_array
+    F = ad.record(_rosenbrock, np.ones(n))
+    C = ad.record(_rosenbrock, np.ones(n))
+    C.compile()
+    X = np.random.default_rng(2).uniform(0.5, 1.5, (batch, n))
+    Xd = cl_array.to_device(device.backend.queue, np.ascontiguousarray(X.T)).T
+    reference = C.gradient(X[:64])
+    np.testing.assert_allclose(F.gradient(X[:64], device=device), reference, rtol=1e-12)
+    np.testing.assert_allclose(F.gradient(Xd, device=device).T.get()[:, :64].T, reference,
+                               rtol=1e-12)
+    return {"OpenCL, device-resident": lambda: F.gradient(Xd, device=device),
+            "OpenCL, host arrays": lambda: F.gradient(X, device=device),
+            "compiled C, all cores": lambda: C.gradient(X)}
+
+
+def _tensor_batch_variants(device, batch, n=100):
+    x0 = np.ones(n)
+    on_device = ad.record(_rosenbrock_vector, x0, tensor=True, device=device.name)
+    on_host = ad.record(_rosenbrock_vector, x0, tensor=True)
+    X = np.random.default_rng(3).uniform(0.5, 1.5, (batch, n))
+    v_ref, g_ref = on_host.value_and_gradient(X)
+    v, g = on_device.value_and_gradient(X)
+    np.testing.assert_allclose(v, v_ref, rtol=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-12)
+    return {f"{device.name}, TensorFunction batch": lambda: on_device.value_and_gradient(X),
+            "numpy device, one C loop": lambda: on_host.value_and_gradient(X)}
 
 
 def _rows(ctx, timings, names, base, per=1.0, unit="ms", scale=1e3):
@@ -241,8 +308,8 @@ def run(ctx):
     timings = ctx.measure(_small_op_variants(torch, tdev, device))
     lines += [f"**small op** ({SMALL_OPS} multiplications of 1,000 values, per operation)",
               "", "| variant | time per op | ratio vs PyTorch |", "| --- | ---: | ---: |"]
-    lines += _rows(ctx, timings, ["easyad", "PyTorch"], "PyTorch", per=SMALL_OPS, unit="us",
-                   scale=1e6)
+    lines += _rows(ctx, timings, ["easyad", "pyopencl kernel (floor)", "PyTorch"], "PyTorch",
+                   per=SMALL_OPS, unit="us", scale=1e6)
     ctx.log(f"   chain, n={n_chain}")
     variants = _chain_variants(torch, tdev, device, n_chain)
     timings = ctx.measure(variants)
@@ -250,4 +317,24 @@ def run(ctx):
               "from the host, gradient back to it, every variant)", "",
               "| variant | ms per call | ratio vs PyTorch |", "| --- | ---: | ---: |"]
     lines += _rows(ctx, timings, list(variants), "PyTorch")
+    if device.fp64:
+        batch = REPLAY_BATCH if device.is_gpu and not ctx.quick else 10**5
+        ctx.log(f"   Rosenbrock replay, B={batch}")
+        variants = _replay_variants(device, batch)
+        timings = ctx.measure(variants, rounds=None if ctx.quick else 8)
+        lines += ["", f"**Rosenbrock gradients replayed from a scalar tape, n = 100, B = "
+                  f"{batch:,}, float64** (compiled C on {os.cpu_count()} cores)", "",
+                  "| variant | ms per batch | ratio vs compiled C |", "| --- | ---: | ---: |"]
+        lines += _rows(ctx, timings, list(variants), "compiled C, all cores")
+        ratio = timings.ratio("OpenCL, device-resident", "compiled C, all cores")
+        if device.is_gpu and ratio > 0.1:
+            missed.append(f"Rosenbrock replay B={batch}: device-resident {ratio:.2f}x the "
+                          f"compiled C (target 0.1x)")
+        ctx.log("   TensorFunction batch")
+        variants = _tensor_batch_variants(device, TENSOR_BATCH)
+        timings = ctx.measure(variants, rounds=None if ctx.quick else 8)
+        lines += ["", f"**TensorFunction value and gradient at a batch of {TENSOR_BATCH:,} "
+                  "points** (vectorised Rosenbrock, n = 100, float64)", "",
+                  "| variant | ms per batch | ratio vs numpy device |", "| --- | ---: | ---: |"]
+        lines += _rows(ctx, timings, list(variants), "numpy device, one C loop")
     return "\n".join(lines), missed

@@ -180,10 +180,16 @@ def version_of(distribution: str) -> str:
         return "not installed"
 
 
+# the commit --commit names, for a copy of a checkout without .git (set before any read)
+GIVEN_COMMIT: list[str] = []
+
+
 @functools.lru_cache(maxsize=None)
 def git_revision(root: Path = ROOT) -> str:
     """``git describe`` of the checkout, read once per run: the first results file a run
     writes would otherwise make every later one say "-dirty"."""
+    if GIVEN_COMMIT:
+        return GIVEN_COMMIT[0][:7]
     try:
         out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
                              capture_output=True, text=True, timeout=10)
@@ -263,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
                              "when asked, so a run leaves the clone clean")
     parser.add_argument("--output", type=Path, default=HERE / "results",
                         help="folder for NAME.md (default: benchmarks/results)")
+    parser.add_argument("--commit", metavar="HASH",
+                        help="with --write in a copy of a clean checkout that has no .git "
+                             "(the GPU machine: benchmarks/gpu.sh prepare records it): the "
+                             "commit measured")
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when a target is missed")
     args = parser.parse_args(argv)
@@ -289,7 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         try:     # before any module runs: writing the first results file dirties the tree
             commit = clean_commit()
         except DirtyTree as error:
-            parser.error(str(error))
+            if not args.commit or (ROOT / ".git").exists():
+                parser.error(str(error))
+            commit = args.commit
+            GIVEN_COMMIT.append(commit)
     git_revision()     # read now, before a results file is written
     rounds, seconds = QUICK if args.quick else FULL
     ctx = Context(args.quick, args.rounds or rounds, args.seconds or seconds, args.seed)
