@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         try:     # before any module runs: writing the first results file dirties the tree
             commit = clean_commit()
         except DirtyTree as error:
-            if not args.commit or (ROOT / ".git").exists():
+            if not args.commit:
                 parser.error(str(error))
             commit = args.commit
             GIVEN_COMMIT.append(commit)
