@@ -170,7 +170,8 @@ def test_one_row_and_one_helper_add_a_function(tmp_path):
     (tmp_path / "check_sinc.py").write_text(textwrap.dedent(CHECK))
     check = subprocess.run([sys.executable, "check_sinc.py", str(tmp_path)], cwd=tmp_path,
                            capture_output=True, text=True, timeout=600,
-                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                               [str(tmp_path), os.environ.get("PYTHONPATH", "")])})
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-5000:]
     checked = json.loads(check.stdout.strip().splitlines()[-1])["devices"]
     # every device this checkout sees was checked, OpenCL ones included

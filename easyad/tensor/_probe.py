@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -131,6 +132,10 @@ def json_messages(text: str) -> Iterator[dict[str, Any]]:
             yield message
 
 
+# a compiler message's source location: '<kernel>:1:56: ', 'input.cl:3:1: '
+_LOCATION = re.compile(r"^\S+?:\d+:\d+:\s*")
+
+
 def first_log_line(message: str) -> str:
     """The line of a build failure that says why: the first 'error' line of the build log,
     else its first non-empty line."""
@@ -142,7 +147,9 @@ def first_log_line(message: str) -> str:
             break
     for ln in body:
         if "error" in ln.lower():
-            return ln
+            # the source location before the message ("<kernel>:1:56: error: ..." from
+            # NVIDIA's compiler) says nothing to the user: one form for every driver
+            return _LOCATION.sub("", ln, count=1)
     return body[0] if body else (lines[0] if lines else "unknown failure")
 
 

@@ -182,14 +182,15 @@ class _NotVector(Exception):
 
 
 def vector_width(be: Any, real: str) -> int:
-    """The lanes asked for the vector loops of fused kernels on ``be``'s device: 0 (scalar
-    kernels) on a GPU, where the device prefers no vectors or where EASYAD_OPENCL_VECTOR
-    is 0; else the width that variable gives, or the device's preferred vector width of
-    ``real`` (PoCL: its target's vector register, 8 doubles with AVX-512, 4 with AVX2).
-    What is built is ``fused_width``: the widest of these that passed its proof."""
-    if be.device.is_gpu:
-        return 0
+    """The lanes asked for the vector loops of fused kernels on ``be``'s device: the
+    width EASYAD_OPENCL_VECTOR gives (0: scalar kernels), on any device; unset, 0 on a
+    GPU (a work-item per element: its lanes are the vectors) and on a device that prefers
+    no vectors, else the device's preferred vector width of ``real`` (PoCL: its target's
+    vector register, 8 doubles with AVX-512, 4 with AVX2). What is built is
+    ``fused_width``: the widest of these that passed its proof."""
     setting = os.environ.get(VECTOR_ENV, "").strip()
+    if be.device.is_gpu and not setting:
+        return 0
     try:
         width = int(setting) if setting else int(
             getattr(be.device._handle, f"preferred_vector_width_{real}"))
