@@ -292,8 +292,8 @@ def run(ctx):
         ctx.log(f"   MLP H={hidden}, B={batch}")
         variants = _mlp_variants(torch, tdev, device, hidden, batch)
         timings = ctx.measure(variants)
-        lines += [f"**MLP 784-{hidden}-10, batch {batch}** (ms per step; ratio vs PyTorch "
-                  "in the same column)", "",
+        lines += [f"### MLP 784-{hidden}-10, batch {batch}", "",
+                  "ms per step; ratio vs PyTorch in the same column.", "",
                   "| variant | ms per step | ratio vs PyTorch |", "| --- | ---: | ---: |"]
         lines += _rows(ctx, timings, [n for n in variants if n.endswith("loss")],
                        "PyTorch, step + loss")
@@ -306,15 +306,15 @@ def run(ctx):
         lines.append("")
     ctx.log("   small ops")
     timings = ctx.measure(_small_op_variants(torch, tdev, device))
-    lines += [f"**small op** ({SMALL_OPS} multiplications of 1,000 values, per operation)",
-              "", "| variant | time per op | ratio vs PyTorch |", "| --- | ---: | ---: |"]
+    lines += ["### small op", "", f"{SMALL_OPS} multiplications of 1,000 values, time per "
+              "operation.", "", "| variant | time per op | ratio vs PyTorch |", "| --- | ---: | ---: |"]
     lines += _rows(ctx, timings, ["easyad", "pyopencl kernel (floor)", "PyTorch"], "PyTorch",
                    per=SMALL_OPS, unit="us", scale=1e6)
     ctx.log(f"   chain, n={n_chain}")
     variants = _chain_variants(torch, tdev, device, n_chain)
     timings = ctx.measure(variants)
-    lines += ["", f"**chain of 9 operations, value and gradient, n = {n_chain:,}** (inputs "
-              "from the host, gradient back to it, every variant)", "",
+    lines += ["", f"### chain of 9 operations, value and gradient, n = {n_chain:,}", "",
+              "Inputs from the host, gradient back to it, every variant.", "",
               "| variant | ms per call | ratio vs PyTorch |", "| --- | ---: | ---: |"]
     lines += _rows(ctx, timings, list(variants), "PyTorch")
     if device.fp64:
@@ -322,8 +322,8 @@ def run(ctx):
         ctx.log(f"   Rosenbrock replay, B={batch}")
         variants = _replay_variants(device, batch)
         timings = ctx.measure(variants, rounds=None if ctx.quick else 8)
-        lines += ["", f"**Rosenbrock gradients replayed from a scalar tape, n = 100, B = "
-                  f"{batch:,}, float64** (compiled C on {os.cpu_count()} cores)", "",
+        lines += ["", f"### Rosenbrock gradients replayed from a scalar tape, n = 100, B = "
+                  f"{batch:,}, float64", "", f"Compiled C on {os.cpu_count()} cores.", "",
                   "| variant | ms per batch | ratio vs compiled C |", "| --- | ---: | ---: |"]
         lines += _rows(ctx, timings, list(variants), "compiled C, all cores")
         ratio = timings.ratio("OpenCL, device-resident", "compiled C, all cores")
@@ -333,8 +333,8 @@ def run(ctx):
         ctx.log("   TensorFunction batch")
         variants = _tensor_batch_variants(device, TENSOR_BATCH)
         timings = ctx.measure(variants, rounds=None if ctx.quick else 8)
-        lines += ["", f"**TensorFunction value and gradient at a batch of {TENSOR_BATCH:,} "
-                  "points** (vectorised Rosenbrock, n = 100, float64)", "",
+        lines += ["", f"### TensorFunction value and gradient at a batch of {TENSOR_BATCH:,} "
+                  "points", "", "Vectorised Rosenbrock, n = 100, float64.", "",
                   "| variant | ms per batch | ratio vs numpy device |", "| --- | ---: | ---: |"]
         lines += _rows(ctx, timings, list(variants), "numpy device, one C loop")
     return "\n".join(lines), missed
