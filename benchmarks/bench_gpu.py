@@ -307,7 +307,8 @@ def run(ctx):
     ctx.log("   small ops")
     timings = ctx.measure(_small_op_variants(torch, tdev, device))
     lines += ["### small op", "", f"{SMALL_OPS} multiplications of 1,000 values, time per "
-              "operation.", "", "| variant | time per op | ratio vs PyTorch |", "| --- | ---: | ---: |"]
+              "operation.", "", "| variant | time per op | ratio vs PyTorch |",
+              "| --- | ---: | ---: |"]
     lines += _rows(ctx, timings, ["easyad", "pyopencl kernel (floor)", "PyTorch"], "PyTorch",
                    per=SMALL_OPS, unit="us", scale=1e6)
     ctx.log(f"   chain, n={n_chain}")
