@@ -1,14 +1,34 @@
-"""easyad: automatic differentiation for numeric Python.
+"""easyad: exact derivatives of ordinary numeric Python.
 
-Public API only (no logic here). Layers, each depending on the ones before:
-rules (_rules.py) -> compiled core (_core: Trace, Record, WengertList, generic functions,
-replay sweeps) -> numeric protocols (numeric.py) -> functional API (functional.py: grad,
-jacobian, jvp, vjp; checks.py; taylor.py), record/replay (replay.py: Function, hessian,
-hvp), higher order (_higher.py), user primitives (primitives.py), pictures (dot.py),
-debugging (anomaly.py) -> tensors (easyad/tensor: Tensor on numpy or OpenCL)
--> neural networks (easyad/nn: modules, losses; easyad/optim: optimizers, schedulers;
-easyad/random: the seeded generator they draw from).
+Write a function once with ``+ - * /``, ``**`` and the ``ad.`` functions (``ad.sin``,
+``ad.exp``, ``ad.sum``...); it runs on floats, numpy arrays, forward-mode ``Trace``
+objects, reverse-mode ``Record`` objects and ``Tensor`` objects on numpy or an OpenCL device::
+
+    import numpy as np
+    import easyad as ad
+
+    def f(x):
+        return ad.sum(ad.sin(x) * x ** 2)
+
+    ad.grad(f)(np.array([0.5, 1.0]))         # reverse mode: the gradient
+    ad.jvp(f, np.array([0.5, 1.0]), np.array([1.0, 0.0]))   # forward mode: f, df.v
+    F = ad.record(f, np.ones(2))              # record once ...
+    F.gradient(np.array([0.3, 0.7]))          # ... replay at new points, batches, Hessians
+
+Where to start: ``ad.grad``, ``ad.value_and_grad``, ``ad.jacobian``, ``ad.hessian``,
+``ad.jvp``/``ad.vjp`` (the functional API); ``ad.Trace`` and ``ad.WengertList`` with
+``Record`` (dual numbers and the tape, by hand); ``ad.record`` -> ``Function`` /
+``TensorFunction`` (record once, replay, ``compile()``); ``ad.Tensor`` and ``ad.devices()``
+(arrays on numpy or OpenCL); ``easyad.nn`` and ``easyad.optim`` (networks, optimizers);
+``ad.define``/``ad.primitive`` (your own operations with their derivatives);
+``ad.check_gradients`` (finite-difference checks). Errors are ``easyad.errors``'
+exceptions, each naming the problem and its fix.
+
+The documentation (docs/, ``make docs``) has a getting-started page, one page per topic,
+and docs/internals.md on how the library is built. ``python -m easyad`` runs a tour.
 """
+# Public names only, no logic. The layers below (rules -> compiled core -> protocols ->
+# functional API, record/replay -> tensors -> nn/optim) are described in docs/internals.md.
 from easyad._core import Derivatives, Record, Trace, WengertList, where
 from easyad._core import Comparison
 # the generic function ad.<rule> of every row of the rule table (and its aliases), with

@@ -2,11 +2,12 @@
 
 Nothing else in easyad restates a formula, or any other per-function fact: a row also
 carries the function's spellings in numpy, torch and sympy. ``_expr.py`` parses the strings
-(once); ``_codegen.py`` renders the table into the Cython core (Trace arithmetic, Record
-recording, the tape's opcodes), ``_expressions.py`` compiles the same strings against
-Python and numpy namespaces, the tensor kernels render them to OpenCL C; the stubs, docs
-lists and tests are rendered from or checked against it. Adding a function is one row here
-(plus one helper in ``_helpers.h`` if C lacks the function): see docs/internals.md.
+(once); the build-time generator ``codegen/`` renders the table into the Cython core
+(Trace arithmetic, Record recording, the tape's opcodes), ``_expressions.py`` compiles the
+same strings against Python and numpy namespaces, the tensor kernels render them to OpenCL
+C; the stubs, docs lists and tests are rendered from or checked against it. Adding a
+function is one row here (plus one helper in ``_helpers.h`` if C lacks the function): see
+docs/internals.md.
 
 Expression language (shared by C99, OpenCL C, Cython and Python/numpy): ``+ - * /``,
 parentheses, float literals and calls of functions every target defines under one name.
