@@ -1,7 +1,9 @@
 """Host cost of eager OpenCL tensor operations (issue 30): microseconds per tiny MLP SGD
 step (784-H-10, H=16, B=8 by default: device time negligible, so this is the Python and
-driver-call cost per step) and per small op (x * 1.0001 on 1,000 floats), with Python
-calls, kernel launches and buffer allocations per step counted by cProfile.
+driver-call cost per step) and per small op (x * 1.0001 on 1,000 floats), as wall time
+and as CPU time of the calling thread (what the host spends, without a CPU device's
+worker threads: steadier on a loaded machine), with Python calls (cProfile), kernel
+launches and pyopencl Array constructions per step counted.
 
     EASYAD_GPU_BENCH=any python benchmarks/eager_host.py [H B] [--profile]
 """
@@ -20,14 +22,45 @@ from easyad import nn, optim
 
 
 def _best_us(call, repeat, rounds=7):
+    """(best wall, best calling-thread CPU) microseconds per call over ``rounds``."""
     call()
-    best = float("inf")
+    wall = cpu = float("inf")
     for _ in range(rounds):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         for _ in range(repeat):
             call()
-        best = min(best, (time.perf_counter() - start) / repeat)
-    return best * 1e6
+        cpu = min(cpu, (time.thread_time() - start_cpu) / repeat)
+        wall = min(wall, (time.perf_counter() - start) / repeat)
+    return wall * 1e6, cpu * 1e6
+
+
+def _launches(call):
+    """Kernel launches and pyopencl Array constructions in one ``call()``."""
+    import pyopencl as cl
+    import pyopencl.array as cl_array
+    from easyad.tensor import _opencl
+    counts = [0, 0]
+    kernel_call, enqueue, init = cl.Kernel.__call__, _opencl._enqueue, cl_array.Array.__init__
+
+    def counted_kernel(self, *args, **kwargs):
+        counts[0] += 1
+        return kernel_call(self, *args, **kwargs)
+
+    def counted_enqueue(*args, **kwargs):
+        counts[0] += 1
+        return enqueue(*args, **kwargs)
+
+    def counted_init(self, *args, **kwargs):
+        counts[1] += 1
+        return init(self, *args, **kwargs)
+    cl.Kernel.__call__, _opencl._enqueue, cl_array.Array.__init__ = \
+        counted_kernel, counted_enqueue, counted_init
+    try:
+        call()
+    finally:
+        cl.Kernel.__call__, _opencl._enqueue, cl_array.Array.__init__ = \
+            kernel_call, enqueue, init
+    return counts
 
 
 def _counts(call, repeat):
@@ -37,13 +70,7 @@ def _counts(call, repeat):
         call()
     profile.disable()
     stats = pstats.Stats(profile)
-    calls = sum(v[1] for v in stats.stats.values()) / repeat
-    launches = sum(v[1] for k, v in stats.stats.items()
-                   if "enqueue_nd_range_kernel" in k[2] or k[2].startswith("enqueue_knl")
-                   ) / repeat
-    arrays = sum(v[1] for k, v in stats.stats.items()
-                 if k[0].endswith("pyopencl/array.py") and k[2] == "__init__") / repeat
-    return calls, launches, arrays, stats
+    return sum(v[1] for v in stats.stats.values()) / repeat, stats
 
 
 def main(hidden=16, batch=8, profile=False):
@@ -77,16 +104,17 @@ def main(hidden=16, batch=8, profile=False):
         for _ in range(100):
             v = v * 1.0001
         queue.finish()
-    step_us = _best_us(steps, 5) / 10
-    op_us = _best_us(small_ops, 5) / 100
-    calls, launches, arrays, stats = _counts(step, 50)
+    step_wall, step_cpu = (v / 10 for v in _best_us(steps, 5))
+    op_wall, op_cpu = (v / 100 for v in _best_us(small_ops, 5))
+    calls, stats = _counts(step, 50)
     op_calls = _counts(small_ops, 5)[0] / 100
+    launches, arrays = _launches(step)
     print(f"device: {device.name} ({device.description})")
-    print(f"eager MLP step 784-{hidden}-10 B={batch}: {step_us:.0f} us per step; per step "
-          f"{calls:.0f} Python calls, {launches:.0f} launches, {arrays:.0f} pyopencl "
-          f"Array constructions")
-    print(f"small op x * 1.0001 (1,000 floats): {op_us:.1f} us per op, {op_calls:.1f} "
-          f"Python calls per op")
+    print(f"eager MLP step 784-{hidden}-10 B={batch}: {step_wall:.0f} us wall, "
+          f"{step_cpu:.0f} us host CPU per step; per step {calls:.0f} Python calls, "
+          f"{launches} launches, {arrays} pyopencl Array constructions")
+    print(f"small op x * 1.0001 (1,000 floats): {op_wall:.1f} us wall, {op_cpu:.1f} us host "
+          f"CPU per op, {op_calls:.1f} Python calls per op")
     if profile:
         stats.sort_stats("tottime").print_stats(25)
 
