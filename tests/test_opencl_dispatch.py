@@ -347,3 +347,31 @@ def test_fused_cross_entropy_launches_two_kernels_and_keeps_edge_values(opencl_d
     composed = _cross_entropy(opencl_device, z1, t1, np.float64, "mean")
     np.testing.assert_allclose(fused[0], composed[0], rtol=1e-13)
     np.testing.assert_allclose(fused[1], composed[1], rtol=1e-13)
+
+
+def test_strided_copies_of_every_view_and_dtype(backend):
+    """Gathers and scatters are prepared once per view and dtype: views met again (with
+    other values), the same view in another dtype and new views all equal numpy's."""
+    base = np.arange(60.0).reshape(3, 4, 5)
+    views = [(0, (5, 4, 3), (1, 5, 20)),      # a transpose
+             (7, (2, 3), (20, 2)),            # a strided slice with an offset
+             (0, (60,), (1,)), (59, (1,), (1,)), (3, (4, 1, 2), (5, 1, 1))]
+    for dtype in (np.float64, np.float32, np.float64):
+        for scale in (1.0, -2.0):
+            host = (base * scale).astype(dtype)
+            buf = _on(backend, host, dtype)
+            for offset, shape, strides in views:
+                expected = np.lib.stride_tricks.as_strided(
+                    host.reshape(-1)[offset:], shape,
+                    tuple(s * host.itemsize for s in strides))
+                out = backend.strided(buf, offset, shape, strides)
+                assert out.dtype == dtype and out.shape == shape
+                np.testing.assert_array_equal(backend.to_numpy(out), expected)
+                parts = [(offset, shape, strides, _on(backend, expected, dtype))]
+                back = backend.to_numpy(backend.assemble((60,), dtype, parts))
+                mask = np.zeros(60, bool)
+                mask[offset + sum(np.ix_(*[np.arange(n) * s for n, s in zip(shape, strides)]))
+                     .reshape(-1)] = True
+                np.testing.assert_array_equal(back[mask], host.reshape(-1)[mask])
+                assert not back[~mask].any()
+    assert len(backend._copies) >= 2 * len(views)

@@ -350,6 +350,7 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         self.compiles = 0
         self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}   # see _new_array
         self._strides: dict[tuple[Any, ...], tuple[int, ...]] = {}    # see _byte_strides
+        self._copies: dict[tuple[Any, ...], tuple[Any, tuple[int, ...]]] = {}
         # buffers come from a pool: a freed buffer is reused by the next allocation of its
         # size class instead of new device memory being mapped (and faulted in) each time
         from pyopencl.tools import ImmediateAllocator, MemoryPool
@@ -649,13 +650,21 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         n = math.prod(shape)
         if n == 0:
             return
-        dims, (st,) = _collapse(tuple(shape), [tuple(strides)])
-        ctype = kernels.c_type(_STORAGE.get(np.dtype(src.dtype), np.dtype(src.dtype)))
-        ndim = len(dims)
-        k = self.kernel(kernels.render_strided(ctype, ndim, scatter),
-                        "easyad_scatter" if scatter else "easyad_gather",
-                        [None, None, *[_LONG] * (2 + 2 * ndim)])
-        self.launch(k, n, dst.data, src.data, offset, n, *dims, *st)
+        # the kernel and collapsed layout of a view, worked out once per view and dtype
+        key = (tuple(shape), tuple(strides), src.dtype, scatter)
+        found = self._copies.get(key)
+        if found is None:
+            dims, (st,) = _collapse(tuple(shape), [tuple(strides)])
+            ctype = kernels.c_type(_STORAGE.get(np.dtype(src.dtype), np.dtype(src.dtype)))
+            ndim = len(dims)
+            k = self.kernel(kernels.render_strided(ctype, ndim, scatter),
+                            "easyad_scatter" if scatter else "easyad_gather",
+                            [None, None, *[_LONG] * (2 + 2 * ndim)])
+            if len(self._copies) >= 1024:
+                self._copies.clear()
+            found = self._copies[key] = (k, (*dims, *st))
+        k, layout = found
+        self.launch(k, n, dst.data, src.data, offset, n, *layout)
 
     def strided(self, buf: Any, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...]) -> Any:
