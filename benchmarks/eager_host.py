@@ -115,8 +115,38 @@ def main(hidden=16, batch=8, profile=False):
           f"{launches} launches, {arrays} pyopencl Array constructions")
     print(f"small op x * 1.0001 (1,000 floats): {op_wall:.1f} us wall, {op_cpu:.1f} us host "
           f"CPU per op, {op_calls:.1f} Python calls per op")
+    torch_us = _torch_step_us(x, y, hidden)
+    if torch_us is not None:
+        print(f"PyTorch {torch_us[0]}: {torch_us[1]:.0f} us wall per step (10 steps, one "
+              f"read); easyad eager / PyTorch = {step_wall / torch_us[1]:.2f}x")
     if profile:
         stats.sort_stats("tottime").print_stats(25)
+
+
+def _torch_step_us(x, y, hidden):
+    """(device, us per step) of the same step in PyTorch, on CUDA where there is one."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    model = torch.nn.Sequential(torch.nn.Linear(784, hidden), torch.nn.Tanh(),
+                                torch.nn.Linear(hidden, 10)).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tx, ty = torch.tensor(x, device=dev), torch.tensor(y, device=dev)
+
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(tx), ty)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def steps():
+        for _ in range(9):
+            step()
+        step().item()
+    return dev, _best_us(steps, 5)[0] / 10
 
 
 if __name__ == "__main__":
