@@ -2,7 +2,12 @@
 
 Every buffer is C-contiguous (reshape is a view; transposes and slices are strided copies).
 Kernels are compiled once per (device, source) and cached here; pyopencl and PoCL also
-keep compiled binaries on disk, so a new process pays little. One in-order queue per
+keep compiled binaries on disk, so a new process pays little. The host cost of an eager
+operation is kept near a bare pyopencl launch: sources are rendered once per arguments
+(``_kernels._memo``), an array of a shape seen before is a copy of a template's state with
+a buffer from the pool (no constructor), a reshape is such a copy with the new shape (not
+pyopencl's reshape, which validates through numpy), a strided copy's kernel and layout are
+worked out once per view, and cross_entropy is two kernels of its own. One in-order queue per
 device. Allocations are counted (``live_buffers``) so tests can see that clearing a
 WengertList releases what its nodes held. An elementwise operation costs the host little
 (``PreparedMap``: what a launch needs is worked out once per call signature) and never
@@ -241,7 +246,8 @@ class PreparedMap:
         outs = [backend._new_array(shape, storage, n) for storage in storages]
         if n:
             group = backend.group
-            kernel.set_args(*[o.data for o in outs], *operand_args, n, *layout)
+            # (new arrays have no offset: their buffers as they are, not through .data)
+            kernel.set_args(*[o.base_data for o in outs], *operand_args, n, *layout)
             _enqueue(backend.queue, kernel, (-(-n // group) * group,), (group,))
         return outs
 
