@@ -110,6 +110,20 @@ def _guarded(method: Any, backend_of: Any, operation_of: Any) -> Any:
     operation of the backend (``backend_of(self)``): an operation called inside another
     (``map`` inside ``reduce``) lets its errors pass to the outer one, which names itself
     (``operation_of(self, args)``), so the user hears of what they asked for."""
+    if backend_of is _itself:      # a backend's own method: one call less per operation
+        @functools.wraps(method)
+        def guarded_method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._busy:
+                return method(self, *args, **kwargs)
+            self._busy = True
+            try:
+                return method(self, *args, **kwargs)
+            except cl.Error as error:
+                raise _translate(self, operation_of(self, args), error) from None
+            finally:
+                self._busy = False
+        return guarded_method
+
     @functools.wraps(method)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
         backend = backend_of(self)
@@ -341,6 +355,7 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
     _unguarded = ("reshape", "owns")
     lazy_numbers = True      # a read waits for the queue: numbers are read when first used
     _busy = False     # an operation is running: inner ones leave errors to it (_guarded)
+    _plain = False    # arrays' state is a plain dict: copied to make views (_first_array)
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -447,6 +462,7 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
             a = self.array_class(self.queue, shape, storage, allocator=self.pool)
         state = getattr(a, "__dict__", None)
         if _PLAIN_STATE and state is not None and _ARRAY_STATE <= state.keys():
+            self._plain = True
             if len(self._templates) >= 1024:     # shapes that keep changing
                 self._templates.clear()
             self._templates[shape, storage] = {**state, "base_data": None, "events": None,
@@ -493,13 +509,13 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         if buf.shape == shape:
             return buf
         itemsize = buf.dtype.itemsize
-        state = getattr(buf, "__dict__", None)
-        if (not _PLAIN_STATE or state is None or not _ARRAY_STATE <= state.keys()
-                or buf.offset or math.prod(shape) != buf.size or min(shape, default=0) < 0
+        # an array of this backend's class, whose state _first_array found a plain dict
+        if (not self._plain or type(buf) is not self.array_class or buf.offset
+                or math.prod(shape) != buf.size or min(shape, default=0) < 0
                 or buf.strides != self._byte_strides(buf.shape, itemsize)):
             return buf.reshape(shape)        # pyopencl's checks and errors
         view = _new_object(type(buf))
-        view.__dict__ = state = state.copy()
+        view.__dict__ = state = buf.__dict__.copy()
         state["shape"], state["strides"] = shape, self._byte_strides(shape, itemsize)
         state["_flags"] = None
         return view
