@@ -42,9 +42,6 @@ run)
         --output "$out" --rounds "${ROUNDS:-10}" --seconds 0.1 ${commit:+--commit $commit} \
         2>&1 | tee "$out/bench.log" | grep -v '^  round' || echo "benchmarks: exit $?"
     (cd benchmarks && timeout 90 python3 gpu_profile.py) > "$out/profile.txt" 2>&1 || true
-    # the eager step's host cost: us per step and per small op, launches, calls (issue 30)
-    (cd benchmarks && timeout 60 python3 eager_host.py 1024 1024 && timeout 30 python3 \
-        eager_host.py) > "$out/eager_host.txt" 2>&1 || true
     tests=(tests/test_tensor_record_cl.py tests/test_tensor_record_cl_vector.py
            tests/test_optim_device.py tests/test_opencl_dispatch.py tests/test_replay_cl.py
            tests/test_tensor.py tests/test_tensor_record.py tests/test_tensor_steps.py
