@@ -12,7 +12,10 @@ backend (``_opencl.py``) compiles them, once per device and source.
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,12 +33,35 @@ def c_type(dtype: np.dtype) -> str:
     return C_TYPES[np.dtype(dtype)]
 
 
+def _memo(*tables: dict[str, Any]) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """A renderer rendering once per arguments and contents of the module ``tables`` it
+    reads (a changed table renders anew). An eager operation renders its kernel's source
+    to look the compiled kernel up by it: re-rendering (and re-hashing) several kilobytes
+    per call cost more host time than the launch itself. The same string object comes
+    back each time, so its hash is computed once."""
+    def wrap(render: Callable[..., str]) -> Callable[..., str]:
+        cache: dict[Any, str] = {}
+
+        @functools.wraps(render)
+        def rendered(*args: Any, **kwargs: Any) -> str:
+            key = (args, tuple(kwargs.items()), *(tuple(t.items()) for t in tables))
+            source = cache.get(key)
+            if source is None:
+                if len(cache) >= 512:     # arguments that keep changing: start again
+                    cache.clear()
+                source = cache[key] = render(*args, **kwargs)
+            return source
+        return rendered
+    return wrap
+
+
 def for_real(expression: str, real: str) -> str:
     """``expression`` as OpenCL C in ``real`` precision (float literals get an f, so a
     float32 kernel never computes in double)."""
     return _expr.render(expression, "c" if real == "double" else "opencl-float")
 
 
+@_memo()
 def preamble(real: str, width: int = 0, lanewise: frozenset[str] = frozenset()) -> str:
     """The kernels' first lines: real_t, the helpers, and with ``width`` the vector
     helpers of ``vector_helpers`` (``lanewise``: the math functions computed lane by lane
@@ -165,6 +191,7 @@ def render_map(label: str, exprs: tuple[str, ...], operands: tuple[tuple[str, st
             + "\n".join(body) + "\n}\n")
 
 
+@_memo()
 def render_reduce(op: str, real: str) -> str:
     """``out[o, c, i] = op over k in chunk c of x[o, k, i]``: one pass of a reduction over the
     middle axis of (outer, K, inner); passes repeat until one chunk is left."""
@@ -192,6 +219,7 @@ def render_reduce(op: str, real: str) -> str:
 """
 
 
+@_memo()
 def render_strided(ctype: str, ndim: int, scatter: bool) -> str:
     """Copy between a contiguous buffer and a strided view (offset, dims D_, strides S_):
     gather ``out[i] = src[view(i)]``, or scatter ``dst[view(i)] = src[i]``."""
@@ -208,6 +236,7 @@ def render_strided(ctype: str, ndim: int, scatter: bool) -> str:
             + "\n".join(_coordinates(ndim) if ndim else []) + f"\n    {move}\n}}\n")
 
 
+@_memo()
 def render_take(ctype: str) -> str:
     return f"""//CL// easyad gather by index
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -223,6 +252,59 @@ __kernel void easyad_put(__global {ctype}* out, __global const {ctype}* restrict
     const long i = get_global_id(0);
     if (i < N_) out[index[i]] = src[i];
 }}
+"""
+
+
+@_memo()
+def render_cross_entropy(real: str) -> str:
+    """cross_entropy with class indices in two kernels (the composed one takes twelve
+    launches a step). ``easyad_ce_forward``, ONE work-group (of a power of two size,
+    ``part`` its local sums): each work-item takes rows n, n + G, ..., keeps the row's
+    shift m (the maximum where finite, else 0, as logsumexp shifts) and s = sum exp(z - m)
+    for the vjp, and adds log(s) + m - z[n, target[n]]; the group's sum over G work-items
+    divided by ``divisor`` is the loss. ``easyad_ce_vjp``: (exp(z - m) / s - onehot) * k
+    per element."""
+    return preamble(real) + """__kernel void easyad_ce_forward(__global real_t* loss,
+        __global real_t* M, __global real_t* S, __global const real_t* restrict z,
+        __global const long* restrict target, const long N, const long C,
+        const real_t divisor, __local real_t* part)
+{
+    const int lid = get_local_id(0), G = get_local_size(0);
+    real_t acc = (real_t)0;
+    for (long n = lid; n < N; n += G) {
+        __global const real_t* row = z + n * C;
+        real_t m = -INFINITY;
+        for (long c = 0; c < C; ++c)
+            m = maximum(m, row[c]);
+        if (!(m - m == (real_t)0))
+            m = (real_t)0;
+        real_t s = (real_t)0;
+        for (long c = 0; c < C; ++c)
+            s += exp(row[c] - m);
+        M[n] = m;
+        S[n] = s;
+        acc += log(s) + m - row[target[n]];
+    }
+    part[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = G / 2; h > 0; h >>= 1) {
+        if (lid < h)
+            part[lid] += part[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        loss[0] = part[0] / divisor;
+}
+__kernel void easyad_ce_vjp(__global real_t* out, __global const real_t* restrict z,
+        __global const real_t* restrict M, __global const real_t* restrict S,
+        __global const long* restrict target, const long N_, const long C, const real_t k)
+{
+    const long i = get_global_id(0);
+    if (i >= N_) return;
+    const long n = i / C;
+    const real_t h = (i - n * C == target[n]) ? (real_t)1 : (real_t)0;
+    out[i] = (exp(z[i] - M[n]) / S[n] - h) * k;
+}
 """
 
 
@@ -252,6 +334,7 @@ def _hsum(real: str, width: int) -> str:
             + f"\n    return {name};\n}}")
 
 
+@_memo(MATMUL_NT_BLOCK)
 def render_matmul_nt(real: str, vector_bytes: int = 32) -> str:
     """vector_bytes: the CPU's vector register (64 with AVX-512, 32 with AVX2); a wider
     vector than the CPU has is not just slow: PoCL may fail to build the kernel."""
@@ -315,6 +398,7 @@ __kernel void easyad_matmul_nt(__global real_t* C, __global const real_t* restri
 MATMUL_TILE = {"TM": 64, "TN": 64, "TK": 16, "WM": 4, "WN": 4}
 
 
+@_memo(MATMUL_TILE)
 def render_matmul(real: str) -> str:
     t = MATMUL_TILE
     return preamble(real) + f"""#define TM {t['TM']}

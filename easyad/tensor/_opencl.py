@@ -2,7 +2,12 @@
 
 Every buffer is C-contiguous (reshape is a view; transposes and slices are strided copies).
 Kernels are compiled once per (device, source) and cached here; pyopencl and PoCL also
-keep compiled binaries on disk, so a new process pays little. One in-order queue per
+keep compiled binaries on disk, so a new process pays little. The host cost of an eager
+operation is kept near a bare pyopencl launch: sources are rendered once per arguments
+(``_kernels._memo``), an array of a shape seen before is a copy of a template's state with
+a buffer from the pool (no constructor), a reshape is such a copy with the new shape (not
+pyopencl's reshape, which validates through numpy), a strided copy's kernel and layout are
+worked out once per view, and cross_entropy is two kernels of its own. One in-order queue per
 device. Allocations are counted (``live_buffers``) so tests can see that clearing a
 WengertList releases what its nodes held. An elementwise operation costs the host little
 (``PreparedMap``: what a launch needs is worked out once per call signature) and never
@@ -38,6 +43,12 @@ from easyad.tensor._shapes import contiguous_strides
 # skip its checks; a pyopencl without them gets the public constructor (slower, same array)
 _FAST_CONSTRUCTOR = all(k in inspect.signature(cl_array.Array.__init__).parameters
                         for k in ("_fast", "_size", "_context", "_queue"))
+# an Array whose state is its instance dict (pyopencl's, as of 2025) can be made without
+# its constructor, as a copy of a template's dict (``OpenCLBackend._new_array``, ``reshape``)
+_PLAIN_STATE = "__slots__" not in vars(cl_array.Array)
+_ARRAY_STATE = frozenset({"base_data", "events", "shape", "strides", "size", "nbytes",
+                          "offset", "dtype", "_flags"})
+_new_object = object.__new__
 
 _LONG = np.int64
 _STORAGE = {np.dtype(np.bool_): np.dtype(np.uint8)}   # OpenCL buffers hold bools as uchar
@@ -99,6 +110,20 @@ def _guarded(method: Any, backend_of: Any, operation_of: Any) -> Any:
     operation of the backend (``backend_of(self)``): an operation called inside another
     (``map`` inside ``reduce``) lets its errors pass to the outer one, which names itself
     (``operation_of(self, args)``), so the user hears of what they asked for."""
+    if backend_of is _itself:      # a backend's own method: one call less per operation
+        @functools.wraps(method)
+        def guarded_method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._busy:
+                return method(self, *args, **kwargs)
+            self._busy = True
+            try:
+                return method(self, *args, **kwargs)
+            except cl.Error as error:
+                raise _translate(self, operation_of(self, args), error) from None
+            finally:
+                self._busy = False
+        return guarded_method
+
     @functools.wraps(method)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
         backend = backend_of(self)
@@ -123,8 +148,10 @@ def _device_errors(cls: type) -> type:
                      and "\n" not in args[0] and len(args[0]) < 60 else "")
             return name + label
         return operation
+    unguarded = getattr(cls, "_unguarded", ())
     for name, member in list(vars(cls).items()):
-        if callable(member) and (name == "__init__" or not name.startswith("_")):
+        if callable(member) and (name == "__init__" or not name.startswith("_")) and \
+                name not in unguarded:
             setattr(cls, name, _guarded(member, _itself, operation_of(name)))
     return cls
 
@@ -233,7 +260,8 @@ class PreparedMap:
         outs = [backend._new_array(shape, storage, n) for storage in storages]
         if n:
             group = backend.group
-            kernel.set_args(*[o.data for o in outs], *operand_args, n, *layout)
+            # (new arrays have no offset: their buffers as they are, not through .data)
+            kernel.set_args(*[o.base_data for o in outs], *operand_args, n, *layout)
             _enqueue(backend.queue, kernel, (-(-n // group) * group,), (group,))
         return outs
 
@@ -301,6 +329,21 @@ class PreparedMap:
 
 _enqueue = cl.enqueue_nd_range_kernel
 
+# cross_entropy's fused kernel runs as one work-group: while each work-item's rows hold
+# up to this many logits (a few microseconds on a GPU; batch 4096 of 10 classes is 160);
+# more take the composed kernels, spread over the device
+_CE_FUSED_WORK = 4096
+
+
+class _CrossEntropySaved:
+    """What the fused cross_entropy keeps for its vjp: the logits, each row's shift m and
+    sum s of exp(z - m), and the targets on the device."""
+
+    __slots__ = ("z", "m", "s", "idx")
+
+    def __init__(self, z: Any, m: Any, s: Any, idx: Any) -> None:
+        self.z, self.m, self.s, self.idx = z, m, s, idx
+
 
 @_device_errors
 class OpenCLBackend(LiveBuffers, ComposedKernels):
@@ -308,8 +351,11 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
     its primitives, ``_composed.py``)."""
 
     kind = "opencl"
+    # no OpenCL call in them, so no guard layer (its cost is most of a reshape's)
+    _unguarded = ("reshape", "owns")
     lazy_numbers = True      # a read waits for the queue: numbers are read when first used
     _busy = False     # an operation is running: inner ones leave errors to it (_guarded)
+    _plain = False    # arrays' state is a plain dict: copied to make views (_first_array)
 
     def __init__(self, device: Any) -> None:
         self.device = device
@@ -323,6 +369,9 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         self._maps: dict[tuple[Any, ...], PreparedMap] = {}
         self._reductions: dict[tuple[str, Any], Any] = {}
         self.compiles = 0
+        self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}   # see _new_array
+        self._strides: dict[tuple[Any, ...], tuple[int, ...]] = {}    # see _byte_strides
+        self._copies: dict[tuple[Any, ...], tuple[Any, tuple[int, ...]]] = {}
         # buffers come from a pool: a freed buffer is reused by the next allocation of its
         # size class instead of new device memory being mapped (and faulted in) each time
         from pyopencl.tools import ImmediateAllocator, MemoryPool
@@ -374,17 +423,51 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
     def _empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
         return self._new_array(shape, self._storage(dtype), math.prod(shape))
 
+    def _byte_strides(self, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+        """The C-contiguous strides in bytes of ``shape`` (kept per shape)."""
+        key = (shape, itemsize)
+        strides = self._strides.get(key)
+        if strides is None:
+            if len(self._strides) >= 4096:
+                self._strides.clear()
+            strides = self._strides[key] = tuple(
+                step * itemsize for step in contiguous_strides(shape))
+        return strides
+
     def _new_array(self, shape: tuple[int, ...], storage: np.dtype, size: int) -> Any:
         """A new C-contiguous array of ``size`` elements of ``storage`` (checked by
-        ``_storage``) from the pool: pyopencl's fast constructor, which skips the shape
-        validation that costs ``cl_array.empty`` several microseconds a call."""
+        ``_storage``) from the pool. The first of a shape and storage comes from pyopencl's
+        fast constructor; the rest are copies of its state with their own buffer (a
+        constructor call, even the fast one, was a third of an eager operation's host
+        time)."""
+        template = self._templates.get((shape, storage))
+        if template is None:
+            return self._first_array(shape, storage, size)
+        a = _new_object(self.array_class)
+        a.__dict__ = state = template.copy()
+        if size:
+            state["base_data"] = self.pool(state["nbytes"])
+        state["events"] = []
+        return self._track(a) if self.tracking else a
+
+    def _first_array(self, shape: tuple[int, ...], storage: np.dtype, size: int) -> Any:
+        """``_new_array`` by a constructor, keeping its state as the template of its shape
+        and storage where the array's state is a plain dict."""
         if _FAST_CONSTRUCTOR:
-            itemsize = storage.itemsize
-            strides = tuple(step * itemsize for step in contiguous_strides(shape))
-            return self._track(self.array_class(
-                None, shape, storage, allocator=self.pool, strides=strides, _fast=True,
-                _size=size, _context=self.context, _queue=self.queue))
-        return self._track(self.array_class(self.queue, shape, storage, allocator=self.pool))
+            strides = self._byte_strides(shape, storage.itemsize)
+            a = self.array_class(None, shape, storage, allocator=self.pool, strides=strides,
+                                 _fast=True, _size=size, _context=self.context,
+                                 _queue=self.queue)
+        else:
+            a = self.array_class(self.queue, shape, storage, allocator=self.pool)
+        state = getattr(a, "__dict__", None)
+        if _PLAIN_STATE and state is not None and _ARRAY_STATE <= state.keys():
+            self._plain = True
+            if len(self._templates) >= 1024:     # shapes that keep changing
+                self._templates.clear()
+            self._templates[shape, storage] = {**state, "base_data": None, "events": None,
+                                               "_flags": None}
+        return self._track(a)
 
     def allocate(self, shape: tuple[int, ...], dtype: Any) -> Any:
         """An uninitialised buffer (for callers that fill it with their own kernels)."""
@@ -419,7 +502,23 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         return a
 
     def reshape(self, buf: Any, shape: tuple[int, ...]) -> Any:
-        return buf.reshape(shape) if buf.shape != tuple(shape) else buf
+        """A view of ``buf`` (C-contiguous, as the backend's buffers are) in ``shape``: a
+        copy of its state with the new shape and strides, where pyopencl's reshape works
+        the strides out in Python and validates through numpy (several microseconds)."""
+        shape = tuple(shape)
+        if buf.shape == shape:
+            return buf
+        itemsize = buf.dtype.itemsize
+        # an array of this backend's class, whose state _first_array found a plain dict
+        if (not self._plain or type(buf) is not self.array_class or buf.offset
+                or math.prod(shape) != buf.size or min(shape, default=0) < 0
+                or buf.strides != self._byte_strides(buf.shape, itemsize)):
+            return buf.reshape(shape)        # pyopencl's checks and errors
+        view = _new_object(type(buf))
+        view.__dict__ = state = buf.__dict__.copy()
+        state["shape"], state["strides"] = shape, self._byte_strides(shape, itemsize)
+        state["_flags"] = None
+        return view
 
     # -- elementwise --
     def prepared_map(self, label: str, exprs: tuple[str, ...], names: tuple[str, ...]
@@ -476,6 +575,48 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
                 return out
             src, K = out, C
 
+    # -- cross_entropy: two kernels of its own (the composed one is twelve launches) --
+    def cross_entropy(self, z: Any, target: np.ndarray, divisor: float) -> tuple[Any, Any]:
+        n, c = z.shape
+        storage = z.dtype
+        forward, group = self._ce_kernels(storage)[0]
+        if not n or not c or -(-n // group) * c > _CE_FUSED_WORK:
+            # one work-group would take too long: the composed kernels spread it out
+            return ComposedKernels.cross_entropy(self, z, target, divisor)
+        loss = self._new_array((), storage, 1)
+        m = self._new_array((n,), storage, n)
+        s = self._new_array((n,), storage, n)
+        idx = self._index_buffer(target)
+        forward(self.queue, (group,), (group,), loss.data, m.data, s.data, z.data, idx.data,
+                n, c, divisor, cl.LocalMemory(group * storage.itemsize))
+        return loss, _CrossEntropySaved(z, m, s, idx)
+
+    def cross_entropy_vjp(self, saved: Any, target: np.ndarray, scale: float) -> Any:
+        if not isinstance(saved, _CrossEntropySaved):
+            return ComposedKernels.cross_entropy_vjp(self, saved, target, scale)
+        z = saved.z
+        n, c = z.shape
+        out = self._new_array((n, c), z.dtype, n * c)
+        self.launch(self._ce_kernels(z.dtype)[1], n * c, out.data, z.data, saved.m.data,
+                    saved.s.data, saved.idx.data, n * c, c, scale)
+        return out
+
+    def _ce_kernels(self, storage: np.dtype) -> tuple[tuple[Any, int], Any]:
+        """((forward kernel, its work-group size: a power of two), vjp kernel) for
+        ``storage`` (render_cross_entropy)."""
+        key = ("cross_entropy", storage)
+        found = self._reductions.get(key)
+        if found is None:
+            source = kernels.render_cross_entropy(kernels.c_type(storage))
+            forward = self.kernel(source, "easyad_ce_forward",
+                                  [None] * 5 + [_LONG, _LONG, storage, None])
+            limit = min(self.group, forward.get_work_group_info(
+                cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device._handle))
+            group = 1 << (max(1, limit).bit_length() - 1)
+            vjp = self.kernel(source, "easyad_ce_vjp", [None] * 5 + [_LONG, _LONG, storage])
+            found = self._reductions[key] = ((forward, group), vjp)
+        return found
+
     # -- matmul --
     def _transpose3(self, buf: Any) -> Any:
         b, r, c = buf.shape
@@ -531,13 +672,21 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         n = math.prod(shape)
         if n == 0:
             return
-        dims, (st,) = _collapse(tuple(shape), [tuple(strides)])
-        ctype = kernels.c_type(_STORAGE.get(np.dtype(src.dtype), np.dtype(src.dtype)))
-        ndim = len(dims)
-        k = self.kernel(kernels.render_strided(ctype, ndim, scatter),
-                        "easyad_scatter" if scatter else "easyad_gather",
-                        [None, None, *[_LONG] * (2 + 2 * ndim)])
-        self.launch(k, n, dst.data, src.data, offset, n, *dims, *st)
+        # the kernel and collapsed layout of a view, worked out once per view and dtype
+        key = (tuple(shape), tuple(strides), src.dtype, scatter)
+        found = self._copies.get(key)
+        if found is None:
+            dims, (st,) = _collapse(tuple(shape), [tuple(strides)])
+            ctype = kernels.c_type(_STORAGE.get(np.dtype(src.dtype), np.dtype(src.dtype)))
+            ndim = len(dims)
+            k = self.kernel(kernels.render_strided(ctype, ndim, scatter),
+                            "easyad_scatter" if scatter else "easyad_gather",
+                            [None, None, *[_LONG] * (2 + 2 * ndim)])
+            if len(self._copies) >= 1024:
+                self._copies.clear()
+            found = self._copies[key] = (k, (*dims, *st))
+        k, layout = found
+        self.launch(k, n, dst.data, src.data, offset, n, *layout)
 
     def strided(self, buf: Any, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...]) -> Any:
