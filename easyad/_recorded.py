@@ -280,6 +280,7 @@ class TensorFunction:
         self._recordings: dict[str, _Recording] = {}
         self._bound: dict[str, BoundProgram] = {}
         self._learning_rate = np.zeros(())     # sgd_step's, an input of the program
+        self._lr_on_device: tuple[bytes, Any] | None = None   # (lr, its device buffer)
         statics = [k if k is not None else self._float(v)
                    for k, v in zip(self._arg_kinds, arg_leaves)]
         self._record("gradient", [self._float(v, "x0") for v in leaves], statics)
@@ -335,6 +336,10 @@ class TensorFunction:
                 out.append(kind)
             else:
                 shape, dtype = spec
+                resident = self._resident_argument(v, shape, dtype)
+                if resident is not None:
+                    out.append(resident)
+                    continue
                 a = _arrays.real_array(v.value if isinstance(v, TensorBase) else v,
                                        "an argument after x", dtype)
                 if a.shape != shape:
@@ -356,11 +361,28 @@ class TensorFunction:
         got = (values.shape, values.dtype) if values is not None else (v.shape, v.dtype)
         if got != (shape, dtype):
             raise ValueError(f"recorded for an input of shape {shape} and dtype {dtype}, got "
-                             f"{got[0]} and {got[1]}; record again for another")
+                             f"{got[0]} and {got[1]}; pass that shape and dtype "
+                             f"(dtype={np.dtype(dtype).name}) or record again for another")
         if values is not None and self._backend.kind == "numpy":
             return values.writable()
         return _Resident(values.for_tensor(self._backend.device) if values is not None
                          else v._data, values, v)
+
+    def _resident_argument(self, v: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A float argument after x that is a Tensor on this Function's (OpenCL) device:
+        its buffer goes into the program as it is (no read to the host and upload again).
+        Its shape and dtype must be the recorded ones (ValueError: no silent cast, which
+        would copy it each call). A Tensor on another device is read to the host and
+        uploaded, as a host array is (None)."""
+        if not (isinstance(v, TensorBase) and v._backend is self._backend
+                and self._backend.kind != "numpy"):
+            return None
+        if (v.shape, v.dtype) != (shape, dtype):
+            raise ValueError(
+                f"recorded for an argument of shape {shape} and dtype {dtype}, got a device "
+                f"Tensor of shape {v.shape} and dtype {v.dtype}; make it with "
+                f"dtype={np.dtype(dtype).name} and that shape (or record again for another)")
+        return _Resident(v._data, None, v)
 
     def _plain_inputs(self, x: Any, args: tuple[Any, ...]
                       ) -> tuple[list[np.ndarray], list[Any]] | None:
@@ -411,7 +433,7 @@ class TensorFunction:
         key = _recording_of(what)
         rec = self._recordings.get(key)
         if rec is None:
-            rec = self._record(what, _on_host(xs), args)
+            rec = self._record(what, _on_host(xs), _on_host(args))
         if what == "value":
             outputs = rec.outputs
         elif what in ("gradient", "sgd_step"):
@@ -451,9 +473,15 @@ class TensorFunction:
             bound = self._bind(what, xs, statics)
             be = self._backend
             live = self._live(what)
-            inputs = [a.buffer if type(a) is _Resident else np.ascontiguousarray(a)
-                      if be.kind == "numpy" else be.asarray(a, a.dtype)
-                      for a in xs + floats + extra + live]
+            if be.kind == "numpy":
+                inputs = [a.buffer if type(a) is _Resident else np.ascontiguousarray(a)
+                          for a in xs + floats + extra + live]
+            else:
+                inputs = [a.buffer if type(a) is _Resident else be.asarray(a, a.dtype)
+                          for a in xs + floats]
+                inputs += ([be.asarray(a, a.dtype) for a in extra]
+                           if what in ("hvp", "vjp") else [self._device_learning_rate()])
+                inputs += [be.asarray(a, a.dtype) for a in live]
             try:
                 return bound.run(inputs)
             except _Retape:
@@ -463,8 +491,19 @@ class TensorFunction:
                         "t.value) comes out differently at this input; record again here "
                         "(ad.record(..., on_branch_change='retape') does it itself) or "
                         "use ad.where for elementwise choices") from None
-                self._record(what, _on_host(xs), statics)
+                self._record(what, _on_host(xs), _on_host(statics))
         raise AssertionError("unreachable")   # pragma: no cover
+
+    def _device_learning_rate(self) -> Any:
+        """sgd_step's learning rate on the device: uploaded when it changes, not at every
+        step (programs only read their inputs; a new buffer, as earlier steps may still
+        be queued to read the old one)."""
+        lr = self._learning_rate.tobytes()      # (-0.0 is not 0.0 here)
+        kept = self._lr_on_device
+        if kept is None or kept[0] != lr:
+            kept = self._lr_on_device = (lr, self._backend.asarray(self._learning_rate,
+                                                                   np.float64))
+        return kept[1]
 
     def _live(self, what: str) -> list[np.ndarray]:
         """The current values of the module parameters f used (read at every call)."""

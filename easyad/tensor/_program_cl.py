@@ -665,9 +665,33 @@ def _items(be: Any, n: int) -> int:
     return int(max(groups, 1) * be.group)
 
 
+class _Launch:
+    """A group kernel's launch, prepared once (``FusedCLProgram``): its argument list with
+    the buffers that stay the same across calls (aux arrays, partials, workspace,
+    constants, finished reductions kept there) in place and, at ``slots``, the positions
+    filled at each call (inputs, new results, backend steps' results); its sizes; the
+    slots zeroed before it; and its reductions' finishing launches."""
+
+    __slots__ = ("kernel", "n", "global_size", "local_size", "args", "slots", "zero",
+                 "finish")
+
+    def __init__(self, kernel: Any, n: int, global_size: tuple[int, ...],
+                 local_size: tuple[int, ...], args: list[Any], slots: list[tuple[int, int]],
+                 zero: list[int], finish: list[tuple[Any, ...]]) -> None:
+        self.kernel, self.n, self.global_size, self.local_size = \
+            kernel, n, global_size, local_size
+        self.args, self.slots, self.zero, self.finish = args, slots, zero, finish
+
+
 class FusedCLProgram:
     """The plan's schedule on an OpenCL backend: group kernels and backend steps;
-    ``run(inputs)`` as ``BoundProgram.run`` (device buffers in, new device buffers out)."""
+    ``run(inputs)`` as ``BoundProgram.run`` (device buffers in, new device buffers out).
+
+    A call costs the host little beyond the backend steps: each group kernel's launch is
+    prepared once (``_Launch``: its fixed buffers' handles, sizes), a reduction to one
+    number is finished by one launch of a generated kernel (``_render_finish``) into a
+    buffer kept between calls where no backend step or output sees it, and nothing is read
+    back (the guards and backend steps that read values aside)."""
 
     def __init__(self, plan: _Plan, be: Any, on_guard: Any, stored: set[int],
                  kernels: list[list[_Kernel]], source: str, real: str) -> None:
@@ -693,6 +717,15 @@ class FusedCLProgram:
         self.fresh = sorted(s for s in stored if s in fresh and s not in outside)
         for s in sorted(s for s in stored if s not in fresh and s not in outside):
             self.base[s] = be.allocate(p.shapes[s], p.dtypes[s])
+        # a reduction's total kept in one buffer across calls, where only kernels read it
+        # (a backend step's result or an output may be handed on: those are new each call)
+        read_in_python = {plan.r(i) for kind, item in plan.schedule if kind == "py"
+                          for i in item.ins if type(i) is int}
+        kept = {s for s in reduced if s not in fresh and s not in read_in_python}
+        varying = set(p.inputs) | set(self.fresh) | (made_in_python - kept)
+        self._fresh_results = set(self.fresh) | made_in_python
+        group = be.group
+        finish_group = _finish_group(be)
         self.steps: list[tuple[Any, ...]] = []
         segments = iter(kernels)
         for kind, item in plan.schedule:
@@ -702,10 +735,43 @@ class FusedCLProgram:
                     loops = k.reductions or not be.device.is_gpu
                     items = _items(be, k.n) if loops else None
                     partials = {o: be.allocate((items,), real_dtype) for o, _ in k.reductions}
-                    cast = {o: p.dtypes[o] != real_dtype for o, _ in k.reductions}
-                    self.steps.append(("kernel", cl_kernel, k, partials, cast, items))
+                    args: list[Any] = []
+                    slots: list[tuple[int, int]] = []
+                    for kind_, key in k.params:
+                        if kind_ == "aux":
+                            args.append(self.aux[key].data)
+                        elif kind_ == "partial":
+                            args.append(partials[key].data)
+                        elif key in varying:
+                            slots.append((len(args), key))
+                            args.append(None)
+                        else:       # a constant, workspace or kept total: the same buffer
+                            if key in kept and self.base[key] is None:
+                                self.base[key] = be.allocate(p.shapes[key], p.dtypes[key])
+                            args.append(self.base[key].data)
+                    args.append(k.n)
+                    size = (items if items is not None else
+                            -(-k.n // group) * group)   # a work-item per element
+                    finish = []
+                    for o, op in k.reductions:
+                        ctype = _CL_TYPES[p.dtypes[o]]
+                        finisher = be.kernel(source, _finish_name(op, ctype),
+                                             [None, None, np.int64])
+                        root = plan.r(o)
+                        if root in kept:
+                            if self.base[root] is None:
+                                self.base[root] = be.allocate(p.shapes[o], p.dtypes[o])
+                            out = self.base[root]
+                        else:
+                            out = None
+                        finish.append((finisher, partials[o].data, root, p.shapes[o],
+                                       p.dtypes[o], out, items if k.n else 0))
+                    launch = _Launch(cl_kernel, k.n, (size,), (group,), args, slots,
+                                     list(k.zero), finish)
+                    self.steps.append(("kernel", launch, k, (finish_group,)))
             else:
-                aliases = tuple(i for i in item.ins if type(i) is int and plan.r(i) != i)
+                aliases = tuple((i, plan.r(i), p.shapes[i]) for i in item.ins
+                                if type(i) is int and plan.r(i) != i)
                 self.steps.append(("py", step(item, be, on_guard), aliases, item.outs))
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
@@ -716,20 +782,34 @@ class FusedCLProgram:
         import pyopencl
 
         from easyad.tensor._opencl import _translate
-        plan, p, be = self.plan, self.plan.program, self.be
+        p, be = self.plan.program, self.be
         arrays = list(self.base)
         for s, a in zip(self.inputs, inputs):
-            arrays[s] = a
+            # kernels take whole buffers: a view at an offset (none made today) is copied
+            arrays[s] = a.copy() if getattr(a, "offset", 0) else a
         for s in self.fresh:
             arrays[s] = be.allocate(p.shapes[s], p.dtypes[s])
+        queue = be.queue
         try:
             for entry in self.steps:
                 if entry[0] == "kernel":
-                    self._launch(arrays, *entry[1:])
+                    launch = entry[1]
+                    for s in launch.zero:
+                        arrays[s].fill(0)
+                    if launch.n:
+                        args = launch.args.copy()
+                        for position, s in launch.slots:
+                            args[position] = arrays[s].data
+                        launch.kernel(queue, launch.global_size, launch.local_size, *args)
+                    for finisher, partial, root, shape, dtype, out, count in launch.finish:
+                        if out is None:
+                            out = be.allocate(shape, dtype)
+                        finisher(queue, entry[3], entry[3], partial, out.data, count)
+                        arrays[root] = out
                     continue
                 _, run, aliases, outs = entry
-                for s in aliases:
-                    arrays[s] = arrays[plan.r(s)].reshape(p.shapes[s])
+                for s, root, shape in aliases:
+                    arrays[s] = arrays[root].reshape(shape)
                 run(arrays)
                 for s in outs:
                     a = arrays[s]
@@ -737,33 +817,7 @@ class FusedCLProgram:
                         arrays[s] = a.copy()
         except pyopencl.Error as error:
             raise _translate(be, "replay of a recorded program", error) from None
-        return _results(plan, arrays, set(self.fresh) | self.made_in_python,
-                        lambda a: a.copy())
-
-    def _launch(self, arrays: list[Any], cl_kernel: Any, k: _Kernel, partials: dict[int, Any],
-                cast: dict[int, bool], items: int | None) -> None:
-        p, be, r = self.plan.program, self.be, self.plan.r
-        for s in k.zero:
-            arrays[s].fill(0)
-        if k.n:
-            args = []
-            for kind, key in k.params:
-                if kind == "slot":
-                    args.append(arrays[key].data)
-                elif kind == "aux":
-                    args.append(self.aux[key].data)
-                else:
-                    args.append(partials[key].data)
-            if items is None:
-                be.launch(cl_kernel, k.n, *args, k.n)     # a work-item per element
-            else:
-                cl_kernel(be.queue, (items,), (be.group,), *args, k.n)
-        for o, op in k.reductions:
-            total = be.reduce(op, partials[o] if k.n else partials[o][:0], (0,))
-            if cast[o]:
-                total = be.map("cast", ("x",), {"x": total.reshape(1)}, (1,),
-                               (p.dtypes[o],))[0]
-            arrays[r(o)] = total.reshape(p.shapes[o])
+        return _results(self.plan, arrays, set(self._fresh_results), lambda a: a.copy())
 
 
 def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
@@ -822,6 +876,9 @@ def _render(plan: _Plan, stored: set[int], be: Any, real: str, width: int
             text, k = renderer.render_group(shape, members, len(texts))
             texts.append(text)
             kernels[-1].append(k)
+    finishing = sorted({(op, _CL_TYPES[plan.program.dtypes[o]]) for segment in kernels
+                        for k in segment for o, op in k.reductions})
+    texts += [_render_finish(op, ctype, _finish_group(be)) for op, ctype in finishing]
     vector = any(k.width for segment in kernels for k in segment)
     if vector and plan.exact_math:       # maps of compared values call them lane by lane
         lanewise = _VECTOR_MATH
@@ -829,3 +886,31 @@ def _render(plan: _Plan, stored: set[int], be: Any, real: str, width: int
         "//CL// easyad tensor kernels",
         "//CL// GENERATED by easyad/tensor/_program_cl.py from a recorded tensor program")
     return kernels, "\n".join([head] + texts)
+
+
+def _finish_group(be: Any) -> int:
+    """The work-items of a finishing kernel: one work-group, a power of two (its tree)."""
+    return 1 << (int(be.group).bit_length() - 1)
+
+
+def _finish_name(op: str, ctype: str) -> str:
+    return f"easyad_finish_{op}_{ctype}"
+
+
+def _render_finish(op: str, ctype: str, group: int) -> str:
+    """A reduction's last step as one launch of one work-group: the n partials of the
+    group kernel (real_t) combined, written as the slot's type (the cast included), where
+    the backend's reduce took one to three launches, allocations and a cast kernel."""
+    combine = _COMBINE[op]
+    return (f"__kernel void {_finish_name(op, ctype)}(__global const real_t* restrict Q, "
+            f"__global {ctype}* R, const long n)\n{{\n"
+            f"    __local real_t T_[{group}];\n"
+            "    const int l = get_local_id(0);\n"
+            f"    real_t a = {_INIT[op]};\n"
+            f"    for (long i = l; i < n; i += {group}) a = {combine.format(a='a', b='Q[i]')};\n"
+            "    T_[l] = a;\n"
+            f"    for (int h = {group // 2}; h > 0; h >>= 1) {{\n"
+            "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"        if (l < h) T_[l] = {combine.format(a='T_[l]', b='T_[l + h]')};\n"
+            "    }\n"
+            f"    if (l == 0) R[0] = ({ctype})T_[0];\n}}\n")
