@@ -70,6 +70,7 @@ they can differ from eager execution in the last bits.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -84,8 +85,8 @@ from easyad import _expr
 from easyad.errors import CompilerWarning, DeviceError, KernelFallbackWarning
 from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction, Program, live_instructions, step
-from easyad.tensor._program_c import (_Loop, _offset, _pad_position, _Plan, _Renderer,
-                                      _results, _stored)
+from easyad.tensor._program_c import _Loop, _offset, _pad_position, _Plan, _Renderer, _stored
+from easyad.tensor._shapes import contiguous_strides
 from easyad.tensor._zero_signs import constant_strong_zeros
 
 _CL_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
@@ -93,6 +94,14 @@ _CL_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
 _INIT = {"sum": "(real_t)0", "max": "(-INFINITY)", "min": "INFINITY"}
 _COMBINE = {"sum": "({a} + {b})", "max": "maximum({a}, {b})",   # NaN wins, as in numpy
             "min": "minimum({a}, {b})"}
+# pyopencl's Array constructor with the private keywords that skip its checks (as the
+# backend's _new_array uses them): views for _view
+try:
+    import pyopencl.array as _cl_array
+    _FAST_VIEW = all(k in inspect.signature(_cl_array.Array.__init__).parameters
+                     for k in ("_fast", "_size", "_context", "_queue"))
+except ImportError:     # (no OpenCL here: nothing of this module runs)
+    _FAST_VIEW = False
 _LANES = 8       # running partials per work-item of a reduction on a CPU device
 
 # the vector loops (CPU devices): see vector_width and _CLRenderer._vector_expr
@@ -724,6 +733,7 @@ class FusedCLProgram:
         kept = {s for s in reduced if s not in fresh and s not in read_in_python}
         varying = set(p.inputs) | set(self.fresh) | (made_in_python - kept)
         self._fresh_results = set(self.fresh) | made_in_python
+        self._results = [(plan.r(s), p.shapes[s]) for s in plan.outputs]
         group = be.group
         finish_group = _finish_group(be)
         self.steps: list[tuple[Any, ...]] = []
@@ -772,7 +782,8 @@ class FusedCLProgram:
             else:
                 aliases = tuple((i, plan.r(i), p.shapes[i]) for i in item.ins
                                 if type(i) is int and plan.r(i) != i)
-                self.steps.append(("py", step(item, be, on_guard), aliases, item.outs))
+                run = _linear_step(item, be, p) or step(item, be, on_guard)
+                self.steps.append(("py", run, aliases, item.outs))
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         with self._lock:
@@ -817,7 +828,68 @@ class FusedCLProgram:
                         arrays[s] = a.copy()
         except pyopencl.Error as error:
             raise _translate(be, "replay of a recorded program", error) from None
-        return _results(self.plan, arrays, set(self._fresh_results), lambda a: a.copy())
+        out = []
+        fresh = set(self._fresh_results)
+        for root, shape in self._results:      # as _program_c._results, no needless views
+            a = arrays[root]
+            if root not in fresh:        # workspace, an input, a constant: a copy
+                a = arrays[root] = a.copy()
+                fresh.add(root)
+            out.append(a if a.shape == shape else a.reshape(shape))
+        return out
+
+
+def _view(be: Any, buf: Any, shape: tuple[int, ...]) -> Any:
+    """``buf`` (C-contiguous, at offset 0) as ``shape``: pyopencl's fast constructor where
+    it has one (its ``reshape`` validates, at 3x the host cost), else ``reshape``."""
+    if buf.shape == shape:
+        return buf
+    if not _FAST_VIEW or buf.offset:
+        return buf.reshape(shape)
+    itemsize = buf.dtype.itemsize
+    strides = tuple(n * itemsize for n in contiguous_strides(shape))
+    return be.array_class(None, shape, buf.dtype, data=buf.base_data, strides=strides,
+                          _fast=True, _size=buf.size, _context=buf.context, _queue=buf.queue)
+
+
+def _linear_step(ins: Instruction, be: Any, p: Program) -> Any:
+    """``linear`` and ``linear_vjp`` as the backend composes them (``_composed``: matmul,
+    a bias map, a reduce), with the 3-d views made once each by ``_view``; None for other
+    instructions, or where the backend has kernels of its own for them."""
+    from easyad.tensor._composed import ComposedKernels
+    a, o = ins.ins, ins.outs
+    if ins.op == "linear" and type(be).linear is ComposedKernels.linear:
+        (n, k), (m, _) = p.shapes[a[0]], p.shapes[a[1]]
+        bias = be.prepared_map("linear_bias", ("x + b",), ("x", "b"))
+        dtypes = (p.dtypes[a[0]],)
+
+        def run_linear(s: list[Any]) -> None:
+            out = _view(be, be.matmul(_view(be, s[a[0]], (1, n, k)),
+                                      _view(be, s[a[1]], (1, m, k)), transpose_b=True), (n, m))
+            b = s[a[2]] if type(a[2]) is int else a[2]
+            s[o[0]] = out if b is None else bias((out, b), (n, m), dtypes)[0]
+        return run_linear
+    if ins.op == "linear_vjp" and type(be).linear_vjp is ComposedKernels.linear_vjp:
+        (needs,) = ins.params
+        n, m = p.shapes[a[0]]
+
+        def run_linear_vjp(s: list[Any]) -> None:
+            g = s[a[0]]
+            g3 = _view(be, g, (1, n, m))
+            found = []
+            if needs[0]:
+                k = p.shapes[a[2]][1]
+                found.append(_view(be, be.matmul(g3, _view(be, s[a[2]], (1, m, k))), (n, k)))
+            if needs[1]:
+                k = p.shapes[a[1]][1]
+                found.append(_view(be, be.matmul(g3, _view(be, s[a[1]], (1, n, k)),
+                                                 transpose_a=True), (m, k)))
+            if needs[2]:
+                found.append(be.reduce("sum", g, (0,)))
+            for slot, v in zip(o, found):
+                s[slot] = v
+        return run_linear_vjp
+    return None
 
 
 def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
