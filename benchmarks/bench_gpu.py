@@ -14,7 +14,8 @@ on machines without a GPU.
   as they are), and PyTorch (``zero_grad``, ``backward``,
   ``step``). "step + loss" reads the loss after every step (``loss.number``,
   ``loss.item()``), which waits for the device; "10 steps" reads only the tenth loss,
-  so the host can queue ahead (easyad reads a device loss only when asked). Target
+  so the host can queue ahead (easyad reads a device loss only when asked: the replayed
+  step's ``lazy=True`` returns it as a device Tensor). Target
   (issue 16): easyad eager at most 1.5x PyTorch CUDA for H = 1024 and 4096.
 - **small op**: 100 multiplications of a 1,000-element tensor by a number, then the
   queue finished: the launch cost per operation.
@@ -144,7 +145,7 @@ def _mlp_variants(torch, tdev, device, hidden, batch):
         "PyTorch, step + loss": lambda: torch_step().item(),
         f"easyad eager, {BURST} steps": burst(eager_step, lambda loss: loss.number),
         f"easyad replayed, {BURST} steps": burst(
-            lambda: replayed.sgd_step(named, xt, onehot_t, lr=LR), lambda loss: loss),
+            lambda: replayed.sgd_step(named, xt, onehot_t, lr=LR, lazy=True), float),
         f"PyTorch, {BURST} steps": burst(torch_step, lambda loss: loss.item()),
     }
 

@@ -616,7 +616,7 @@ class TensorFunction:
         grads = [self._host(g).reshape(s) for g, (s, _) in zip(out[1:], self._x_specs)]
         return value, _trees.unflatten(self._x_tree, grads)
 
-    def sgd_step(self, x: Any, *args: Any, lr: float) -> float:
+    def sgd_step(self, x: Any, *args: Any, lr: float, lazy: bool = False) -> Any:
         """One step of gradient descent on ``x``, in place: ``x -= lr * gradient`` (as
         ``optim.SGD`` without momentum or weight decay), inside the replayed program;
         returns f at ``x`` before the step. ``x``'s leaves (an array, or a dict or list of
@@ -624,7 +624,14 @@ class TensorFunction:
         recorded dtypes (a parameter's ``.data``). On the numpy device the update is
         written straight into them by the generated C, with no gradient arrays made; on
         another device, Parameters stay there (uploaded once; the new values are the
-        program's output buffers), so a step moves only the batch and the loss."""
+        program's output buffers), so a step moves only the batch and the loss (nothing
+        with the batch already there as device Tensors).
+
+        ``lazy=True`` returns the loss as a 0-d Tensor on the Function's device instead of
+        a float: it is read only when used (``float(loss)``, ``loss.value``), so on an
+        OpenCL device steps queue one after another without waiting for the device."""
+        if not isinstance(lazy, bool):
+            raise TypeError(f"sgd_step's lazy is True or False, not {lazy!r}")
         if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)) \
                 or not np.isfinite(lr):
             raise ValueError(f"sgd_step needs lr, a finite number; got {lr!r}")
@@ -656,6 +663,9 @@ class TensorFunction:
             new = self._host(new)
             if not np.may_share_memory(leaf, new):    # not written in place: copied
                 np.copyto(leaf, new.reshape(leaf.shape))
+        if lazy:      # (a Tensor of the program's output buffer, new at each call)
+            loss = self._backend.reshape(out[0], ())
+            return wrap(Tensor, self._backend, loss, (), loss.dtype)
         return float(self._host(out[0]).reshape(()))
 
     def gradient(self, x: Any, *args: Any) -> Any:

@@ -165,3 +165,23 @@ def test_replayed_mlp_steps_on_device_inputs_match_numpy_and_torch(opencl_device
         np.testing.assert_allclose(p.data, tmodel.state_dict()[k].numpy(), rtol=1e-4,
                                    atol=1e-5, err_msg=k)
     assert isinstance(F._bound["sgd_step"], _program_cl.FusedCLProgram)
+
+
+@pytest.mark.parametrize("device", ["numpy", "opencl"])
+def test_a_lazy_sgd_step_returns_the_loss_unread(device, opencl_device):
+    """``lazy=True``: the same steps, the losses as 0-d Tensors on the device, read when
+    used; a non-bool lazy is refused before anything changes."""
+    device = opencl_device if device == "opencl" else device
+    f = lambda w, x: ad.sum(ad.tanh(w * x) ** 2)      # noqa: E731
+    w0, x = RNG.normal(size=9), RNG.normal(size=9)
+    F = ad.record(f, w0, x, device=device, tensor=True)
+    G = ad.record(f, w0, x, device=device, tensor=True)
+    a, b = w0.copy(), w0.copy()
+    losses = [F.sgd_step(a, x, lr=0.3, lazy=True) for _ in range(4)]
+    want = [G.sgd_step(b, x, lr=0.3) for _ in range(4)]
+    assert all(isinstance(t, ad.Tensor) and t.shape == () for t in losses)
+    assert [float(t) for t in losses] == want
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="lazy is True or False"):
+        F.sgd_step(a, x, lr=0.3, lazy=1)
+    np.testing.assert_array_equal(a, b)
