@@ -54,7 +54,9 @@ def test_reductions_to_one_number_finish_in_one_kernel(opencl_device, dtype, n):
     assert "easyad_finish_sum" in bound.source and "easyad_finish_max" in bound.source
     # every total finished by its own launch: no backend step (reduce, cast) in between
     assert all(kind == "kernel" for kind, *_ in bound.steps)
-    assert sum(len(launch.finish) for kind, launch, *_ in bound.steps) >= 3
+    finishes = [f for kind, launch, *_ in bound.steps for f in launch.finish]
+    assert len(finishes) >= 3
+    assert any(f[5] is not None for f in finishes)      # a total only kernels read: kept
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -185,3 +187,50 @@ def test_a_lazy_sgd_step_returns_the_loss_unread(device, opencl_device):
     with pytest.raises(TypeError, match="lazy is True or False"):
         F.sgd_step(a, x, lr=0.3, lazy=1)
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("fast_view", [True, False])
+def test_linear_steps_with_and_without_the_fast_views(opencl_device, fast_view, monkeypatch):
+    """The replay's linear and linear_vjp steps (views made by pyopencl's fast constructor,
+    or by reshape where it has none), with and without a bias: the numpy device's
+    value and gradient."""
+    monkeypatch.setattr(_program_cl, "_FAST_VIEW", fast_view)
+    ad.random.seed(4)
+    model = nn.Sequential(nn.Linear(5, 7, bias=False), nn.Tanh(), nn.Linear(7, 3))
+    params = {k: v.copy() for k, v in model.state_dict().items()}
+
+    def f(p, x):
+        return ad.sum(nn.functional_call(model, p, x) ** 2)
+    x = RNG.normal(size=(4, 5))
+    F = ad.record(f, params, x, device=opencl_device)
+    G = ad.record(f, params, x)
+    for _ in range(2):
+        x = RNG.normal(size=(4, 5))
+        (value, g), (ref, ref_g) = F.value_and_gradient(params, x), G.value_and_gradient(
+            params, x)
+        _close(value, ref, np.float64)
+        for k in params:
+            _close(g[k], ref_g[k], np.float64)
+    names = [getattr(rest[0], "__name__", "") for kind, *rest in F._bound["gradient"].steps
+             if kind == "py"]
+    assert "run_linear" in names and "run_linear_vjp" in names
+
+
+def test_a_total_a_backend_step_reads_is_not_kept_between_calls(opencl_device):
+    """A reduction a backend step reads (here a host primitive) is a new buffer each
+    call: the step sees each call's own total."""
+    cube = ad.primitive(vjp=lambda g, x, out: 3 * x * x * g, differentiable=True)(
+        lambda x: x ** 3)
+
+    def f(x):
+        return ad.sum(cube(ad.sum(x * x, keepdims=True))) + ad.sum(x)
+    F = ad.record(f, np.ones(40), device=opencl_device, tensor=True)
+    for _ in range(3):
+        x = RNG.normal(size=40)
+        s = np.sum(x * x)
+        value, g = F.value_and_gradient(x)
+        _close(value, s ** 3 + np.sum(x), np.float64)
+        _close(g, 3 * s * s * 2 * x + 1, np.float64)
+    bound = F._bound["gradient"]
+    assert any(f[5] is None for kind, launch, *_ in bound.steps if kind == "kernel"
+               for f in launch.finish)        # (f[5]: the buffer kept, None: new each call)
