@@ -13,7 +13,10 @@ OpenCL device each such group is one generated kernel (``tensor/_program_cl.py``
 rest the backend's kernels. ``fuse=False``: every instruction the backend's kernel.
 
 Arguments after ``x0`` are not differentiated: float arrays are inputs of the program
-(new values at each call); integer arrays, numbers and other objects are *static*, part
+(new values at each call; on an OpenCL device a Tensor already there, of the recorded
+shape and dtype, goes in as it is, with no copy: a batch made once on the device; a
+Tensor on another device is read and uploaded as a host array is); integer arrays,
+numbers and other objects are *static*, part
 of the recording: replay checks that they are the same (integer arrays by value, others
 by ``==``) and raises ValueError otherwise (class labels that change per batch: pass them
 one-hot, as floats).
@@ -77,9 +80,10 @@ def _unflatten_args(trees: tuple[Any, ...], leaves: list[Any]) -> list[Any]:
 
 
 class _Resident:
-    """An x leaf already on the Function's device (``TensorFunction._resident``): its
-    ``buffer`` goes into the program as it is; ``values``: the Parameter's values, which
-    sgd_step replaces with the new buffer (None for a Tensor, which cannot change)."""
+    """An x leaf or float argument already on the Function's device
+    (``TensorFunction._resident``, ``_resident_argument``): its ``buffer`` goes into the
+    program as it is; ``values``: the Parameter's values, which sgd_step replaces with the
+    new buffer (None for a Tensor, which cannot change)."""
 
     __slots__ = ("buffer", "values", "leaf")
 

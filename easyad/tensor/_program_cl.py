@@ -20,8 +20,10 @@ elements in each ran 3.5x faster than a work-item per element):
   position clamped into it, then 0 outside the slice), scatter-adds whose indices do
   not repeat, and reductions to one number: each work-item adds up its own partials over
   its elements (eight running ones on a CPU, so that the loop vectorizes; a strided loop
-  on a GPU), the backend's ``reduce`` adds the partials, on the device (a tree in local
-  memory, with its barriers, ran 1.3x slower on PoCL). A kernel that calls both sin and
+  on a GPU; a tree in local memory, with its barriers, ran 1.3x slower on PoCL), then one
+  work-group of a generated finishing kernel adds the partials and writes the total in
+  its slot's dtype (``_render_finish``: one launch where the backend's ``reduce`` took
+  one to three, with allocations and a cast kernel). A kernel that calls both sin and
   cos takes them from one ``sincos`` per value (the sine's gradient is the cosine: on
   PoCL sincos costs what sin does; the chain's gradient ran 1.5x faster). Values are
   ``real_t`` (double, or float when the program has no float64 value, float literals
@@ -61,7 +63,11 @@ elements in each ran 3.5x faster than a work-item per element):
   calls (array primitives) and the guards (the only reads on the host, besides what the
   backend itself does there).
 - **buffers** are planned once: constants and index arrays uploaded once, values stored
-  for later groups in device workspace kept between calls, results new buffers each call.
+  for later groups in device workspace kept between calls (and the totals only kernels
+  read), results new buffers each call. Each group kernel's launch is prepared once
+  (``_Launch``: the fixed buffers' handles and the sizes), so a call sets only the
+  buffers that change (inputs, results, backend steps' results); ``linear`` and
+  ``linear_vjp`` steps make their 3-d views with pyopencl's fast constructor.
   The program's kernels are one OpenCL source, built once (the backend caches programs by
   source; PoCL and drivers also cache binaries on disk).
 
