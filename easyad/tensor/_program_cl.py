@@ -743,6 +743,8 @@ class FusedCLProgram:
         group = be.group
         finish_group = _finish_group(be)
         self.steps: list[tuple[Any, ...]] = []
+        self._launches: list[_Launch | None] = []     # each kernel step's, prepared
+        self._finish_group = (finish_group,)
         segments = iter(kernels)
         for kind, item in plan.schedule:
             if kind == "c":
@@ -782,14 +784,17 @@ class FusedCLProgram:
                             out = None
                         finish.append((finisher, partials[o].data, root, p.shapes[o],
                                        p.dtypes[o], out, items if k.n else 0))
-                    launch = _Launch(cl_kernel, k.n, (size,), (group,), args, slots,
-                                     list(k.zero), finish)
-                    self.steps.append(("kernel", launch, k, (finish_group,)))
+                    cast = {o: p.dtypes[o] != real_dtype for o, _ in k.reductions}
+                    # (the entry as before, which other modules read: _batch_cl)
+                    self.steps.append(("kernel", cl_kernel, k, partials, cast, items))
+                    self._launches.append(_Launch(cl_kernel, k.n, (size,), (group,), args,
+                                                  slots, list(k.zero), finish))
             else:
                 aliases = tuple((i, plan.r(i), p.shapes[i]) for i in item.ins
                                 if type(i) is int and plan.r(i) != i)
                 run = _linear_step(item, be, p) or step(item, be, on_guard)
                 self.steps.append(("py", run, aliases, item.outs))
+                self._launches.append(None)
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         with self._lock:
@@ -808,9 +813,8 @@ class FusedCLProgram:
             arrays[s] = be.allocate(p.shapes[s], p.dtypes[s])
         queue = be.queue
         try:
-            for entry in self.steps:
-                if entry[0] == "kernel":
-                    launch = entry[1]
+            for entry, launch in zip(self.steps, self._launches):
+                if launch is not None:
                     for s in launch.zero:
                         arrays[s].fill(0)
                     if launch.n:
@@ -821,7 +825,8 @@ class FusedCLProgram:
                     for finisher, partial, root, shape, dtype, out, count in launch.finish:
                         if out is None:
                             out = be.allocate(shape, dtype)
-                        finisher(queue, entry[3], entry[3], partial, out.data, count)
+                        finisher(queue, self._finish_group, self._finish_group, partial,
+                                 out.data, count)
                         arrays[root] = out
                     continue
                 _, run, aliases, outs = entry
