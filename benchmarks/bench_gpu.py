@@ -10,10 +10,12 @@ on machines without a GPU.
   H, B = 128, 64 / 1024, 1024 / 4096, 4096. Inputs are made once on the device, labels
   are class indices. Variants: easyad eager (``opt.step(loss.derivatives())``), easyad
   replayed (``ad.record`` of the loss by parameters, ``F.sgd_step(parameters, ...)``:
-  the Parameters stay on the device), and PyTorch (``zero_grad``, ``backward``,
+  the Parameters stay on the device, the batch and one-hot labels are device Tensors used
+  as they are), and PyTorch (``zero_grad``, ``backward``,
   ``step``). "step + loss" reads the loss after every step (``loss.number``,
   ``loss.item()``), which waits for the device; "10 steps" reads only the tenth loss,
-  so the host can queue ahead (easyad reads a device loss only when asked). Target
+  so the host can queue ahead (easyad reads a device loss only when asked: the replayed
+  step's ``lazy=True`` returns it as a device Tensor). Target
   (issue 16): easyad eager at most 1.5x PyTorch CUDA for H = 1024 and 4096.
 - **small op**: 100 multiplications of a 1,000-element tensor by a number, then the
   queue finished: the launch cost per operation.
@@ -106,6 +108,8 @@ def _mlp_variants(torch, tdev, device, hidden, batch):
         return nn.functional.cross_entropy(nn.functional_call(replay_model, params, xs), ys)
     replayed = ad.record(loss_of, {k: p.data.copy() for k, p in named.items()}, x, onehot,
                          device=device.name)
+    # the batch made once on the device, as PyTorch's (a replay uses device Tensors as is)
+    onehot_t = ad.Tensor.constant(onehot, device=device.name, dtype=np.float32)
 
     tmodel = torch.nn.Sequential(torch.nn.Linear(784, hidden), torch.nn.Tanh(),
                                  torch.nn.Linear(hidden, 10)).to(tdev)
@@ -122,7 +126,7 @@ def _mlp_variants(torch, tdev, device, hidden, batch):
         return loss
 
     first = {"easyad eager": eager_step().number,
-             "easyad replayed": replayed.sgd_step(named, x, onehot, lr=LR),
+             "easyad replayed": replayed.sgd_step(named, xt, onehot_t, lr=LR),
              "PyTorch": torch_step().item()}
     for name, value in first.items():
         if abs(value - first["PyTorch"]) > TOLERANCE * abs(first["PyTorch"]):
@@ -137,11 +141,11 @@ def _mlp_variants(torch, tdev, device, hidden, batch):
         return call
     return {
         "easyad eager, step + loss": lambda: eager_step().number,
-        "easyad replayed, step + loss": lambda: replayed.sgd_step(named, x, onehot, lr=LR),
+        "easyad replayed, step + loss": lambda: replayed.sgd_step(named, xt, onehot_t, lr=LR),
         "PyTorch, step + loss": lambda: torch_step().item(),
         f"easyad eager, {BURST} steps": burst(eager_step, lambda loss: loss.number),
         f"easyad replayed, {BURST} steps": burst(
-            lambda: replayed.sgd_step(named, x, onehot, lr=LR), lambda loss: loss),
+            lambda: replayed.sgd_step(named, xt, onehot_t, lr=LR, lazy=True), float),
         f"PyTorch, {BURST} steps": burst(torch_step, lambda loss: loss.item()),
     }
 

@@ -70,8 +70,9 @@ def main(hidden=1024, batch=1024):
         return nn.functional.cross_entropy(nn.functional_call(model, params, xs), ys)
     replayed = ad.record(loss_of, {k: p.data.copy() for k, p in named.items()}, x, onehot,
                          device=device.name)
-    _report(f"replayed MLP sgd_step H={hidden} B={batch}",
-            lambda: replayed.sgd_step(named, x, onehot, lr=0.01), 20)
+    onehot_t = ad.Tensor.constant(onehot, device=device.name, dtype=np.float32)
+    _report(f"replayed MLP sgd_step H={hidden} B={batch} (batch on the device)",
+            lambda: replayed.sgd_step(named, xt, onehot_t, lr=0.01), 20)
 
     t = ad.Tensor.constant(np.ones(1000, dtype=np.float32), device=device.name,
                            dtype=np.float32)

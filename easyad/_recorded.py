@@ -13,7 +13,10 @@ OpenCL device each such group is one generated kernel (``tensor/_program_cl.py``
 rest the backend's kernels. ``fuse=False``: every instruction the backend's kernel.
 
 Arguments after ``x0`` are not differentiated: float arrays are inputs of the program
-(new values at each call); integer arrays, numbers and other objects are *static*, part
+(new values at each call; on an OpenCL device a Tensor already there, of the recorded
+shape and dtype, goes in as it is, with no copy: a batch made once on the device; a
+Tensor on another device is read and uploaded as a host array is); integer arrays,
+numbers and other objects are *static*, part
 of the recording: replay checks that they are the same (integer arrays by value, others
 by ``==``) and raises ValueError otherwise (class labels that change per batch: pass them
 one-hot, as floats).
@@ -77,9 +80,10 @@ def _unflatten_args(trees: tuple[Any, ...], leaves: list[Any]) -> list[Any]:
 
 
 class _Resident:
-    """An x leaf already on the Function's device (``TensorFunction._resident``): its
-    ``buffer`` goes into the program as it is; ``values``: the Parameter's values, which
-    sgd_step replaces with the new buffer (None for a Tensor, which cannot change)."""
+    """An x leaf or float argument already on the Function's device
+    (``TensorFunction._resident``, ``_resident_argument``): its ``buffer`` goes into the
+    program as it is; ``values``: the Parameter's values, which sgd_step replaces with the
+    new buffer (None for a Tensor, which cannot change)."""
 
     __slots__ = ("buffer", "values", "leaf")
 
@@ -280,6 +284,7 @@ class TensorFunction:
         self._recordings: dict[str, _Recording] = {}
         self._bound: dict[str, BoundProgram] = {}
         self._learning_rate = np.zeros(())     # sgd_step's, an input of the program
+        self._lr_on_device: tuple[bytes, Any] | None = None   # (lr, its device buffer)
         statics = [k if k is not None else self._float(v)
                    for k, v in zip(self._arg_kinds, arg_leaves)]
         self._record("gradient", [self._float(v, "x0") for v in leaves], statics)
@@ -335,6 +340,10 @@ class TensorFunction:
                 out.append(kind)
             else:
                 shape, dtype = spec
+                resident = self._resident_argument(v, shape, dtype)
+                if resident is not None:
+                    out.append(resident)
+                    continue
                 a = _arrays.real_array(v.value if isinstance(v, TensorBase) else v,
                                        "an argument after x", dtype)
                 if a.shape != shape:
@@ -356,11 +365,28 @@ class TensorFunction:
         got = (values.shape, values.dtype) if values is not None else (v.shape, v.dtype)
         if got != (shape, dtype):
             raise ValueError(f"recorded for an input of shape {shape} and dtype {dtype}, got "
-                             f"{got[0]} and {got[1]}; record again for another")
+                             f"{got[0]} and {got[1]}; pass that shape and dtype "
+                             f"(dtype={np.dtype(dtype).name}) or record again for another")
         if values is not None and self._backend.kind == "numpy":
             return values.writable()
         return _Resident(values.for_tensor(self._backend.device) if values is not None
                          else v._data, values, v)
+
+    def _resident_argument(self, v: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A float argument after x that is a Tensor on this Function's (OpenCL) device:
+        its buffer goes into the program as it is (no read to the host and upload again).
+        Its shape and dtype must be the recorded ones (ValueError: no silent cast, which
+        would copy it each call). A Tensor on another device is read to the host and
+        uploaded, as a host array is (None)."""
+        if not (isinstance(v, TensorBase) and v._backend is self._backend
+                and self._backend.kind != "numpy"):
+            return None
+        if (v.shape, v.dtype) != (shape, dtype):
+            raise ValueError(
+                f"recorded for an argument of shape {shape} and dtype {dtype}, got a device "
+                f"Tensor of shape {v.shape} and dtype {v.dtype}; make it with "
+                f"dtype={np.dtype(dtype).name} and that shape (or record again for another)")
+        return _Resident(v._data, None, v)
 
     def _plain_inputs(self, x: Any, args: tuple[Any, ...]
                       ) -> tuple[list[np.ndarray], list[Any]] | None:
@@ -411,7 +437,7 @@ class TensorFunction:
         key = _recording_of(what)
         rec = self._recordings.get(key)
         if rec is None:
-            rec = self._record(what, _on_host(xs), args)
+            rec = self._record(what, _on_host(xs), _on_host(args))
         if what == "value":
             outputs = rec.outputs
         elif what in ("gradient", "sgd_step"):
@@ -451,9 +477,15 @@ class TensorFunction:
             bound = self._bind(what, xs, statics)
             be = self._backend
             live = self._live(what)
-            inputs = [a.buffer if type(a) is _Resident else np.ascontiguousarray(a)
-                      if be.kind == "numpy" else be.asarray(a, a.dtype)
-                      for a in xs + floats + extra + live]
+            if be.kind == "numpy":
+                inputs = [a.buffer if type(a) is _Resident else np.ascontiguousarray(a)
+                          for a in xs + floats + extra + live]
+            else:
+                inputs = [a.buffer if type(a) is _Resident else be.asarray(a, a.dtype)
+                          for a in xs + floats]
+                inputs += ([be.asarray(a, a.dtype) for a in extra]
+                           if what in ("hvp", "vjp") else [self._device_learning_rate()])
+                inputs += [be.asarray(a, a.dtype) for a in live]
             try:
                 return bound.run(inputs)
             except _Retape:
@@ -463,8 +495,19 @@ class TensorFunction:
                         "t.value) comes out differently at this input; record again here "
                         "(ad.record(..., on_branch_change='retape') does it itself) or "
                         "use ad.where for elementwise choices") from None
-                self._record(what, _on_host(xs), statics)
+                self._record(what, _on_host(xs), _on_host(statics))
         raise AssertionError("unreachable")   # pragma: no cover
+
+    def _device_learning_rate(self) -> Any:
+        """sgd_step's learning rate on the device: uploaded when it changes, not at every
+        step (programs only read their inputs; a new buffer, as earlier steps may still
+        be queued to read the old one)."""
+        lr = self._learning_rate.tobytes()      # (-0.0 is not 0.0 here)
+        kept = self._lr_on_device
+        if kept is None or kept[0] != lr:
+            kept = self._lr_on_device = (lr, self._backend.asarray(self._learning_rate,
+                                                                   np.float64))
+        return kept[1]
 
     def _live(self, what: str) -> list[np.ndarray]:
         """The current values of the module parameters f used (read at every call)."""
@@ -577,7 +620,7 @@ class TensorFunction:
         grads = [self._host(g).reshape(s) for g, (s, _) in zip(out[1:], self._x_specs)]
         return value, _trees.unflatten(self._x_tree, grads)
 
-    def sgd_step(self, x: Any, *args: Any, lr: float) -> float:
+    def sgd_step(self, x: Any, *args: Any, lr: float, lazy: bool = False) -> Any:
         """One step of gradient descent on ``x``, in place: ``x -= lr * gradient`` (as
         ``optim.SGD`` without momentum or weight decay), inside the replayed program;
         returns f at ``x`` before the step. ``x``'s leaves (an array, or a dict or list of
@@ -585,7 +628,14 @@ class TensorFunction:
         recorded dtypes (a parameter's ``.data``). On the numpy device the update is
         written straight into them by the generated C, with no gradient arrays made; on
         another device, Parameters stay there (uploaded once; the new values are the
-        program's output buffers), so a step moves only the batch and the loss."""
+        program's output buffers), so a step moves only the batch and the loss (nothing
+        with the batch already there as device Tensors).
+
+        ``lazy=True`` returns the loss as a 0-d Tensor on the Function's device instead of
+        a float: it is read only when used (``float(loss)``, ``loss.value``), so on an
+        OpenCL device steps queue one after another without waiting for the device."""
+        if not isinstance(lazy, bool):
+            raise TypeError(f"sgd_step's lazy is True or False, not {lazy!r}")
         if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)) \
                 or not np.isfinite(lr):
             raise ValueError(f"sgd_step needs lr, a finite number; got {lr!r}")
@@ -617,6 +667,9 @@ class TensorFunction:
             new = self._host(new)
             if not np.may_share_memory(leaf, new):    # not written in place: copied
                 np.copyto(leaf, new.reshape(leaf.shape))
+        if lazy:      # (a Tensor of the program's output buffer, new at each call)
+            loss = self._backend.reshape(out[0], ())
+            return wrap(Tensor, self._backend, loss, (), loss.dtype)
         return float(self._host(out[0]).reshape(()))
 
     def gradient(self, x: Any, *args: Any) -> Any:

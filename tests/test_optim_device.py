@@ -332,14 +332,54 @@ def test_a_replayed_step_on_the_device_moves_the_batch_and_the_loss(opencl_devic
     transfers = _Transfers(monkeypatch)
     value = step.sgd_step(named, x, y, lr=0.2)
     uploaded = sum(int(np.prod(m[1])) for m in transfers.moved if m[0] == "set")
-    assert uploaded == x.size + y.size + 1, transfers.moved    # the batch and lr
+    assert uploaded == x.size + y.size, transfers.moved    # the batch (lr: as before)
     assert transfers.reads() == [("get", ())], transfers.moved  # the loss
     to_host = [m[3] for m in transfers.moved if m[0] == "copy" and m[1] == "ndarray"]
     assert to_host == [1], transfers.moved                     # one number, nothing else
+    step.sgd_step(named, x, y, lr=0.1)                         # a new lr: uploaded once
+    uploaded = sum(int(np.prod(m[1])) for m in transfers.moved if m[0] == "set")
+    assert uploaded == 2 * (x.size + y.size) + 1, transfers.moved
     monkeypatch.undo()
     assert all(p._values.on_device() for p in named.values())
     eager = nn.cross_entropy(model(x), y.argmax(axis=1))     # eager execution goes on
     assert np.isfinite(eager) and np.isfinite(value)
+
+
+def test_a_replayed_step_takes_a_batch_on_the_device_as_it_is(opencl_device, monkeypatch):
+    """x and y already on the device (Tensors of the recorded shapes and dtypes) go into
+    the program as they are: a step then moves nothing but the loss, and computes what
+    the same batch from the host does."""
+    _, named, step, _, batch = _replayed(opencl_device, True, steps=1)
+    _, host_named, host_step, _, _ = _replayed(opencl_device, True, steps=1)
+    x, y = batch()
+    xt, yt = (ad.Tensor.constant(a, device=opencl_device) for a in (x, y))
+    transfers = _Transfers(monkeypatch)
+    value = step.sgd_step(named, xt, yt, lr=0.2)
+    assert [m for m in transfers.moved if m[0] == "set"] == [], transfers.moved
+    to_host = [m[3] for m in transfers.moved if m[0] == "copy" and m[1] == "ndarray"]
+    assert to_host == [1], transfers.moved                     # the loss, nothing else
+    monkeypatch.undo()
+    assert value == host_step.sgd_step(host_named, x, y, lr=0.2)
+    for k, p in named.items():
+        np.testing.assert_array_equal(p.data, host_named[k].data, err_msg=k)
+    assert step(named, xt, yt) == host_step(host_named, x, y)
+    got, want = step.value_and_gradient(named, xt, yt), host_step.value_and_gradient(
+        host_named, x, y)
+    assert got[0] == want[0]
+    for k in named:
+        np.testing.assert_array_equal(got[1][k], want[1][k], err_msg=k)
+    # a wrong dtype or shape is refused, naming what to pass; the parameters are untouched
+    before = {k: p.data.copy() for k, p in named.items()}
+    with pytest.raises(ValueError, match="dtype=float64"):
+        step.sgd_step(named, ad.Tensor.constant(x, device=opencl_device, dtype=np.float32),
+                      yt, lr=0.2)
+    with pytest.raises(ValueError, match=r"shape \(16, 3\)"):
+        step.sgd_step(named, xt, ad.Tensor.constant(y[:5], device=opencl_device), lr=0.2)
+    for k, p in named.items():
+        np.testing.assert_array_equal(p.data, before[k], err_msg=k)
+    # a Tensor on another device (numpy) is read and uploaded, as a host array
+    assert step.sgd_step(named, ad.Tensor.constant(x), yt, lr=0.2) == \
+        host_step.sgd_step(host_named, x, y, lr=0.2)
 
 
 def test_sgd_step_refuses_what_it_cannot_update(opencl_device):

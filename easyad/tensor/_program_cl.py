@@ -20,8 +20,10 @@ elements in each ran 3.5x faster than a work-item per element):
   position clamped into it, then 0 outside the slice), scatter-adds whose indices do
   not repeat, and reductions to one number: each work-item adds up its own partials over
   its elements (eight running ones on a CPU, so that the loop vectorizes; a strided loop
-  on a GPU), the backend's ``reduce`` adds the partials, on the device (a tree in local
-  memory, with its barriers, ran 1.3x slower on PoCL). A kernel that calls both sin and
+  on a GPU; a tree in local memory, with its barriers, ran 1.3x slower on PoCL), then one
+  work-group of a generated finishing kernel adds the partials and writes the total in
+  its slot's dtype (``_render_finish``: one launch where the backend's ``reduce`` took
+  one to three, with allocations and a cast kernel). A kernel that calls both sin and
   cos takes them from one ``sincos`` per value (the sine's gradient is the cosine: on
   PoCL sincos costs what sin does; the chain's gradient ran 1.5x faster). Values are
   ``real_t`` (double, or float when the program has no float64 value, float literals
@@ -61,7 +63,11 @@ elements in each ran 3.5x faster than a work-item per element):
   calls (array primitives) and the guards (the only reads on the host, besides what the
   backend itself does there).
 - **buffers** are planned once: constants and index arrays uploaded once, values stored
-  for later groups in device workspace kept between calls, results new buffers each call.
+  for later groups in device workspace kept between calls (and the totals only kernels
+  read), results new buffers each call. Each group kernel's launch is prepared once
+  (``_Launch``: the fixed buffers' handles and the sizes), so a call sets only the
+  buffers that change (inputs, results, backend steps' results); ``linear`` and
+  ``linear_vjp`` steps make their 3-d views with pyopencl's fast constructor.
   The program's kernels are one OpenCL source, built once (the backend caches programs by
   source; PoCL and drivers also cache binaries on disk).
 
@@ -70,6 +76,7 @@ they can differ from eager execution in the last bits.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -84,8 +91,8 @@ from easyad import _expr
 from easyad.errors import CompilerWarning, DeviceError, KernelFallbackWarning
 from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction, Program, live_instructions, step
-from easyad.tensor._program_c import (_Loop, _offset, _pad_position, _Plan, _Renderer,
-                                      _results, _stored)
+from easyad.tensor._program_c import _Loop, _offset, _pad_position, _Plan, _Renderer, _stored
+from easyad.tensor._shapes import contiguous_strides
 from easyad.tensor._zero_signs import constant_strong_zeros
 
 _CL_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
@@ -93,6 +100,14 @@ _CL_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
 _INIT = {"sum": "(real_t)0", "max": "(-INFINITY)", "min": "INFINITY"}
 _COMBINE = {"sum": "({a} + {b})", "max": "maximum({a}, {b})",   # NaN wins, as in numpy
             "min": "minimum({a}, {b})"}
+# pyopencl's Array constructor with the private keywords that skip its checks (as the
+# backend's _new_array uses them): views for _view
+try:
+    import pyopencl.array as _cl_array
+    _FAST_VIEW = all(k in inspect.signature(_cl_array.Array.__init__).parameters
+                     for k in ("_fast", "_size", "_context", "_queue"))
+except ImportError:     # (no OpenCL here: nothing of this module runs)
+    _FAST_VIEW = False
 _LANES = 8       # running partials per work-item of a reduction on a CPU device
 
 # the vector loops (CPU devices): see vector_width and _CLRenderer._vector_expr
@@ -666,9 +681,33 @@ def _items(be: Any, n: int) -> int:
     return int(max(groups, 1) * be.group)
 
 
+class _Launch:
+    """A group kernel's launch, prepared once (``FusedCLProgram``): its argument list with
+    the buffers that stay the same across calls (aux arrays, partials, workspace,
+    constants, finished reductions kept there) in place and, at ``slots``, the positions
+    filled at each call (inputs, new results, backend steps' results); its sizes; the
+    slots zeroed before it; and its reductions' finishing launches."""
+
+    __slots__ = ("kernel", "n", "global_size", "local_size", "args", "slots", "zero",
+                 "finish")
+
+    def __init__(self, kernel: Any, n: int, global_size: tuple[int, ...],
+                 local_size: tuple[int, ...], args: list[Any], slots: list[tuple[int, int]],
+                 zero: list[int], finish: list[tuple[Any, ...]]) -> None:
+        self.kernel, self.n, self.global_size, self.local_size = \
+            kernel, n, global_size, local_size
+        self.args, self.slots, self.zero, self.finish = args, slots, zero, finish
+
+
 class FusedCLProgram:
     """The plan's schedule on an OpenCL backend: group kernels and backend steps;
-    ``run(inputs)`` as ``BoundProgram.run`` (device buffers in, new device buffers out)."""
+    ``run(inputs)`` as ``BoundProgram.run`` (device buffers in, new device buffers out).
+
+    A call costs the host little beyond the backend steps: each group kernel's launch is
+    prepared once (``_Launch``: its fixed buffers' handles, sizes), a reduction to one
+    number is finished by one launch of a generated kernel (``_render_finish``) into a
+    buffer kept between calls where no backend step or output sees it, and nothing is read
+    back (the guards and backend steps that read values aside)."""
 
     def __init__(self, plan: _Plan, be: Any, on_guard: Any, stored: set[int],
                  kernels: list[list[_Kernel]], source: str, real: str) -> None:
@@ -694,7 +733,19 @@ class FusedCLProgram:
         self.fresh = sorted(s for s in stored if s in fresh and s not in outside)
         for s in sorted(s for s in stored if s not in fresh and s not in outside):
             self.base[s] = be.allocate(p.shapes[s], p.dtypes[s])
+        # a reduction's total kept in one buffer across calls, where only kernels read it
+        # (a backend step's result or an output may be handed on: those are new each call)
+        read_in_python = {plan.r(i) for kind, item in plan.schedule if kind == "py"
+                          for i in item.ins if type(i) is int}
+        kept = {s for s in reduced if s not in fresh and s not in read_in_python}
+        varying = set(p.inputs) | set(self.fresh) | (made_in_python - kept)
+        self._fresh_results = set(self.fresh) | made_in_python
+        self._results = [(plan.r(s), p.shapes[s]) for s in plan.outputs]
+        group = be.group
+        finish_group = _finish_group(be)
         self.steps: list[tuple[Any, ...]] = []
+        self._launches: list[_Launch | None] = []     # each kernel step's, prepared
+        self._finish_group = (finish_group,)
         segments = iter(kernels)
         for kind, item in plan.schedule:
             if kind == "c":
@@ -703,11 +754,48 @@ class FusedCLProgram:
                     loops = k.reductions or not be.device.is_gpu
                     items = _items(be, k.n) if loops else None
                     partials = {o: be.allocate((items,), real_dtype) for o, _ in k.reductions}
+                    args: list[Any] = []
+                    slots: list[tuple[int, int]] = []
+                    for kind_, key in k.params:
+                        if kind_ == "aux":
+                            args.append(self.aux[key].data)
+                        elif kind_ == "partial":
+                            args.append(partials[key].data)
+                        elif key in varying:
+                            slots.append((len(args), key))
+                            args.append(None)
+                        else:       # a constant, workspace or kept total: the same buffer
+                            if key in kept and self.base[key] is None:
+                                self.base[key] = be.allocate(p.shapes[key], p.dtypes[key])
+                            args.append(self.base[key].data)
+                    args.append(k.n)
+                    size = (items if items is not None else
+                            -(-k.n // group) * group)   # a work-item per element
+                    finish = []
+                    for o, op in k.reductions:
+                        ctype = _CL_TYPES[p.dtypes[o]]
+                        finisher = be.kernel(source, _finish_name(op, ctype),
+                                             [None, None, np.int64])
+                        root = plan.r(o)
+                        if root in kept:
+                            if self.base[root] is None:
+                                self.base[root] = be.allocate(p.shapes[o], p.dtypes[o])
+                            out = self.base[root]
+                        else:
+                            out = None
+                        finish.append((finisher, partials[o].data, root, p.shapes[o],
+                                       p.dtypes[o], out, items if k.n else 0))
                     cast = {o: p.dtypes[o] != real_dtype for o, _ in k.reductions}
+                    # (the entry as before, which other modules read: _batch_cl)
                     self.steps.append(("kernel", cl_kernel, k, partials, cast, items))
+                    self._launches.append(_Launch(cl_kernel, k.n, (size,), (group,), args,
+                                                  slots, list(k.zero), finish))
             else:
-                aliases = tuple(i for i in item.ins if type(i) is int and plan.r(i) != i)
-                self.steps.append(("py", step(item, be, on_guard), aliases, item.outs))
+                aliases = tuple((i, plan.r(i), p.shapes[i]) for i in item.ins
+                                if type(i) is int and plan.r(i) != i)
+                run = _linear_step(item, be, p) or step(item, be, on_guard)
+                self.steps.append(("py", run, aliases, item.outs))
+                self._launches.append(None)
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         with self._lock:
@@ -717,20 +805,34 @@ class FusedCLProgram:
         import pyopencl
 
         from easyad.tensor._opencl import _translate
-        plan, p, be = self.plan, self.plan.program, self.be
+        p, be = self.plan.program, self.be
         arrays = list(self.base)
         for s, a in zip(self.inputs, inputs):
-            arrays[s] = a
+            # kernels take whole buffers: a view at an offset (none made today) is copied
+            arrays[s] = a.copy() if getattr(a, "offset", 0) else a
         for s in self.fresh:
             arrays[s] = be.allocate(p.shapes[s], p.dtypes[s])
+        queue = be.queue
         try:
-            for entry in self.steps:
-                if entry[0] == "kernel":
-                    self._launch(arrays, *entry[1:])
+            for entry, launch in zip(self.steps, self._launches):
+                if launch is not None:
+                    for s in launch.zero:
+                        arrays[s].fill(0)
+                    if launch.n:
+                        args = launch.args.copy()
+                        for position, s in launch.slots:
+                            args[position] = arrays[s].data
+                        launch.kernel(queue, launch.global_size, launch.local_size, *args)
+                    for finisher, partial, root, shape, dtype, out, count in launch.finish:
+                        if out is None:
+                            out = be.allocate(shape, dtype)
+                        finisher(queue, self._finish_group, self._finish_group, partial,
+                                 out.data, count)
+                        arrays[root] = out
                     continue
                 _, run, aliases, outs = entry
-                for s in aliases:
-                    arrays[s] = arrays[plan.r(s)].reshape(p.shapes[s])
+                for s, root, shape in aliases:
+                    arrays[s] = arrays[root].reshape(shape)
                 run(arrays)
                 for s in outs:
                     a = arrays[s]
@@ -738,33 +840,68 @@ class FusedCLProgram:
                         arrays[s] = a.copy()
         except pyopencl.Error as error:
             raise _translate(be, "replay of a recorded program", error) from None
-        return _results(plan, arrays, set(self.fresh) | self.made_in_python,
-                        lambda a: a.copy())
+        out = []
+        fresh = set(self._fresh_results)
+        for root, shape in self._results:      # as _program_c._results, no needless views
+            a = arrays[root]
+            if root not in fresh:        # workspace, an input, a constant: a copy
+                a = arrays[root] = a.copy()
+                fresh.add(root)
+            out.append(a if a.shape == shape else a.reshape(shape))
+        return out
 
-    def _launch(self, arrays: list[Any], cl_kernel: Any, k: _Kernel, partials: dict[int, Any],
-                cast: dict[int, bool], items: int | None) -> None:
-        p, be, r = self.plan.program, self.be, self.plan.r
-        for s in k.zero:
-            arrays[s].fill(0)
-        if k.n:
-            args = []
-            for kind, key in k.params:
-                if kind == "slot":
-                    args.append(arrays[key].data)
-                elif kind == "aux":
-                    args.append(self.aux[key].data)
-                else:
-                    args.append(partials[key].data)
-            if items is None:
-                be.launch(cl_kernel, k.n, *args, k.n)     # a work-item per element
-            else:
-                cl_kernel(be.queue, (items,), (be.group,), *args, k.n)
-        for o, op in k.reductions:
-            total = be.reduce(op, partials[o] if k.n else partials[o][:0], (0,))
-            if cast[o]:
-                total = be.map("cast", ("x",), {"x": total.reshape(1)}, (1,),
-                               (p.dtypes[o],))[0]
-            arrays[r(o)] = total.reshape(p.shapes[o])
+
+def _view(be: Any, buf: Any, shape: tuple[int, ...]) -> Any:
+    """``buf`` (C-contiguous, at offset 0) as ``shape``: pyopencl's fast constructor where
+    it has one (its ``reshape`` validates, at 3x the host cost), else ``reshape``."""
+    if buf.shape == shape:
+        return buf
+    if not _FAST_VIEW or buf.offset:
+        return buf.reshape(shape)
+    itemsize = buf.dtype.itemsize
+    strides = tuple(n * itemsize for n in contiguous_strides(shape))
+    return be.array_class(None, shape, buf.dtype, data=buf.base_data, strides=strides,
+                          _fast=True, _size=buf.size, _context=buf.context, _queue=buf.queue)
+
+
+def _linear_step(ins: Instruction, be: Any, p: Program) -> Any:
+    """``linear`` and ``linear_vjp`` as the backend composes them (``_composed``: matmul,
+    a bias map, a reduce), with the 3-d views made once each by ``_view``; None for other
+    instructions, or where the backend has kernels of its own for them."""
+    from easyad.tensor._composed import ComposedKernels
+    a, o = ins.ins, ins.outs
+    if ins.op == "linear" and type(be).linear is ComposedKernels.linear:
+        (n, k), (m, _) = p.shapes[a[0]], p.shapes[a[1]]
+        bias = be.prepared_map("linear_bias", ("x + b",), ("x", "b"))
+        dtypes = (p.dtypes[a[0]],)
+
+        def run_linear(s: list[Any]) -> None:
+            out = _view(be, be.matmul(_view(be, s[a[0]], (1, n, k)),
+                                      _view(be, s[a[1]], (1, m, k)), transpose_b=True), (n, m))
+            b = s[a[2]] if type(a[2]) is int else a[2]
+            s[o[0]] = out if b is None else bias((out, b), (n, m), dtypes)[0]
+        return run_linear
+    if ins.op == "linear_vjp" and type(be).linear_vjp is ComposedKernels.linear_vjp:
+        (needs,) = ins.params
+        n, m = p.shapes[a[0]]
+
+        def run_linear_vjp(s: list[Any]) -> None:
+            g = s[a[0]]
+            g3 = _view(be, g, (1, n, m))
+            found = []
+            if needs[0]:
+                k = p.shapes[a[2]][1]
+                found.append(_view(be, be.matmul(g3, _view(be, s[a[2]], (1, m, k))), (n, k)))
+            if needs[1]:
+                k = p.shapes[a[1]][1]
+                found.append(_view(be, be.matmul(g3, _view(be, s[a[1]], (1, n, k)),
+                                                 transpose_a=True), (m, k)))
+            if needs[2]:
+                found.append(be.reduce("sum", g, (0,)))
+            for slot, v in zip(o, found):
+                s[slot] = v
+        return run_linear_vjp
+    return None
 
 
 def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
@@ -823,6 +960,9 @@ def _render(plan: _Plan, stored: set[int], be: Any, real: str, width: int
             text, k = renderer.render_group(shape, members, len(texts))
             texts.append(text)
             kernels[-1].append(k)
+    finishing = sorted({(op, _CL_TYPES[plan.program.dtypes[o]]) for segment in kernels
+                        for k in segment for o, op in k.reductions})
+    texts += [_render_finish(op, ctype, _finish_group(be)) for op, ctype in finishing]
     vector = any(k.width for segment in kernels for k in segment)
     if vector and plan.exact_math:       # maps of compared values call them lane by lane
         lanewise = _VECTOR_MATH
@@ -830,3 +970,31 @@ def _render(plan: _Plan, stored: set[int], be: Any, real: str, width: int
         "//CL// easyad tensor kernels",
         "//CL// GENERATED by easyad/tensor/_program_cl.py from a recorded tensor program")
     return kernels, "\n".join([head] + texts)
+
+
+def _finish_group(be: Any) -> int:
+    """The work-items of a finishing kernel: one work-group, a power of two (its tree)."""
+    return 1 << (int(be.group).bit_length() - 1)
+
+
+def _finish_name(op: str, ctype: str) -> str:
+    return f"easyad_finish_{op}_{ctype}"
+
+
+def _render_finish(op: str, ctype: str, group: int) -> str:
+    """A reduction's last step as one launch of one work-group: the n partials of the
+    group kernel (real_t) combined, written as the slot's type (the cast included), where
+    the backend's reduce took one to three launches, allocations and a cast kernel."""
+    combine = _COMBINE[op]
+    return (f"__kernel void {_finish_name(op, ctype)}(__global const real_t* restrict Q, "
+            f"__global {ctype}* R, const long n)\n{{\n"
+            f"    __local real_t T_[{group}];\n"
+            "    const int l = get_local_id(0);\n"
+            f"    real_t a = {_INIT[op]};\n"
+            f"    for (long i = l; i < n; i += {group}) a = {combine.format(a='a', b='Q[i]')};\n"
+            "    T_[l] = a;\n"
+            f"    for (int h = {group // 2}; h > 0; h >>= 1) {{\n"
+            "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"        if (l < h) T_[l] = {combine.format(a='T_[l]', b='T_[l + h]')};\n"
+            "    }\n"
+            f"    if (l == 0) R[0] = ({ctype})T_[0];\n}}\n")
