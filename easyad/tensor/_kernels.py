@@ -416,8 +416,31 @@ def gemm_group(cfg: dict[str, int]) -> tuple[int, int]:
     return cfg["BN"] // cfg["RN"], cfg["BM"] // cfg["RM"]
 
 
+def gemm_plan(real: str, batch: int, M: int, N: int, K: int, units: int) -> tuple[str, int]:
+    """(config name in GEMM_CONFIGS, K slices) for a product on a device of ``units``
+    compute units: the largest tile that still gives every unit a work-group, a thin tile
+    for a side of at most 32 (a 64-wide one would compute mostly padding), and K split
+    into slices (summed by one more launch) when even then most units would idle."""
+    configs = GEMM_CONFIGS[real]
+
+    def tiles(name: str) -> int:
+        c = configs[name]
+        return -(-M // c["BM"]) * -(-N // c["BN"]) * batch
+    if N <= 32 < M:
+        name = "tall"
+    elif M <= 32 < N:
+        name = "wide"
+    else:
+        name = "big" if tiles("big") >= units else "mid"
+    # a slice of K is worth its share of the extra launch only if long (>= 512)
+    n = tiles(name)
+    split = min(-(-2 * units // n), K // 512) if 2 * n <= units else 1
+    return name, max(split, 1)
+
+
 def _gemm_loads(name: str, along_k: bool, tile: str, ext: str, stride: str,
-                cfg: dict[str, int], threads: int, origin: str) -> tuple[list[str], list[str], list[str]]:
+                cfg: dict[str, int], threads: int, origin: str
+                ) -> tuple[list[str], list[str], list[str]]:
     """Code that reads operand ``name``'s slab (tile x BK) into registers and stores it
     k-major in local memory: (setup, global loads at k0, local stores). ``along_k``: the
     operand's rows run along K (A untransposed, B transposed); ``ext``: its extent along
@@ -486,8 +509,8 @@ def render_gemm(real: str, cfg: dict[str, int], trans_a: bool, trans_b: bool,
                      for r, g in acc)
     edge = "\n".join(
         f"        if ({row(r)} < M) {{ "
-        + " ".join(f"if ({col(g)} + {l} < N) C[(long)({row(r)}) * N + {col(g)} + {l}] = "
-                   f"c{r}_{g}.s{lanes[l]};" for l in range(v)) + " }"
+        + " ".join(f"if ({col(g)} + {e} < N) C[(long)({row(r)}) * N + {col(g)} + {e}] = "
+                   f"c{r}_{g}.s{lanes[e]};" for e in range(v)) + " }"
         for r, g in acc)
     if split:
         place = """    const long z = get_group_id(2);

@@ -538,40 +538,19 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
           M * K if ba > 1 else 0, K * N if bb > 1 else 0)
         return out
 
-    def gemm_plan(self, real: str, batch: int, M: int, N: int, K: int
-                  ) -> tuple[str, int]:
-        """(config name in kernels.GEMM_CONFIGS, K slices) for render_gemm: the largest
-        tile that still gives every compute unit a work-group, a thin tile for a side of
-        at most 32 (a 64-wide one would compute mostly padding), and K split into slices
-        (summed by one more launch) when even then the device would be mostly idle."""
-        units = self._gemm_units
-        if units is None:
-            units = self._gemm_units = int(self.device._handle.max_compute_units)
-        configs = kernels.GEMM_CONFIGS[real]
-
-        def tiles(name: str) -> int:
-            c = configs[name]
-            return -(-M // c["BM"]) * -(-N // c["BN"]) * batch
-        if N <= 32 < M:
-            name = "tall"
-        elif M <= 32 < N:
-            name = "wide"
-        else:
-            name = "big" if tiles("big") >= units else "mid"
-        # a slice of K is worth its share of the extra launch only if long (>= 512)
-        n = tiles(name)
-        split = min(-(-2 * units // n), K // 512) if 2 * n <= units else 1
-        return name, max(split, 1)
-
     _gemm_units: int | None = None
 
     def _gemm(self, a: Any, b: Any, ta: bool, tb: bool, dims: tuple[int, int, int, int],
               batched: tuple[bool, bool], config: str | None = None,
               split: int | None = None) -> Any:
-        """render_gemm's product; ``config`` and ``split`` override gemm_plan (tests)."""
+        """render_gemm's product; ``config`` and ``split`` override kernels.gemm_plan's
+        choice (tests)."""
         batch, M, N, K = dims
         real = kernels.c_type(a.dtype)
-        name, slices = self.gemm_plan(real, batch, M, N, K)
+        units = self._gemm_units
+        if units is None:
+            units = self._gemm_units = int(self.device._handle.max_compute_units)
+        name, slices = kernels.gemm_plan(real, batch, M, N, K, units)
         name, slices = config or name, split or slices
         cfg = kernels.GEMM_CONFIGS[real][name]
         # whole slabs per slice, and no empty slice
