@@ -538,19 +538,35 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
           M * K if ba > 1 else 0, K * N if bb > 1 else 0)
         return out
 
-    _gemm_units: int | None = None
-
     def _gemm(self, a: Any, b: Any, ta: bool, tb: bool, dims: tuple[int, int, int, int],
               batched: tuple[bool, bool], config: str | None = None,
               split: int | None = None) -> Any:
         """render_gemm's product; ``config`` and ``split`` override kernels.gemm_plan's
-        choice (tests)."""
+        choice (tests). The launch is planned once per shape and layout: rendering the
+        source to look its kernel up would cost more host time than the launch."""
+        key = (a.dtype, ta, tb, dims, config, split)
+        cache = self.__dict__.setdefault("_gemm_plans", {})
+        plan = cache.get(key)
+        if plan is None:
+            if len(cache) > 1024:       # shapes that keep changing: don't grow forever
+                cache.clear()
+            plan = cache[key] = self._plan_gemm(a.dtype, ta, tb, dims, config, split)
+        k, global_size, local, ks, slices = plan
         batch, M, N, K = dims
-        real = kernels.c_type(a.dtype)
-        units = self._gemm_units
-        if units is None:
-            units = self._gemm_units = int(self.device._handle.max_compute_units)
-        name, slices = kernels.gemm_plan(real, batch, M, N, K, units)
+        size = batch * M * N
+        out = self._empty((batch, M, N) if slices == 1 else (slices, size), a.dtype)
+        k(self.queue, global_size, local, out.data, a.data, b.data, M, N, K,
+          M * K if batched[0] else 0, K * N if batched[1] else 0, ks, slices, batch)
+        if slices == 1:
+            return out
+        return self.reshape(self.reduce("sum", out, (0,)), (batch, M, N))
+
+    def _plan_gemm(self, dtype: Any, ta: bool, tb: bool, dims: tuple[int, int, int, int],
+                   config: str | None, split: int | None) -> tuple[Any, ...]:
+        batch, M, N, K = dims
+        real = kernels.c_type(dtype)
+        name, slices = kernels.gemm_plan(real, batch, M, N, K,
+                                         int(self.device._handle.max_compute_units))
         name, slices = config or name, split or slices
         cfg = kernels.GEMM_CONFIGS[real][name]
         # whole slabs per slice, and no empty slice
@@ -561,14 +577,8 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
                         [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG,
                          np.int32, np.int32, _LONG])
         tx, ty = kernels.gemm_group(cfg)
-        size = batch * M * N
-        out = self._empty((batch, M, N) if slices == 1 else (slices, size), a.dtype)
-        k(self.queue, (-(-N // cfg["BN"]) * tx, -(-M // cfg["BM"]) * ty, batch * slices),
-          (tx, ty, 1), out.data, a.data, b.data, M, N, K,
-          M * K if batched[0] else 0, K * N if batched[1] else 0, ks, slices, batch)
-        if slices == 1:
-            return out
-        return self.reshape(self.reduce("sum", out, (0,)), (batch, M, N))
+        global_size = (-(-N // cfg["BN"]) * tx, -(-M // cfg["BM"]) * ty, batch * slices)
+        return k, global_size, (tx, ty, 1), ks, slices
 
     # -- data movement --
     def _strided_copy(self, dst: Any, src: Any, offset: int, shape: tuple[int, ...],
