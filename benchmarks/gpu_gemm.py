@@ -23,6 +23,11 @@ from easyad.tensor import _kernels as kernels  # noqa: E402
 
 ROUNDS = 7
 SECONDS = 0.01          # per variant per round
+# where gemm_plan picks the 128x128 tile, the new kernel is also timed with: new-mid, the
+# 64x64 tile; new-bk16, the 128x128 tile with 16-deep slabs (fewer barriers, twice the
+# local memory). Which is fastest on the GPU decides GEMM_CONFIGS["float"]["big"].
+ALTERNATIVES = {"new-mid": "mid", "new-bk16": "big-bk16"}
+kernels.GEMM_CONFIGS["float"]["big-bk16"] = dict(kernels.GEMM_CONFIGS["float"]["big"], BK=16)
 GPU_SIZES = [(128, 64), (1024, 1024), (4096, 4096)]     # (H, B) of the 784-H-10 MLP
 ANY_SIZES = [(128, 64), (256, 256)]
 
@@ -74,9 +79,10 @@ def _row(be, torch, tdev, variants, units, rng, size, label, M, N, K, ta, tb):
     calls = {v: kernel(mode) for v, mode in [("old", "tiled"), ("new", "new"), ("nt", "nt")]
              if v in variants}
     tile = kernels.gemm_plan("float", 1, M, N, K, units)
-    if tile[0] == "big":
-        calls["new-mid"] = lambda: be._gemm(a, b, ta, tb, (1, M, N, K), (False, False),
-                                            "mid", 1)
+    if tile[0] == "big":        # the alternatives to the big tile (see ALTERNATIVES)
+        for v, config in ALTERNATIVES.items():
+            calls[v] = (lambda c: lambda: be._gemm(
+                a, b, ta, tb, (1, M, N, K), (False, False), c, 1))(config)
     errs = {}
     for v, call in calls.items():
         got = be.to_numpy(call())[0, :64]
@@ -126,13 +132,12 @@ def main():
     print("# new tile: gemm_plan's choice (config, K slices); err: max |C - ref| / max |ref| "
           "on the first 64 rows against float64 numpy (float32 needs < 1e-4)")
     rng = np.random.default_rng(0)
-    # new-mid: the new kernel forced to 64x64 tiles where gemm_plan chose 128x128 (is the
-    # big tile worth it on this device?); nt: the CPU kernel (CPU devices only)
-    variants = (["old", "new", "new-mid"] + ([] if device.is_gpu else ["nt"])
+    # nt: the CPU kernel (CPU devices only)
+    variants = (["old", "new", *ALTERNATIVES] + ([] if device.is_gpu else ["nt"])
                 + (["torch"] if tdev else []))
     head = ("| H, B | product | M x N x K | new tile | "
             + " | ".join(f"{v} ms (TFLOP/s)" for v in variants)
-            + " | new vs old | new vs torch | err (old, new[, nt][, mid]) |")
+            + " | new vs old | new vs torch | err (old, new[, nt][, mid, bk16]) |")
     print(head)
     print("|" + " --- |" * (head.count("|") - 1))
     saved = be.gemm
