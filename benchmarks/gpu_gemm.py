@@ -25,8 +25,10 @@ ROUNDS = 7
 SECONDS = 0.01          # per variant per round
 # where gemm_plan picks the 128x128 tile, the new kernel is also timed with: new-mid, the
 # 64x64 tile; new-bk16, the 128x128 tile with 16-deep slabs (fewer barriers, twice the
-# local memory). Which is fastest on the GPU decides GEMM_CONFIGS["float"]["big"].
-ALTERNATIVES = {"new-mid": "mid", "new-bk16": "big-bk16"}
+# local memory); new-1buf, the 128x128 tile with one slab in local memory (two barriers a
+# slab). Which is fastest on the GPU decides GEMM_CONFIGS["float"]["big"].
+ALTERNATIVES = {"new-mid": "mid", "new-bk16": "big-bk16", "new-1buf": "big-1buf"}
+kernels.GEMM_CONFIGS["float"]["big-1buf"] = dict(kernels.GEMM_CONFIGS["float"]["big"], DB=0)
 kernels.GEMM_CONFIGS["float"]["big-bk16"] = dict(kernels.GEMM_CONFIGS["float"]["big"], BK=16)
 GPU_SIZES = [(128, 64), (1024, 1024), (4096, 4096)]     # (H, B) of the 784-H-10 MLP
 ANY_SIZES = [(128, 64), (256, 256)]
@@ -137,7 +139,7 @@ def main():
                 + (["torch"] if tdev else []))
     head = ("| H, B | product | M x N x K | new tile | "
             + " | ".join(f"{v} ms (TFLOP/s)" for v in variants)
-            + " | new vs old | new vs torch | err (old, new[, nt][, mid, bk16]) |")
+            + " | new vs old | new vs torch | err (old, new[, nt][, mid, bk16, 1buf]) |")
     print(head)
     print("|" + " --- |" * (head.count("|") - 1))
     saved = be.gemm

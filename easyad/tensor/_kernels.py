@@ -387,20 +387,22 @@ void easyad_matmul(__global real_t* C, __global const real_t* restrict A,
 # staged in local memory, k-major (As[k][m], Bs[k][n]), so the inner loop reads V-wide
 # vectors there; PAD keeps the rows V-aligned and staggers them across banks (the k-major
 # stores of an operand read along k would otherwise hit one bank). The next slab is read
-# from global memory into registers while the current one is multiplied (latency hidden
-# without a second local buffer). Global reads are scalar but coalesced: consecutive
+# from global memory into registers while the current one is multiplied (the global
+# latency hides behind the multiply-adds). Global reads are scalar but coalesced: consecutive
 # work-items read consecutive addresses along the operand's contiguous axis. Rows and
 # columns beyond M or N are clamped (read, computed, never stored), so only K needs a
-# check, once per slab. With SPLIT the group's third index also picks a K range and
-# the tile is written to its own slice of C (the caller sums the slices).
+# check, once per slab. DB: two slabs in local memory, so one barrier a slab instead of
+# two (the next slab is stored into the other while this one is read). With SPLIT the
+# group's third index also picks a K range and the tile is written to its own slice of
+# C (the caller sums the slices).
 # Block sizes per real type and shape class: "big" 128x128 (float, 8x8 per work-item,
 # as the fast CUDA SGEMMs do), "mid" 64x64 for products that would leave 128x128
 # tiles too few to fill the device, "tall"/"wide" for a side of a few columns/rows (the
 # 10-class layers of an MLP), where a 64-wide tile would compute mostly padding.
 GEMM_CONFIGS = {
     "float": {
-        "big": {"BM": 128, "BN": 128, "BK": 8, "RM": 8, "RN": 8, "V": 4, "PAD": 4},
-        "mid": {"BM": 64, "BN": 64, "BK": 16, "RM": 4, "RN": 4, "V": 4, "PAD": 4},
+        "big": {"BM": 128, "BN": 128, "BK": 8, "RM": 8, "RN": 8, "V": 4, "PAD": 4, "DB": 1},
+        "mid": {"BM": 64, "BN": 64, "BK": 16, "RM": 4, "RN": 4, "V": 4, "PAD": 4, "DB": 1},
         "tall": {"BM": 64, "BN": 16, "BK": 16, "RM": 4, "RN": 4, "V": 4, "PAD": 4},
         "wide": {"BM": 16, "BN": 64, "BK": 16, "RM": 4, "RN": 4, "V": 4, "PAD": 4},
     },
@@ -527,6 +529,46 @@ def render_gemm(real: str, cfg: dict[str, int], trans_a: bool, trans_b: bool,
         place = "    const long b = get_group_id(2);\n    const int KE = K;"
         shift = ""
     nl = "\n"
+    prefetch = f"""        if (k0 + {bk} < KE) {{{{   /* the next slab, read while this is used */
+            const int k1 = k0 + {bk};
+{nl.join(la).replace('k0', 'k1')}
+{nl.join(lb).replace('k0', 'k1')}
+        }}}}"""
+    bufs = 2 if cfg.get("DB") else 1
+    if bufs == 1:
+        loop = f"""    for (; k0 < KE; k0 += {bk}) {{{{
+{nl.join(ta)}
+{nl.join(tb)}
+        barrier(CLK_LOCAL_MEM_FENCE);
+{prefetch}
+        #pragma unroll
+        for (int kk = 0; kk < {bk}; ++kk) {{{{
+{reads}
+{fmas}
+        }}}}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}}}"""
+    else:   # two slabs in local memory: one barrier a slab (the next is stored in the other)
+        loop = f"""{nl.join(ta)}
+{nl.join(tb)}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int p = 0; k0 < KE; k0 += {bk}, p ^= 1) {{{{
+{prefetch}
+        const int kp = p * {bk};
+        #pragma unroll
+        for (int kk = 0; kk < {bk}; ++kk) {{{{
+{reads.replace('s[kk]', 's[kp + kk]')}
+{fmas}
+        }}}}
+        if (k0 + {bk} < KE) {{{{
+            al = (__local real_t*)As + (p ^ 1) * {bk} * LDA;
+            bl = (__local real_t*)Bs + (p ^ 1) * {bk} * LDB;
+{nl.join(ta)}
+{nl.join(tb)}
+        }}}}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}}}"""
+    loop = loop.replace("{{", "{").replace("}}", "}")
     return preamble(real) + f"""typedef {vec} vec_t;
 #define LDA {bm + cfg['PAD']}
 #define LDB {bn + cfg['PAD']}
@@ -536,8 +578,8 @@ void easyad_gemm(__global real_t* C, __global const real_t* restrict A,
                  const long strideA, const long strideB, const int KS, const int S,
                  const long nb)
 {{
-    __local vec_t As[{bk}][LDA / {v}];
-    __local vec_t Bs[{bk}][LDB / {v}];
+    __local vec_t As[{bufs * bk}][LDA / {v}];
+    __local vec_t Bs[{bufs * bk}][LDB / {v}];
     __local real_t* al = (__local real_t*)As;
     __local real_t* bl = (__local real_t*)Bs;
     const int tx = get_local_id(0), ty = get_local_id(1);
@@ -554,23 +596,7 @@ void easyad_gemm(__global real_t* C, __global const real_t* restrict A,
     int k0 = 0;
 {nl.join(la)}
 {nl.join(lb)}
-    for (; k0 < KE; k0 += {bk}) {{
-{nl.join(ta)}
-{nl.join(tb)}
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 + {bk} < KE) {{   /* the next slab, read while this one is used */
-            const int k1 = k0 + {bk};
-{nl.join(la).replace('k0', 'k1')}
-{nl.join(lb).replace('k0', 'k1')}
-        }}
-        #pragma unroll
-        for (int kk = 0; kk < {bk}; ++kk) {{
-{reads}
-{fmas}
-        }}
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }}
-    if (m0 + {bm} <= M && n0 + {bn} <= N) {{
+{loop}    if (m0 + {bm} <= M && n0 + {bn} <= N) {{
 {full}
     }} else {{
 {edge}
