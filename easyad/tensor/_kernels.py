@@ -12,7 +12,6 @@ backend (``_opencl.py``) compiles them, once per device and source.
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -253,7 +252,6 @@ def _hsum(real: str, width: int) -> str:
             + f"\n    return {name};\n}}")
 
 
-@functools.lru_cache(maxsize=None)     # matmul asks each call: render once
 def render_matmul_nt(real: str, vector_bytes: int = 32) -> str:
     """vector_bytes: the CPU's vector register (64 with AVX-512, 32 with AVX2); a wider
     vector than the CPU has is not just slow: PoCL may fail to build the kernel."""
@@ -317,7 +315,6 @@ __kernel void easyad_matmul_nt(__global real_t* C, __global const real_t* restri
 MATMUL_TILE = {"TM": 64, "TN": 64, "TK": 16, "WM": 4, "WN": 4}
 
 
-@functools.lru_cache(maxsize=None)
 def render_matmul(real: str) -> str:
     t = MATMUL_TILE
     return preamble(real) + f"""#define TM {t['TM']}
