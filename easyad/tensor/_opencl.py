@@ -484,7 +484,9 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
     # Which matmul kernel: "new" (render_gemm: reads transposed operands in place),
     # "tiled" (the old render_matmul, transposes copied first) or "nt" (render_matmul_nt, the
     # CPU kernel); None: $EASYAD_OPENCL_GEMM, else "new" on GPUs and "nt" elsewhere. An
-    # attribute so that a benchmark can compare them in one process.
+    # attribute so that a benchmark can compare them in one process. "new" at every size
+    # on GPUs: a small product costs its launches, and it has one where "tiled" has a copy
+    # of each transposed operand too (and its thin tiles waste less on a 10-wide side).
     gemm: str | None = None
 
     def matmul(self, a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False
