@@ -511,8 +511,9 @@ class TensorFunction:
                  tangent_specs: Sequence[tuple[tuple[int, ...], Any]] | None = None
                  ) -> list[np.ndarray]:
         """``what`` at every point of the batch ``x``, outputs with a leading axis: one C
-        loop without the GIL where the fused program allows it (no Python step in it),
-        else one replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the outputs',
+        loop without the GIL where the fused program allows it (no Python step in it), on
+        an OpenCL device one launch per fused kernel (``_batch_cl``: no backend step in
+        it), else one replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the outputs',
         ``tangent_specs``) may be batched too."""
         if count == 0:
             raise ValueError("a batch of no points: x's leading axis is 0")
@@ -526,6 +527,11 @@ class TensorFunction:
         bound = self._bind(what, xs, statics)
         if isinstance(bound, FusedProgram) and bound.batchable():
             return bound.run_batch(X + floats + extra + self._live(what), count)
+        if self._backend.kind == "opencl":     # one launch per kernel for all the points
+            from easyad.tensor import _batch_cl
+            program = _batch_cl.batched(bound)
+            if program is not None:
+                return program.run(X + floats + extra + self._live(what), count)
         outs = []
         for b in range(count):
             point = _trees.unflatten(self._x_tree, [a[b] for a in X])

@@ -1,0 +1,223 @@
+"""A fused OpenCL program (``_program_cl.FusedCLProgram``) at many points in one launch per
+kernel: ``TensorFunction``'s batches (``F(X)``, ``F.value_and_gradient(X)``, ``F.hvp(X, v)``
+with X of shape (B,) + x's) on an OpenCL device.
+
+Each group kernel of the program gets a second NDRange dimension over the points: the
+point ``get_global_id(1)`` moves every batched pointer by its own part (``b * size`` of the
+slot; a reduction's partials by ``b * get_global_size(0)``) before the unchanged body, so
+the kernel text of one point is reused as it is. Constants, index arrays and the inputs
+that are the same at every point (an argument, the hvp direction when one is given for
+all) are shared, unmoved; everything else (the batched inputs, workspace, results) is a
+buffer of B points, one after another. A reduction to one number gives one partial per
+work-item of its point, added up per point by one backend ``reduce`` over the last axis
+(none when each point has one work-item, as on a CPU device with many points).
+
+Only programs made of group kernels alone run this way (``batchable``): a backend step
+(matmul, a guard read on the host, cross-entropy, ...) works on one point's buffers, so
+such a program keeps one replay per point. Work per point: on a GPU a work-group of at
+least a warp per point (work-items per element, or strided loops for reductions); on a
+CPU device one work-item per point when there are enough points to fill the cores (its
+vector loop runs the whole point), more when there are few. B is split into chunks whose
+buffers fit the device (``_BUDGET``), each chunk one launch per kernel.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+_BUDGET = 1 << 29       # bytes of per-point buffers one chunk of the batch may take
+_WARP = 32              # the smallest work-group dimension worth giving a point on a GPU
+_kept: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _enqueue(kernel: Any, queue: Any, global_size: tuple[int, ...],
+             local_size: tuple[int, ...] | None, *args: Any) -> None:
+    """Every launch of a batched kernel (one place, so a test can count them)."""
+    kernel(queue, global_size, local_size, *args)
+
+
+def batched(fused: Any) -> "BatchedCLProgram | None":
+    """The batched form of ``fused`` (a ``FusedCLProgram``), made once per program; None
+    when it has a backend step (then: one replay per point)."""
+    from easyad.tensor._program_cl import FusedCLProgram
+    if not isinstance(fused, FusedCLProgram):
+        return None
+    if fused not in _kept:
+        _kept[fused] = BatchedCLProgram(fused) if batchable(fused) else None
+    return _kept[fused]
+
+
+def batchable(fused: Any) -> bool:
+    """Whether every step of the program is a group kernel (no backend step)."""
+    return all(entry[0] == "kernel" for entry in fused.steps)
+
+
+class BatchedCLProgram:
+    """``fused``'s kernels with a dimension over points; ``run(inputs, count)`` as
+    ``_program_c.FusedProgram.run_batch``: an input with one more axis than its slot
+    holds a point per row, any other is the same at every point; host arrays out, each
+    with the leading axis ``count``."""
+
+    def __init__(self, fused: Any) -> None:
+        self.fused, self.be, self.plan = fused, fused.be, fused.plan
+        self._lock = threading.Lock()
+        # per set of batched inputs: the kernels whose shared slots stay unmoved
+        self._variants: dict[frozenset[int], list[tuple[Any, ...]]] = {}
+
+    def _kernels(self, batched_inputs: frozenset[int]) -> list[tuple[Any, ...]]:
+        found = self._variants.get(batched_inputs)
+        if found is not None:
+            return found
+        p = self.plan.program
+        shared = set(p.constants) | (set(self.fused.inputs) - batched_inputs)
+        source = self.fused.source
+        out = []
+        for entry in self.fused.steps:
+            _, _, k, partials, cast, _ = entry
+            moves = []
+            for kind, key in k.params:
+                if kind == "slot" and key not in shared:
+                    moves.append(f"    P{key} += B_ * {math.prod(p.shapes[key])}L;")
+                elif kind == "partial":
+                    moves.append(f"    Q{key} += B_ * (long)get_global_size(0);")
+            source = _with_points(source, k.name, moves)
+            real = {o: b.dtype for o, b in partials.items()}
+            out.append((k, real, cast))
+        kernels = []
+        for k, real, cast in out:
+            cl_kernel = self.be.kernel(source, k.name,
+                                       [None] * len(k.params) + [np.int64, np.int64])
+            kernels.append((cl_kernel, k, real, cast))
+        self.source = source
+        self._variants[batched_inputs] = kernels
+        return kernels
+
+    def run(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
+        with self._lock:
+            return self._run(inputs, count)
+
+    def _run(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
+        import pyopencl
+
+        from easyad.tensor._opencl import _translate
+        p, plan, be = self.plan.program, self.plan, self.be
+        if len(inputs) != len(self.fused.inputs):
+            raise ValueError(f"the program takes {len(self.fused.inputs)} inputs, got "
+                             f"{len(inputs)}")
+        batched_inputs, hosts = set(), []
+        for s, a in zip(self.fused.inputs, inputs):
+            a = np.asarray(a)
+            shape = tuple(p.shapes[s])
+            size = math.prod(shape)
+            if a.ndim > len(shape) and a.shape[:1] == (count,) and a.size == count * size:
+                batched_inputs.add(s)           # a point per row (as run_batch reads it)
+                a = a.reshape((count,) + shape)
+            elif a.size == size:
+                a = a.reshape(shape)
+            else:
+                raise ValueError(f"an input of the recorded program has shape {shape} (or "
+                                 f"{(count,) + shape}: one a point), got {a.shape}")
+            hosts.append(a)
+        kernels = self._kernels(frozenset(batched_inputs))
+        reduced = {plan.r(o) for _, k, _, _ in kernels for o, _ in k.reductions}
+        outside = set(p.constants) | set(self.fused.inputs)
+        # the slots each point needs a buffer of: whatever a kernel reads or writes, and
+        # the outputs, but for the shared ones and those a reduction makes
+        made = sorted(({key for _, k, _, _ in kernels for kind, key in k.params
+                        if kind == "slot"} | {plan.r(o) for o in plan.outputs})
+                      - outside - reduced)
+        per_point = sum(math.prod(p.shapes[s]) * np.dtype(p.dtypes[s]).itemsize
+                        for s in made + sorted(batched_inputs) + sorted(reduced))
+        chunk = max(1, min(count, _BUDGET // max(per_point, 1)))
+        results = [np.empty((count,) + tuple(p.shapes[o]), dtype=p.dtypes[o])
+                   for o in plan.outputs]
+        shared = {s: be.asarray(a, p.dtypes[s]) for s, a in zip(self.fused.inputs, hosts)
+                  if s not in batched_inputs}
+        try:
+            for lo in range(0, count, chunk):
+                hi = min(count, lo + chunk)
+                arrays = list(self.fused.base)
+                for s, a in zip(self.fused.inputs, hosts):
+                    arrays[s] = be.asarray(a[lo:hi], p.dtypes[s]) if s in batched_inputs \
+                        else shared[s]
+                for s in made:
+                    arrays[s] = be.allocate((hi - lo,) + tuple(p.shapes[s]), p.dtypes[s])
+                for entry in kernels:
+                    self._launch(arrays, hi - lo, *entry)
+                for k, o in enumerate(plan.outputs):
+                    root = plan.r(o)
+                    a = arrays[root]
+                    if root in set(p.constants) | (set(self.fused.inputs) - batched_inputs):
+                        host = np.asarray(a if p.dtypes[root] is None else be.to_numpy(a))
+                        results[k][lo:hi] = host.reshape(p.shapes[o])
+                    else:
+                        results[k][lo:hi] = be.to_numpy(a).reshape(
+                            (hi - lo,) + tuple(p.shapes[o]))
+        except pyopencl.Error as error:
+            raise _translate(be, "batched replay of a recorded program", error) from None
+        return results
+
+    def _launch(self, arrays: list[Any], points: int, cl_kernel: Any, k: Any,
+                real: dict[int, Any], cast: dict[int, bool]) -> None:
+        p, be, r = self.plan.program, self.be, self.plan.r
+        for s in k.zero:
+            arrays[s].fill(0)
+        items = 0
+        if k.n:
+            args = []
+            partials = {}
+            global0, local = self._shape(k, points)
+            items = global0
+            for kind, key in k.params:
+                if kind == "slot":
+                    args.append(arrays[key].data)
+                elif kind == "aux":
+                    args.append(self.fused.aux[key].data)
+                else:
+                    partials[key] = be.allocate((points, items), real[key])
+                    args.append(partials[key].data)
+            rows = points if local is None else -(-points // local[1]) * local[1]
+            _enqueue(cl_kernel, be.queue, (global0, rows), local, *args, k.n, points)
+        for o, op in k.reductions:
+            if not k.n:          # nothing to reduce: the operation's identity per point
+                value = {"sum": 0.0, "max": -np.inf, "min": np.inf}[op]
+                total = be.full((points,), value, real[o])
+            elif items == 1:     # one partial a point: it is the point's total
+                total = partials[o].reshape((points,))
+            else:
+                total = be.reduce(op, partials[o], (1,))
+            if cast[o]:
+                total = be.map("cast", ("x",), {"x": total}, (points,), (p.dtypes[o],))[0]
+            arrays[r(o)] = total
+
+    def _shape(self, k: Any, points: int) -> tuple[int, tuple[int, int] | None]:
+        """Work-items per point (the first dimension) and the work-group: on a GPU a group
+        of at least a warp per point and several points per group for small ones; on a
+        CPU device, left to the driver, as few work-items per point as fill the cores."""
+        be = self.be
+        units = be.device._handle.max_compute_units
+        if be.device.is_gpu:
+            width = min(be.group, -(-k.n // _WARP) * _WARP)
+            if k.reductions:      # strided loops: enough groups in all to fill the GPU
+                groups = max(1, min(-(-k.n // width), -(-units * 2048 // (width * points))))
+            else:                 # a work-item per element
+                groups = -(-k.n // width)
+            return groups * width, (width, max(1, be.group // width))
+        items = max(1, min(-(-k.n // 256), -(-units * 4 // points)))
+        return items, None
+
+
+def _with_points(source: str, name: str, moves: list[str]) -> str:
+    """``source`` with kernel ``name`` taking the number of points (NB_) after N_ and
+    moving its batched pointers to point ``get_global_id(1)`` before its body."""
+    start = source.index(f"__kernel void {name}(")
+    head = "const long N_)\n{\n"
+    at = source.index(head, start)
+    body = ("const long N_, const long NB_)\n{\n    const long B_ = get_global_id(1);\n"
+            "    if (B_ >= NB_) return;\n" + "".join(m + "\n" for m in moves))
+    return source[:at] + body + source[at + len(head):]
