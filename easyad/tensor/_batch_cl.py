@@ -5,10 +5,11 @@ with X of shape (B,) + x's) on an OpenCL device.
 Each group kernel of the program gets a second NDRange dimension over the points: the
 point ``get_global_id(1)`` moves every batched pointer by its own part (``b * size`` of the
 slot; a reduction's partials by ``b * get_global_size(0)``) before the unchanged body, so
-the kernel text of one point is reused as it is. Constants, index arrays and the inputs
-that are the same at every point (an argument, the hvp direction when one is given for
-all) are shared, unmoved; everything else (the batched inputs, workspace, results) is a
-buffer of B points, one after another. A reduction to one number gives one partial per
+the kernel text of one point is reused as it is. Constants and index arrays are shared,
+unmoved; an input moves by a stride given at launch (0 where it is the same at every
+point: an argument, the hvp direction given once for all; so one built source serves
+every mix); everything else (workspace, results) is a buffer of B points, one after
+another. A reduction to one number gives one partial per
 work-item of its point, added up per point by one backend ``reduce`` over the last axis
 (none when each point has one work-item, as on a CPU device with many points).
 
@@ -66,36 +67,30 @@ class BatchedCLProgram:
     def __init__(self, fused: Any) -> None:
         self.fused, self.be, self.plan = fused, fused.be, fused.plan
         self._lock = threading.Lock()
-        # per set of batched inputs: the kernels whose shared slots stay unmoved
-        self._variants: dict[frozenset[int], list[tuple[Any, ...]]] = {}
-
-    def _kernels(self, batched_inputs: frozenset[int]) -> list[tuple[Any, ...]]:
-        found = self._variants.get(batched_inputs)
-        if found is not None:
-            return found
         p = self.plan.program
-        shared = set(p.constants) | (set(self.fused.inputs) - batched_inputs)
-        source = self.fused.source
-        out = []
-        for entry in self.fused.steps:
-            _, _, k, partials, cast, _ = entry
-            moves = []
+        inputs = set(fused.inputs)
+        source = fused.source
+        self.kernels: list[tuple[Any, ...]] = []
+        texts = []
+        for _, _, k, partials, cast, _ in fused.steps:
+            # an input moves by its stride argument (0: the same at every point), a
+            # constant not at all, every other slot by its size
+            moves, strides = [], []
             for kind, key in k.params:
-                if kind == "slot" and key not in shared:
+                if kind == "slot" and key in inputs:
+                    moves.append(f"    P{key} += B_ * S{key};")
+                    strides.append(key)
+                elif kind == "slot" and key not in p.constants:
                     moves.append(f"    P{key} += B_ * {math.prod(p.shapes[key])}L;")
                 elif kind == "partial":
                     moves.append(f"    Q{key} += B_ * (long)get_global_size(0);")
-            source = _with_points(source, k.name, moves)
-            real = {o: b.dtype for o, b in partials.items()}
-            out.append((k, real, cast))
-        kernels = []
-        for k, real, cast in out:
-            cl_kernel = self.be.kernel(source, k.name,
-                                       [None] * len(k.params) + [np.int64, np.int64])
-            kernels.append((cl_kernel, k, real, cast))
+            source = _with_points(source, k.name, moves, strides)
+            texts.append((k, {o: b.dtype for o, b in partials.items()}, cast, strides))
         self.source = source
-        self._variants[batched_inputs] = kernels
-        return kernels
+        for k, real, cast, strides in texts:
+            cl_kernel = self.be.kernel(source, k.name, [None] * len(k.params)
+                                       + [np.int64] * (2 + len(strides)))
+            self.kernels.append((cl_kernel, k, real, cast, strides))
 
     def run(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
         with self._lock:
@@ -123,12 +118,14 @@ class BatchedCLProgram:
                 raise ValueError(f"an input of the recorded program has shape {shape} (or "
                                  f"{(count,) + shape}: one a point), got {a.shape}")
             hosts.append(a)
-        kernels = self._kernels(frozenset(batched_inputs))
-        reduced = {plan.r(o) for _, k, _, _ in kernels for o, _ in k.reductions}
+        kernels = self.kernels
+        stride = {s: math.prod(p.shapes[s]) if s in batched_inputs else 0
+                  for s in self.fused.inputs}
+        reduced = {plan.r(o) for _, k, *_ in kernels for o, _ in k.reductions}
         outside = set(p.constants) | set(self.fused.inputs)
         # the slots each point needs a buffer of: whatever a kernel reads or writes, and
         # the outputs, but for the shared ones and those a reduction makes
-        made = sorted(({key for _, k, _, _ in kernels for kind, key in k.params
+        made = sorted(({key for _, k, *_ in kernels for kind, key in k.params
                         if kind == "slot"} | {plan.r(o) for o in plan.outputs})
                       - outside - reduced)
         per_point = sum(math.prod(p.shapes[s]) * np.dtype(p.dtypes[s]).itemsize
@@ -148,7 +145,7 @@ class BatchedCLProgram:
                 for s in made:
                     arrays[s] = be.allocate((hi - lo,) + tuple(p.shapes[s]), p.dtypes[s])
                 for entry in kernels:
-                    self._launch(arrays, hi - lo, *entry)
+                    self._launch(arrays, hi - lo, stride, *entry)
                 for k, o in enumerate(plan.outputs):
                     root = plan.r(o)
                     a = arrays[root]
@@ -162,8 +159,9 @@ class BatchedCLProgram:
             raise _translate(be, "batched replay of a recorded program", error) from None
         return results
 
-    def _launch(self, arrays: list[Any], points: int, cl_kernel: Any, k: Any,
-                real: dict[int, Any], cast: dict[int, bool]) -> None:
+    def _launch(self, arrays: list[Any], points: int, stride: dict[int, int], cl_kernel: Any,
+                k: Any, real: dict[int, Any], cast: dict[int, bool], strides: list[int]
+                ) -> None:
         p, be, r = self.plan.program, self.be, self.plan.r
         for s in k.zero:
             arrays[s].fill(0)
@@ -182,7 +180,8 @@ class BatchedCLProgram:
                     partials[key] = be.allocate((points, items), real[key])
                     args.append(partials[key].data)
             rows = points if local is None else -(-points // local[1]) * local[1]
-            _enqueue(cl_kernel, be.queue, (global0, rows), local, *args, k.n, points)
+            _enqueue(cl_kernel, be.queue, (global0, rows), local, *args, k.n, points,
+                     *(stride[s] for s in strides))
         for o, op in k.reductions:
             if not k.n:          # nothing to reduce: the operation's identity per point
                 value = {"sum": 0.0, "max": -np.inf, "min": np.inf}[op]
@@ -212,12 +211,15 @@ class BatchedCLProgram:
         return items, None
 
 
-def _with_points(source: str, name: str, moves: list[str]) -> str:
-    """``source`` with kernel ``name`` taking the number of points (NB_) after N_ and
-    moving its batched pointers to point ``get_global_id(1)`` before its body."""
+def _with_points(source: str, name: str, moves: list[str], strides: list[int]) -> str:
+    """``source`` with kernel ``name`` taking the number of points (NB_) and the inputs'
+    strides (S<slot>) after N_, and moving its pointers to point ``get_global_id(1)``
+    before its body."""
     start = source.index(f"__kernel void {name}(")
     head = "const long N_)\n{\n"
     at = source.index(head, start)
-    body = ("const long N_, const long NB_)\n{\n    const long B_ = get_global_id(1);\n"
+    params = "".join(f", const long S{s}" for s in strides)
+    body = (f"const long N_, const long NB_{params})\n{{\n"
+            "    const long B_ = get_global_id(1);\n"
             "    if (B_ >= NB_) return;\n" + "".join(m + "\n" for m in moves))
     return source[:at] + body + source[at + len(head):]
