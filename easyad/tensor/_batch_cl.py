@@ -207,8 +207,11 @@ class BatchedCLProgram:
             else:                 # a work-item per element
                 groups = -(-k.n // width)
             return groups * width, (width, max(1, be.group // width))
+        # a few work-groups per core: PoCL runs a group's work-items one after another,
+        # and a group per point cost ~1 us each (10^4 points of 100 elements: 10 ms)
         items = max(1, min(-(-k.n // 256), -(-units * 4 // points)))
-        return items, None
+        rows = max(1, min(be.group, points // (units * 4)))
+        return items, (1, rows)
 
 
 def _with_points(source: str, name: str, moves: list[str], strides: list[int]) -> str:
