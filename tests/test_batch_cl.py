@@ -176,6 +176,9 @@ def test_chunks_of_a_large_batch(opencl_device, monkeypatch, launches):
     _check(chunked[1], whole[1], np.float64)
     assert program is _batch_cl.batched(F._bound["gradient"])
     assert max(launches.values()) > 1
+    rows = F.value_and_gradient(ad.Tensor.constant(X, device=opencl_device))
+    _check(rows[0], whole[0], np.float64)      # device rows cut into the same chunks
+    _check(rows[1], whole[1], np.float64)
 
 
 def test_backend_steps_replay_per_point(opencl_device, launches):
@@ -213,3 +216,31 @@ def test_bad_batches(opencl_device):
     values, _ = F.value_and_gradient(np.ones((2, 4)))
     np.testing.assert_array_equal(values, np.zeros(2))
     np.testing.assert_array_equal(first[0], np.full(2, 1203.0))
+
+
+def test_rows_already_on_the_device(opencl_device, launches, monkeypatch):
+    """x's rows as a Tensor on the device or a pyopencl array of its context: used where
+    they are (no upload of x), the same numbers as from the host; other dtypes refused."""
+    F = ad.record(rosen, np.ones(16), tensor=True, device=opencl_device)
+    X = np.random.default_rng(9).uniform(0.5, 1.5, (40, 16))
+    values, grads = F.value_and_gradient(X)
+    want_values, want_hvp = F(X), F.hvp(X, X[0])
+    rows = ad.Tensor.constant(X, device=opencl_device)
+    uploads = []
+    original = F._backend.asarray
+    monkeypatch.setattr(F._backend, "asarray",
+                        lambda a, dtype: uploads.append(np.shape(a)) or original(a, dtype))
+    for x in (rows, rows._data):
+        got_values, got_grads = F.value_and_gradient(x)
+        _check(got_values, values, np.float64)
+        _check(got_grads, grads, np.float64)
+        _check(F(x), want_values, np.float64)
+        _check(F.hvp(x, X[0]), want_hvp, np.float64)
+    assert uploads and (40, 16) not in uploads
+    with pytest.raises(ValueError, match="dtype"):
+        F.value_and_gradient(rows._data.astype(np.float32))
+    # a program with a backend step replays the rows point by point
+    A = np.random.default_rng(8).normal(size=(3, 16))
+    M = ad.record(lambda x: ad.sum(ad.tanh(x @ A.T)), np.ones(16), tensor=True,
+                  device=opencl_device)
+    np.testing.assert_allclose(M(rows), np.tanh(X @ A.T).sum(axis=1), rtol=1e-12)

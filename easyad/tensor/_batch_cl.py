@@ -106,7 +106,14 @@ class BatchedCLProgram:
                              f"{len(inputs)}")
         batched_inputs, hosts = set(), []
         for s, a in zip(self.fused.inputs, inputs):
-            a = np.asarray(a)
+            if be.owns(a):            # already on the device (rows of x): not copied
+                if a.dtype != np.dtype(p.dtypes[s]):
+                    raise ValueError(f"an input of the recorded program is {p.dtypes[s]}, "
+                                     f"got a device array of {a.dtype}")
+                if not a.flags.c_contiguous or a.offset:
+                    a = a.copy()
+            else:
+                a = np.asarray(a)
             shape = tuple(p.shapes[s])
             size = math.prod(shape)
             if a.ndim > len(shape) and a.shape[:1] == (count,) and a.size == count * size:
@@ -133,15 +140,19 @@ class BatchedCLProgram:
         chunk = max(1, min(count, _BUDGET // max(per_point, 1)))
         results = [np.empty((count,) + tuple(p.shapes[o]), dtype=p.dtypes[o])
                    for o in plan.outputs]
-        shared = {s: be.asarray(a, p.dtypes[s]) for s, a in zip(self.fused.inputs, hosts)
-                  if s not in batched_inputs}
+        shared = {s: a if be.owns(a) else be.asarray(a, p.dtypes[s])
+                  for s, a in zip(self.fused.inputs, hosts) if s not in batched_inputs}
         try:
             for lo in range(0, count, chunk):
                 hi = min(count, lo + chunk)
                 arrays = list(self.fused.base)
                 for s, a in zip(self.fused.inputs, hosts):
-                    arrays[s] = be.asarray(a[lo:hi], p.dtypes[s]) if s in batched_inputs \
-                        else shared[s]
+                    if s not in batched_inputs:
+                        arrays[s] = shared[s]
+                    elif type(a) is np.ndarray:
+                        arrays[s] = be.asarray(a[lo:hi], p.dtypes[s])
+                    else:             # device rows: the whole buffer, or a chunk's copy
+                        arrays[s] = a if hi - lo == count else a[lo:hi].copy()
                 for s in made:
                     arrays[s] = be.allocate((hi - lo,) + tuple(p.shapes[s]), p.dtypes[s])
                 for entry in kernels:
