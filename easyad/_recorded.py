@@ -546,8 +546,11 @@ class TensorFunction:
         if self._backend.kind == "opencl":     # one launch per kernel for all the points
             from easyad.tensor import _batch_cl
             program = _batch_cl.batched(bound)
-            if program is not None:
-                return program.run(X + floats + extra + self._live(what), count)
+            try:
+                if program is not None:
+                    return program.run(X + floats + extra + self._live(what), count)
+            except _batch_cl.Diverged:
+                pass       # a guard reads another value somewhere: point by point
         X = [self._host(a) if device else a for a, device in zip(X, on_device)]
         outs = []
         for b in range(count):

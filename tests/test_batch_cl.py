@@ -181,20 +181,47 @@ def test_chunks_of_a_large_batch(opencl_device, monkeypatch, launches):
     _check(rows[1], whole[1], np.float64)
 
 
-def test_backend_steps_replay_per_point(opencl_device, launches):
-    """A program with a guard (a read on the host) or a matmul keeps one replay per point,
-    with the right numbers."""
+def signed(x):         # a guard whose value is the same wherever the sum keeps its sign
+    return ad.sum(x * x) if bool(ad.sum(x) > 0.0) else ad.sum(ad.exp(x))
+
+
+def test_guards_checked_at_every_point(opencl_device, launches):
+    """A guard (a value read on the host) is checked for all points at once; where one
+    point reads another value the batch goes point by point: each retapes or raises."""
     F = ad.record(guarded, np.ones(5), tensor=True, device=opencl_device)
-    X = np.random.default_rng(6).normal(size=(3, 5))
+    X = np.random.default_rng(6).normal(size=(30, 5))
     values, grads = F.value_and_gradient(X)
     np.testing.assert_allclose(values, np.sum(X * X, axis=1), rtol=1e-12)
     np.testing.assert_allclose(grads, 2 * X, rtol=1e-12)
-    assert _batch_cl.batched(F._bound["gradient"]) is None
+    assert launches == {k.name: 1 for entry in F._bound["gradient"].steps
+                        if entry[0] == "kernel" for k in [entry[2]]}
+    X = np.abs(X)
+    X[7] *= -1.0                       # the one point down the other branch
+    want_values = np.where(X.sum(axis=1) > 0, np.sum(X * X, axis=1), np.exp(X).sum(axis=1))
+    want_grads = np.where((X.sum(axis=1) > 0)[:, None], 2 * X, np.exp(X))
+    S = ad.record(signed, np.ones(5), tensor=True, device=opencl_device)
+    with pytest.raises(ad.BranchChangedError):
+        S.value_and_gradient(X)
+    values, grads = S.value_and_gradient(np.delete(X, 7, axis=0))    # all one branch
+    np.testing.assert_allclose(values, np.delete(want_values, 7), rtol=1e-12)
+    assert _batch_cl.batched(S._bound["gradient"]).guards.count(None) < \
+        len(S._bound["gradient"].steps)          # the guard is one of its steps
+    R = ad.record(signed, np.ones(5), tensor=True, device=opencl_device,
+                  on_branch_change="retape")
+    values, grads = R.value_and_gradient(X)
+    np.testing.assert_allclose(values, want_values, rtol=1e-12)
+    np.testing.assert_allclose(grads, want_grads, rtol=1e-12)
+
+
+def test_backend_steps_replay_per_point(opencl_device, launches):
+    """A program with a matmul keeps one replay per point, with the right numbers."""
+    X = np.random.default_rng(6).normal(size=(3, 5))
     A = np.random.default_rng(8).normal(size=(4, 5))
     M = ad.record(lambda x: ad.sum(ad.tanh(x @ A.T)), np.ones(5), tensor=True,
                   device=opencl_device)
     values = M(X)
     np.testing.assert_allclose(values, np.tanh(X @ A.T).sum(axis=1), rtol=1e-12)
+    assert _batch_cl.batched(M._bound["value"]) is None
     assert launches == {}
 
 

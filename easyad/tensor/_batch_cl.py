@@ -13,9 +13,12 @@ another. A reduction to one number gives one partial per
 work-item of its point, added up per point by one backend ``reduce`` over the last axis
 (none when each point has one work-item, as on a CPU device with many points).
 
-Only programs made of group kernels alone run this way (``batchable``): a backend step
-(matmul, a guard read on the host, cross-entropy, ...) works on one point's buffers, so
-such a program keeps one replay per point. Work per point: on a GPU a work-group of at
+Only programs made of group kernels and guards run this way (``batchable``): a guard
+(a value f read on the host while recorded) is checked at every point at once, and where
+any point reads another value, ``Diverged`` sends the batch back to one replay per point
+(each point retapes or raises there, as alone); any other backend step (matmul,
+cross-entropy, ...) works on one point's buffers, so such a program keeps one replay per
+point. Work per point: on a GPU a work-group of at
 least a warp per point (work-items per element, or strided loops for reductions); on a
 CPU device one work-item per point when there are enough points to fill the cores (its
 vector loop runs the whole point), more when there are few. B is split into chunks whose
@@ -53,9 +56,20 @@ def batched(fused: Any) -> "BatchedCLProgram | None":
     return _kept[fused]
 
 
+class Diverged(Exception):
+    """A guard read another value at some point of the batch: the caller replays point by
+    point (each point then retapes or raises as a single call would)."""
+
+
+def _guards(fused: Any) -> list[Any]:
+    """The instructions of the program's backend steps, in order."""
+    return [item for kind, item in fused.plan.schedule if kind == "py"]
+
+
 def batchable(fused: Any) -> bool:
-    """Whether every step of the program is a group kernel (no backend step)."""
-    return all(entry[0] == "kernel" for entry in fused.steps)
+    """Whether every step of the program is a group kernel or a guard (a value read on
+    the host, checked at every point); any other backend step works on one point."""
+    return all(ins.op == "guard" for ins in _guards(fused))
 
 
 class BatchedCLProgram:
@@ -71,8 +85,16 @@ class BatchedCLProgram:
         inputs = set(fused.inputs)
         source = fused.source
         self.kernels: list[tuple[Any, ...]] = []
+        self.guards: list[tuple[int, Any] | None] = []     # None: the next kernel
+        guards = iter(_guards(fused))
         texts = []
-        for _, _, k, partials, cast, _ in fused.steps:
+        for entry in fused.steps:
+            if entry[0] == "py":
+                ins = next(guards)
+                self.guards.append((ins.ins[0], ins.params[0]))
+                continue
+            self.guards.append(None)
+            _, _, k, partials, cast, _ = entry
             # an input moves by its stride argument (0: the same at every point), a
             # constant not at all, every other slot by its size
             moves, strides = [], []
@@ -155,8 +177,12 @@ class BatchedCLProgram:
                         arrays[s] = a if hi - lo == count else a[lo:hi].copy()
                 for s in made:
                     arrays[s] = be.allocate((hi - lo,) + tuple(p.shapes[s]), p.dtypes[s])
-                for entry in kernels:
-                    self._launch(arrays, hi - lo, stride, *entry)
+                launches = iter(kernels)
+                for guard in self.guards:
+                    if guard is None:
+                        self._launch(arrays, hi - lo, stride, *next(launches))
+                    else:
+                        self._check(arrays, hi - lo, guard, batched_inputs)
                 for k, o in enumerate(plan.outputs):
                     root = plan.r(o)
                     a = arrays[root]
@@ -169,6 +195,18 @@ class BatchedCLProgram:
         except pyopencl.Error as error:
             raise _translate(be, "batched replay of a recorded program", error) from None
         return results
+
+    def _check(self, arrays: list[Any], points: int, guard: tuple[int, Any],
+               batched_inputs: set[int]) -> None:
+        """A guard at every point: Diverged where any point reads another value."""
+        slot, recorded = guard
+        p, root = self.plan.program, self.plan.r(slot)
+        value = np.asarray(self.be.to_numpy(arrays[root]))
+        rows = [value] if root in p.constants or root in set(self.fused.inputs) - \
+            batched_inputs else value.reshape((points,) + np.shape(recorded))
+        if not all(np.array_equal(row.reshape(np.shape(recorded)), recorded, equal_nan=True)
+                   for row in rows):
+            raise Diverged
 
     def _launch(self, arrays: list[Any], points: int, stride: dict[int, int], cl_kernel: Any,
                 k: Any, real: dict[int, Any], cast: dict[int, bool], strides: list[int]
