@@ -547,8 +547,9 @@ class TensorFunction:
             from easyad.tensor import _batch_cl
             program = _batch_cl.batched(bound)
             try:
-                if program is not None:
-                    return program.run(X + floats + extra + self._live(what), count)
+                if program is not None:       # (device arguments go in as they are)
+                    shared = [a.buffer if type(a) is _Resident else a for a in floats]
+                    return program.run(X + shared + extra + self._live(what), count)
             except _batch_cl.Diverged:
                 pass       # a guard reads another value somewhere: point by point
         X = [self._host(a) if device else a for a, device in zip(X, on_device)]
