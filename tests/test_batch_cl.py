@@ -151,6 +151,12 @@ def test_shared_argument_and_constant(opencl_device, launches):
         _check(values, np_values, np.float64)
         _check(grads, np_grads, np.float64)
     assert sum(launches.values()) == 2 * len(F._bound["gradient"].steps)
+    # the argument as a Tensor on the device
+    values, grads = F.value_and_gradient(X, ad.Tensor.constant(w, device=opencl_device))
+    np_values, np_grads = G.value_and_gradient(X, w)
+    _check(values, np_values, np.float64)
+    _check(grads, np_grads, np.float64)
+    assert sum(launches.values()) == 3 * len(F._bound["gradient"].steps)
 
 
 def test_empty_points(opencl_device):
