@@ -277,3 +277,33 @@ def test_rows_already_on_the_device(opencl_device, launches, monkeypatch):
     M = ad.record(lambda x: ad.sum(ad.tanh(x @ A.T)), np.ones(16), tensor=True,
                   device=opencl_device)
     np.testing.assert_allclose(M(rows), np.tanh(X @ A.T).sum(axis=1), rtol=1e-12)
+
+
+def test_structures_vector_outputs_and_unit_batches(opencl_device, launches):
+    """x a dict (a 2-d leaf, a leaf f does not use), f with a vector output: the batch,
+    the Hessian and the Jacobian (batches of unit directions) as on the numpy device."""
+    def f(d):
+        return ad.sum(ad.sin(d["a"][1:, :] * d["a"][:-1, :])) + 2.0
+
+    def g(x):
+        return ad.exp(x) * x[::-1]
+    x0 = {"a": np.ones((4, 5)), "b": np.ones(3)}
+    rng = np.random.default_rng(12)
+    X = {"a": rng.normal(size=(9, 4, 5)), "b": rng.normal(size=(9, 3))}
+    F = ad.record(f, x0, tensor=True, device=opencl_device)
+    G = ad.record(f, x0, tensor=True)
+    (values, grads), (np_values, np_grads) = F.value_and_gradient(X), G.value_and_gradient(X)
+    _check(values, np_values, np.float64)
+    for key in x0:
+        _check(grads[key], np_grads[key], np.float64)
+    point = {"a": X["a"][0], "b": X["b"][0]}
+    H, np_H = F.hessian(point), G.hessian(point)
+    for a in x0:
+        for b in x0:
+            _check(H[a][b], np_H[a][b], np.float64)
+    V = ad.record(g, np.ones(6), tensor=True, device=opencl_device)
+    np_V = ad.record(g, np.ones(6), tensor=True)
+    Y = rng.normal(size=(5, 6))
+    _check(V(Y), np_V(Y), np.float64)
+    _check(V.jacobian(Y[0]), np_V.jacobian(Y[0]), np.float64)
+    assert launches        # (the batched path ran)
