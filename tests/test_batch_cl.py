@@ -307,3 +307,19 @@ def test_structures_vector_outputs_and_unit_batches(opencl_device, launches):
     _check(V(Y), np_V(Y), np.float64)
     _check(V.jacobian(Y[0]), np_V.jacobian(Y[0]), np.float64)
     assert launches        # (the batched path ran)
+
+
+def test_batched_kernels_that_do_not_build(opencl_device, monkeypatch, launches):
+    """Batched kernels the driver refuses: a CompilerWarning, then point by point."""
+    original = _batch_cl._with_points
+    monkeypatch.setattr(_batch_cl, "_with_points", lambda source, name, moves, strides:
+                        original(source, name, moves + ["    not C at all;"], strides))
+    F = ad.record(chain, np.ones(6), tensor=True, device=opencl_device)
+    X = np.random.default_rng(13).normal(size=(4, 6))
+    with pytest.warns(ad.errors.CompilerWarning, match="point by point"):
+        values, grads = F.value_and_gradient(X)
+    for b in range(4):
+        value, g = F.value_and_gradient(X[b])
+        np.testing.assert_allclose(values[b], value, rtol=1e-12)
+        np.testing.assert_allclose(grads[b], g, rtol=1e-12)
+    assert launches == {}

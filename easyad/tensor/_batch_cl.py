@@ -1,26 +1,28 @@
 """A fused OpenCL program (``_program_cl.FusedCLProgram``) at many points in one launch per
-kernel: ``TensorFunction``'s batches (``F(X)``, ``F.value_and_gradient(X)``, ``F.hvp(X, v)``
-with X of shape (B,) + x's) on an OpenCL device.
+kernel: ``TensorFunction``'s batches (``F(X)``, ``F.value_and_gradient(X)``, ``F.hvp(X, v)``,
+the unit-direction batches of ``hessian`` and ``jacobian``) on an OpenCL device.
 
-Each group kernel of the program gets a second NDRange dimension over the points: the
-point ``get_global_id(1)`` moves every batched pointer by its own part (``b * size`` of the
-slot; a reduction's partials by ``b * get_global_size(0)``) before the unchanged body, so
-the kernel text of one point is reused as it is. Constants and index arrays are shared,
+Each group kernel of the program gets a second NDRange dimension over the points: point
+``get_global_id(1)`` moves its pointers to its own part (``b * size`` of the slot; a
+reduction's partials by ``b * get_global_size(0)``) before the unchanged body, so the
+kernel text of one point is reused as it is. Constants and index arrays are shared,
 unmoved; an input moves by a stride given at launch (0 where it is the same at every
 point: an argument, the hvp direction given once for all; so one built source serves
 every mix); everything else (workspace, results) is a buffer of B points, one after
-another. A reduction to one number gives one partial per
-work-item of its point, added up per point by one backend ``reduce`` over the last axis
-(none when each point has one work-item, as on a CPU device with many points).
+another. x's rows are uploaded as one buffer, or used where they are when they are on
+the device already (a Tensor or a pyopencl array). A reduction to one number gives one
+partial per work-item of its point, added up per point by one backend ``reduce`` over
+the last axis (none when each point has one work-item, as on a CPU device with many
+points).
 
-Only programs made of group kernels and guards run this way (``batchable``): a guard
-(a value f read on the host while recorded) is checked at every point at once, and where
-any point reads another value, ``Diverged`` sends the batch back to one replay per point
+Only programs made of group kernels and guards run this way (``batchable``): a guard (a
+value f read on the host while recorded) is checked at every point at once, and where any
+point reads another value, ``Diverged`` sends the batch back to one replay per point
 (each point retapes or raises there, as alone); any other backend step (matmul,
 cross-entropy, ...) works on one point's buffers, so such a program keeps one replay per
-point. Work per point: on a GPU a work-group of at
-least a warp per point (work-items per element, or strided loops for reductions); on a
-CPU device one work-item per point when there are enough points to fill the cores (its
+point. Work per point: on a GPU a work-group of at least a warp per point (several small
+points a group; work-items per element, or strided loops for reductions); on a CPU
+device one work-item per point when there are enough points to fill the cores (its
 vector loop runs the whole point), more when there are few. B is split into chunks whose
 buffers fit the device (``_BUDGET``), each chunk one launch per kernel.
 """
@@ -28,11 +30,14 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from easyad.errors import CompilerWarning, DeviceError
 
 _BUDGET = 1 << 29       # bytes of per-point buffers one chunk of the batch may take
 _WARP = 32              # the smallest work-group dimension worth giving a point on a GPU
@@ -52,7 +57,15 @@ def batched(fused: Any) -> "BatchedCLProgram | None":
     if not isinstance(fused, FusedCLProgram):
         return None
     if fused not in _kept:
-        _kept[fused] = BatchedCLProgram(fused) if batchable(fused) else None
+        program = None
+        if batchable(fused):
+            try:
+                program = BatchedCLProgram(fused)
+            except DeviceError as error:        # the batched kernels did not build
+                warnings.warn(f"the batched OpenCL kernels of a recorded program did not "
+                              f"build; its batches replay point by point: {error}",
+                              CompilerWarning, stacklevel=4)
+        _kept[fused] = program
     return _kept[fused]
 
 
