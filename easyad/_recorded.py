@@ -534,34 +534,51 @@ class TensorFunction:
         if type(x) is np.ndarray and self._x_tree.is_leaf:
             shape = self._x_specs[0][0]
             return x.shape[0] if x.ndim == len(shape) + 1 and x.shape[1:] == shape else None
-        if isinstance(x, TensorBase):
-            return None
         leaves, tree = _trees.flatten(x)
         if tree != self._x_tree:
             return None
         counts = set()
         for v, (shape, _) in zip(leaves, self._x_specs):
-            if isinstance(v, TensorBase):
+            if isinstance(v, TensorBase) and self._device_rows(v) is None:
                 return None
-            got = np.shape(v)
+            got = tuple(v.shape) if self._device_rows(v) is not None else np.shape(v)
             if len(got) != len(shape) + 1 or tuple(got[1:]) != shape:
                 return None
             counts.add(got[0])
         return counts.pop() if len(counts) == 1 else None
+
+    def _device_rows(self, v: Any) -> Any:
+        """The buffer of a batch leaf already on this Function's OpenCL device (a Tensor
+        there, or a pyopencl array of its context), else None."""
+        be = self._backend
+        if be.kind != "opencl":
+            return None
+        data = v._data if isinstance(v, TensorBase) and v._backend is be else v
+        return data if be.owns(data) else None
 
     def _batched(self, what: str, x: Any, args: tuple[Any, ...], count: int,
                  tangents: Sequence[Any] = (),
                  tangent_specs: Sequence[tuple[tuple[int, ...], Any]] | None = None
                  ) -> list[np.ndarray]:
         """``what`` at every point of the batch ``x``, outputs with a leading axis: one C
-        loop without the GIL where the fused program allows it (no Python step in it),
-        else one replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the outputs',
+        loop without the GIL where the fused program allows it (no Python step in it), on
+        an OpenCL device one launch per fused kernel (``_batch_cl``: no backend step in
+        it; x's leaves may be rows there already: Tensors or pyopencl arrays), else one
+        replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the outputs',
         ``tangent_specs``) may be batched too."""
         if count == 0:
             raise ValueError("a batch of no points: x's leading axis is 0")
         leaves, _ = _trees.flatten(x)
-        X = [_arrays.real_array(v, "x", dt) for v, (_, dt) in zip(leaves, self._x_specs)]
-        point = _trees.unflatten(self._x_tree, [a[0] for a in X])
+        X = [self._device_rows(v) for v in leaves]      # rows already on this device
+        X = [_arrays.real_array(v, "x", dt) if a is None else a
+             for a, v, (_, dt) in zip(X, leaves, self._x_specs)]
+        on_device = [type(a) is not np.ndarray for a in X]
+        for a, (_, dt) in zip(X, self._x_specs):
+            if type(a) is not np.ndarray and a.dtype != dt:
+                raise ValueError(f"recorded for x of dtype {dt}, got device rows of "
+                                 f"{a.dtype}; record again for another")
+        point = _trees.unflatten(self._x_tree, [a[:1].get()[0] if device else a[0]
+                                                for a, device in zip(X, on_device)])
         xs, statics = self._inputs(point, args)
         floats = [a for a in statics if not isinstance(a, _Static)]
         extra = list(tangents) if what in ("hvp", "vjp") else [self._learning_rate]
@@ -569,6 +586,16 @@ class TensorFunction:
         bound = self._bind(what, xs, statics)
         if isinstance(bound, FusedProgram) and bound.batchable():
             return bound.run_batch(X + floats + extra + self._live(what), count)
+        if self._backend.kind == "opencl":     # one launch per kernel for all the points
+            from easyad.tensor import _batch_cl
+            program = _batch_cl.batched(bound)
+            try:
+                if program is not None:       # (device arguments go in as they are)
+                    shared = [a.buffer if type(a) is _Resident else a for a in floats]
+                    return program.run(X + shared + extra + self._live(what), count)
+            except _batch_cl.Diverged:
+                pass       # a guard reads another value somewhere: point by point
+        X = [self._host(a) if device else a for a, device in zip(X, on_device)]
         outs = []
         for b in range(count):
             point = _trees.unflatten(self._x_tree, [a[b] for a in X])
