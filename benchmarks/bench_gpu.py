@@ -76,6 +76,26 @@ def _finish(tensor):
     tensor.device.backend.queue.finish()
 
 
+class EagerMLP:
+    """The eager MLP 784-H-10 of the diagnostics (gpu_profile.py, eager_host.py) on
+    ``device``: a batch of B inputs made once there, labels, SGD; ``step()`` returns the
+    loss Tensor (unread)."""
+
+    def __init__(self, device, hidden, batch):
+        rng = np.random.default_rng(0)
+        self.x = rng.standard_normal((batch, 784)).astype(np.float32)
+        self.y = rng.integers(0, 10, batch)
+        self.model = nn.Sequential(nn.Linear(784, hidden, dtype=np.float32), nn.Tanh(),
+                                   nn.Linear(hidden, 10, dtype=np.float32)).to(device.name)
+        self.opt = optim.SGD(self.model.parameters(), lr=LR)
+        self.xt = ad.Tensor.constant(self.x, device=device.name, dtype=np.float32)
+
+    def step(self):
+        loss = nn.cross_entropy(self.model(self.xt, tape=ad.WengertList()), self.y)
+        self.opt.step(loss.derivatives())
+        return loss
+
+
 def _mlp_variants(torch, tdev, device, hidden, batch):
     ad.random.seed(0)
     init = nn.Sequential(nn.Linear(784, hidden, dtype=np.float32), nn.Tanh(),

@@ -18,7 +18,6 @@ import numpy as np
 
 import bench_gpu
 import easyad as ad
-from easyad import nn, optim
 
 
 def _best_us(call, repeat, rounds=7):
@@ -79,18 +78,8 @@ def main(hidden=16, batch=8, profile=False):
         print("no OpenCL device (EASYAD_GPU_BENCH=any)")
         return
     queue = device.backend.queue
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch, 784)).astype(np.float32)
-    y = rng.integers(0, 10, batch)
-    model = nn.Sequential(nn.Linear(784, hidden, dtype=np.float32), nn.Tanh(),
-                          nn.Linear(hidden, 10, dtype=np.float32)).to(device.name)
-    opt = optim.SGD(model.parameters(), lr=0.01)
-    xt = ad.Tensor.constant(x, device=device.name, dtype=np.float32)
-
-    def step():
-        loss = nn.cross_entropy(model(xt, tape=ad.WengertList()), y)
-        opt.step(loss.derivatives())
-        return loss
+    mlp = bench_gpu.EagerMLP(device, hidden, batch)
+    x, y, step = mlp.x, mlp.y, mlp.step
 
     def steps():
         for _ in range(9):

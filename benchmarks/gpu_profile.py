@@ -17,7 +17,7 @@ import numpy as np
 
 import bench_gpu
 import easyad as ad
-from easyad import nn, optim
+from easyad import nn
 
 
 def _report(title, call, repeat):
@@ -44,18 +44,11 @@ def main(hidden=1024, batch=1024):
         print("no OpenCL GPU (EASYAD_GPU_BENCH=any for any OpenCL device)")
         return
     queue = device.backend.queue
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch, 784)).astype(np.float32)
-    y = rng.integers(0, 10, batch)
-    model = nn.Sequential(nn.Linear(784, hidden, dtype=np.float32), nn.Tanh(),
-                          nn.Linear(hidden, 10, dtype=np.float32)).to(device.name)
-    opt = optim.SGD(model.parameters(), lr=0.01)
-    xt = ad.Tensor.constant(x, device=device.name, dtype=np.float32)
+    mlp = bench_gpu.EagerMLP(device, hidden, batch)
+    model, x, y, xt = mlp.model, mlp.x, mlp.y, mlp.xt
 
     def eager_step():
-        loss = nn.cross_entropy(model(xt, tape=ad.WengertList()), y)
-        opt.step(loss.derivatives())
-        return loss.number
+        return mlp.step().number
     _report(f"eager MLP step H={hidden} B={batch}, loss read", eager_step, 20)
 
     def forward_only():
