@@ -172,9 +172,10 @@ def render(e: Node | str, target: str = "c") -> str:
     """The expression as source text for ``target``:
 
     - ``"c"``, ``"python"``, ``"numpy"``: the same text (C99 and Python agree on this
-      language; numpy and Python compile it against their namespaces);
-    - ``"opencl-float"``: float literals get an ``f``, so a float32 kernel never computes
-      in double (OpenCL double kernels use ``"c"``).
+      language; numpy and Python compile it against their namespaces; C's numbers are
+      printed by ``_csyntax.literal``, which gives Python's text for a double);
+    - ``"opencl-float"``: float literals get an ``f`` (``_csyntax.literal``'s float), so a
+      float32 kernel never computes in double (OpenCL double kernels use ``"c"``).
 
     Cached: kernels are rendered on every tensor operation.
     """
