@@ -3,9 +3,10 @@ generator, without importing the easyad package.
 
 ``import easyad._rules`` would run easyad/__init__.py, which needs the compiled core this
 build makes. So a bare package object named ``easyad`` is made with ``__path__`` set to the
-source folder (its __init__ is never run), the two modules are imported as its submodules
-(their own ``from . import _rules`` works), and sys.modules is put back as it was: a process
-that already imported easyad (a test) keeps its own modules, and nothing leaks.
+source folder (its __init__ is never run), the modules are imported as its submodules
+(their own ``from . import _rules`` works, and _expr's of _csyntax), and sys.modules is put
+back as it was: a process that already imported easyad (a test) keeps its own modules, and
+nothing leaks.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
-NAMES = ("easyad", "easyad._rules", "easyad._expr")
+NAMES = ("easyad", "easyad._rules", "easyad._csyntax", "easyad._expr")
 
 
 def load(source: Path = ROOT / "easyad") -> tuple[ModuleType, ModuleType]:

@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _cache, _core, _expr, _rules, _tapeview
+from easyad._csyntax import literal
 from easyad._version import __version__
 from easyad.errors import CompilerWarning
 
@@ -646,12 +647,7 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
 
 # ---- render: the layout as C ----
 
-def _literal(v: float) -> str:
-    if v != v:
-        return "(-NAN)" if np.signbit(v) else "NAN"
-    if v in (float("inf"), float("-inf")):
-        return "INFINITY" if v > 0 else "(-INFINITY)"
-    return f"({float(v).hex()})"
+_literal = literal     # the one constant printer of the C-family targets (_csyntax)
 
 
 class _Program:

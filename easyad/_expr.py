@@ -11,7 +11,8 @@ Trees are immutable and hashable; ``parse`` caches by text, so each string is pa
 Rendering prints the fewest parentheses C and Python agree on (they share the precedence
 of these operators), so the C the core is built from reads as the table does.
 
-Build-time and runtime alike: pure Python, no easyad imports beyond the table.
+Build-time and runtime alike: pure Python, no easyad imports beyond the table and the
+constant printer (``_csyntax``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from . import _rules as rules
+from ._csyntax import literal
 
 
 # ---- the tree ----
@@ -152,55 +154,61 @@ def _substitute(node: Node, trees: Mapping[str, Node]) -> Node:
 
 # ---- rendering ----
 
-def _literal(v: float, suffix: str) -> str:
+def _literal(v: float, real: str) -> str:
+    """A number >= 0: Python's text, or for a C-family ``real`` the one constant printer's
+    (the same text for a finite double). The language has no inf or NaN (C would print a
+    macro that Python reads back as a variable): callers bind such numbers to names."""
     if not math.isfinite(v):
         raise ValueError(f"no literal for {v} in the expression language")
-    return repr(float(v)) + suffix
+    return literal(v, real) if real else repr(float(v))
 
 
 TARGETS = ("c", "python", "numpy", "opencl-float")
+# the type of a target's literals ("": Python's)
+_REAL = {"c": "double", "python": "", "numpy": "", "opencl-float": "float"}
 
 
 def render(e: Node | str, target: str = "c") -> str:
     """The expression as source text for ``target``:
 
     - ``"c"``, ``"python"``, ``"numpy"``: the same text (C99 and Python agree on this
-      language; numpy and Python compile it against their namespaces);
-    - ``"opencl-float"``: float literals get an ``f``, so a float32 kernel never computes
-      in double (OpenCL double kernels use ``"c"``).
+      language; numpy and Python compile it against their namespaces; C's numbers are
+      printed by ``_csyntax.literal``, which gives Python's text for a double);
+    - ``"opencl-float"``: float literals get an ``f`` (``_csyntax.literal``'s float), so a
+      float32 kernel never computes in double (OpenCL double kernels use ``"c"``).
 
     Cached: kernels are rendered on every tensor operation.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}")
-    return _render_cached(e, "f" if target == "opencl-float" else "")
+    return _render_cached(e, _REAL[target])
 
 
 @functools.lru_cache(maxsize=4096)
-def _render_cached(e: Node | str, suffix: str) -> str:
-    return _render(_as_node(e), suffix, 0, False)
+def _render_cached(e: Node | str, real: str) -> str:
+    return _render(_as_node(e), real, 0, False)
 
 
-def _render(node: Node, suffix: str, outer: int, right: bool) -> str:
+def _render(node: Node, real: str, outer: int, right: bool) -> str:
     if isinstance(node, Num):
-        text = _literal(abs(node.value), suffix)
+        text = _literal(abs(node.value), real)
         if math.copysign(1.0, node.value) < 0:  # a negative literal reads as unary -
             return f"(-{text})" if outer > _UNARY else f"-{text}"
         return text
     if isinstance(node, Var):
         return node.name
     if isinstance(node, Call):
-        return f"{node.name}({', '.join(_render(a, suffix, 0, False) for a in node.args)})"
+        return f"{node.name}({', '.join(_render(a, real, 0, False) for a in node.args)})"
     if isinstance(node, Neg):
         # never "--x" (C's decrement): a negated negation keeps its parentheses
-        operand = _render(node.operand, suffix, _UNARY, False)
+        operand = _render(node.operand, real, _UNARY, False)
         if operand.startswith("-"):
             operand = f"({operand})"
         return f"(-{operand})" if outer > _UNARY else f"-{operand}"
     p = _PRECEDENCE[node.op]
     # left-associative: a right operand of equal strength keeps its parentheses
-    text = (f"{_render(node.left, suffix, p, False)} {node.op} "
-            f"{_render(node.right, suffix, p, True)}")
+    text = (f"{_render(node.left, real, p, False)} {node.op} "
+            f"{_render(node.right, real, p, True)}")
     return f"({text})" if outer > p or (right and outer == p) else text
 
 

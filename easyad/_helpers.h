@@ -29,11 +29,20 @@ static inline real_t easyad_fn_heaviside(real_t t) {
 #define heaviside easyad_fn_heaviside
 
 /* Strong zero: a zero partial or a zero tangent/adjoint contributes nothing, even against
- * inf or NaN. This is what keeps an unselected where() branch from leaking NaN. */
-static inline real_t easyad_fn_mul0(real_t a, real_t b) {
-    /* | rather than ||: no branch, so loops of it vectorise (a select per lane) */
-    return ((a == (real_t)0) | (b == (real_t)0)) ? (real_t)0 : a * b;
-}
+ * inf or NaN. This is what keeps an unselected where() branch from leaking NaN.
+ *
+ * The strong zeros are defined once, here, as macros over a type T whose ==, | and ?: work
+ * lane by lane: real_t below, the float and double loops of the numpy ufuncs
+ * (_engine/ufuncs.pxi), OpenCL's vectors (tensor/_kernels.vector_helpers); the fused C
+ * programs' bit-mask spelling (tensor/_program_c._STRONG_ZERO) reads the *_ZERO tests.
+ * The zero is +0.0. | rather than ||: no branch, so loops of them vectorise (a select per
+ * lane). tests/test_csyntax.py checks that every spelling gives the same bits. */
+#define EASYAD_MUL0_ZERO(T, a, b) (((a) == (T)0) | ((b) == (T)0))
+#define EASYAD_MUL0(T, a, b) (EASYAD_MUL0_ZERO(T, a, b) ? (T)0 : (a) * (b))
+#define EASYAD_DIV0_ZERO(T, a, b) ((a) == (T)0)
+#define EASYAD_DIV0(T, a, b) (EASYAD_DIV0_ZERO(T, a, b) ? (T)0 : (a) / (b))
+
+static inline real_t easyad_fn_mul0(real_t a, real_t b) { return EASYAD_MUL0(real_t, a, b); }
 #define mul0 easyad_fn_mul0
 
 /* A tangent t times a factor e, for the tangents of partials (second-order sweeps): a
@@ -42,9 +51,7 @@ static inline real_t easyad_fn_mul0(real_t a, real_t b) {
 #define tmul(t, e) (((t) == (real_t)0) ? (real_t)0 : mul0((t), (e)))
 
 /* a / b, but 0 when a is 0 (0/0 counts as 0: the subgradient of hypot at the origin) */
-static inline real_t easyad_fn_div0(real_t a, real_t b) {
-    return a == (real_t)0 ? (real_t)0 : a / b;
-}
+static inline real_t easyad_fn_div0(real_t a, real_t b) { return EASYAD_DIV0(real_t, a, b); }
 #define div0 easyad_fn_div0
 
 /* numpy's maximum/minimum: NaN if either is NaN */

@@ -39,14 +39,16 @@ cdef extern from *:
             }                                                                           \
         }                                                                               \
     }
-    /* mul0 and div0 of _helpers.h, as selects of computed values (vectorisable). The
-       product or quotient is computed in every lane, so a lane the helper zeroes
-       (0 * inf, 0 / 0) may raise a floating-point flag: the backend runs its kernels with
-       numpy's errors ignored, and a caller that does not may see a RuntimeWarning */
-    EASYAD_UFUNC_LOOP(easyad_loop_mul0_d, double, ((a == 0.0) | (b == 0.0)) ? 0.0 : a * b)
-    EASYAD_UFUNC_LOOP(easyad_loop_mul0_f, float, ((a == 0.0f) | (b == 0.0f)) ? 0.0f : a * b)
-    EASYAD_UFUNC_LOOP(easyad_loop_div0_d, double, (a == 0.0) ? 0.0 : a / b)
-    EASYAD_UFUNC_LOOP(easyad_loop_div0_f, float, (a == 0.0f) ? 0.0f : a / b)
+    /* mul0 and div0 of _helpers.h (its EASYAD_MUL0/EASYAD_DIV0: the one definition), as
+       selects of computed values (vectorisable). The product or quotient is computed in
+       every lane, so a lane the helper zeroes (0 * inf, 0 / 0) may raise a floating-point
+       flag: the backend runs its kernels with numpy's errors ignored, and a caller that
+       does not may see a RuntimeWarning */
+    #include "_helpers.h"
+    EASYAD_UFUNC_LOOP(easyad_loop_mul0_d, double, EASYAD_MUL0(double, a, b))
+    EASYAD_UFUNC_LOOP(easyad_loop_mul0_f, float, EASYAD_MUL0(float, a, b))
+    EASYAD_UFUNC_LOOP(easyad_loop_div0_d, double, EASYAD_DIV0(double, a, b))
+    EASYAD_UFUNC_LOOP(easyad_loop_div0_f, float, EASYAD_DIV0(float, a, b))
     """
     void easyad_loop_mul0_d(char** args, cnp.npy_intp* dims, cnp.npy_intp* steps, void* d)
     void easyad_loop_mul0_f(char** args, cnp.npy_intp* dims, cnp.npy_intp* steps, void* d)

@@ -124,10 +124,10 @@ static inline vreal_t easyad_v_heaviside(vreal_t t) {{
          : (t < (vreal_t)0 ? (vreal_t)0 : (t == (vreal_t)0 ? (vreal_t)0.5 : t));
 }}
 static inline vreal_t easyad_v_mul0(vreal_t a, vreal_t b) {{
-    return ((a == (vreal_t)0) | (b == (vreal_t)0)) ? (vreal_t)0 : a * b;
+    return EASYAD_MUL0(vreal_t, a, b);
 }}
 static inline vreal_t easyad_v_div0(vreal_t a, vreal_t b) {{
-    return a == (vreal_t)0 ? (vreal_t)0 : a / b;
+    return EASYAD_DIV0(vreal_t, a, b);
 }}
 static inline vreal_t easyad_v_maximum(vreal_t a, vreal_t b) {{
     return ((a != a) | (a >= b)) ? a : b;

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _compile, _expr, _pool
+from easyad._csyntax import literal
 from easyad._core import _point_at, _segment_call, _segments_batch
 from easyad.tensor._program import Instruction, Program, live_instructions, step
 from easyad.tensor._zero_signs import constant_strong_zeros, map_trees
@@ -67,14 +68,6 @@ _C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
 _ELEMENTWISE = {"map", "strided", "take"}
 _SINKS = {"reduce", "assemble", "scatter_add"}
 _C_OPS = _ELEMENTWISE | _SINKS | {"reshape"}
-
-
-def _literal(v: float) -> str:
-    if math.isnan(v):
-        return "NAN"
-    if math.isinf(v):
-        return "INFINITY" if v > 0 else "(-INFINITY)"
-    return repr(float(v))
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -636,7 +629,8 @@ class _Renderer:
             name = "k_" + ("nan" if math.isnan(i) else "inf" if i > 0 else "minus_inf")
             if name not in body.loads:
                 body.loads[name] = name
-                body.pre.append(f"    const {self.real} {name} = {_literal(i)};")
+                real = "float" if self.target == "opencl-float" else "double"
+                body.pre.append(f"    const {self.real} {name} = {literal(i, real)};")
             return name
         return self._read(body, i, _offset(shape, _broadcast_strides(self.p.shapes[i], shape),
                                            0, index))
@@ -985,9 +979,10 @@ def _vector_math() -> tuple[str, ...]:
     return _LIBMVEC_2_22 + (_LIBMVEC_2_35 if (major, minor) >= (2, 35) else ())
 
 
-# mul0 and div0 as _helpers.h defines them, written without ?: (a bit mask on the result:
-# +0.0 where the strong zero applies, as there), so a loop that also calls vector math
-# still vectorises (gcc if-converts no ?: in such loops)
+# mul0 and div0 as _helpers.h defines them (its EASYAD_*_ZERO tests say where they are 0),
+# written without ?: (a bit mask on the result: +0.0 where the strong zero applies, as
+# there), so a loop that also calls vector math still vectorises (gcc if-converts no ?: in
+# such loops)
 _STRONG_ZERO = """static inline double easyad_v_mask(double r, int keep) {
     uint64_t bits;
     memcpy(&bits, &r, sizeof bits);
@@ -996,10 +991,10 @@ _STRONG_ZERO = """static inline double easyad_v_mask(double r, int keep) {
     return r;
 }
 static inline double easyad_v_mul0(double a, double b) {
-    return easyad_v_mask(a * b, (a != 0.0) & (b != 0.0));
+    return easyad_v_mask(a * b, !EASYAD_MUL0_ZERO(double, a, b));
 }
 static inline double easyad_v_div0(double a, double b) {
-    return easyad_v_mask(a / b, a != 0.0);
+    return easyad_v_mask(a / b, !EASYAD_DIV0_ZERO(double, a, b));
 }
 #undef mul0
 #define mul0 easyad_v_mul0

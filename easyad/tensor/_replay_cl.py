@@ -24,24 +24,18 @@ device, where the transpose costs more than it saves) and brings results back.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
+from easyad._csyntax import literal
 from easyad._tapeview import COMPARE, CONSTANT, GUARD, RULE, SELECT, VARIABLE, TapeView
 from easyad.tensor import _kernels as kernels
 
 _SCALARS = [None, np.int64, np.int64, np.int64, None, None, None, None, np.int64, np.int32]
 
 
-def _literal(v: float) -> str:
-    if math.isnan(v):
-        return "NAN"
-    if math.isinf(v):
-        return "INFINITY" if v > 0 else "(-INFINITY)"
-    text = repr(float(v))
-    return f"({text})" if text.startswith("-") else text
+_literal = literal     # the one constant printer of the C-family targets (_csyntax)
 
 
 def render_replay_kernel(arrays: dict[str, np.ndarray], inputs: list[int], output: int,
