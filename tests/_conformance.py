@@ -368,6 +368,13 @@ KNOWN_RAISES = {("pow", engine, "ZeroDivisionError", "ValueError")
                 for engine in ("VM", "compiled")}
 
 
+# Found on PyPI's PoCL 3.0 (AMD EPYC, AVX-512): the fused OpenCL float32 kernels (8 lanes)
+# give sin(1e-8) = 0.0105 and cos(1e-8) = 0.99994 (eager OpenCL float32 is right). A driver
+# or lane-by-lane builtin problem, not fixed here: these (rule, engine, dtype) are left out
+# of check_tensor; test_conformance.py::test_known_fused_opencl_float32_sin keeps it shown.
+KNOWN_TENSOR = {(name, "fused OpenCL", np.dtype(np.float32)) for name in ("sin", "cos")}
+
+
 def check_scalar(rule: _rules.Rule, s: Samples, results: dict[str, Result]) -> list[str]:
     """The scalar engines: which points raise (Python's floats), values (Python's
     function), the VM bit for bit the recording's values, the compiled C bit for bit the
@@ -488,6 +495,8 @@ def check_tensor(rule: _rules.Rule, s: Samples, dtype: Any, results: dict[str, R
     base = results[reference]
     info = np.finfo(dtype)
     for name, res in results.items():
+        if (rule.name, name, dtype) in KNOWN_TENSOR:
+            continue
         tag = f"{rule.name} {name} {dtype}"
         if res.values.dtype != dtype or any(g.dtype != dtype for g in res.grads):
             lines.append(f"{tag}: dtypes {res.values.dtype}, "
@@ -506,3 +515,75 @@ def check_tensor(rule: _rules.Rule, s: Samples, dtype: Any, results: dict[str, R
             lines += disagreements(a, b, rtol, f"{rule.name} {reference} d/d{'xy'[k]} "
                                    "vs Trace", xs, ok)
     return lines
+
+
+# ---- reductions and selections ---------------------------------------------------------
+
+def selection_points(rng: np.random.Generator, rows: int = 16, cols: int = 8
+                     ) -> np.ndarray:
+    """Three (rows, cols) operands stacked: random, with ties (equal columns, constant rows,
+    a == b), near-ties (one ulp apart), ±0, huge and infinite values."""
+    a = rng.normal(size=(rows, cols))
+    b = rng.normal(size=(rows, cols))
+    a[:, 3] = a[:, 1]                     # ties along rows
+    a[5] = 0.75                           # a constant row
+    b[:, :4] = a[:, :4]                   # a == b: maximum/minimum/where at ties
+    a[7, :2], b[7, :2] = (0.0, -0.0), (-0.0, 0.0)
+    a[9, 6], b[10, 7], a[11, 5] = np.inf, -np.inf, 700.0
+    # the third operand, compared with a as it is (no exp): ties, near-ties (one ulp
+    # apart either way), ±0 against ∓0, a column of ties for its min over rows
+    c = a.copy()
+    c[:, 4] = np.nextafter(a[:, 4], np.inf)
+    c[:, 5] = np.nextafter(a[:, 5], -np.inf)
+    c[:, 6] = c[0, 6]
+    return np.stack([a, b, c])
+
+
+def selections(ab: Any) -> Any:
+    """sum, amax/amin along each axis and over all, maximum, minimum, where (with a
+    comparison), abs at ties: on exp of the inputs, so the values compared are libm's
+    (exact ties only: one ulp apart before exp, engines with different libms may round
+    to a tie or not), then on the inputs themselves (near-ties, ±0, inf); weighted apart
+    so a lost share changes the gradient."""
+    e, f = ad.exp(ab[0] * 0.3), ad.exp(ab[1] * 0.3)
+    return (ad.sum(ad.amax(e, axis=1) ** 2) + 0.7 * ad.sum(ad.amin(e, axis=0))
+            + ad.amax(f) - 0.3 * ad.amin(e)
+            + 0.9 * ad.sum(ad.maximum(e, f)) + 1.1 * ad.sum(ad.minimum(e, f) * e)
+            + 0.5 * ad.sum(ad.where(e >= f, e, 0.5 * f)) + 0.2 * ad.sum(ad.abs(e - f))
+            + 0.4 * ad.sum(ad.maximum(ab[0], ab[2])) + 0.6 * ad.amin(ab[2], axis=0)[6]
+            + 0.8 * ad.sum(ad.where(ab[0] < ab[2], ab[0], 0.25 * ab[2])))
+
+
+def check_selections(x: np.ndarray, engines: dict[str, Callable[[np.ndarray], Any]],
+                     reference: str = "eager", rtol: float = 1e-13) -> list[str]:
+    """Every engine's value and gradient of ``selections`` against the reference's (eager
+    tensors keep every compared value in memory: right by construction): same NaN/inf
+    pattern, same zeros (the elements each selection picked), rtol otherwise."""
+    want_v, want_g = engines[reference](x)
+    lines: list[str] = []
+    for name, run in engines.items():
+        if name == reference:
+            continue
+        v, g = run(x)
+        idx = tuple(np.indices(x.shape).reshape(x.ndim, -1).astype(float))
+        lines += disagreements(np.array([v]), np.array([want_v]), rtol,
+                               f"selections {name} value", (np.zeros(1),))
+        lines += disagreements(np.asarray(g).reshape(-1), np.asarray(want_g).reshape(-1),
+                               rtol, f"selections {name} gradient [element index]", idx)
+    return lines
+
+
+def selection_engines(x0: np.ndarray, device: str = "numpy", dtype: Any = np.float64
+                      ) -> dict[str, Callable[[np.ndarray], Any]]:
+    """eager, fused and unfused replay of ``selections`` on one device and dtype."""
+    def eager(x: np.ndarray) -> Any:
+        lst = ad.WengertList()
+        t = ad.Tensor.variable(x.astype(dtype), lst, device=device)
+        y = selections(t)
+        return y.number, np.asarray(y.derivatives()[t])
+
+    def replay(fuse: bool) -> Callable[[np.ndarray], Any]:
+        F = ad.record(selections, x0.astype(dtype), tensor=True, fuse=fuse, device=device)
+        return lambda x: F.value_and_gradient(x.astype(dtype))
+
+    return {"eager": eager, "fused": replay(True), "unfused": replay(False)}
