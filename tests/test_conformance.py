@@ -242,12 +242,14 @@ def test_known_replay_raises_math_pow_error_at_zero_base():
         F(np.array([0.0, -1.0]))
 
 
-@pytest.mark.xfail(strict=True, reason="atan2's partials y/(x*x + y*y) underflow: at "
-                   "(1e-300, 1e-300) they give inf instead of ±5e299")
-def test_known_atan2_partials_underflow():
-    x = ad.Trace.variable(1e-300)
-    d = ad.atan2(x, ad.Trace.constant(1e-300)).derivative
-    assert d == pytest.approx(0.5e300, rel=1e-12)        # y / (x^2 + y^2), by hand
+@pytest.mark.parametrize("scale", [1e-300, 1e300, 1.0])
+def test_atan2_partials_at_tiny_and_huge_points(scale):
+    """Found by this suite: atan2's partials were y/(x*x + y*y), inf at (1e-300, 1e-300)
+    (x*x underflows) and 0 at (1e300, 1e300); the true values are ±1/(2 scale)."""
+    x, y = ad.Trace.variable(scale), ad.Trace.constant(scale)
+    assert ad.atan2(x, y).derivative == pytest.approx(0.5 / scale, rel=1e-15)
+    x, y = ad.Trace.constant(scale), ad.Trace.variable(scale)
+    assert ad.atan2(x, y).derivative == pytest.approx(-0.5 / scale, rel=1e-15)
 
 
 @pytest.mark.xfail(reason="PyPI's PoCL 3.0 on AVX-512 (8-lane float kernels): a fused "
