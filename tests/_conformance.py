@@ -368,13 +368,6 @@ KNOWN_RAISES = {("pow", engine, "ZeroDivisionError", "ValueError")
                 for engine in ("VM", "compiled")}
 
 
-# Found on PyPI's PoCL 3.0 (AMD EPYC, AVX-512): the fused OpenCL float32 kernels (8 lanes)
-# give sin(1e-8) = 0.0105 and cos(1e-8) = 0.99994 (eager OpenCL float32 is right). A driver
-# or lane-by-lane builtin problem, not fixed here: these (rule, engine, dtype) are left out
-# of check_tensor; test_conformance.py::test_known_fused_opencl_float32_sin keeps it shown.
-KNOWN_TENSOR = {(name, "fused OpenCL", np.dtype(np.float32)) for name in ("sin", "cos")}
-
-
 def check_scalar(rule: _rules.Rule, s: Samples, results: dict[str, Result]) -> list[str]:
     """The scalar engines: which points raise (Python's floats), values (Python's
     function), the VM bit for bit the recording's values, the compiled C bit for bit the
@@ -495,8 +488,6 @@ def check_tensor(rule: _rules.Rule, s: Samples, dtype: Any, results: dict[str, R
     base = results[reference]
     info = np.finfo(dtype)
     for name, res in results.items():
-        if (rule.name, name, dtype) in KNOWN_TENSOR:
-            continue
         tag = f"{rule.name} {name} {dtype}"
         if res.values.dtype != dtype or any(g.dtype != dtype for g in res.grads):
             lines.append(f"{tag}: dtypes {res.values.dtype}, "
