@@ -5,7 +5,8 @@ engine at ~35-180 points per row, one seed, and the selections on one 16 x 8 poi
 sweep repeats it for several seeds with many more ordinary points per row, and the
 selections (sum, amax/amin, maximum/minimum, where, abs over exp values with ties and
 near-ties) at shapes whose rows do not fill a vector (remainders), in float64 and
-float32, on numpy and on every working OpenCL device. It prints every disagreement and
+float32, on numpy and on every working OpenCL device (TraceTensor on OpenCL too, which
+the tests leave out for time). It prints every disagreement and
 exits 1 if there is one (the known ones of tests/_conformance.py are left out there too).
 
     python benchmarks/stress_conformance.py                      # 3 seeds, ~5-10 min
@@ -50,7 +51,8 @@ def sweep_rules(seed: int, ordinary: int, devices: list[str]) -> list[str]:
                    "unfused replay": c.recorded_tensors(table, "numpy", dtype, False)}
         for device in devices:
             engines[f"eager {device}"] = c.eager_tensors(table, device, dtype)
-            engines["fused OpenCL"] = c.recorded_tensors(table, device, dtype, True)
+            engines[f"TraceTensor {device}"] = c.trace_tensors(table, device, dtype)
+            engines[f"fused {device}"] = c.recorded_tensors(table, device, dtype, True)
         for r in _rules.RULES:
             lines += c.check_tensor(r, table[r.name], dtype,
                                     {e: res[r.name] for e, res in engines.items()},
