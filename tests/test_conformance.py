@@ -267,3 +267,14 @@ def test_fused_opencl_float32_sin_and_cos_in_one_kernel(opencl_device):
             want = getattr(np, name)(x)
         np.testing.assert_allclose(got[name].values, want, rtol=1e-6, equal_nan=True,
                                    err_msg=name)
+
+
+def test_big_endian_float32_tensors_stay_float32():
+    """Found by this suite: a big-endian float32 array (np.dtype(">f4") != float32) made a
+    float64 tensor; it is float32 as the native array's, with the same values."""
+    a = np.array([0.1, -2.5, 3.0], dtype=">f4")
+    t = ad.Tensor.variable(a, ad.WengertList())
+    assert t.dtype == np.float32 and t.value.dtype == np.float32
+    np.testing.assert_array_equal(t.value, a.astype(np.float32))
+    assert ad.TraceTensor.variable(a).dtype == np.float32
+    assert ad.Tensor.variable(a.astype(">f8"), ad.WengertList()).dtype == np.float64
