@@ -153,7 +153,9 @@ BINARY_RULES: tuple[Rule, ...] = (
     Rule("pow", "pow(x, y)", ("mul0(y, pow(x, y - 1.0))", "mul0(z, log(x))"), POWER,
          (POSITIVE, REAL), aliases=("power",), operator="pow", doc="x ** y", numpy="power",
          sympy="Pow"),
-    Rule("atan2", "atan2(x, y)", ("y / (x * x + y * y)", "-x / (x * x + y * y)"), NO_CHECK,
+    # over hypot twice, not x*x + y*y, which underflows (inf at 1e-300) or overflows (0)
+    Rule("atan2", "atan2(x, y)", ("y / hypot(x, y) / hypot(x, y)",
+                                  "-x / hypot(x, y) / hypot(x, y)"), NO_CHECK,
          (REAL, REAL), aliases=("arctan2",),
          doc="angle of the point (y, x): atan2(x, y) = atan(x/y)", numpy="arctan2"),
     # hypot'(0, 0) = (0, 0), the subgradient, as for abs

@@ -306,7 +306,9 @@ class TensorBase(_core.TensorCore):
             return be, array, dt
         a = np.asarray(array)
         if dtype is None:
-            dtype = a.dtype if a.dtype in FLOAT_DTYPES else np.float64
+            # float32 of either byte order stays float32 (np.dtype(">f4") != float32)
+            native = a.dtype.newbyteorder("=") if a.dtype.kind == "f" else a.dtype
+            dtype = native if native in FLOAT_DTYPES else np.float64
         dtype = np.dtype(dtype)
         if dtype not in FLOAT_DTYPES:
             raise TypeError(f"tensors hold float64 or float32, not {dtype}")

@@ -382,7 +382,10 @@ class _CLRenderer(_Renderer):
     def _calls(self, body: _Loop, tree: _expr.Node) -> _expr.Node:
         """sin(v) and cos(v), in a kernel that calls both, from one sincos(v) (PoCL takes
         the time of one of them for it: the sine's gradient needs the cosine)."""
-        if not self._sincos:
+        if not self._sincos or self._vector and {"sin", "cos"} & self.lanewise:
+            # no vector sincos where the proof found vector sin or cos wrong: their lanes
+            # are computed one by one, and sincos was not (PyPI's PoCL 3.0, AVX-512:
+            # float8 sincos(1e-8) = sin(1e-8 * 2**20); tests/test_conformance.py)
             return tree
         if isinstance(tree, _expr.Call):
             v = tree.args[0]
