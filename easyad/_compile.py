@@ -66,7 +66,7 @@ from easyad import _cache, _core, _expr, _rules, _tapeview
 from easyad._version import __version__
 from easyad.errors import CompilerWarning
 
-_FORMAT = 1                       # bump when the rendered C changes meaning
+_FORMAT = 2                       # bump when the rendered C changes meaning
 # No flag changes a result: no fused multiply-adds (-ffp-contract=off), no reassociation;
 # vector instructions round as scalar ones do, and libm is called as the VM calls it.
 # -march=native: AVX2/AVX-512 loops (2x faster than SSE2 here); the cache key then holds
@@ -662,6 +662,7 @@ class _Program:
         self.__dict__.update(layout)
         self.L = int(self.length)
         self.input_set = set(self.inputs.tolist())
+        self.decls: list[str] = []       # file-scope tables the statements read
 
     def __getattr__(self, name: str) -> Any:
         # the layout's arrays, set in __init__ (this tells type checkers they exist)
@@ -690,7 +691,12 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
     runs = list(zip(P.run_start[:-1].tolist(), P.run_start[1:].tolist(), P.run_op.tolist(),
                     P.run_need.tolist(), P.run_affine.tolist(), P.run_base0.tolist(),
                     P.run_base1.tolist()))
-    forward = [line for run in runs for line in _forward_run(P, run)]
+    dead = _dead_runs(P, runs)
+    forward = [line for r, run in enumerate(runs) if not dead[r]
+               for line in _forward_run(P, run)]
+    # the runs only the output's value reads (sums): after the rest, skipped by a
+    # gradient asked for without its value (out NULL), as the VM's run_dead
+    after = [line for r, run in enumerate(runs) if dead[r] for line in _forward_run(P, run)]
     ancestors = _ancestors(P, int(P.outputs[0]))
     adjoints = _Adjoints(P, int(P.outputs[0]))
     if gradient:
@@ -709,23 +715,28 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
            "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n",
            '#include "_ops.h"\n\n',
            "#if defined(__GNUC__)\n#define EASYAD_CUT __attribute__((noinline))\n#else\n"
-           "#define EASYAD_CUT\n#endif\n"]
+           "#define EASYAD_CUT\n#endif\n", _KEEP]
     out.append(f"static const double K[{max(1, len(P.constants))}] = "
                f"{{{', '.join(_literal(float(c)) for c in P.constants) or '0.0'}}};\n")
+    out += P.decls
     inputs = [int(p) for p in P.inputs]
     fixed = [p for p in range(int(P.first)) if p not in set(inputs)]
     setup = [f"    v[{p}] = {_literal(float(P.values[p]))};\n" for p in fixed]
     setup += _gather("v", inputs, "x")
     fparts = _chunks(setup + forward)
+    dparts = _chunks(after) if after else []
     rparts = _chunks(adjoints.lines)
     cut = "EASYAD_CUT " if len(fparts) + len(rparts) > 2 else ""
-    for k, body in enumerate(fparts):
-        out.append(f"static {cut}int fwd{k}(const double* restrict x, double* restrict v) {{\n"
-                   f"    int flags = 0; long j; (void)j; (void)x;\n{body}    return flags;\n}}\n")
+    for name, parts in (("fwd", fparts), ("sums", dparts)):
+        for k, body in enumerate(parts):
+            out.append(f"static {cut}int {name}{k}(const double* restrict x, double* restrict v)"
+                       f" {{\n    int flags = 0; long j; (void)j; (void)x;\n{body}"
+                       f"    return flags;\n}}\n")
     for k, body in enumerate(rparts):
         out.append(f"static {cut}void rev{k}(const double* restrict v, double* restrict a) {{\n"
                    f"    long j; (void)j; (void)v;\n{body}}}\n")
     calls_f = "".join(f"    flags |= fwd{k}(x, v);\n" for k in range(len(fparts)))
+    calls_d = "".join(f"    flags |= sums{k}(x, v);\n" for k in range(len(dparts)))
     calls_r = "".join(f"    rev{k}(v, a);\n" for k in range(len(rparts)))
     get_out = "".join(f"    out[{k}] = v[{int(p)}];\n" for k, p in enumerate(P.outputs))
     if inputs == list(range(inputs[0] if inputs else 0, (inputs[0] if inputs else 0) + n)) \
@@ -735,14 +746,21 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
         get_g = "".join(f"    g[{k}] = {f'0.0 + a[{p}]' if adjoints.written[p] else '0.0'};\n"
                         for k, p in enumerate(inputs))
     gradient_body = (f"    double* v = work;\n    double* a = work + {L};\n    long j; (void)j;\n"
-                     f"    int flags = forward(x, v);\n{get_out}    if (flags) return flags;\n"
+                     f"    int flags = live(x, v);\n"
+                     f"    if (out != NULL) {{\n    {calls_d.strip() or '(void)0;'}\n"
+                     f"    {get_out.strip()}\n    }}\n    if (flags) return flags;\n"
                      f"    (void)a;\n{calls_r}{get_g}    return 0;\n")
     if not gradient:      # values only: a gradient is the VM's (flag 4, every point)
         gradient_body = "    (void)x; (void)out; (void)g; (void)work;\n    return 4;\n"
     out.append(f"""
-static inline int forward(const double* restrict x, double* restrict v) {{
+static inline int live(const double* restrict x, double* restrict v) {{
     int flags = 0;
 {calls_f}    return flags;
+}}
+
+static inline int forward(const double* restrict x, double* restrict v) {{
+    int flags = live(x, v);
+{calls_d}    return flags;
 }}
 
 int easyad_native_value(const double* restrict x, double* restrict out, double* g,
@@ -940,7 +958,7 @@ def _tangent_run(P: _Program, run: tuple[int, ...], Lo: int, ancestors: np.ndarr
     if affine:
         s0, s1 = (affine >> 1) & 1, affine >> 2
         x = P.strided(base0, s0, bool(need & 1))
-        y = P.strided(base1, s1, bool(need & 2))
+        y = _exponent(op, P.strided(base1, s1, bool(need & 2)))
         dx = _tan(P, base0, k_dirs, s0)
         dy = _tan(P, base1, k_dirs, s1)
         body = _tangent_entry(P, rule, f"{lo} + j", x, y, need, dx, dy, k_dirs)
@@ -950,7 +968,8 @@ def _tangent_run(P: _Program, run: tuple[int, ...], Lo: int, ancestors: np.ndarr
         if not ancestors[i]:
             continue
         s0, s1 = int(P.slot0[i]), int(P.slot1[i])
-        lines.append("    " + _tangent_entry(P, rule, str(i), P.operand(s0), P.operand(s1),
+        lines.append("    " + _tangent_entry(P, rule, str(i), P.operand(s0),
+                                             _exponent(op, P.operand(s1)),
                                              need, _tan(P, s0, k_dirs), _tan(P, s1, k_dirs),
                                              k_dirs) + "\n")
     return lines
@@ -1084,6 +1103,28 @@ class _Adjoints:
         return [(s, e, None if b is None else struct.unpack("<d", b)[0]) for s, e, b in pieces]
 
 
+_FREE = frozenset(_OP[k] for k in ("add", "sub", "neg"))
+
+
+def _dead_runs(P: _Program, runs: list[tuple[int, ...]]) -> list[bool]:
+    """The VM's run_dead (``_dead_runs`` of layout.pxi): runs of sums, differences and
+    negations whose values nothing reads but other such entries (no partial, guard,
+    select or comparison): a gradient without its value needs none of them, and their
+    rules raise no errors."""
+    ops, a0, a1 = P.ops.tolist(), P.arg0.tolist(), P.arg1.tolist()
+    wanted = [False] * (P.L + 1)
+    for i in range(P.L - 1, int(P.first) - 1, -1):
+        if wanted[i] or ops[i] not in _FREE:
+            if a0[i] >= 0:
+                wanted[a0[i]] = True
+            if a1[i] >= 0:
+                wanted[a1[i]] = True
+            if ops[i] == _SELECT:
+                wanted[_tapeview.select_condition(i)] = True
+    return [run[2] != 0 and all(ops[i] in _FREE and not wanted[i]
+                                for i in range(run[0], run[1])) for run in runs]
+
+
 def _ancestors(P: _Program, output: int) -> np.ndarray:
     """Positions the output reads (itself included): the reverse sweep visits only them."""
     live = np.zeros(P.L + 1, dtype=bool)
@@ -1110,29 +1151,101 @@ def _forward_run(P: _Program, run: tuple[int, ...]) -> list[str]:
     name = rule.name
     checked = rule.errors != _rules.NO_CHECK
     status = f"easyad_rule_status(EASYAD_OP_{name.upper()}, x, y, z)"
-    if affine:
-        x = P.strided(base0, (affine >> 1) & 1, bool(need & 1))
-        y = P.strided(base1, affine >> 2, bool(need & 2))
-        body = (f"const double x = {x}, y = {y}; (void)y; "
-                f"const double z = easyad_{name}_value(x, y); v[{lo} + j] = z;")
-        text = f"    for (j = 0; j < {hi - lo}; j++) {{ {body}"
+    indexed = None if affine or hi - lo < _INDEXED else _indexed(P, lo, hi)
+    if affine or indexed:
+        if indexed:
+            x, y = indexed
+        else:
+            x = P.strided(base0, (affine >> 1) & 1, bool(need & 1))
+            y = P.strided(base1, affine >> 2, bool(need & 2))
+        y = _exponent(op, y)
+        fast, start, chain = [x, y], "", ""
+        for k, slots in enumerate((P.slot0[lo:hi], P.slot1[lo:hi]) if indexed else ()):
+            if (slots[1:] == np.arange(lo, hi - 1)).all():
+                # a chain (each entry reads the one before: s = s + t) keeps its running
+                # value in a register, not a store and a load per entry
+                start, chain = f"double run = {P.operand(int(slots[0]))}; ", " run = z;"
+                fast[k] = "run"
+                break
+        check = " bad = (z - z == 0.0) ? bad : 1.0;" if checked else ""
+        loop = (f"{start}for (j = 0; j < {hi - lo}; j++) {{ const double x = {fast[0]}, "
+                f"y = {fast[1]}; (void)y; const double z = easyad_{name}_value(x, y); "
+                f"v[{lo} + j] = z;{chain}{check} }}")
         if not checked:
-            return [text + " }\n"]
+            return [f"    {{ {loop} }}\n"]
         # errors show as non-finite values: their status is looked at only then
-        return [f"    {{ double bad = 0.0;\n{text} bad = (z - z == 0.0) ? bad : 1.0; }}\n"
+        return [f"    {{ double bad = 0.0; {loop}\n"
                 f"      if (bad != 0.0) for (j = 0; j < {hi - lo}; j++) {{ const double x = {x},"
                 f" y = {y}; (void)y; const double z = v[{lo} + j]; if (!isfinite(z) && "
                 f"{status}) flags |= 2; }} }}\n"]
     lines = []
     for i in range(lo, hi):
         x = P.operand(int(P.slot0[i]))
-        y = P.operand(int(P.slot1[i]))
+        y = _exponent(op, P.operand(int(P.slot1[i])))
         line = f"    {{ const double x = {x}, y = {y}; (void)y; const double z = " \
                f"easyad_{name}_value(x, y); v[{i}] = z;"
         if checked:
             line += f" if (!isfinite(z) && {status}) flags |= 2;"
         lines.append(line + " }\n")
     return lines
+
+
+# a number the C compiler cannot see through (an empty asm that may change it): it stays
+# an argument of the call it is passed to
+_KEEP = """#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define EASYAD_KEEP_IN "+x"
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define EASYAD_KEEP_IN "+w"
+#endif
+static inline double easyad_keep(double v) {
+#ifdef EASYAD_KEEP_IN
+    __asm__("" : EASYAD_KEEP_IN(v));
+#else
+    volatile double k = v; v = k;
+#endif
+    return v;
+}
+"""
+_EXACT_EXPONENTS = frozenset(_literal(c) for c in (0.0, 1.0, 2.0))
+
+
+def _exponent(op: int, text: str) -> str:
+    """pow's exponent as C: a constant other than 0, 1 and 2 (which the table's pow
+    tests for and computes exactly) behind ``easyad_keep``, so gcc cannot rewrite the
+    call (pow(x, 0.5) into sqrt(x), pow(x, -1) into 1 / x): those round differently
+    from libm's pow, which the VM calls."""
+    if op != _OP["pow"] or not (text.startswith("(") or text.startswith("K[")
+                                or text in ("NAN", "INFINITY")) or text in _EXACT_EXPONENTS:
+        return text
+    return f"easyad_keep({text})"
+
+
+_INDEXED = 32     # entries from which a run that is not affine is a loop over index arrays
+
+
+def _indexed(P: _Program, lo: int, hi: int) -> tuple[str, str] | None:
+    """The operands of the entries [lo, hi) as C at ``j`` read through index arrays
+    declared at file scope (``P.decls``), or None where an operand mixes entries and
+    constants. A long run that is not affine (Rosenbrock's running sum) then compiles as
+    one loop (its data a table) rather than a statement per entry: gcc's time grows with
+    the statements, and the loop runs as fast (a chain waits on its sums either way)."""
+    operands = []
+    for slots in (P.slot0[lo:hi], P.slot1[lo:hi]):
+        slots = [int(s) for s in slots]
+        if all(s >= P.L for s in slots) and len(set(slots)) == 1:
+            operands.append(_literal(float(P.constants[slots[0] - P.L])))
+            continue
+        if all(s < P.L for s in slots):
+            array, offset = "v", 0
+        elif all(s >= P.L for s in slots):
+            array, offset = "K", P.L
+        else:
+            return None
+        name = f"I{len(P.decls)}"
+        P.decls.append(f"static const int32_t {name}[{len(slots)}] = "
+                       f"{{{','.join(str(s - offset) for s in slots)}}};\n")
+        operands.append(f"{array}[{name}[j]]")
+    return operands[0], operands[1]
 
 
 def _structural(P: _Program, i: int) -> str:
@@ -1220,7 +1333,7 @@ def _reverse_run(P: _Program, run: tuple[int, ...], ancestors: np.ndarray,
         args = (int(P.arg0[i]), int(P.arg1[i]))
         slots = (int(P.slot0[i]), int(P.slot1[i]))
         x = P.operand(slots[0])
-        y = P.operand(slots[1])
+        y = _exponent(op, P.operand(slots[1]))
         fixed = tuple(float(P.constants[s - P.L]) if s >= P.L else None for s in slots)
         g = A.known.get(i)
         body = []
@@ -1270,7 +1383,7 @@ def _reverse_affine(P: _Program, rule: _rules.Rule, name: str, need: int,
     if not body:
         return
     xs = P.strided(bases[0], strides[0], True)
-    ys = P.strided(bases[1], strides[1], True)
+    ys = _exponent(_OP[name], P.strided(bases[1], strides[1], True))
     A.lines.append(f"    for (j = {hi - lo - 1}; j >= 0; j--) {{ const double g = {g}, "
                    f"x = {xs}, y = {ys}, z = v[{lo} + j]; (void)g; (void)x; (void)y; "
                    f"(void)z; {' '.join(body)} }}\n")

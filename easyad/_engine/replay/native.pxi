@@ -136,7 +136,6 @@ cdef class _Native:
         True, or False (g untouched) when the VM must do this call (as point)."""
         cdef Py_ssize_t n = self.n_inputs
         cdef int flags
-        cdef double value
         if not _plain_vector(x, n) \
                 or not self._vector(g, n) or _anomaly_mode or self.n_outputs != 1 \
                 or _overlap(x, g, n):
@@ -144,11 +143,12 @@ cdef class _Native:
         cdef double* work = self._take()
         cdef double* G = <double*>cnp.PyArray_DATA(g)
         cdef const double* X = <const double*>cnp.PyArray_DATA(x)
+        # out NULL: the compiled code skips the values only the output reads (sums)
         if n >= _NATIVE_NOGIL_INPUTS:
             with nogil:
-                flags = self.gradient_fn(X, &value, G, work)
+                flags = self.gradient_fn(X, NULL, G, work)
         else:
-            flags = self.gradient_fn(X, &value, G, work)
+            flags = self.gradient_fn(X, NULL, G, work)
         if self._spare == NULL:
             self._spare = work
         else:
@@ -325,11 +325,12 @@ cdef class _BoundGradient:
             self.busy = False
         elif self.fn != NULL and not _anomaly_mode and not self.busy:
             self.busy = True     # another thread inside this call: the slow path
+            O = self.O if self.value is not None else NULL   # no value: skip the sums
             if self.release:
                 with nogil:
-                    flags = self.fn(self.X, self.O, self.G, self.work)
+                    flags = self.fn(self.X, O, self.G, self.work)
             else:
-                flags = self.fn(self.X, self.O, self.G, self.work)
+                flags = self.fn(self.X, O, self.G, self.work)
             self.busy = False
         if flags:
             self.fallback()
