@@ -692,11 +692,13 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
                     P.run_need.tolist(), P.run_affine.tolist(), P.run_base0.tolist(),
                     P.run_base1.tolist()))
     dead = _dead_runs(P, runs)
-    forward = [line for r, run in enumerate(runs) if not dead[r]
-               for line in _forward_run(P, run)]
-    # the runs only the output's value reads (sums): after the rest, skipped by a
-    # gradient asked for without its value (out NULL), as the VM's run_dead
-    after = [line for r, run in enumerate(runs) if dead[r] for line in _forward_run(P, run)]
+    # the runs only the output's value reads (sums) are skipped by a gradient asked for
+    # without its value (out NULL), as the VM skips its run_dead; in place (an entry
+    # nothing wants of a run that is kept may still read them)
+    forward: list[str] = []
+    for r, run in enumerate(runs):
+        lines = _forward_run(P, run)
+        forward += [f"    if (all) {{\n{''.join(lines)}    }}\n"] if dead[r] else lines
     ancestors = _ancestors(P, int(P.outputs[0]))
     adjoints = _Adjoints(P, int(P.outputs[0]))
     if gradient:
@@ -724,19 +726,16 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
     setup = [f"    v[{p}] = {_literal(float(P.values[p]))};\n" for p in fixed]
     setup += _gather("v", inputs, "x")
     fparts = _chunks(setup + forward)
-    dparts = _chunks(after) if after else []
     rparts = _chunks(adjoints.lines)
     cut = "EASYAD_CUT " if len(fparts) + len(rparts) > 2 else ""
-    for name, parts in (("fwd", fparts), ("sums", dparts)):
-        for k, body in enumerate(parts):
-            out.append(f"static {cut}int {name}{k}(const double* restrict x, double* restrict v)"
-                       f" {{\n    int flags = 0; long j; (void)j; (void)x;\n{body}"
-                       f"    return flags;\n}}\n")
+    for k, body in enumerate(fparts):
+        out.append(f"static {cut}int fwd{k}(const double* restrict x, double* restrict v, "
+                   f"int all) {{\n    int flags = 0; long j; (void)j; (void)x; (void)all;\n"
+                   f"{body}    return flags;\n}}\n")
     for k, body in enumerate(rparts):
         out.append(f"static {cut}void rev{k}(const double* restrict v, double* restrict a) {{\n"
                    f"    long j; (void)j; (void)v;\n{body}}}\n")
-    calls_f = "".join(f"    flags |= fwd{k}(x, v);\n" for k in range(len(fparts)))
-    calls_d = "".join(f"    flags |= sums{k}(x, v);\n" for k in range(len(dparts)))
+    calls_f = "".join(f"    flags |= fwd{k}(x, v, all);\n" for k in range(len(fparts)))
     calls_r = "".join(f"    rev{k}(v, a);\n" for k in range(len(rparts)))
     get_out = "".join(f"    out[{k}] = v[{int(p)}];\n" for k, p in enumerate(P.outputs))
     if inputs == list(range(inputs[0] if inputs else 0, (inputs[0] if inputs else 0) + n)) \
@@ -746,21 +745,20 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
         get_g = "".join(f"    g[{k}] = {f'0.0 + a[{p}]' if adjoints.written[p] else '0.0'};\n"
                         for k, p in enumerate(inputs))
     gradient_body = (f"    double* v = work;\n    double* a = work + {L};\n    long j; (void)j;\n"
-                     f"    int flags = live(x, v);\n"
-                     f"    if (out != NULL) {{\n    {calls_d.strip() or '(void)0;'}\n"
-                     f"    {get_out.strip()}\n    }}\n    if (flags) return flags;\n"
+                     f"    int flags = sweep(x, v, out != NULL);\n"
+                     f"    if (out != NULL) {{\n    {get_out.strip()}\n    }}\n"
+                     f"    if (flags) return flags;\n"
                      f"    (void)a;\n{calls_r}{get_g}    return 0;\n")
     if not gradient:      # values only: a gradient is the VM's (flag 4, every point)
         gradient_body = "    (void)x; (void)out; (void)g; (void)work;\n    return 4;\n"
     out.append(f"""
-static inline int live(const double* restrict x, double* restrict v) {{
+static inline int sweep(const double* restrict x, double* restrict v, int all) {{
     int flags = 0;
 {calls_f}    return flags;
 }}
 
 static inline int forward(const double* restrict x, double* restrict v) {{
-    int flags = live(x, v);
-{calls_d}    return flags;
+    return sweep(x, v, 1);
 }}
 
 int easyad_native_value(const double* restrict x, double* restrict out, double* g,
