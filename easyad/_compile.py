@@ -20,7 +20,13 @@ replay layout (``_Replayer._layout``), and the rule table's C through the genera
   segments as loops, the rest one statement per entry with constants as literals), then
   the adjoints in the VM's order (so sums round alike), partials written inline from the
   table's C; the statements cut into functions of ``_CHUNK`` (compile time grows faster
-  than a function's size). Each point returns flags: bit 0 a guard's outcome changed,
+  than a function's size). Tighter than the VM where no bit changes: adjoints known when
+  rendering (the output's 1 copied down sums, times constants) are literals, not stores;
+  long runs that are not affine are loops over index tables (a chain's running value in
+  a register), so gcc's time no longer grows with them; a gradient asked for without its
+  value (``out`` NULL) skips the sums only the value reads, as the VM does; pow's constant
+  exponents other than 0, 1, 2 are kept out of gcc's sight (it would call sqrt for 0.5).
+  Each point returns flags: bit 0 a guard's outcome changed,
   bit 1 an entry with an error policy failed. A flagged point is the VM's to handle (it
   raises only for live entries, re-records or masks), so the compiled code never answers
   differently.
@@ -722,7 +728,8 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
                f"{{{', '.join(_literal(float(c)) for c in P.constants) or '0.0'}}};\n")
     out += P.decls
     inputs = [int(p) for p in P.inputs]
-    fixed = [p for p in range(int(P.first)) if p not in set(inputs)]
+    taken = set(inputs)
+    fixed = [p for p in range(int(P.first)) if p not in taken]
     setup = [f"    v[{p}] = {_literal(float(P.values[p]))};\n" for p in fixed]
     setup += _gather("v", inputs, "x")
     fparts = _chunks(setup + forward)
@@ -1265,7 +1272,7 @@ def _structural(P: _Program, i: int) -> str:
 def _contribution(rule: _rules.Rule, k: int, call: str) -> str | None:
     """What operand k's adjoint grows by: the table's constant partial as written, any
     other through mul0 (the strong zero), None for a 0 partial."""
-    c = _expr.constant(rule.partials[k]) if k < rule.arity else 0.0
+    c = _fixed_partial(rule.name, k)
     if c == 0.0:
         return None
     if c is None:
@@ -1275,6 +1282,13 @@ def _contribution(rule: _rules.Rule, k: int, call: str) -> str | None:
     if c == -1.0:
         return "-g"
     return f"{_literal(c)} * g"
+
+
+@functools.lru_cache(maxsize=None)
+def _fixed_partial(name: str, k: int) -> float | None:
+    """The table's partial k of a rule where it is a number (0 past its arity), else None."""
+    rule = _rules.RULES_BY_NAME[name]
+    return _expr.constant(rule.partials[k]) if k < rule.arity else 0.0
 
 
 def _mul0(p: float, g: float) -> float:
@@ -1289,7 +1303,7 @@ def _known_term(rule: _rules.Rule, k: int, operands: tuple[float | None, float |
     (x * y's partials: y and x)."""
     if g is None or k >= rule.arity:
         return None
-    c = _expr.constant(rule.partials[k])
+    c = _fixed_partial(rule.name, k)
     if c is not None:
         return g if c == 1.0 else -g if c == -1.0 else c * g
     name = rule.partials[k].strip()
