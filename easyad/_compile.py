@@ -787,7 +787,7 @@ int64_t easyad_native_rows(int gradient, int64_t r0, int64_t r1, const double* X
     if (work == NULL) return -1;
     for (r = r0; r < r1; r++) {{
         int f = gradient
-            ? easyad_native_gradient(X + r * {n}, out + r * {m}, G + r * {n}, work)
+            ? easyad_native_gradient(X + r * {n}, out ? out + r * {m} : NULL, G + r * {n}, work)
             : easyad_native_value(X + r * {n}, out + r * {m}, NULL, work);
         flags[r] = (uint8_t)f;
         bad += f != 0;

@@ -71,6 +71,17 @@ def check(f, n, seed=0):
                 assert same(value, [F(x)])
         ran += C._native.point(x, True) is not None
     assert ran >= 3          # the ordinary points ran compiled
+    # batches: rows in C (gradients alone skip the values and the sums only they read)
+    X = np.array(points(n, rng))
+    for method in ("gradient", "value_and_gradient"):
+        assert agree(outcome(lambda: getattr(F, method)(X)),
+                     outcome(lambda: getattr(C, method)(X))), method
+    Y = rng.uniform(0.5, 2, (64, n))       # in every domain: no row flagged
+    G, flags = np.full((64, n), 7.0), np.empty(64, dtype=np.uint8)
+    assert C._native.rows(True, Y, None, G, flags, 0, 64) == 0
+    assert same(G, F.gradient(Y))
+    with pytest.raises(ValueError, match="values need out"):
+        C._native.rows(False, Y, None, None, flags, 0, 64)
     return F, C
 
 

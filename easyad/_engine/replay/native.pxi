@@ -218,7 +218,7 @@ cdef class _Native:
     def rows(self, bint gradient, cnp.ndarray X, cnp.ndarray out, cnp.ndarray G,
              cnp.ndarray flags, Py_ssize_t r0, Py_ssize_t r1):
         """Rows r0..r1 of X (B, n) into out (B, m) and, for gradients, G (B, n), without
-        the GIL; flags (B,) uint8 per row as the compiled code returns them. Returns the
+        the GIL (out None with gradients: no values, and the sums only they read skipped); flags (B,) uint8 per row as the compiled code returns them. Returns the
         number of flagged rows, or -1 when out of memory. Private to easyad.replay, which
         passes C-contiguous arrays of the right dtypes and shapes."""
         cdef int64_t bad
@@ -230,11 +230,13 @@ cdef class _Native:
         if flags is None or not cnp.PyArray_IS_C_CONTIGUOUS(flags):
             raise ValueError("compiled replay flags must be C-contiguous")
         cdef const double* x = <const double*>cnp.PyArray_DATA(X)
-        cdef double* o = <double*>cnp.PyArray_DATA(out)
+        cdef double* o = <double*>cnp.PyArray_DATA(out) if out is not None else NULL
         cdef double* g = <double*>cnp.PyArray_DATA(G) if G is not None else NULL
         cdef uint8_t* f = <uint8_t*>cnp.PyArray_DATA(flags)
         if gradient and g == NULL:
             raise ValueError("rows: gradients need G")
+        if not gradient and o == NULL:
+            raise ValueError("rows: values need out")
         with nogil:
             bad = self.rows_fn(gradient, r0, r1, x, o, g, f)
         return bad
