@@ -20,7 +20,13 @@ replay layout (``_Replayer._layout``), and the rule table's C through the genera
   segments as loops, the rest one statement per entry with constants as literals), then
   the adjoints in the VM's order (so sums round alike), partials written inline from the
   table's C; the statements cut into functions of ``_CHUNK`` (compile time grows faster
-  than a function's size). Each point returns flags: bit 0 a guard's outcome changed,
+  than a function's size). Tighter than the VM where no bit changes: adjoints known when
+  rendering (the output's 1 copied down sums, times constants) are literals, not stores;
+  long runs that are not affine are loops over index tables (a chain's running value in
+  a register), so gcc's time no longer grows with them; a gradient asked for without its
+  value (``out`` NULL) skips the sums only the value reads, as the VM does; pow's constant
+  exponents other than 0, 1, 2 are kept out of gcc's sight (it would call sqrt for 0.5).
+  Each point returns flags: bit 0 a guard's outcome changed,
   bit 1 an entry with an error policy failed. A flagged point is the VM's to handle (it
   raises only for live entries, re-records or masks), so the compiled code never answers
   differently.
@@ -49,6 +55,7 @@ import platform
 import re
 import shlex
 import shutil
+import struct
 import signal
 import subprocess
 import sys
@@ -66,7 +73,7 @@ from easyad._csyntax import literal
 from easyad._version import __version__
 from easyad.errors import CompilerWarning
 
-_FORMAT = 1                       # bump when the rendered C changes meaning
+_FORMAT = 2                       # bump when the rendered C changes meaning
 # No flag changes a result: no fused multiply-adds (-ffp-contract=off), no reassociation;
 # vector instructions round as scalar ones do, and libm is called as the VM calls it.
 # -march=native: AVX2/AVX-512 loops (2x faster than SSE2 here); the cache key then holds
@@ -657,6 +664,7 @@ class _Program:
         self.__dict__.update(layout)
         self.L = int(self.length)
         self.input_set = set(self.inputs.tolist())
+        self.decls: list[str] = []       # file-scope tables the statements read
 
     def __getattr__(self, name: str) -> Any:
         # the layout's arrays, set in __init__ (this tells type checkers they exist)
@@ -685,12 +693,22 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
     runs = list(zip(P.run_start[:-1].tolist(), P.run_start[1:].tolist(), P.run_op.tolist(),
                     P.run_need.tolist(), P.run_affine.tolist(), P.run_base0.tolist(),
                     P.run_base1.tolist()))
-    forward = [line for run in runs for line in _forward_run(P, run)]
+    dead = _dead_runs(P, runs)
+    # the runs only the output's value reads (sums) are skipped by a gradient asked for
+    # without its value (out NULL), as the VM skips its run_dead; in place (an entry
+    # nothing wants of a run that is kept may still read them)
+    forward: list[str] = []
+    for r, run in enumerate(runs):
+        lines = _forward_run(P, run)
+        forward += [f"    if (all) {{\n{''.join(lines)}    }}\n"] if dead[r] else lines
     ancestors = _ancestors(P, int(P.outputs[0]))
     adjoints = _Adjoints(P, int(P.outputs[0]))
     if gradient:
         for run in reversed(runs):
             _reverse_run(P, run, ancestors, adjoints)
+        # read from memory after: the inputs' (the gradient), every one for second order
+        adjoints.settle(sorted(adjoints.known) if seeds is not None or hvp else
+                        [int(p) for p in P.inputs if int(p) in adjoints.known])
     else:
         adjoints.lines = []
     n, m = len(P.inputs), len(P.outputs)
@@ -701,23 +719,26 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
            "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n",
            '#include "_ops.h"\n\n',
            "#if defined(__GNUC__)\n#define EASYAD_CUT __attribute__((noinline))\n#else\n"
-           "#define EASYAD_CUT\n#endif\n"]
+           "#define EASYAD_CUT\n#endif\n", _KEEP]
     out.append(f"static const double K[{max(1, len(P.constants))}] = "
                f"{{{', '.join(_literal(float(c)) for c in P.constants) or '0.0'}}};\n")
+    out += P.decls
     inputs = [int(p) for p in P.inputs]
-    fixed = [p for p in range(int(P.first)) if p not in set(inputs)]
+    taken = set(inputs)
+    fixed = [p for p in range(int(P.first)) if p not in taken]
     setup = [f"    v[{p}] = {_literal(float(P.values[p]))};\n" for p in fixed]
     setup += _gather("v", inputs, "x")
     fparts = _chunks(setup + forward)
     rparts = _chunks(adjoints.lines)
     cut = "EASYAD_CUT " if len(fparts) + len(rparts) > 2 else ""
     for k, body in enumerate(fparts):
-        out.append(f"static {cut}int fwd{k}(const double* restrict x, double* restrict v) {{\n"
-                   f"    int flags = 0; long j; (void)j; (void)x;\n{body}    return flags;\n}}\n")
+        out.append(f"static {cut}int fwd{k}(const double* restrict x, double* restrict v, "
+                   f"int all) {{\n    int flags = 0; long j; (void)j; (void)x; (void)all;\n"
+                   f"{body}    return flags;\n}}\n")
     for k, body in enumerate(rparts):
         out.append(f"static {cut}void rev{k}(const double* restrict v, double* restrict a) {{\n"
                    f"    long j; (void)j; (void)v;\n{body}}}\n")
-    calls_f = "".join(f"    flags |= fwd{k}(x, v);\n" for k in range(len(fparts)))
+    calls_f = "".join(f"    flags |= fwd{k}(x, v, all);\n" for k in range(len(fparts)))
     calls_r = "".join(f"    rev{k}(v, a);\n" for k in range(len(rparts)))
     get_out = "".join(f"    out[{k}] = v[{int(p)}];\n" for k, p in enumerate(P.outputs))
     if inputs == list(range(inputs[0] if inputs else 0, (inputs[0] if inputs else 0) + n)) \
@@ -727,14 +748,20 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
         get_g = "".join(f"    g[{k}] = {f'0.0 + a[{p}]' if adjoints.written[p] else '0.0'};\n"
                         for k, p in enumerate(inputs))
     gradient_body = (f"    double* v = work;\n    double* a = work + {L};\n    long j; (void)j;\n"
-                     f"    int flags = forward(x, v);\n{get_out}    if (flags) return flags;\n"
+                     f"    int flags = sweep(x, v, out != NULL);\n"
+                     f"    if (out != NULL) {{\n    {get_out.strip()}\n    }}\n"
+                     f"    if (flags) return flags;\n"
                      f"    (void)a;\n{calls_r}{get_g}    return 0;\n")
     if not gradient:      # values only: a gradient is the VM's (flag 4, every point)
         gradient_body = "    (void)x; (void)out; (void)g; (void)work;\n    return 4;\n"
     out.append(f"""
-static inline int forward(const double* restrict x, double* restrict v) {{
+static inline int sweep(const double* restrict x, double* restrict v, int all) {{
     int flags = 0;
 {calls_f}    return flags;
+}}
+
+static inline int forward(const double* restrict x, double* restrict v) {{
+    return sweep(x, v, 1);
 }}
 
 int easyad_native_value(const double* restrict x, double* restrict out, double* g,
@@ -756,7 +783,7 @@ int64_t easyad_native_rows(int gradient, int64_t r0, int64_t r1, const double* X
     if (work == NULL) return -1;
     for (r = r0; r < r1; r++) {{
         int f = gradient
-            ? easyad_native_gradient(X + r * {n}, out + r * {m}, G + r * {n}, work)
+            ? easyad_native_gradient(X + r * {n}, out ? out + r * {m} : NULL, G + r * {n}, work)
             : easyad_native_value(X + r * {n}, out + r * {m}, NULL, work);
         flags[r] = (uint8_t)f;
         bad += f != 0;
@@ -932,7 +959,7 @@ def _tangent_run(P: _Program, run: tuple[int, ...], Lo: int, ancestors: np.ndarr
     if affine:
         s0, s1 = (affine >> 1) & 1, affine >> 2
         x = P.strided(base0, s0, bool(need & 1))
-        y = P.strided(base1, s1, bool(need & 2))
+        y = _exponent(op, P.strided(base1, s1, bool(need & 2)))
         dx = _tan(P, base0, k_dirs, s0)
         dy = _tan(P, base1, k_dirs, s1)
         body = _tangent_entry(P, rule, f"{lo} + j", x, y, need, dx, dy, k_dirs)
@@ -942,7 +969,8 @@ def _tangent_run(P: _Program, run: tuple[int, ...], Lo: int, ancestors: np.ndarr
         if not ancestors[i]:
             continue
         s0, s1 = int(P.slot0[i]), int(P.slot1[i])
-        lines.append("    " + _tangent_entry(P, rule, str(i), P.operand(s0), P.operand(s1),
+        lines.append("    " + _tangent_entry(P, rule, str(i), P.operand(s0),
+                                             _exponent(op, P.operand(s1)),
                                              need, _tan(P, s0, k_dirs), _tan(P, s1, k_dirs),
                                              k_dirs) + "\n")
     return lines
@@ -1013,25 +1041,89 @@ class _Adjoints:
     as the VM skips it. The VM adds the first contribution to a zeroed slot, which turns a
     -0.0 into +0.0: here a zero adjoint may keep its sign, which only ever reaches the
     sign of a zero (adjoints are multiplied by partials, through mul0, and summed), and the
-    gradient is read out as ``0.0 + a[p]``, the VM's +0.0."""
+    gradient is read out as ``0.0 + a[p]``, the VM's +0.0.
+
+    Adjoints known when rendering (the output's 1.0, sums' and differences' copies of it,
+    products with constants: Rosenbrock's running total and its 100 * ...) are not stored
+    but kept here (``known``, computed in Python as the C would: IEEE doubles, the same
+    operations in the same order) and written into the code as literals; a slot is stored
+    (``settle``) only where code reads it from memory."""
 
     def __init__(self, P: _Program, output: int) -> None:
         self.written = np.zeros(P.L + 1, dtype=bool)
-        self.lines = [f"    a[{output}] = 1.0;\n"]
+        self.known: dict[int, float] = {output: 1.0}
+        self.lines: list[str] = []
         self.written[output] = True
 
-    def add(self, target: int, term: str) -> str:
+    def g(self, i: int) -> str:
+        """The adjoint of slot i as C: its literal where known."""
+        return _literal(self.known[i]) if i in self.known else f"a[{i}]"
+
+    def add(self, target: int, term: str, value: float | None = None) -> str:
+        """target's adjoint grows by term (value: the term's number, where known)."""
+        if target in self.known:
+            if value is not None:
+                self.known[target] = self.known[target] + value
+                return ""
+            return f"a[{target}] = {_literal(self.known.pop(target))} + {term};"
         if self.written[target]:
-            return f"a[{target}] += {term};"
+            return f"a[{target}] += {_literal(value) if value is not None else term};"
         self.written[target] = True
+        if value is not None:
+            self.known[target] = value
+            return ""
         return f"a[{target}] = {term};"
 
-    def zero(self, targets: range) -> None:
-        """Slots a loop or a select may add to: 0 first where not written yet."""
+    def settle(self, targets: range | list[int]) -> None:
+        """Slots code reads or adds to in memory: stored (0 where not written yet)."""
         for t in targets:
-            if not self.written[t]:
+            if t in self.known:
+                self.lines.append(f"    a[{t}] = {_literal(self.known.pop(t))};\n")
+            elif not self.written[t]:
                 self.lines.append(f"    a[{t}] = 0.0;\n")
                 self.written[t] = True
+
+    zero = settle
+
+    def segments(self, lo: int, hi: int, most: int = 8) -> list[tuple[int, int, float | None]]:
+        """[lo, hi) cut into pieces, last first, of one known adjoint each (an unwritten
+        slot's is 0) or none known (None: read from a[]); at most ``most`` pieces, else
+        the whole span stored and read."""
+        pieces: list[tuple[int, int, float | None]] = []
+        for i in range(hi - 1, lo - 1, -1):
+            c = self.known.get(i, None if self.written[i] else 0.0)
+            bits = None if c is None else struct.pack("<d", c)
+            if pieces and pieces[-1][2] == bits:
+                pieces[-1] = (i, pieces[-1][1], bits)
+            else:
+                pieces.append((i, i + 1, bits))
+        if len(pieces) > most:
+            self.settle(range(lo, hi))
+            return [(lo, hi, None)]
+        self.settle([i for p in pieces if p[2] is None for i in range(p[0], p[1])])
+        return [(s, e, None if b is None else struct.unpack("<d", b)[0]) for s, e, b in pieces]
+
+
+_FREE = frozenset(_OP[k] for k in ("add", "sub", "neg"))
+
+
+def _dead_runs(P: _Program, runs: list[tuple[int, ...]]) -> list[bool]:
+    """The VM's run_dead (``_dead_runs`` of layout.pxi): runs of sums, differences and
+    negations whose values nothing reads but other such entries (no partial, guard,
+    select or comparison): a gradient without its value needs none of them, and their
+    rules raise no errors."""
+    ops, a0, a1 = P.ops.tolist(), P.arg0.tolist(), P.arg1.tolist()
+    wanted = [False] * (P.L + 1)
+    for i in range(P.L - 1, int(P.first) - 1, -1):
+        if wanted[i] or ops[i] not in _FREE:
+            if a0[i] >= 0:
+                wanted[a0[i]] = True
+            if a1[i] >= 0:
+                wanted[a1[i]] = True
+            if ops[i] == _SELECT:
+                wanted[_tapeview.select_condition(i)] = True
+    return [run[2] != 0 and all(ops[i] in _FREE and not wanted[i]
+                                for i in range(run[0], run[1])) for run in runs]
 
 
 def _ancestors(P: _Program, output: int) -> np.ndarray:
@@ -1060,29 +1152,101 @@ def _forward_run(P: _Program, run: tuple[int, ...]) -> list[str]:
     name = rule.name
     checked = rule.errors != _rules.NO_CHECK
     status = f"easyad_rule_status(EASYAD_OP_{name.upper()}, x, y, z)"
-    if affine:
-        x = P.strided(base0, (affine >> 1) & 1, bool(need & 1))
-        y = P.strided(base1, affine >> 2, bool(need & 2))
-        body = (f"const double x = {x}, y = {y}; (void)y; "
-                f"const double z = easyad_{name}_value(x, y); v[{lo} + j] = z;")
-        text = f"    for (j = 0; j < {hi - lo}; j++) {{ {body}"
+    indexed = None if affine or hi - lo < _INDEXED else _indexed(P, lo, hi)
+    if affine or indexed:
+        if indexed:
+            x, y = indexed
+        else:
+            x = P.strided(base0, (affine >> 1) & 1, bool(need & 1))
+            y = P.strided(base1, affine >> 2, bool(need & 2))
+        y = _exponent(op, y)
+        fast, start, chain = [x, y], "", ""
+        for k, slots in enumerate((P.slot0[lo:hi], P.slot1[lo:hi]) if indexed else ()):
+            if (slots[1:] == np.arange(lo, hi - 1)).all():
+                # a chain (each entry reads the one before: s = s + t) keeps its running
+                # value in a register, not a store and a load per entry
+                start, chain = f"double run = {P.operand(int(slots[0]))}; ", " run = z;"
+                fast[k] = "run"
+                break
+        check = " bad = (z - z == 0.0) ? bad : 1.0;" if checked else ""
+        loop = (f"{start}for (j = 0; j < {hi - lo}; j++) {{ const double x = {fast[0]}, "
+                f"y = {fast[1]}; (void)y; const double z = easyad_{name}_value(x, y); "
+                f"v[{lo} + j] = z;{chain}{check} }}")
         if not checked:
-            return [text + " }\n"]
+            return [f"    {{ {loop} }}\n"]
         # errors show as non-finite values: their status is looked at only then
-        return [f"    {{ double bad = 0.0;\n{text} bad = (z - z == 0.0) ? bad : 1.0; }}\n"
+        return [f"    {{ double bad = 0.0; {loop}\n"
                 f"      if (bad != 0.0) for (j = 0; j < {hi - lo}; j++) {{ const double x = {x},"
                 f" y = {y}; (void)y; const double z = v[{lo} + j]; if (!isfinite(z) && "
                 f"{status}) flags |= 2; }} }}\n"]
     lines = []
     for i in range(lo, hi):
         x = P.operand(int(P.slot0[i]))
-        y = P.operand(int(P.slot1[i]))
+        y = _exponent(op, P.operand(int(P.slot1[i])))
         line = f"    {{ const double x = {x}, y = {y}; (void)y; const double z = " \
                f"easyad_{name}_value(x, y); v[{i}] = z;"
         if checked:
             line += f" if (!isfinite(z) && {status}) flags |= 2;"
         lines.append(line + " }\n")
     return lines
+
+
+# a number the C compiler cannot see through (an empty asm that may change it): it stays
+# an argument of the call it is passed to
+_KEEP = """#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define EASYAD_KEEP_IN "+x"
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define EASYAD_KEEP_IN "+w"
+#endif
+static inline double easyad_keep(double v) {
+#ifdef EASYAD_KEEP_IN
+    __asm__("" : EASYAD_KEEP_IN(v));
+#else
+    volatile double k = v; v = k;
+#endif
+    return v;
+}
+"""
+_EXACT_EXPONENTS = frozenset(_literal(c) for c in (0.0, 1.0, 2.0))
+
+
+def _exponent(op: int, text: str) -> str:
+    """pow's exponent as C: a constant other than 0, 1 and 2 (which the table's pow
+    tests for and computes exactly) behind ``easyad_keep``, so gcc cannot rewrite the
+    call (pow(x, 0.5) into sqrt(x), pow(x, -1) into 1 / x): those round differently
+    from libm's pow, which the VM calls."""
+    if op != _OP["pow"] or not (text.startswith("(") or text.startswith("K[")
+                                or text in ("NAN", "INFINITY")) or text in _EXACT_EXPONENTS:
+        return text
+    return f"easyad_keep({text})"
+
+
+_INDEXED = 32     # entries from which a run that is not affine is a loop over index arrays
+
+
+def _indexed(P: _Program, lo: int, hi: int) -> tuple[str, str] | None:
+    """The operands of the entries [lo, hi) as C at ``j`` read through index arrays
+    declared at file scope (``P.decls``), or None where an operand mixes entries and
+    constants. A long run that is not affine (Rosenbrock's running sum) then compiles as
+    one loop (its data a table) rather than a statement per entry: gcc's time grows with
+    the statements, and the loop runs as fast (a chain waits on its sums either way)."""
+    operands = []
+    for slots in (P.slot0[lo:hi], P.slot1[lo:hi]):
+        slots = [int(s) for s in slots]
+        if all(s >= P.L for s in slots) and len(set(slots)) == 1:
+            operands.append(_literal(float(P.constants[slots[0] - P.L])))
+            continue
+        if all(s < P.L for s in slots):
+            array, offset = "v", 0
+        elif all(s >= P.L for s in slots):
+            array, offset = "K", P.L
+        else:
+            return None
+        name = f"I{len(P.decls)}"
+        P.decls.append(f"static const int32_t {name}[{len(slots)}] = "
+                       f"{{{','.join(str(s - offset) for s in slots)}}};\n")
+        operands.append(f"{array}[{name}[j]]")
+    return operands[0], operands[1]
 
 
 def _structural(P: _Program, i: int) -> str:
@@ -1104,7 +1268,7 @@ def _structural(P: _Program, i: int) -> str:
 def _contribution(rule: _rules.Rule, k: int, call: str) -> str | None:
     """What operand k's adjoint grows by: the table's constant partial as written, any
     other through mul0 (the strong zero), None for a 0 partial."""
-    c = _expr.constant(rule.partials[k]) if k < rule.arity else 0.0
+    c = _fixed_partial(rule.name, k)
     if c == 0.0:
         return None
     if c is None:
@@ -1114,6 +1278,34 @@ def _contribution(rule: _rules.Rule, k: int, call: str) -> str | None:
     if c == -1.0:
         return "-g"
     return f"{_literal(c)} * g"
+
+
+@functools.lru_cache(maxsize=None)
+def _fixed_partial(name: str, k: int) -> float | None:
+    """The table's partial k of a rule where it is a number (0 past its arity), else None."""
+    rule = _rules.RULES_BY_NAME[name]
+    return _expr.constant(rule.partials[k]) if k < rule.arity else 0.0
+
+
+def _mul0(p: float, g: float) -> float:
+    """mul0 of _helpers.h on numbers: C's double product, the strong zero first."""
+    return 0.0 if p == 0.0 or g == 0.0 else p * g
+
+
+def _known_term(rule: _rules.Rule, k: int, operands: tuple[float | None, float | None],
+                g: float | None) -> float | None:
+    """Operand k's contribution (``_contribution``) as a number, where the adjoint g is
+    known and the partial is a constant of the table or an operand that is a constant
+    (x * y's partials: y and x)."""
+    if g is None or k >= rule.arity:
+        return None
+    c = _fixed_partial(rule.name, k)
+    if c is not None:
+        return g if c == 1.0 else -g if c == -1.0 else c * g
+    name = rule.partials[k].strip()
+    if name in ("x", "y") and operands["xy".index(name)] is not None:
+        return _mul0(operands["xy".index(name)], g)   # type: ignore[arg-type]
+    return None
 
 
 def _reverse_run(P: _Program, run: tuple[int, ...], ancestors: np.ndarray,
@@ -1126,8 +1318,9 @@ def _reverse_run(P: _Program, run: tuple[int, ...], ancestors: np.ndarray,
             if ancestors[i] and A.written[i] and int(P.ops[i]) == _SELECT:
                 c = _tapeview.select_condition(i)
                 a, b = int(P.arg0[i]), int(P.arg1[i])
-                A.zero(range(a, a + 1) if a >= 0 else range(0))
-                A.zero(range(b, b + 1) if b >= 0 else range(0))
+                A.settle([i])
+                A.settle(range(a, a + 1) if a >= 0 else range(0))
+                A.settle(range(b, b + 1) if b >= 0 else range(0))
                 take = [f"a[{a}] += a[{i}];" if a >= 0 else ";",
                         f"a[{b}] += a[{i}];" if b >= 0 else ";"]
                 A.lines.append(f"    if (v[{c}] != 0.0) {{ {take[0]} }} else {{ {take[1]} }}\n")
@@ -1135,48 +1328,73 @@ def _reverse_run(P: _Program, run: tuple[int, ...], ancestors: np.ndarray,
     rule = _RULE_OF[op]
     name = rule.name
     if affine:
-        A.zero(range(lo, hi))           # entries nothing wrote to: adjoint 0
         strides = ((affine >> 1) & 1, affine >> 2)
-        x = P.strided(base0, strides[0], bool(need & 1))
-        y = P.strided(base1, strides[1], bool(need & 2))
-        body = [f"const double g = a[{lo} + j], x = {x}, y = {y}, z = v[{lo} + j]; "
-                "(void)x; (void)y; (void)z;"]
-        terms = {k: _contribution(rule, k, f"easyad_{name}_d{k}(x, y, z)")
-                 for k in (0, 1) if need >> k & 1}
-        spans = {k: range(base, base + (hi - lo)) if strides[k] else range(base, base + 1)
-                 for k, base in ((0, base0), (1, base1)) if terms.get(k) is not None}
-        # stores only where the two operands' slots cannot meet (else zero, then add)
-        apart = len(spans) < 2 or spans[0].stop <= spans[1].start \
-            or spans[1].stop <= spans[0].start
-        for k, base in ((0, base0), (1, base1)):
-            t = terms.get(k)
-            if t is None:
-                continue
-            span = spans[k]
-            fresh = not A.written[span.start:span.stop].any()
-            if strides[k] and fresh and apart:
-                body.append(f"a[{base} + j] = {t};")
-                A.written[span.start:span.stop] = True
-            else:
-                A.zero(span)
-                body.append(f"a[{base} + j] += {t};" if strides[k] else f"a[{base}] += {t};")
-        A.lines.append(f"    for (j = {hi - lo - 1}; j >= 0; j--) {{ {' '.join(body)} }}\n")
+        fixed = tuple(None if strides[k] or base < P.L else float(P.constants[base - P.L])
+                      for k, base in ((0, base0), (1, base1)))
+        for start, stop, known in A.segments(lo, hi):
+            shifted = (base0 + (start - lo) * strides[0], base1 + (start - lo) * strides[1])
+            _reverse_affine(P, rule, name, need, strides, shifted, start, stop, fixed, known, A)
         return
     for i in range(hi - 1, lo - 1, -1):
         if not (ancestors[i] and A.written[i]):
             continue
         args = (int(P.arg0[i]), int(P.arg1[i]))
-        x = P.operand(int(P.slot0[i]))
-        y = P.operand(int(P.slot1[i]))
+        slots = (int(P.slot0[i]), int(P.slot1[i]))
+        x = P.operand(slots[0])
+        y = _exponent(op, P.operand(slots[1]))
+        fixed = tuple(float(P.constants[s - P.L]) if s >= P.L else None for s in slots)
+        g = A.known.get(i)
         body = []
         for k in (0, 1):
             if args[k] < 0:
                 continue
             t = _contribution(rule, k, f"easyad_{name}_d{k}({x}, {y}, v[{i}])")
             if t is not None:
-                body.append(A.add(args[k], t))
+                body.append(A.add(args[k], t, _known_term(rule, k, fixed, g)))
+        body = [b for b in body if b]
         if body:
-            A.lines.append(f"    {{ const double g = a[{i}]; {' '.join(body)} }}\n")
+            A.lines.append(f"    {{ const double g = {A.g(i)}; {' '.join(body)} }}\n")
+
+
+def _reverse_affine(P: _Program, rule: _rules.Rule, name: str, need: int,
+                    strides: tuple[int, int], bases: tuple[int, int], lo: int, hi: int,
+                    fixed: tuple[float | None, ...], known: float | None,
+                    A: _Adjoints) -> None:
+    """One piece [lo, hi) of an affine run's reverse loop, its adjoint read from a[] or
+    (known) one literal; bases: the operands' first slots at this piece's start."""
+    g = f"a[{lo} + j]" if known is None else _literal(known)
+    terms = {k: _contribution(rule, k, f"easyad_{name}_d{k}(x, y, z)")
+             for k in (0, 1) if need >> k & 1}
+    values = {k: _known_term(rule, k, fixed, known) for k in terms}
+    spans = {k: range(bases[k], bases[k] + (hi - lo)) if strides[k] else
+             range(bases[k], bases[k] + 1)
+             for k in (0, 1) if terms.get(k) is not None}
+    apart = len(spans) < 2 or spans[0].stop <= spans[1].start \
+        or spans[1].stop <= spans[0].start
+    body = []
+    for k in (0, 1):
+        t = terms.get(k)
+        if t is None:
+            continue
+        span = spans[k]
+        fresh = not A.written[span.start:span.stop].any()
+        if strides[k] and fresh and apart:
+            if values[k] is not None:      # known: one number for the whole span
+                for s in span:
+                    A.add(s, t, values[k])
+                continue
+            body.append(f"a[{bases[k]} + j] = {t};")
+            A.written[span.start:span.stop] = True
+        else:
+            A.settle(span)
+            body.append(f"a[{bases[k]} + j] += {t};" if strides[k] else f"a[{bases[k]}] += {t};")
+    if not body:
+        return
+    xs = P.strided(bases[0], strides[0], True)
+    ys = _exponent(_OP[name], P.strided(bases[1], strides[1], True))
+    A.lines.append(f"    for (j = {hi - lo - 1}; j >= 0; j--) {{ const double g = {g}, "
+                   f"x = {xs}, y = {ys}, z = v[{lo} + j]; (void)g; (void)x; (void)y; "
+                   f"(void)z; {' '.join(body)} }}\n")
 
 
 # ---- build: compile, cache, load ----

@@ -807,7 +807,9 @@ class Function:
             raise ValueError(f"on_branch_change must be one of {_BRANCH_MODES}, got {mode!r}")
         B, n, m = X.shape[0], self.n_inputs, self.n_outputs
         if self._native is not None and (what == _VALUE or (what == _GRADIENT and m == 1)):
-            done = self._run_native(what == _GRADIENT, X)
+            # gradients alone (gradient, jacobian): no values, so the sums only they read
+            # are skipped
+            done = self._run_native(what == _GRADIENT, X, method != "value_and_gradient")
             if done is not None:
                 return (*done, (np.zeros(B, dtype=bool) if mode == "mask" else None))
         out = np.empty((B, m))
@@ -857,7 +859,7 @@ class Function:
                         array[rows] = np.nan
         return out, jac, second, mask
 
-    def _run_native(self, gradient: bool, X: NDArray[np.float64]
+    def _run_native(self, gradient: bool, X: NDArray[np.float64], alone: bool = False
                     ) -> tuple[Any, Any, None] | None:
         """Values (and gradients) of every row by the compiled code, rows split over the
         threads in chunks; None when a row is flagged (a changed branch, a failed entry) or
@@ -865,7 +867,7 @@ class Function:
         if _core._anomaly_enabled():
             return None
         B, n, m = X.shape[0], self.n_inputs, self.n_outputs
-        out = np.empty((B, m))
+        out = None if gradient and alone else np.empty((B, m))   # alone: no values
         jac = np.empty((B, 1, n)) if gradient else None
         G = jac.reshape(B, n) if jac is not None else None
         flags = np.empty(B, dtype=np.uint8)

@@ -136,7 +136,6 @@ cdef class _Native:
         True, or False (g untouched) when the VM must do this call (as point)."""
         cdef Py_ssize_t n = self.n_inputs
         cdef int flags
-        cdef double value
         if not _plain_vector(x, n) \
                 or not self._vector(g, n) or _anomaly_mode or self.n_outputs != 1 \
                 or _overlap(x, g, n):
@@ -144,11 +143,12 @@ cdef class _Native:
         cdef double* work = self._take()
         cdef double* G = <double*>cnp.PyArray_DATA(g)
         cdef const double* X = <const double*>cnp.PyArray_DATA(x)
+        # out NULL: the compiled code skips the values only the output reads (sums)
         if n >= _NATIVE_NOGIL_INPUTS:
             with nogil:
-                flags = self.gradient_fn(X, &value, G, work)
+                flags = self.gradient_fn(X, NULL, G, work)
         else:
-            flags = self.gradient_fn(X, &value, G, work)
+            flags = self.gradient_fn(X, NULL, G, work)
         if self._spare == NULL:
             self._spare = work
         else:
@@ -218,7 +218,7 @@ cdef class _Native:
     def rows(self, bint gradient, cnp.ndarray X, cnp.ndarray out, cnp.ndarray G,
              cnp.ndarray flags, Py_ssize_t r0, Py_ssize_t r1):
         """Rows r0..r1 of X (B, n) into out (B, m) and, for gradients, G (B, n), without
-        the GIL; flags (B,) uint8 per row as the compiled code returns them. Returns the
+        the GIL (out None with gradients: no values, and the sums only they read skipped); flags (B,) uint8 per row as the compiled code returns them. Returns the
         number of flagged rows, or -1 when out of memory. Private to easyad.replay, which
         passes C-contiguous arrays of the right dtypes and shapes."""
         cdef int64_t bad
@@ -230,11 +230,13 @@ cdef class _Native:
         if flags is None or not cnp.PyArray_IS_C_CONTIGUOUS(flags):
             raise ValueError("compiled replay flags must be C-contiguous")
         cdef const double* x = <const double*>cnp.PyArray_DATA(X)
-        cdef double* o = <double*>cnp.PyArray_DATA(out)
+        cdef double* o = <double*>cnp.PyArray_DATA(out) if out is not None else NULL
         cdef double* g = <double*>cnp.PyArray_DATA(G) if G is not None else NULL
         cdef uint8_t* f = <uint8_t*>cnp.PyArray_DATA(flags)
         if gradient and g == NULL:
             raise ValueError("rows: gradients need G")
+        if not gradient and o == NULL:
+            raise ValueError("rows: values need out")
         with nogil:
             bad = self.rows_fn(gradient, r0, r1, x, o, g, f)
         return bad
@@ -325,11 +327,12 @@ cdef class _BoundGradient:
             self.busy = False
         elif self.fn != NULL and not _anomaly_mode and not self.busy:
             self.busy = True     # another thread inside this call: the slow path
+            O = self.O if self.value is not None else NULL   # no value: skip the sums
             if self.release:
                 with nogil:
-                    flags = self.fn(self.X, self.O, self.G, self.work)
+                    flags = self.fn(self.X, O, self.G, self.work)
             else:
-                flags = self.fn(self.X, self.O, self.G, self.work)
+                flags = self.fn(self.X, O, self.G, self.work)
             self.busy = False
         if flags:
             self.fallback()
