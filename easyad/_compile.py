@@ -1215,10 +1215,24 @@ def _exponent(op: int, text: str) -> str:
     tests for and computes exactly) behind ``easyad_keep``, so gcc cannot rewrite the
     call (pow(x, 0.5) into sqrt(x), pow(x, -1) into 1 / x): those round differently
     from libm's pow, which the VM calls."""
-    if op != _OP["pow"] or not (text.startswith("(") or text.startswith("K[")
-                                or text in ("NAN", "INFINITY")) or text in _EXACT_EXPONENTS:
+    if op != _OP["pow"] or not _constant_text(text) or text in _EXACT_EXPONENTS:
         return text
     return f"easyad_keep({text})"
+
+
+def _constant_text(text: str) -> bool:
+    """Whether an operand's C is a constant: a literal of ``_literal`` (``0.5``,
+    ``(-2.5)``, ``NAN``, ``(-INFINITY)``) or an entry of the constants table ``K[...]``."""
+    if text.startswith("K["):
+        return True
+    bare = text.strip("()").lstrip("-")
+    if bare in ("NAN", "INFINITY"):
+        return True
+    try:
+        float(bare)
+    except ValueError:
+        return False
+    return True
 
 
 _INDEXED = 32     # entries from which a run that is not affine is a loop over index arrays

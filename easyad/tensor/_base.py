@@ -306,8 +306,10 @@ class TensorBase(_core.TensorCore):
             return be, array, dt
         a = np.asarray(array)
         if dtype is None:
-            # float32 of either byte order stays float32 (np.dtype(">f4") != float32)
-            native = a.dtype.newbyteorder("=") if a.dtype.kind == "f" else a.dtype
+            # float32 of either byte order stays float32 (np.dtype(">f4") != float32);
+            # np.dtype(type): numpy's own dtype object, which the core's fast paths
+            # recognise by identity (a newbyteorder copy would send them to Python)
+            native = np.dtype(a.dtype.type) if a.dtype.kind == "f" else a.dtype
             dtype = native if native in FLOAT_DTYPES else np.float64
         dtype = np.dtype(dtype)
         if dtype not in FLOAT_DTYPES:
