@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _cache, _core, _expr, _rules, _tapeview
-from easyad._csyntax import literal
+from easyad._csyntax import is_literal, literal
 from easyad._version import __version__
 from easyad.errors import CompilerWarning
 
@@ -1221,18 +1221,9 @@ def _exponent(op: int, text: str) -> str:
 
 
 def _constant_text(text: str) -> bool:
-    """Whether an operand's C is a constant: a literal of ``_literal`` (``0.5``,
-    ``(-2.5)``, ``NAN``, ``(-INFINITY)``) or an entry of the constants table ``K[...]``."""
-    if text.startswith("K["):
-        return True
-    bare = text.strip("()").lstrip("-")
-    if bare in ("NAN", "INFINITY"):
-        return True
-    try:
-        float(bare)
-    except ValueError:
-        return False
-    return True
+    """Whether an operand's C is a constant: a literal or an entry of the constants
+    table ``K[...]``."""
+    return text.startswith("K[") or is_literal(text)
 
 
 _INDEXED = 32     # entries from which a run that is not affine is a loop over index arrays

@@ -63,3 +63,17 @@ def literal(value: float, real: str = "double") -> str:
         else:
             text = repr(abs(v))
     return f"(-{text})" if negative else text
+
+
+def is_literal(text: str) -> bool:
+    """Whether C text is a constant ``literal`` wrote (``0.5``, ``(-2.5)``, ``NAN``,
+    ``(-INFINITY)``, ``1.5f``): the inverse test lives beside the printer, so a change of
+    spelling changes both."""
+    bare = text.strip("()").lstrip("-")
+    if bare in ("NAN", "INFINITY"):
+        return True
+    try:
+        float(bare[:-1] if bare.endswith("f") else bare)
+    except ValueError:
+        return False
+    return True

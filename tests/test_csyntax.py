@@ -300,3 +300,16 @@ def test_one_definition_of_the_strong_zero():
         assert f"{macro}_ZERO(double, a, b)" in _program_c._STRONG_ZERO
         for t in ("double", "float"):
             assert f"{macro}({t}, a, b)" in ufuncs
+
+
+def test_every_literal_is_recognised_as_one():
+    """is_literal is literal's inverse test (the compiler hides constant pow exponents
+    from gcc by it): every printed constant is one, no C expression of an entry is."""
+    values = [0.5, -2.5, 2.0, 0.0, -0.0, 1e-300, 5e-324, 1.7976931348623157e308,
+              float("nan"), float("inf"), float("-inf"), 0.1]
+    for real in ("double", "float"):
+        for v in values:
+            text = _csyntax.literal(v, real)
+            assert _csyntax.is_literal(text), (v, real, text)
+    for text in ("v[3]", "v[12 + j]", "v[I0[j]]", "x", "a[1]", "K[2]", "easyad_keep(0.5)"):
+        assert not _csyntax.is_literal(text), text
