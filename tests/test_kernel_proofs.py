@@ -138,12 +138,13 @@ def test_a_device_whose_float64_kernels_crash_is_float32_only(proof_cache, monke
 def test_verdicts_are_read_from_disk_without_a_child(proof_cache, monkeypatch):
     be = _cpu_backend()
     width = _program_cl.fused_width(be, "double")       # proven (or read) before
-    _proofs.forget()
+    kinds = ["eager:float", f"fused:double:{width}"]
+    _proofs.verdicts(be.device._handle, kinds)   # on disk now (an earlier test may have
+    _proofs.forget()                             # proven them under another cache folder)
 
     def no_child(*args, **kwargs):
         raise AssertionError("proved again although the verdict is on disk")
     monkeypatch.setattr(_proofs, "prove", no_child)
-    kinds = ["eager:float", f"fused:double:{width}"]
     verdicts = _proofs.verdicts(be.device._handle, kinds)
     assert all(verdicts[k]["ok"] for k in kinds)
 

@@ -345,9 +345,9 @@ def test_vector_math_is_checked_against_the_scalar_builtins_in_the_proof(monkeyp
         _program_cl._VECTOR_MATH
     monkeypatch.undo()
 
-    class Wrong:             # the device, with its vector sin off by one in one lane
-        def __init__(self):
-            self.reads = 0
+    class Wrong:             # the device, with one vector result off by one in one lane
+        def __init__(self, row):
+            self.reads, self.row = 0, row
 
         def __getattr__(self, name):
             return getattr(be, name)
@@ -356,10 +356,18 @@ def test_vector_math_is_checked_against_the_scalar_builtins_in_the_proof(monkeyp
             out = be.to_numpy(buf)
             self.reads += 1
             if self.reads == 1:                  # the vector results come back first
-                n = len(out) // len(_program_cl._VECTOR_MATH)
-                out[sorted(_program_cl._VECTOR_MATH).index("sin") * n + 3] += 1.0
+                # rows: each builtin in sorted order, then sincos's sine and its cosine
+                n = len(out) // (len(_program_cl._VECTOR_MATH) + 2)
+                out[self.row * n + 3] += 1.0
             return out
-    assert _program_cl._check_vector_math(Wrong(), "double", width) == found | {"sin"}
+    names = sorted(_program_cl._VECTOR_MATH)
+    assert _program_cl._check_vector_math(Wrong(names.index("sin")), "double", width) == \
+        found | {"sin"}
+    # a wrong vector sincos distrusts what it stands for (sin and cos then run lane by lane)
+    assert _program_cl._check_vector_math(Wrong(len(names)), "double", width) == \
+        found | {"sin"}
+    assert _program_cl._check_vector_math(Wrong(len(names) + 1), "double", width) == \
+        found | {"cos"}
 
 
 def test_untrusted_vector_math_is_computed_lane_by_lane(monkeypatch):
