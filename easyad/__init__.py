@@ -80,6 +80,9 @@ from easyad.tensor import (
     sum,
 )
 
+# the op table (above the tensors: its calls run on them)
+from easyad.ops import cumsum, flip  # noqa: E402
+
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
 
@@ -100,6 +103,8 @@ __all__ = [
     "Device", "Tensor", "TraceTensor", "amax", "amin", "concatenate", "devices", "device_report",
     "eval_shape", "ShapeDtype", "get_device", "log_softmax", "logsumexp", "mean", "set_device",
     "softmax", "stack", "sum",
+    # the op table's ops
+    "cumsum", "flip",
     # neural networks
     "nn", "optim", "random",
 ]

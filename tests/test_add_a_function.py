@@ -7,8 +7,10 @@ temporary folder, adds ONE row to the copy's easyad/_rules.py, ``sinc(x) = sin(x
 spelling as an expression), and ONE helper to the copy's easyad/_helpers.h (C has no sinc),
 builds the copy, and checks in a child process importing it that ``ad.sinc`` works
 everywhere: floats, Trace, Record, numpy arrays, numpy and OpenCL tensors (every working
-OpenCL device), ``ad.record`` replay (values, gradients, Hessians), Taylor mode and second
-order by create_graph, against sympy's derivatives of sin(x)/x and finite differences.
+OpenCL device), ``ad.record`` replay (values, gradients, Hessians) and ``compile()``,
+``ad.record(tensor=True)`` replayed (fused kernels) on numpy and OpenCL, TraceTensor,
+NestedTrace (forward over forward), Taylor mode and second order by create_graph,
+against sympy's derivatives of sin(x)/x and finite differences.
 Nothing else is edited: a function that needed more would fail here.
 
 It builds the core (~30-45 s on 2 cores): ``pytest -m "not build"`` leaves it out.
@@ -134,6 +136,36 @@ for x in (0.7, 3.0):
     d2 = d1.derivatives(create_graph=True)[v]
     close(d2.number, ref(x, 2), 1e-10, "create_graph d2")
     close(d2.derivatives()[v], ref(x, 3), 1e-9, "create_graph d3")
+
+# compiled C (Function.compile; the VM where no compiler is found): value and gradient
+import warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", ad.CompilerWarning)
+    C = F.compile()
+for p in ([1.3, 0.5], [-2.0, 3.0]):
+    x0, x1 = p
+    close(float(C(p)), ref(x0) * x1 + ref(x0 * x1), 1e-14, "compiled value")
+    g = C.gradient(p)
+    close(g[0], ref(x0, 1) * x1 + ref(x0 * x1, 1) * x1, 1e-12, "compiled d/dx0")
+    close(g[1], ref(x0) + ref(x0 * x1, 1) * x0, 1e-12, "compiled d/dx1")
+
+# forward mode on arrays (TraceTensor) and forward over forward (NestedTrace): f, f', f''
+for x in (0.7, -2.5):
+    tt = ad.sinc(ad.TraceTensor.variable(np.array([x, 2 * x])))
+    np.testing.assert_allclose(tt.tangent, [ref(x, 1), ref(2 * x, 1)], rtol=1e-12)
+    n = ad.sinc(ad.Trace(ad.Trace(x, 1.0), ad.Trace(1.0, 0.0)))
+    close(n.number.number, ref(x), 1e-15, "nested value")
+    close(n.derivative.number, ref(x, 1), 1e-12, "nested f'")
+    close(n.derivative.derivative, ref(x, 2), 1e-10, "nested f''")
+
+# tensor code recorded once (fused kernels) and replayed on numpy and one OpenCL device (the
+# copy's renderers hash anew: each device proves its fused kernels in child processes)
+for dev in devices[:2]:
+    T = ad.record(lambda v: ad.sum(ad.sinc(v) * v), a, tensor=True, device=dev)
+    b = np.array([0.3, -1.7, 4.0, 0.0])
+    close(float(T(b)), sum(ref(x) * x for x in b), 1e-12, "tensor replay " + dev)
+    np.testing.assert_allclose(T.gradient(b), [ref(x, 1) * x + ref(x) for x in b],
+                               rtol=1e-12, atol=1e-15, err_msg="tensor replay " + dev)
 print(json.dumps({"devices": devices}))
 '''
 

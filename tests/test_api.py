@@ -48,7 +48,7 @@ CONTRACT = {
     # tensors (issue 4)
     "Tensor", "TraceTensor", "Device", "devices", "device_report", "set_device", "get_device",
     "sum", "mean",
-    "amax", "amin", "concatenate", "stack", "logsumexp", "softmax", "log_softmax",
+    "amax", "amin", "concatenate", "stack", "flip", "cumsum", "logsumexp", "softmax", "log_softmax",
     "eval_shape",
     # custom array operations, shapes without compute (issue 14)
     "ArrayPrimitive", "ShapeDtype",

@@ -113,6 +113,13 @@ class Backend(Protocol):
         flat positions ``index``; repeated indices add up (``unique``: the caller knows
         there are none)."""
 
+    def op(self, op: Any, params: Any, bufs: list[Any], shape: tuple[int, ...],
+           dtype: Any) -> Any:
+        """An op of the op table (``easyad.ops.Op``) with its canonical ``params`` on
+        ``bufs``: a new buffer of ``shape`` and ``dtype`` (the op's shape rule gave them).
+        ``op.lower(self, ...)`` picks the op's lowering for this backend's kind, else its
+        composite of the primitives above, else its numpy lowering on host copies."""
+
     # -- fused kernels (tensor/_fused.py; _composed.ComposedKernels composes them) --
     def linear(self, x: Any, w: Any, b: Any) -> Any:
         """``x @ w.T + b`` for x (N, K), w (O, K) of one dtype, and b a buffer of shape

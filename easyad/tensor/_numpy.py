@@ -267,6 +267,12 @@ class NumpyBackend(LiveBuffers):
             _view(out, offset, part_shape, strides)[...] = src.reshape(part_shape)
         return self._track(out)
 
+    def op(self, op: Any, params: Any, bufs: list[np.ndarray], shape: tuple[int, ...],
+           dtype: Any) -> np.ndarray:
+        """An op of the op table (``easyad.ops``): its numpy lowering."""
+        out: np.ndarray = op.lower(self, params, bufs, shape, dtype)
+        return out
+
     def take(self, buf: np.ndarray, index: np.ndarray) -> np.ndarray:
         return self._track(np.ascontiguousarray(buf.reshape(-1)[index]))
 

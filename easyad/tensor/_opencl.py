@@ -745,6 +745,12 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         k, layout = found
         self.launch(k, n, dst.data, src.data, offset, n, *layout)
 
+    def op(self, op: Any, params: Any, bufs: list[Any], shape: tuple[int, ...],
+           dtype: Any) -> Any:
+        """An op of the op table (``easyad.ops``): its OpenCL kernel, else its composite of
+        this backend's primitives, else its numpy lowering on host copies."""
+        return op.lower(self, params, bufs, shape, dtype)
+
     def strided(self, buf: Any, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...]) -> Any:
         out = self._empty(shape, buf.dtype)

@@ -336,6 +336,21 @@ class ProgramBackend:
                           (g.index,), (out,))
         return out
 
+    # -- the op table's ops --
+    def op(self, op: Any, params: Any, bufs: list[Any], shape: tuple[int, ...],
+           dtype: Any) -> Any:
+        """An op of the op table (``easyad.ops``): its composite recorded as the primitives
+        it calls (they fuse), unless the device has a lowering of its own; else one ``op``
+        instruction, which replay runs through the backend's ``op``."""
+        own = self.real.kind == "opencl" and op.opencl is not None
+        if op.composite is not None and not own:
+            return op.composite(self, params, *bufs)
+        args = [self._operand(b) for b in bufs]
+        out = self._out(self.real.op(op, params, [a.value for a in args], shape, dtype))
+        self.program.emit("op", (op, params, tuple(shape), np.dtype(dtype)),
+                          tuple(a.index for a in args), (out,))
+        return out
+
     # -- host code (user array primitives): a Python call of host arrays --
     def host_call(self, label: str, fn: Any, args: Sequence[Any]) -> list[Slot]:
         """``fn(*host values of args)`` -> a list of host arrays, as one instruction that
@@ -525,4 +540,5 @@ _SIMPLE: dict[str, Any] = {
     "take": lambda be, p, a: be.take(a[0], p[0]),
     "scatter_add": lambda be, p, a: be.scatter_add(p[0], p[1], p[2], a[0], p[3]),
     "linear": lambda be, p, a: be.linear(a[0], a[1], a[2]),
+    "op": lambda be, p, a: be.op(p[0], p[1], a, p[2], p[3]),
 }

@@ -1,0 +1,197 @@
+"""A call of a table op (``call``), interpreted for what its operands are:
+
+- TraceTensors (forward mode, nested to any depth): the op on the values, the op's jvp
+  on the tangents (a linear op: the op itself);
+- Tensors of any device, recorded or not (reverse mode): the backend's ``op`` (the
+  lowering of the table), and one node whose step calls the op's vjp, on constant
+  tensors in the sweep and on recorded ones for create_graph (``OpStep``). The meta
+  backend (``eval_shape``) and the recording backend of ``ad.record`` are backends too:
+  the first answers from the shape rule, the second records an ``op`` instruction (or the
+  composite's primitives);
+- numpy object arrays of Records, Traces or NestedTraces: the numpy lowering of an op
+  marked ``objects`` (a composition of scalar operations: the scalar engines record it);
+- plain arrays and numbers: the numpy lowering.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from easyad._core import Record, Trace
+from easyad.errors import ShapeError
+from easyad.ops._table import Op
+from easyad.tensor import _graph
+from easyad.tensor._base import (Operand, TensorBase, common_tape, operand, record,
+                                 record_scalar, result_dtype, wrap)
+from easyad.tensor._steps import Step
+from easyad.tensor._tensor import Tensor
+from easyad.tensor._trace import TraceTensor, _scalar
+
+
+def call(op: Op, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``op(*args, **kwargs)`` for operands of any kind (see the module's docstring)."""
+    params = op.bind(kwargs)
+    return apply(op, params, args)
+
+
+def apply(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
+    """``op`` with parameters already bound (its vjps and jvps call this)."""
+    if any(isinstance(a, TraceTensor) for a in args):
+        return _forward(op, params, args)
+    if any(isinstance(a, TensorBase) for a in args):
+        return _tensors(op, params, args)
+    if any(isinstance(a, np.ndarray) and a.dtype == object for a in args):
+        return _objects(op, params, args)
+    if any(isinstance(a, (Record, Trace)) for a in args):
+        raise TypeError(f"{op.name} takes arrays: put the numbers in a numpy array "
+                        f"(np.array([...], dtype=object)) or a Tensor")
+    arrays = [np.asarray(a, dtype=np.float64) if not isinstance(a, np.ndarray) or
+              a.dtype.kind not in "f" else a for a in args]
+    _, params = op.rule(params, *(a.shape for a in arrays))
+    return op.numpy(params, *arrays)
+
+
+# ---- reverse mode (and every device, eval_shape, ad.record) ----
+
+def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
+    first = next(a for a in args if isinstance(a, TensorBase))
+    be, cls = first._backend, type(first)
+    ops: list[Operand] = []
+    for a in args:
+        o = operand(a, be)
+        if o is None or o.dtype is None:
+            raise TypeError(f"{op.name}: every operand must be an array or tensor, got "
+                            f"{type(a).__name__}")
+        ops.append(o)
+    shape, params = op.rule(params, *(o.shape for o in ops))
+    dtype = result_dtype(ops) if op.dtype is None else np.dtype(
+        op.dtype(params, *(o.dtype for o in ops)))
+    data = be.op(op, params, [o.data for o in ops], shape, dtype)
+    tape = common_tape(op.name, ops)
+    inputs = tuple(o.index for o in ops)
+    if tape is None or all(i < 0 for i in inputs):
+        if shape == ():
+            return record_scalar(cls, op.name, be, data, None, (), None)
+        return record(cls, op.name, be, data, shape, dtype, None, (), None)
+    step = OpStep(op, params, cls, be, ops, data, shape, dtype)
+    if shape == ():
+        return record_scalar(cls, op.name, be, data, tape, inputs, step, step.graph)
+    return record(cls, op.name, be, data, shape, dtype, tape, inputs, step, step.graph)
+
+
+class OpStep(Step):
+    """A table op's node: its vjp, as data (the op, its parameters, the operands' values and
+    entries, the output). The sweep calls the op's vjp on constant tensors over the
+    buffers; ``graph`` calls it on recorded tensors (create_graph)."""
+
+    __slots__ = ("op", "params", "cls", "be", "operands", "data", "shape", "dtype")
+
+    def __init__(self, op: Op, params: Any, cls: type, be: Any, ops: list[Any], data: Any,
+                 shape: tuple[int, ...], dtype: Any) -> None:
+        self.op, self.params, self.cls, self.be = op, params, cls, be
+        # (data, shape, dtype, entry) of each operand: no tape held (no reference cycle)
+        self.operands = tuple((o.data, o.shape, o.dtype, o.index) for o in ops)
+        self.data, self.shape, self.dtype = data, shape, dtype
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        cls, be = self.cls, self.be
+        if not hasattr(g, "shape"):          # a scalar output's adjoint: a float
+            g = be.full((), float(g), self.dtype)
+        gt = wrap(cls, be, g, self.shape, self.dtype)
+        xs = [wrap(cls, be, d, s, dt) for d, s, dt, _ in self.operands]
+        out = wrap(cls, be, self.data, self.shape, self.dtype)
+        cts = self._cotangents(self.op.vjp(self.params, gt, *xs, out))
+        return tuple(None if ct is None or index < 0 else
+                     _buffer(ct, cls, be, shape, dt)
+                     for ct, (_, shape, dt, index) in zip(cts, self.operands))
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        cls, be = self.cls, self.be
+        xs = [_graph.handle(cls, be, d, s, dt, tape, i) for d, s, dt, i in self.operands]
+        out = _graph.handle(cls, be, self.data, self.shape, self.dtype, tape, index)
+        g = _graph.as_tensor(g, cls, be, self.dtype)
+        cts = self._cotangents(self.op.vjp(self.params, g, *xs, out))
+        return tuple(None if ct is None or i < 0 else _graph.as_tensor(ct, cls, be, dt)
+                     for ct, (_, _, dt, i) in zip(cts, self.operands))
+
+    def _cotangents(self, cts: Any) -> tuple[Any, ...]:
+        cts = tuple(cts) if isinstance(cts, (tuple, list)) else (cts,)
+        if len(cts) != len(self.operands):
+            raise TypeError(f"the vjp of op {self.op.name!r} returned {len(cts)} "
+                            f"cotangent(s) for {len(self.operands)} operand(s)")
+        for ct, (_, shape, _, _) in zip(cts, self.operands):
+            if ct is not None and tuple(np.shape(ct) if not isinstance(ct, TensorBase)
+                                        else ct.shape) != shape:
+                raise ShapeError(f"the vjp of op {self.op.name!r} returned a cotangent of "
+                                 f"shape {np.shape(ct)} for an operand of shape {shape}")
+        return cts
+
+
+def _buffer(ct: Any, cls: type, be: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """A cotangent (a constant tensor, or a number) as a buffer of the operand's dtype."""
+    if isinstance(ct, TensorBase):
+        return ct._data if ct.dtype == dtype else ct.astype(dtype)._data
+    return be.full(shape, float(ct), dtype)
+
+
+# ---- forward mode ----
+
+def _forward(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
+    values = [a._value if isinstance(a, TraceTensor) else a for a in args]
+    tangents = [a._tangent if isinstance(a, TraceTensor) else None for a in args]
+    out = apply(op, params, tuple(values))
+    if op.jvp is None:           # linear in its one operand
+        tangent = apply(op, params, (tangents[0],))
+    else:
+        tangent = op.jvp(params, tuple(t if t is not None else _zeros_like(v)
+                                       for t, v in zip(tangents, values)), *values, out)
+    if not isinstance(out, (TensorBase, TraceTensor)):     # one number
+        return _scalar(out, tangent)
+    value: Any = out
+    return TraceTensor._of(value, tangent)
+
+
+def _zeros_like(v: Any) -> Any:
+    if isinstance(v, (TensorBase, TraceTensor)):
+        tensor: Any = v
+        return tensor * 0.0
+    return Tensor.constant(np.zeros(np.shape(v)))
+
+
+# ---- object arrays of scalars (Records, Traces, NestedTraces) ----
+
+def _objects(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
+    if not op.objects:
+        raise TypeError(f"{op.name} has no scalar form (its numpy lowering does not run on "
+                        f"object arrays): pass a Tensor (ad.record(..., tensor=True) "
+                        f"records tensor code)")
+    arrays = [np.asarray(a) for a in args]
+    _, params = op.rule(params, *(a.shape for a in arrays))
+    return op.numpy(params, *arrays)
+
+
+# ---- batching (what vmap will call) ----
+
+def batched(op: Op, x: Any, batch_axis: int, **kwargs: Any) -> Any:
+    """``op`` applied to each slice of ``x`` along ``batch_axis`` at once, by the op's
+    batching rule (one call, not a loop): the result has the batch axis where the rule
+    puts it, moved to ``batch_axis``."""
+    if op.batch is None:
+        raise NotImplementedError(f"op {op.name!r} has no batching rule")
+    params = op.bind(kwargs)
+    shape = tuple(np.shape(x) if not isinstance(x, (TensorBase, TraceTensor)) else x.shape)
+    inner = shape[:batch_axis] + shape[batch_axis + 1:]
+    _, params = op.rule(params, inner)            # canonical for one slice
+    params, out_axis = op.batch(params, batch_axis)
+    out = apply(op, params, (x,))
+    if out_axis != batch_axis:
+        out = np.moveaxis(out, out_axis, batch_axis) if isinstance(out, np.ndarray) else \
+            _moveaxis(out, out_axis, batch_axis)
+    return out
+
+
+def _moveaxis(t: Any, source: int, destination: int) -> Any:
+    order = [k for k in range(t.ndim) if k != source]
+    order.insert(destination, source)
+    return t.transpose(*order)

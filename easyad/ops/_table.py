@@ -1,0 +1,154 @@
+"""The op table: each tensor operation that is not elementwise, defined once.
+
+An ``Op`` is one registration holding everything every engine needs:
+
+- ``params``: a frozen dataclass, the op's static parameters with their types (checked
+  at each call: ``bind``), not a positional tuple;
+- ``rule(params, *shapes) -> (shape, params)``: the shape rule. It checks the
+  parameters against the operands' shapes (``ShapeError``/``ValueError`` before any
+  kernel runs) and returns the output's shape with the parameters made canonical
+  (negative axes made positive...), so everything downstream sees one spelling. The
+  dtype is the operands' common float dtype unless ``dtype`` says otherwise;
+- ``vjp(params, g, *xs, out)`` and ``jvp(params, tangents, *xs, out)``, written with
+  easyad operations (this table's ops included), so that called on recorded tensors they
+  record: create_graph, Hessians and any order follow. A ``linear`` op of one operand
+  needs neither jvp (the op applied to the tangent);
+- ``batch(params, axis) -> (params, out_axis)``: the batching rule (the operand with an
+  extra axis at ``axis``), for vmap;
+- lowerings, one per target: ``numpy(params, *arrays)`` (the host reference; with
+  ``objects=True`` it also runs on numpy object arrays of Records, Traces or NestedTraces,
+  which makes the op a composition of scalar operations in the scalar engines: the scalar
+  tape, ``Function.compile``, nested forward mode); ``opencl(backend, params, *bufs)`` (a
+  device kernel); ``composite(backend, params, *bufs)`` (written with the Backend
+  Protocol's primitives: it then runs on every backend and fuses in recorded programs).
+  A backend with neither a lowering of its own nor a composite runs ``numpy`` on host
+  copies (``lower``).
+
+Who reads the table: ``easyad.ops._apply`` (the call: eager tensors of every device,
+reverse mode and create_graph, forward mode, ``eval_shape``, ``ad.record`` of tensor code,
+object arrays of scalars, plain arrays), the backends' ``op`` method (``lower``), the
+recorded programs' replay (``tensor._program``: one ``op`` instruction, read back
+through the backend's ``op``) and the batching helper (``batched``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+OPS: dict[str, Op] = {}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Op:
+    """One non-elementwise operation (see the module's docstring for each field)."""
+
+    name: str
+    params: type
+    rule: Callable[..., tuple[tuple[int, ...], Any]]
+    numpy: Callable[..., Any]
+    vjp: Callable[..., tuple[Any, ...]]
+    jvp: Callable[..., Any] | None = None
+    batch: Callable[..., tuple[Any, int]] | None = None
+    opencl: Callable[..., Any] | None = None
+    composite: Callable[..., Any] | None = None
+    dtype: Callable[..., Any] | None = None
+    linear: bool = False
+    objects: bool = False
+    doc: str = ""
+
+    def __repr__(self) -> str:
+        return f"<easyad op {self.name!r}>"
+
+    def __reduce__(self) -> Any:       # pickled by name: the table is the one definition
+        return (get, (self.name,))
+
+    def lower(self, be: Any, params: Any, bufs: list[Any], shape: tuple[int, ...],
+              dtype: Any) -> Any:
+        """This op on backend ``be``'s buffers (the numpy and OpenCL backends' ``op``): the
+        backend's own lowering, else the composite of its primitives, else ``numpy`` on host
+        copies, the result put back on ``be`` (a device with no kernel for it)."""
+        kind = be.kind
+        if kind == "opencl" and self.opencl is not None:
+            return self.opencl(be, params, *bufs)
+        if kind != "numpy" and self.composite is not None:
+            return self.composite(be, params, *bufs)
+        hosts = bufs if kind == "numpy" else [np.asarray(be.to_numpy(b)) for b in bufs]
+        out = np.ascontiguousarray(self.numpy(params, *hosts), dtype=dtype)
+        if out.shape != shape:
+            raise AssertionError(f"op {self.name!r}: its numpy lowering made shape "
+                                 f"{out.shape} where its shape rule says {shape} (the two "
+                                 f"disagree: fix the op)")
+        return be.asarray(out, dtype)
+
+    def bind(self, kwargs: dict[str, Any]) -> Any:
+        """The call's keyword arguments as this op's typed parameters."""
+        fields = {f.name: f for f in dataclasses.fields(self.params)}
+        unknown = sorted(set(kwargs) - set(fields))
+        if unknown:
+            raise TypeError(f"{self.name}() got unexpected parameter(s) {unknown}; it takes "
+                            f"{sorted(fields)}")
+        hints = typing.get_type_hints(self.params)
+        values = {k: _checked(self.name, k, v, hints[k]) for k, v in kwargs.items()}
+        try:
+            return self.params(**values)
+        except TypeError as error:
+            raise TypeError(f"{self.name}(): {error}") from None
+
+
+def _checked(op: str, name: str, value: Any, hint: Any) -> Any:
+    """``value`` as the parameter's declared type (numpy ints as ints, lists as tuples),
+    or a TypeError naming the op, the parameter and what it takes."""
+    origin = typing.get_origin(hint)
+    options = typing.get_args(hint) if origin in (typing.Union, getattr(
+        __import__("types"), "UnionType", typing.Union)) else (hint,)
+    for option in options:
+        if option is type(None) and value is None:
+            return None
+        if option is int and isinstance(value, (int, np.integer)) and \
+                not isinstance(value, (bool, np.bool_)):
+            return int(value)
+        if option is bool and isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        if option is float and isinstance(value, (int, float, np.integer, np.floating)) and \
+                not isinstance(value, bool):
+            return float(value)
+        if typing.get_origin(option) is tuple and isinstance(value, (tuple, list)) and \
+                all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                    for v in value):
+            return tuple(int(v) for v in value)
+    raise TypeError(f"{op}(): parameter {name!r} must be {_spelt(hint)}, got {value!r}")
+
+
+def _spelt(hint: Any) -> str:
+    text = hint.__name__ if isinstance(hint, type) else str(hint)
+    return text.replace("typing.", "").replace("NoneType", "None")
+
+
+def register(op: Op) -> Op:
+    """Add ``op`` to the table (a name is registered once)."""
+    if not op.name.isidentifier():
+        raise ValueError(f"an op's name is an identifier, got {op.name!r}")
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} is registered already")
+    if not (isinstance(op.params, type) and dataclasses.is_dataclass(op.params)):
+        raise TypeError(f"op {op.name!r}: params must be a dataclass type")
+    if op.jvp is None and not op.linear:
+        raise TypeError(f"op {op.name!r}: give a jvp (only a linear op may leave it out)")
+    OPS[op.name] = op
+    return op
+
+
+def unregister(name: str) -> None:
+    """Remove op ``name`` from the table (tests that register an op of their own)."""
+    del OPS[name]
+
+
+def get(name: str) -> Op:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"no op {name!r} in the table; registered: {sorted(OPS)}") from None
