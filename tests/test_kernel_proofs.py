@@ -233,3 +233,54 @@ def test_verdicts_others_could_have_written_are_not_trusted(tmp_path, monkeypatc
         json.dump({"somekey": verdict, "old": {"usable": "damaged"}}, f)
     _probe.write_cache({"other": verdict})             # is dropped at the next write
     assert _probe.read_cache() == {"somekey": verdict, "other": verdict}
+
+
+def test_an_op_kernel_that_crashes_its_proof_runs_on_the_host(proof_cache, monkeypatch):
+    """The op table's OpenCL kernels (cumsum's) are proven in a child first: a driver that
+    crashes on them takes the child down, and the op runs on the host, with one warning
+    and the same numbers."""
+    be = _cpu_backend()
+    _drop(proof_cache, "ops:double")
+    monkeypatch.setenv(_proofs.CRASH_ENV, "ops:double")
+    monkeypatch.setattr(be, "_proven_ops", {}, raising=False)      # decided anew here
+    x = np.linspace(-1.0, 2.0, 12).reshape(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = ad.Tensor.constant(x, device=be.device)
+        first, second = ad.cumsum(t, axis=1), ad.cumsum(t, axis=0)
+    (warning,) = _fallbacks(caught)
+    assert "kernel of op 'cumsum' (double) failed its proof" in str(warning.message)
+    assert "SIGSEGV" in str(warning.message) and "runs on the host" in str(warning.message)
+    np.testing.assert_array_equal(first.value, np.cumsum(x, axis=1))
+    np.testing.assert_array_equal(second.value, np.cumsum(x, axis=0))
+
+
+def test_an_op_kernel_defined_outside_easyad_is_proven_by_itself(proof_cache, monkeypatch):
+    """A user's op with an OpenCL kernel gets a proof kind of its own, keyed by its module's
+    source; the child imports that module (here it cannot: a test module is not on the
+    child's path), and an op it cannot prove runs on the host."""
+    import dataclasses
+    from easyad import ops
+    from easyad.ops._builtin import CUMSUM
+
+    @dataclasses.dataclass(frozen=True)
+    class P:
+        axis: int
+    op = ops.register(dataclasses.replace(
+        CUMSUM, name="cumsum_of_a_user", params=P,
+        rule=lambda p, shape: (shape, P(p.axis % len(shape))),
+        opencl=lambda be, p, buf: CUMSUM.opencl(be, p, buf)))
+    try:
+        kind = _proofs.op_kind(op, "double")
+        assert kind.startswith(f"op:{__name__}:cumsum_of_a_user:") and kind.endswith(":double")
+        be = _cpu_backend()
+        x = np.arange(6.0).reshape(2, 3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = ops.call(op, (ad.Tensor.constant(x, device=be.device),), {"axis": 1})
+        (warning,) = _fallbacks(caught)
+        assert "cumsum_of_a_user" in str(warning.message)
+        assert "ModuleNotFoundError" in str(warning.message)
+        np.testing.assert_array_equal(out.value, np.cumsum(x, axis=1))
+    finally:
+        ops.unregister("cumsum_of_a_user")

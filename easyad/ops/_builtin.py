@@ -149,6 +149,7 @@ CUMSUM: Op = register(Op(
     vjp=_cumsum_vjp,
     batch=lambda p, b: (CumsumParams(_shifted(p.axis, b)), b),
     opencl=_cumsum_opencl, linear=True, objects=True,
+    sample=lambda rng, dtype: ((rng.normal(size=(3, 70, 5)).astype(dtype),), {"axis": 1}),
     doc="running sums along an axis"))
 
 

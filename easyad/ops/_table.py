@@ -22,7 +22,11 @@ An ``Op`` is one registration holding everything every engine needs:
   device kernel); ``composite(backend, params, *bufs)`` (written with the Backend
   Protocol's primitives: it then runs on every backend and fuses in recorded programs).
   A backend with neither a lowering of its own nor a composite runs ``numpy`` on host
-  copies (``lower``).
+  copies (``lower``);
+- ``sample(rng, dtype) -> (operands, params)``: a small call, with which a child process
+  builds, runs and checks the OpenCL kernel against the numpy lowering before any process
+  of the user's builds it (``tensor/_proofs``: a driver that crashes on it takes only the
+  child down, and the op then runs on the host).
 
 Who reads the table: ``easyad.ops._apply`` (the call: eager tensors of every device,
 reverse mode and create_graph, forward mode, ``eval_shape``, ``ad.record`` of tensor code,
@@ -56,6 +60,7 @@ class Op:
     opencl: Callable[..., Any] | None = None
     composite: Callable[..., Any] | None = None
     dtype: Callable[..., Any] | None = None
+    sample: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]] | None = None
     linear: bool = False
     objects: bool = False
     doc: str = ""
@@ -72,7 +77,7 @@ class Op:
         backend's own lowering, else the composite of its primitives, else ``numpy`` on host
         copies, the result put back on ``be`` (a device with no kernel for it)."""
         kind = be.kind
-        if kind == "opencl" and self.opencl is not None:
+        if kind == "opencl" and self.opencl is not None and be.proven_op(self, dtype):
             return self.opencl(be, params, *bufs)
         if kind != "numpy" and self.composite is not None:
             return self.composite(be, params, *bufs)
@@ -138,6 +143,10 @@ def register(op: Op) -> Op:
         raise TypeError(f"op {op.name!r}: params must be a dataclass type")
     if op.jvp is None and not op.linear:
         raise TypeError(f"op {op.name!r}: give a jvp (only a linear op may leave it out)")
+    if op.opencl is not None and op.sample is None:
+        raise TypeError(f"op {op.name!r}: an OpenCL kernel needs a sample call (sample=...), "
+                        f"with which a child process proves the kernel before it is built "
+                        f"here")
     OPS[op.name] = op
     return op
 

@@ -32,7 +32,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cl_array
 
-from easyad.errors import DeviceError
+from easyad.errors import DeviceError, KernelFallbackWarning
 from easyad.tensor import _kernels as kernels
 from easyad.tensor import _probe
 from easyad.tensor._buffers import LiveBuffers
@@ -750,6 +750,24 @@ class OpenCLBackend(LiveBuffers, ComposedKernels):
         """An op of the op table (``easyad.ops``): its OpenCL kernel, else its composite of
         this backend's primitives, else its numpy lowering on host copies."""
         return op.lower(self, params, bufs, shape, dtype)
+
+    def proven_op(self, op: Any, dtype: Any) -> bool:
+        """Whether ``op``'s OpenCL kernel passed its proof on this device, in a child
+        process (``_proofs``); one that did not runs on the host, with one warning."""
+        real = "double" if np.dtype(dtype) == np.float64 else "float"
+        known = self.__dict__.setdefault("_proven_ops", {})
+        key = (op.name, real)
+        if key not in known:
+            from easyad.tensor import _proofs
+            kind = _proofs.op_kind(op, real)
+            verdict = _proofs.verdicts(self.device._handle, [kind])[kind]
+            known[key] = verdict["ok"]
+            if not verdict["ok"]:
+                warnings.warn(KernelFallbackWarning(
+                    f"OpenCL device {self.device.name}: the kernel of op {op.name!r} "
+                    f"({real}) failed its proof ({verdict['problem']}); it runs on the "
+                    f"host (numpy) instead"), stacklevel=_proofs.caller_stacklevel())
+        return known[key]
 
     def strided(self, buf: Any, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...]) -> Any:

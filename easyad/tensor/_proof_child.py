@@ -100,6 +100,33 @@ def _eager_cases(be: Any, host: Any, dtype: Any) -> list[tuple[str, Any, Any]]:
     return cases
 
 
+def _op_cases(be: Any, host: Any, dtype: Any, kind: list[str]) -> list[tuple[str, Any, Any]]:
+    """Each op kernel's sample call on ``be`` (its OpenCL lowering, called directly) and on
+    the numpy backend ``host`` (its numpy lowering): easyad's own ops (``ops:<real>``), or
+    the one op of a module imported here (``op:<module>:<name>:<hash>:<real>``)."""
+    import importlib
+
+    import numpy as np
+
+    from easyad import ops
+    if kind[0] == "op":
+        importlib.import_module(kind[1])
+        chosen = [ops.get(kind[2])]
+    else:
+        chosen = [op for op in ops.OPS.values() if op.opencl is not None and
+                  op.opencl.__module__.split(".")[0] == "easyad"]
+    rng = np.random.default_rng(25)
+    cases = []
+    for op in chosen:
+        assert op.sample is not None and op.opencl is not None      # (register checks)
+        args, kwargs = op.sample(rng, dtype)
+        shape, params = op.rule(op.bind(kwargs), *(np.shape(a) for a in args))
+        got = op.opencl(be, params, *(be.asarray(a, dtype) for a in args))
+        want = host.op(op, params, [host.asarray(a, dtype) for a in args], shape, dtype)
+        cases.append((f"op {op.name}", be.to_numpy(got), host.to_numpy(want)))
+    return cases
+
+
 def _replay_case(device: Any) -> tuple[str, Any, Any]:
     """The scalar replay kernel: f = sin(a) exp(b) + a^2.5 (a branch on a > b), its value and
     gradient at a few points against the derivatives by hand."""
@@ -205,13 +232,16 @@ def _prove(device: Any, kind: str) -> dict[str, Any]:
     from easyad.tensor import _devices, _program_cl
     from easyad.tensor._numpy import NumpyBackend
     parts = kind.split(":")
-    real = parts[1]
+    real = parts[-1] if parts[0] == "op" else parts[1]
     be = device.backend
-    if parts[0] == "eager":
+    if parts[0] in ("ops", "op"):
+        cases = _op_cases(be, NumpyBackend(_devices.NUMPY), np.dtype(REALS[real]), parts)
+        verdict: dict[str, Any] = {"ok": True, "problem": ""}
+    elif parts[0] == "eager":
         cases = _eager_cases(be, NumpyBackend(_devices.NUMPY), np.dtype(REALS[real]))
         if real == "double":
             cases.append(_replay_case(device))
-        verdict: dict[str, Any] = {"ok": True, "problem": ""}
+        verdict = {"ok": True, "problem": ""}
     else:
         width = int(parts[2])
         lanewise: frozenset[str] = frozenset()

@@ -68,12 +68,30 @@ def cache_path() -> str:
 def fingerprint() -> str:
     """A hash of the code that renders and runs the kernels (read once per process)."""
     h = hashlib.sha256()
-    for name in _RENDERERS:
+    # the op table's modules hold the kernels of easyad's own ops (proven as "ops:<real>")
+    names = [*_RENDERERS, *sorted(f"ops/{p.name}" for p in (_PACKAGE / "ops").glob("*.py"))]
+    for name in names:
         try:
             h.update((_PACKAGE / name).read_bytes())
         except OSError:
             h.update(b"missing " + name.encode())
     return h.hexdigest()[:16]
+
+
+def op_kind(op: Any, real: str) -> str:
+    """The proof kind of an op's OpenCL kernel: easyad's own ops' kernels are proven
+    together (``ops:<real>``, keyed by the fingerprint, which hashes easyad/ops); an op
+    defined elsewhere by itself, keyed by its module's source (the child imports it)."""
+    module = op.opencl.__module__
+    if module.split(".")[0] == "easyad":
+        return f"ops:{real}"
+    source = sys.modules[module].__file__ if module in sys.modules else None
+    try:
+        digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()[:12] if source \
+            else "nofile"
+    except OSError:
+        digest = "nofile"
+    return f"op:{module}:{op.name}:{digest}:{real}"
 
 
 _lock = threading.Lock()
