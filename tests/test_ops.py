@@ -33,6 +33,14 @@ CASES = {
     "cumsum flattened": Case(ops.get("cumsum"), lambda x: ad.cumsum(x),
                              lambda x: np.cumsum(x), lambda t: torch.cumsum(t.reshape(-1), 0),
                              (2, 3), {"axis": 0}, batch_axis=None),
+    "concatenate": Case(ops.get("concatenate"), lambda x: ad.concatenate([x[:, :2], x], axis=1),
+                        lambda x: np.concatenate([x[:, :2], x], axis=1),
+                        lambda t: torch.cat([t[:, :2], t], 1), (3, 4), {"axis": 1},
+                        batch_axis=None),        # (ops.batched takes one operand)
+    "stack": Case(ops.get("concatenate"), lambda x: ad.stack([x, 2.0 * x, x], axis=-1),
+                  lambda x: np.stack([x, 2.0 * x, x], axis=-1),
+                  lambda t: torch.stack([t, 2.0 * t, t], -1), (2, 3), {"axis": 0},
+                  batch_axis=None),
 }
 
 

@@ -24,6 +24,7 @@ from easyad.ops._table import Op
 from easyad.tensor import _graph
 from easyad.tensor._base import (Operand, TensorBase, common_tape, operand, record,
                                  record_scalar, result_dtype, wrap)
+from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor, _scalar
@@ -67,7 +68,9 @@ def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     shape, params = op.rule(params, *(o.shape for o in ops))
     dtype = result_dtype(ops) if op.dtype is None else np.dtype(
         op.dtype(params, *(o.dtype for o in ops)))
-    data = be.op(op, params, [o.data for o in ops], shape, dtype)
+    bufs = [o.data if o.dtype == dtype else      # every lowering sees one dtype
+            be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0] for o in ops]
+    data = be.op(op, params, bufs, shape, dtype)
     tape = common_tape(op.name, ops)
     inputs = tuple(o.index for o in ops)
     if tape is None or all(i < 0 for i in inputs):
@@ -90,17 +93,20 @@ class OpStep(Step):
     def __init__(self, op: Op, params: Any, cls: type, be: Any, ops: list[Any], data: Any,
                  shape: tuple[int, ...], dtype: Any) -> None:
         self.op, self.params, self.cls, self.be = op, params, cls, be
-        # (data, shape, dtype, entry) of each operand: no tape held (no reference cycle)
-        self.operands = tuple((o.data, o.shape, o.dtype, o.index) for o in ops)
-        self.data, self.shape, self.dtype = data, shape, dtype
+        # (data, shape, dtype, entry) of each operand: no tape held (no reference cycle); a
+        # linear op's vjp reads no values, so none is kept alive (its vjp sees ShapeDtypes)
+        keep = not op.linear
+        self.operands = tuple((o.data if keep else None, o.shape, o.dtype, o.index)
+                              for o in ops)
+        self.data, self.shape, self.dtype = (data if keep else None), shape, dtype
 
     def __call__(self, g: Any) -> tuple[Any, ...]:
         cls, be = self.cls, self.be
         if not hasattr(g, "shape"):          # a scalar output's adjoint: a float
             g = be.full((), float(g), self.dtype)
         gt = wrap(cls, be, g, self.shape, self.dtype)
-        xs = [wrap(cls, be, d, s, dt) for d, s, dt, _ in self.operands]
-        out = wrap(cls, be, self.data, self.shape, self.dtype)
+        xs = [_value(cls, be, d, s, dt) for d, s, dt, _ in self.operands]
+        out = _value(cls, be, self.data, self.shape, self.dtype)
         cts = self._cotangents(self.op.vjp(self.params, gt, *xs, out))
         return tuple(None if ct is None or index < 0 else
                      _buffer(ct, cls, be, shape, dt)
@@ -108,8 +114,12 @@ class OpStep(Step):
 
     def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
         cls, be = self.cls, self.be
-        xs = [_graph.handle(cls, be, d, s, dt, tape, i) for d, s, dt, i in self.operands]
-        out = _graph.handle(cls, be, self.data, self.shape, self.dtype, tape, index)
+        if self.op.linear:
+            xs = [ShapeDtype(s, dt) for _, s, dt, _ in self.operands]
+            out: Any = ShapeDtype(self.shape, self.dtype)
+        else:
+            xs = [_graph.handle(cls, be, d, s, dt, tape, i) for d, s, dt, i in self.operands]
+            out = _graph.handle(cls, be, self.data, self.shape, self.dtype, tape, index)
         g = _graph.as_tensor(g, cls, be, self.dtype)
         cts = self._cotangents(self.op.vjp(self.params, g, *xs, out))
         return tuple(None if ct is None or i < 0 else _graph.as_tensor(ct, cls, be, dt)
@@ -128,6 +138,12 @@ class OpStep(Step):
         return cts
 
 
+def _value(cls: type, be: Any, data: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """An operand or the output as the vjp sees it: a constant tensor, or for a linear op
+    (whose step keeps no values) its ShapeDtype."""
+    return ShapeDtype(shape, dtype) if data is None else wrap(cls, be, data, shape, dtype)
+
+
 def _buffer(ct: Any, cls: type, be: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     """A cotangent (a constant tensor, or a number) as a buffer of the operand's dtype."""
     if isinstance(ct, TensorBase):
@@ -141,11 +157,11 @@ def _forward(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     values = [a._value if isinstance(a, TraceTensor) else a for a in args]
     tangents = [a._tangent if isinstance(a, TraceTensor) else None for a in args]
     out = apply(op, params, tuple(values))
-    if op.jvp is None:           # linear in its one operand
-        tangent = apply(op, params, (tangents[0],))
+    full = tuple(t if t is not None else _zeros_like(v) for t, v in zip(tangents, values))
+    if op.jvp is None:           # linear in its operands: the op of the tangents
+        tangent = apply(op, params, full)
     else:
-        tangent = op.jvp(params, tuple(t if t is not None else _zeros_like(v)
-                                       for t, v in zip(tangents, values)), *values, out)
+        tangent = op.jvp(params, full, *values, out)
     if not isinstance(out, (TensorBase, TraceTensor)):     # one number
         return _scalar(out, tangent)
     value: Any = out

@@ -3,6 +3,9 @@
 - ``flip``: the order of the elements along some axes reversed. Linear; its own vjp; its
   lowering for every device is a composite (one strided copy with negative strides), so
   recorded programs fuse it like any view.
+- ``concatenate``: operands joined along an axis (``ad.concatenate`` and ``ad.stack`` on
+  tensors). Linear in all its operands; its vjp slices the adjoint; a composite (one
+  assemble).
 - ``cumsum``: running sums along one axis. Linear; its vjp is the running sum from the
   end (flip, cumsum, flip); an OpenCL kernel (one work-item per line along the axis, in
   order: the same additions as numpy's for each line).
@@ -17,6 +20,7 @@ import numpy as np
 
 from easyad.ops._apply import apply, call
 from easyad.ops._table import Op, register
+from easyad.tensor import _shapes, _structural
 from easyad.tensor._generic import NUMPY_FUNCTIONS
 
 
@@ -169,6 +173,56 @@ def cumsum(x: Any, axis: int | None = None) -> Any:
         axis = 0
     return call(CUMSUM, (x,), {"axis": axis})
 
+
+# ---- concatenate (and stack, which concatenates operands given a new axis) ----
+
+@dataclasses.dataclass(frozen=True)
+class ConcatenateParams:
+    axis: int = 0
+
+
+def _concatenate_rule(p: ConcatenateParams, *shape_list: tuple[int, ...]
+                      ) -> tuple[tuple[int, ...], ConcatenateParams]:
+    shape, axis = _shapes.concatenate("concatenate", list(shape_list), p.axis)
+    return shape, ConcatenateParams(axis)
+
+
+def _concatenate_composite(be: Any, p: ConcatenateParams, *bufs: Any) -> Any:
+    # each operand written into its part of the result (one assemble)
+    first = tuple(bufs[0].shape)
+    shape = first[:p.axis] + (sum(b.shape[p.axis] for b in bufs),) + first[p.axis + 1:]
+    strides = _contiguous_strides(shape)
+    parts, start = [], 0
+    for b in bufs:
+        parts.append((start * strides[p.axis], tuple(b.shape), tuple(strides), b))
+        start += b.shape[p.axis]
+    return be.assemble(shape, bufs[0].dtype, parts)
+
+
+def _concatenate_vjp(p: ConcatenateParams, g: Any, *xs_and_out: Any) -> tuple[Any, ...]:
+    # each operand's span of the adjoint along the axis
+    xs = xs_and_out[:-1]
+    lead = (slice(None),) * p.axis
+    cts, start = [], 0
+    for x in xs:
+        size = x.shape[p.axis]
+        cts.append(g[lead + (slice(start, start + size),)])
+        start += size
+    return tuple(cts)
+
+
+CONCATENATE: Op = register(Op(
+    name="concatenate", params=ConcatenateParams, rule=_concatenate_rule,
+    numpy=lambda p, *xs: np.concatenate(xs, axis=p.axis),
+    vjp=_concatenate_vjp,
+    batch=lambda p, b: (ConcatenateParams(_shifted(p.axis, b)), b),
+    composite=_concatenate_composite, linear=True, objects=True,
+    doc="operands joined along an axis"))
+
+
+# the tensor layer's joins call the table (it sits below: the call is registered there)
+_structural.TABLE_OPS["concatenate"] = \
+    lambda tensors, axis: call(CONCATENATE, tuple(tensors), {"axis": axis})
 
 # numpy's functions on Tensors and TraceTensors (their __array_function__ reads this)
 NUMPY_FUNCTIONS[np.flip] = flip

@@ -11,8 +11,9 @@ An ``Op`` is one registration holding everything every engine needs:
   dtype is the operands' common float dtype unless ``dtype`` says otherwise;
 - ``vjp(params, g, *xs, out)`` and ``jvp(params, tangents, *xs, out)``, written with
   easyad operations (this table's ops included), so that called on recorded tensors they
-  record: create_graph, Hessians and any order follow. A ``linear`` op of one operand
-  needs neither jvp (the op applied to the tangent);
+  record: create_graph, Hessians and any order follow. A ``linear`` op needs no jvp (the
+  op applied to the tangents), and its vjp reads only the shapes and dtypes of ``xs`` and
+  ``out`` (``ShapeDtype``s: its node keeps no values alive);
 - ``batch(params, axis) -> (params, out_axis)``: the batching rule (the operand with an
   extra axis at ``axis``), for vmap;
 - lowerings, one per target: ``numpy(params, *arrays)`` (the host reference; with
@@ -44,6 +45,7 @@ from typing import Any
 import numpy as np
 
 OPS: dict[str, Op] = {}
+_HINTS: dict[type, dict[str, Any]] = {}      # each params class's field types
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -82,21 +84,26 @@ class Op:
         if kind != "numpy" and self.composite is not None:
             return self.composite(be, params, *bufs)
         hosts = bufs if kind == "numpy" else [np.asarray(be.to_numpy(b)) for b in bufs]
-        out = np.ascontiguousarray(self.numpy(params, *hosts), dtype=dtype)
+        made = self.numpy(params, *hosts)
+        out = np.ascontiguousarray(made, dtype=dtype)
         if out.shape != shape:
             raise AssertionError(f"op {self.name!r}: its numpy lowering made shape "
                                  f"{out.shape} where its shape rule says {shape} (the two "
                                  f"disagree: fix the op)")
+        if kind == "numpy" and out.flags.owndata and out.flags.writeable and \
+                not any(out is h for h in hosts):
+            return be.adopt(out)      # a new array of the lowering's own: no second copy
         return be.asarray(out, dtype)
 
     def bind(self, kwargs: dict[str, Any]) -> Any:
         """The call's keyword arguments as this op's typed parameters."""
-        fields = {f.name: f for f in dataclasses.fields(self.params)}
-        unknown = sorted(set(kwargs) - set(fields))
+        hints = _HINTS.get(self.params)
+        if hints is None:         # (read once per class: get_type_hints costs microseconds)
+            hints = _HINTS[self.params] = typing.get_type_hints(self.params)
+        unknown = sorted(set(kwargs) - set(hints))
         if unknown:
             raise TypeError(f"{self.name}() got unexpected parameter(s) {unknown}; it takes "
-                            f"{sorted(fields)}")
-        hints = typing.get_type_hints(self.params)
+                            f"{sorted(hints)}")
         values = {k: _checked(self.name, k, v, hints[k]) for k, v in kwargs.items()}
         try:
             return self.params(**values)
@@ -107,6 +114,8 @@ class Op:
 def _checked(op: str, name: str, value: Any, hint: Any) -> Any:
     """``value`` as the parameter's declared type (numpy ints as ints, lists as tuples),
     or a TypeError naming the op, the parameter and what it takes."""
+    if type(value) is hint:           # the common case: already an int, a bool...
+        return value
     origin = typing.get_origin(hint)
     options = typing.get_args(hint) if origin in (typing.Union, getattr(
         __import__("types"), "UnionType", typing.Union)) else (hint,)

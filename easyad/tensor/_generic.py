@@ -95,7 +95,7 @@ def concatenate(tensors: Any, axis: int = 0) -> Any:
         traced = next((t for t in tensors if type(t).__name__ == "TraceTensor"), None)
         if traced is not None:
             return type(traced).concatenate(tensors, axis)
-        return _structural.concatenate(tensors, axis)
+        return _structural.TABLE_OPS["concatenate"](tensors, axis)     # the op table's
     return np.concatenate(tensors, axis=axis)
 
 

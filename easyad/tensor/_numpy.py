@@ -267,6 +267,10 @@ class NumpyBackend(LiveBuffers):
             _view(out, offset, part_shape, strides)[...] = src.reshape(part_shape)
         return self._track(out)
 
+    def adopt(self, array: np.ndarray) -> np.ndarray:
+        """A new C-contiguous array no one else holds, as this backend's buffer (no copy)."""
+        return self._track(array)
+
     def op(self, op: Any, params: Any, bufs: list[np.ndarray], shape: tuple[int, ...],
            dtype: Any) -> np.ndarray:
         """An op of the op table (``easyad.ops``): its numpy lowering."""

@@ -1,5 +1,6 @@
 """Tensor operations that are not elementwise rules: reductions, matmul, reshape and
-transpose, indexing, joins (concatenate, stack) and where.
+transpose, indexing, stack and where (those not yet in the op table, ``easyad.ops``:
+concatenate is there, and stack is its call on operands given a new axis).
 
 Each asks ``_shapes`` for its output shape first (ShapeError before any kernel), runs the
 backend's kernels, and records one node whose vjp is the operation's adjoint, as data: a
@@ -639,58 +640,9 @@ def _swap_last(t: Any) -> Any:
 
 # ---- joins ----
 
-class ConcatenateStep(Step):
-    """concatenate's vjp: each operand's part of the adjoint, where it ``needs`` one; at
-    its ``places`` (offset, shape, strides) in the buffer, its ``spans`` (begin, size)
-    along axis ``ax`` in the graph."""
-
-    __slots__ = ("be", "ax", "places", "spans", "needs")
-
-    def __init__(self, be: Any, ax: int, places: tuple[Any, ...],
-                 spans: tuple[tuple[int, int], ...], needs: tuple[bool, ...]) -> None:
-        self.be, self.ax, self.places, self.spans, self.needs = be, ax, places, spans, needs
-
-    def __call__(self, g: Any) -> tuple[Any, ...]:
-        be = self.be
-        return tuple(be.strided(g, offset, shape, st) if need else None
-                     for (offset, shape, st), need in zip(self.places, self.needs))
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-        lead = (slice(None),) * self.ax
-        return tuple(g[lead + (slice(begin, begin + size),)] if need else None
-                     for (begin, size), need in zip(self.spans, self.needs))
-
-
-def concatenate(tensors: Any, axis: int = 0) -> Any:
-    tensors = list(tensors)
-    first = next((t for t in tensors if isinstance(t, TensorBase)), None)
-    if first is None:
-        raise TypeError("concatenate: needs at least one Tensor")
-    be, cls = first._backend, type(first)
-    ops = [_tensor_operand(t, be) for t in tensors]
-    out_shape, ax = shapes.concatenate("concatenate", [o.shape for o in ops], axis)
-    dtype = result_dtype(ops)
-    tape = common_tape("concatenate", ops)
-    strides = shapes.contiguous_strides(out_shape)
-    places, start = [], 0
-    for o in ops:
-        places.append((start * strides[ax], o.shape, strides))
-        start += o.shape[ax]
-    parts = []
-    for (offset, shape, st), o in zip(places, ops):
-        data = o.data
-        if o.dtype != dtype:
-            (data,) = be.map("astype", ("x",), {"x": data}, shape, (dtype,))
-        parts.append((offset, shape, st, data))
-    out = be.assemble(out_shape, dtype, parts)
-    spans: list[tuple[int, int]] = []
-    for o in ops:
-        begin = sum(s for _, s in spans)
-        spans.append((begin, o.shape[ax]))
-    step = ConcatenateStep(be, ax, tuple(places), tuple(spans),
-                           tuple(o.needs_adjoint for o in ops))
-    return record(cls, "concatenate", be, out, out_shape, dtype, tape, tuple(o.index for o in ops),
-                  step, step.graph)
+# the op table's ops this layer calls (easyad.ops sits above the tensor layer and registers
+# them here when it is imported, as easyad's __init__ does: no import goes upward)
+TABLE_OPS: dict[str, Any] = {}
 
 
 def stack(tensors: Any, axis: int = 0) -> Any:
@@ -702,7 +654,8 @@ def stack(tensors: Any, axis: int = 0) -> Any:
     items = [t if isinstance(t, TensorBase) else cls.constant(np.asarray(t), device)
              for t in tensors]
     ax = shapes.stack([t.shape for t in items], axis)
-    return concatenate([reshape(t, t.shape[:ax] + (1,) + t.shape[ax:]) for t in items], ax)
+    return TABLE_OPS["concatenate"]([reshape(t, t.shape[:ax] + (1,) + t.shape[ax:])
+                                     for t in items], ax)
 
 
 # ---- scalars into a tensor ----
