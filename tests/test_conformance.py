@@ -229,17 +229,24 @@ def test_checker_catches_a_swapped_tie_rule(monkeypatch, module_cache):
                 assert (a, b) in tied, line
 
 
-# ---- disagreements found by this suite, not fixed here (see _conformance.KNOWN_*) ----
+# ---- disagreements found by this suite, fixed ----
 
-@pytest.mark.xfail(strict=True, reason="the tape does not record whether pow was spelt ** "
-                   "or ad.pow: replay raises ZeroDivisionError (float **) where the "
-                   "recording raised ValueError (math.pow)")
-def test_known_replay_raises_math_pow_error_at_zero_base():
+def test_replay_raises_the_recordings_pow_error_at_zero_base():
+    """Found by this suite: the tape keeps one pow for ``ad.pow`` (math.pow: ValueError)
+    and ``**`` (float: ZeroDivisionError), and the replay raised ZeroDivisionError where
+    the recording of ``ad.pow`` raised ValueError. Every engine now raises
+    ad.PowDomainError, which both spellings' ``except`` clauses catch."""
     F = ad.record(lambda v: ad.pow(v[0], v[1]), np.array([1.0, 2.0]))
     with pytest.raises(ValueError):
         ad.pow(0.0, -1.0)
     with pytest.raises(ValueError):
         F(np.array([0.0, -1.0]))
+    G = ad.record(lambda v: v[0] ** v[1], np.array([1.0, 2.0]))
+    with pytest.raises(ZeroDivisionError):
+        G(np.array([0.0, -1.0]))
+    for function in (F, G):
+        with pytest.raises(ad.PowDomainError, match=r"pow\(0\.0, -1\.0\) in entry"):
+            function.gradient(np.array([0.0, -1.0]))
 
 
 @pytest.mark.parametrize("scale", [1e-300, 1e300, 1.0])
