@@ -103,7 +103,9 @@ class PowDomainError(ValueError, ZeroDivisionError):
     checks errors raises this one, which both spellings' ``except`` clauses catch: ``ad.pow``
     and ``**`` on floats, Trace, Record, nested Traces and Taylor series, and a recorded
     Function in the VM or compiled. Tensors and numpy arrays follow numpy instead: inf,
-    no exception. ``base``, ``exponent`` and ``operator`` (spelt ``**``) say what failed.
+    no exception. ``base``, ``exponent`` and ``operator`` (spelt ``**``) say what failed
+    (None when it was made from a message alone, ``PowDomainError(text)``, as code that
+    re-raises with context does).
 
     >>> import easyad as ad
     >>> F = ad.record(lambda v: ad.pow(v[0], v[1]), [1.0, 2.0])
@@ -114,16 +116,27 @@ class PowDomainError(ValueError, ZeroDivisionError):
     keep the base away from 0
     """
 
-    def __init__(self, base: float, exponent: float, operator: bool = False,
-                 where: str = ""):
-        self.base, self.exponent, self.operator, self.where = base, exponent, operator, where
+    base: float | None
+    exponent: float | None
+
+    def __init__(self, base: float | str, exponent: float | None = None,
+                 operator: bool = False, where: str = ""):
+        self.operator, self.where = operator, where
+        if isinstance(base, str):
+            # a message alone: code that re-raises with context, type(error)(text)
+            self.base = self.exponent = None
+            super().__init__(base)
+            return
+        self.base, self.exponent = base, exponent
         spelt = f"{base!r} ** {exponent!r}" if operator else f"pow({base!r}, {exponent!r})"
         super().__init__(f"{spelt}{where}: 0.0 cannot be raised to a negative power (the "
                          f"result would be infinite); keep the base away from 0 (select a "
                          f"safe base before the power: ad.where(b == 0, 1.0, b) ** y), or "
                          f"catch ad.PowDomainError (a ValueError and a ZeroDivisionError)")
 
-    def __reduce__(self) -> tuple[type, tuple[float, float, bool, str]]:
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        if self.base is None:
+            return type(self), (str(self),)
         return type(self), (self.base, self.exponent, self.operator, self.where)
 
 

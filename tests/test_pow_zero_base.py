@@ -85,12 +85,27 @@ def test_the_tape_is_unharmed_and_the_exponent_minus_inf_is_no_error():
         assert power(a, -math.inf).number == 0.0 ** -math.inf == math.inf
 
 
-def test_the_error_pickles_with_its_values():
+def test_the_error_pickles_with_its_values_and_takes_a_message_alone():
     error = ad.PowDomainError(-0.0, -2.0, True, " in entry 3 (pow)")
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is ad.PowDomainError and str(again) == str(error)
     assert (again.base, again.exponent, again.operator) == (-0.0, -2.0, True)
     assert math.copysign(1.0, again.base) == -1.0
+    # code that re-raises with context makes it from a message: type(error)(text)
+    context = type(error)(f"while fitting: {error}")
+    assert str(context).startswith("while fitting: -0.0 ** -2.0 in entry 3")
+    assert context.base is None and context.exponent is None
+    assert str(pickle.loads(pickle.dumps(context))) == str(context)
+
+
+def test_a_nested_trace_whose_first_derivative_needs_it_raises_it_with_context():
+    """d/dx x ** 0.5 is 0.5 * pow(x, -0.5): at x = 0 a float Trace gives inf (C, no
+    check), but a nested Trace has no higher derivatives there and says so, re-raising
+    the partial's PowDomainError with that context."""
+    assert (ad.Trace.variable(0.0) ** 0.5).derivative == math.inf
+    with pytest.raises(ad.PowDomainError, match=r"pow: its derivative is not finite at "
+                       r"\(x, y\) = \(0.0, 0.5\) \(pow\(0.0, -0.5\)"):
+        ad.derivative(ad.derivative(lambda u: u ** 0.5))(0.0)
 
 
 def _compiled(F):
