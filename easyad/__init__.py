@@ -46,6 +46,7 @@ from easyad.errors import (
     DeviceError,
     GradientCheckError,
     KernelFallbackWarning,
+    PowDomainError,
     ShapeError,
     StaleRecordError,
     TapeFormatError,
@@ -95,7 +96,7 @@ __all__ = [
     "TapeMismatchError",
     "Trace", "WengertList", "hessian", "hvp", "load", "record",
     "Primitive", "ArrayPrimitive", "define", "primitive", "AnomalyError", "detect_anomaly",
-    "TapeFormatError", "where", "CompilerWarning", "KernelFallbackWarning",
+    "TapeFormatError", "PowDomainError", "where", "CompilerWarning", "KernelFallbackWarning",
     # the functional API, its check, Taylor mode
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",

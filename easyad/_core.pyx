@@ -26,7 +26,7 @@ cimport numpy as cnp
 
 cnp.import_array()
 
-from easyad.errors import StaleRecordError, TapeFormatError, TapeMismatchError
+from easyad.errors import PowDomainError, StaleRecordError, TapeFormatError, TapeMismatchError
 
 
 # ---- operand coercion: one place decides what counts as a plain real number ----

@@ -297,7 +297,9 @@ class TensorFunction:
         if isinstance(v, TensorBase):
             v = v.value
         a = np.asarray(v)
-        native = a.dtype.newbyteorder("=")
+        # np.dtype(type): numpy's own dtype object (a newbyteorder copy is equal but not
+        # identical, and the core's fast paths test dtypes by identity)
+        native = np.dtype(a.dtype.type) if a.dtype.kind == "f" else a.dtype
         return _arrays.real_array(a, what, native if native in FLOAT_DTYPES else np.float64)
 
     def _inputs(self, x: Any, args: tuple[Any, ...]) -> tuple[list[np.ndarray], list[Any]]:

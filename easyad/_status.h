@@ -10,7 +10,10 @@ enum {
     EASYAD_DOMAIN = 1,          /* ValueError("math domain error") */
     EASYAD_RANGE = 2,           /* OverflowError("math range error") */
     EASYAD_ZERO_DIVISION = 3,   /* ZeroDivisionError */
-    EASYAD_COMPLEX = 4          /* ValueError: negative base, fractional exponent */
+    EASYAD_COMPLEX = 4,         /* ValueError: negative base, fractional exponent */
+    /* 5 and 6 are the replay program's own (_engine/replay/program.pxi) */
+    EASYAD_ZERO_POWER = 7       /* ad.PowDomainError: 0.0 to a negative power (both
+                                   ValueError, as math.pow, and ZeroDivisionError, as **) */
 };
 
 /* z is the result of a math-module function of x (and y) */
@@ -27,7 +30,7 @@ static inline int easyad_status_division(double y) {
 
 static inline int easyad_status_power(double x, double y, double z) {
     if (isfinite(z) && x > 0.0) return EASYAD_OK;
-    if (x == 0.0 && y < 0.0 && isfinite(y)) return EASYAD_ZERO_DIVISION;
+    if (x == 0.0 && y < 0.0 && isfinite(y)) return EASYAD_ZERO_POWER;
     if (x < 0.0 && isfinite(x) && isfinite(y) && floor(y) != y) return EASYAD_COMPLEX;
     if (isinf(z) && isfinite(x) && isfinite(y)) return EASYAD_RANGE;
     return EASYAD_OK;

@@ -94,6 +94,52 @@ class TapeFormatError(ValueError):
     """
 
 
+class PowDomainError(ValueError, ZeroDivisionError):
+    """0.0 (or -0.0) raised to a negative finite power: the result would be infinite.
+
+    Python has two errors for it: ``math.pow(0.0, -1.0)`` raises ValueError and
+    ``0.0 ** -1.0`` raises ZeroDivisionError. A recorded tape keeps one pow for both
+    spellings, so a replay cannot tell which was written; so every easyad engine that
+    checks errors raises this one, which both spellings' ``except`` clauses catch: ``ad.pow``
+    and ``**`` on floats, Trace, Record, nested Traces and Taylor series, and a recorded
+    Function in the VM or compiled. Tensors and numpy arrays follow numpy instead: inf,
+    no exception. ``base``, ``exponent`` and ``operator`` (spelt ``**``) say what failed
+    (None when it was made from a message alone, ``PowDomainError(text)``, as code that
+    re-raises with context does).
+
+    >>> import easyad as ad
+    >>> F = ad.record(lambda v: ad.pow(v[0], v[1]), [1.0, 2.0])
+    >>> try:
+    ...     F([0.0, -1.0])
+    ... except ZeroDivisionError:             # or ValueError: both catch it
+    ...     print("keep the base away from 0")
+    keep the base away from 0
+    """
+
+    base: float | None
+    exponent: float | None
+
+    def __init__(self, base: float | str, exponent: float | None = None,
+                 operator: bool = False, where: str = ""):
+        self.operator, self.where = operator, where
+        if isinstance(base, str):
+            # a message alone: code that re-raises with context, type(error)(text)
+            self.base = self.exponent = None
+            super().__init__(base)
+            return
+        self.base, self.exponent = base, exponent
+        spelt = f"{base!r} ** {exponent!r}" if operator else f"pow({base!r}, {exponent!r})"
+        super().__init__(f"{spelt}{where}: 0.0 cannot be raised to a negative power (the "
+                         f"result would be infinite); keep the base away from 0 (select a "
+                         f"safe base before the power: ad.where(b == 0, 1.0, b) ** y), or "
+                         f"catch ad.PowDomainError (a ValueError and a ZeroDivisionError)")
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        if self.base is None:
+            return type(self), (str(self),)
+        return type(self), (self.base, self.exponent, self.operator, self.where)
+
+
 class CompilerWarning(UserWarning):
     """``Function.compile()`` could not compile: no C compiler was found (or it failed).
     The Function goes on in the replay VM, with the same results, only slower; the
@@ -120,8 +166,8 @@ class KernelFallbackWarning(UserWarning):
 
 
 __all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",
-           "ShapeError", "AnomalyError", "TapeFormatError", "DeviceError", "CompilerWarning",
-           "KernelFallbackWarning"]
+           "ShapeError", "AnomalyError", "TapeFormatError", "DeviceError", "PowDomainError",
+           "CompilerWarning", "KernelFallbackWarning"]
 
 
 class DeviceError(RuntimeError):

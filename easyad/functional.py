@@ -494,7 +494,9 @@ def _in_dtype_of(x0: Any, result: Any) -> Any:
         dtype = _arrays.result_dtype(_trees.flatten(x0)[0])
     if dtype.kind != "f" or dtype.itemsize >= 8:     # float64 (or ints, longdouble): as is
         return result
-    return _arrays.as_result_dtype(result, dtype.newbyteorder("="))
+    # numpy's own float32 (or float16) object, not a newbyteorder copy: the core's fast
+    # paths test dtypes by identity
+    return _arrays.as_result_dtype(result, np.dtype(dtype.type))
 
 
 def _total(t: Any) -> Any:

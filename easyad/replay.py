@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from easyad import _arrays, _core, _levels, _pool, _tapeview
 from easyad._core import Record, Trace, WengertList
 from easyad.anomaly import check_replay
-from easyad.errors import BranchChangedError, TapeFormatError
+from easyad.errors import BranchChangedError, PowDomainError, TapeFormatError
 
 _VALUE, _GRADIENT, _SECOND = 0, 1, 2
 _BRANCH_MODES = ("raise", "retape", "mask")
@@ -947,6 +947,22 @@ class Function:
                 f"such points, or 'mask' to get NaN rows and a mask; or write the branch "
                 f"with ad.where(cond, a, b), which replay follows.")
 
+    def _operands_at(self, x: NDArray[np.float64], entry: int) -> list[float]:
+        """The values of an entry's two operands at the point x (for an error message: each
+        one recorded operand replayed as the output of its own Function)."""
+        read = _tapeview.entry(self.tape, entry)
+        values = []
+        for k in (0, 1):
+            j = read.operand(k)
+            if j < 0:
+                values.append(read.constant(k))
+                continue
+            try:
+                values.append(float(Function(self.tape, self.inputs, [j])(x)))
+            except (ValueError, ArithmeticError):
+                values.append(math.nan)
+        return values
+
     def _raise_status(self, X: NDArray[np.float64], row: int, code: int, entry: int) -> None:
         where = f"in {self._describe(entry)} replaying row {row} (x = {X[row].tolist()})"
         if code == 1:
@@ -957,6 +973,9 @@ class Function:
             raise ZeroDivisionError(f"division by zero {where}")
         if code == 4:
             raise ValueError(f"negative number raised to a fractional power {where}")
+        if code == 7:    # EASYAD_ZERO_POWER: the same error as the recording raised
+            base, exponent = self._operands_at(X[row], entry)
+            raise PowDomainError(base, exponent, where=f" {where}")
         if code == 5:
             primitive = self.tape._custom(entry)
             raise ValueError(f"the user primitive {primitive.name!r} has no second "

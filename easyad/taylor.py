@@ -310,6 +310,10 @@ def _power(x: Taylor, y: Taylor) -> Taylor:
     k = min(x.order, y.order)
     exponent = y.number
     if not y._c[1:k + 1].any() and exponent.is_integer() and abs(exponent) <= _MAX_INTEGER_POWER:
+        # the value first, exactly as floats give it: at a zero base and a negative
+        # exponent it raises ad.PowDomainError, as every engine does (not the series
+        # division's ZeroDivisionError)
+        value = _core.pow(x.number, exponent)
         n = int(exponent)
         result = np.zeros(k + 1)
         result[0] = 1.0
@@ -322,7 +326,7 @@ def _power(x: Taylor, y: Taylor) -> Taylor:
             one = np.zeros(k + 1)
             one[0] = 1.0
             result = _divide(one, result)
-        result[0] = _core.pow(x.number, exponent)  # the value exactly as floats give it
+        result[0] = value
         return Taylor._of(result)
     return _apply_rule(_rules.RULES_BY_NAME["pow"], (x, y))
 

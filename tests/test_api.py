@@ -41,7 +41,7 @@ CONTRACT = {
     "Comparison", "Function", "TensorFunction", "record", "load", "hessian", "hvp",
     "Primitive", "define", "primitive", "AnomalyError", "detect_anomaly",
     "BranchChangedError", "GradientCheckError", "ShapeError", "DeviceError",
-    "TapeFormatError", "where", "CompilerWarning", "KernelFallbackWarning",
+    "TapeFormatError", "PowDomainError", "where", "CompilerWarning", "KernelFallbackWarning",
     # the functional API (functional.py, checks.py) and Taylor mode (taylor.py)
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",

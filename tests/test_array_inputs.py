@@ -383,6 +383,32 @@ def test_transforms_give_derivatives_in_the_inputs_floating_dtype(dtype):
     assert T32.gradient(x.astype(np.float32)).dtype == np.float32
 
 
+@pytest.mark.parametrize("code", [">f4", ">f8", "<f4", "<f8"])
+def test_derivatives_carry_numpys_own_dtype_object_in_either_byte_order(code):
+    """The core's fast paths test a dtype by identity (``is np.dtype(np.float32)``); a
+    dtype made by ``newbyteorder("=")`` is an equal copy, so results made with one sent
+    every later tensor operation on them to Python. Whatever the input's byte order, the
+    derivatives' dtype is numpy's own object, with the values of the native input's."""
+    x = np.array([0.5, -1.25, 2.0], dtype=code)
+    dtype = np.dtype(np.dtype(code).type)           # numpy's own float32 or float64
+    native = x.astype(dtype)
+    T = ad.record(tensor_f, x, tensor=True)
+    T_native = ad.record(tensor_f, native, tensor=True)
+    pairs = [(ad.grad(tensor_f)(x), ad.grad(tensor_f)(native)),
+             (ad.value_and_grad(tensor_f)(x)[1], ad.value_and_grad(tensor_f)(native)[1]),
+             (ad.grad(scalar_f)(x), ad.grad(scalar_f)(native)),
+             (ad.hessian(scalar_f)(x), ad.hessian(scalar_f)(native)),
+             (T.gradient(x), T_native.gradient(native)),
+             (T.value_and_gradient(x)[1], T_native.value_and_gradient(native)[1])]
+    for got, want in pairs:
+        assert got.dtype is dtype, (got.dtype, dtype)
+        np.testing.assert_array_equal(got, want)
+    # and the result feeds the tensors' fast paths: an op on it keeps numpy's object
+    lst = ad.WengertList()
+    doubled = ad.Tensor.variable(ad.grad(tensor_f)(x), lst) * 2.0
+    assert doubled.value.dtype is dtype
+
+
 def test_integer_and_float64_inputs_give_float64_derivatives():
     for x in (np.array([1, 2, 3]), [1, 2, 3], np.array([1.0, 2.0, 3.0]),
               np.array([1.0, 2.0, 3.0], dtype=">f8")):

@@ -229,17 +229,77 @@ def test_checker_catches_a_swapped_tie_rule(monkeypatch, module_cache):
                 assert (a, b) in tied, line
 
 
-# ---- disagreements found by this suite, not fixed here (see _conformance.KNOWN_*) ----
+# ---- disagreements found by this suite, fixed ----
 
-@pytest.mark.xfail(strict=True, reason="the tape does not record whether pow was spelt ** "
-                   "or ad.pow: replay raises ZeroDivisionError (float **) where the "
-                   "recording raised ValueError (math.pow)")
-def test_known_replay_raises_math_pow_error_at_zero_base():
+def test_replay_raises_the_recordings_pow_error_at_zero_base():
+    """Found by this suite: the tape keeps one pow for ``ad.pow`` (math.pow: ValueError)
+    and ``**`` (float: ZeroDivisionError), and the replay raised ZeroDivisionError where
+    the recording of ``ad.pow`` raised ValueError. Every engine now raises
+    ad.PowDomainError, which both spellings' ``except`` clauses catch."""
     F = ad.record(lambda v: ad.pow(v[0], v[1]), np.array([1.0, 2.0]))
     with pytest.raises(ValueError):
         ad.pow(0.0, -1.0)
     with pytest.raises(ValueError):
         F(np.array([0.0, -1.0]))
+    G = ad.record(lambda v: v[0] ** v[1], np.array([1.0, 2.0]))
+    with pytest.raises(ZeroDivisionError):
+        G(np.array([0.0, -1.0]))
+    for function in (F, G):
+        with pytest.raises(ad.PowDomainError, match=r"pow\(0\.0, -1\.0\) in entry"):
+            function.gradient(np.array([0.0, -1.0]))
+
+
+# functions of three inputs whose partials are exact (no libm rounding), met at signed
+# zeros, infinities and NaN-making products: the strong zero decides every zero's sign
+_SIGNED_ZERO_FUNCTIONS = {
+    "product": lambda a, b, c: a * b * c,
+    "quotient": lambda a, b, c: (a * b) / c,
+    "minus": lambda a, b, c: -(a * b) + c * 0.0,
+    "max": lambda a, b, c: ad.maximum(a, b) * c,
+    "sqrt": lambda a, b, c: ad.sqrt(ad.abs(a)) * b - c,
+    "pow": lambda a, b, c: ad.pow(ad.abs(a), 0.5) * (b * c),
+}
+_SIGNED_ZERO_VALUES = [0.0, -0.0, 1.0, -2.0, np.inf, -np.inf]
+
+
+def test_every_engine_gives_the_strong_zeros_bits(module_cache):
+    """The backward sweeps' strong zero is _helpers.h's mul0 (EASYAD_MUL0) in every
+    engine: the Record sweep (_engine/tape.pxi), the replay VM (_ops.h's reverse runs),
+    compiled C, eager tensors and the fused C program give the same gradient bits at
+    signed zeros, infinities and 0 * inf, signs of zeros included (np.signbit)."""
+    if not _compiler_works():
+        pytest.skip("no C compiler: compiled C and the fused program are not built")
+    grid = np.array(np.meshgrid(*[_SIGNED_ZERO_VALUES] * 3)).reshape(3, -1)
+    for name, f in _SIGNED_ZERO_FUNCTIONS.items():
+        record, ok = np.full(grid.shape, np.nan), np.zeros(grid.shape[1], dtype=bool)
+        for p, point in enumerate(grid.T.tolist()):
+            lst = ad.WengertList()
+            xs = [lst.variable(v) for v in point]
+            try:
+                d = f(*xs).derivatives()
+            except (ValueError, ArithmeticError):
+                continue            # Python raises there (1 / 0): the tensors do not
+            record[:, p], ok[p] = [d[x] for x in xs], True
+        F = ad.record(lambda v, f=f: f(v[0], v[1], v[2]), np.array([1.0, 1.0, 1.0]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ad.CompilerWarning)
+            C = ad.record(lambda v, f=f: f(v[0], v[1], v[2]),
+                          np.array([1.0, 1.0, 1.0])).compile()
+        lst = ad.WengertList()
+        ts = [ad.Tensor.variable(row, lst) for row in grid]
+        d = ad.sum(f(*ts)).derivatives()
+        T = ad.record(lambda x, f=f: ad.sum(f(x[0], x[1], x[2])), grid, tensor=True)
+        engines = {"VM": F.gradient(grid.T[ok]).T, "compiled C": C.gradient(grid.T[ok]).T,
+                   "eager tensors": np.array([d[t] for t in ts])[:, ok],
+                   "fused C": T.gradient(grid)[:, ok]}
+        want = record[:, ok]
+        zeros = want == 0.0
+        # mul0 makes a zero contribution +0.0 (never p * g's -0.0), and sums start at +0.0
+        assert zeros.sum() >= 40 and not np.signbit(want[zeros]).any()
+        for engine, got in engines.items():
+            np.testing.assert_array_equal(got, want, err_msg=f"{name}: {engine}")
+            assert (np.signbit(got[zeros]) == np.signbit(want[zeros])).all(), \
+                (name, engine, grid[:, ok][:, zeros.any(axis=0)])
 
 
 @pytest.mark.parametrize("scale", [1e-300, 1e300, 1.0])

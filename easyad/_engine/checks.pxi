@@ -30,9 +30,9 @@ cdef inline int _check_division(double y) except -1:
 
 cdef int _raise_power(double x, double y, double z, bint operator) except -1:
     if x == 0.0 and y < 0.0 and isfinite(y):  # 0.0 ** -inf is inf, no error
-        if operator:  # float ** float
-            raise ZeroDivisionError("0.0 cannot be raised to a negative power")
-        raise ValueError("math domain error")  # math.pow
+        # float ** raises ZeroDivisionError here and math.pow ValueError; a tape keeps one
+        # pow for both spellings, so every engine raises the one error that is both
+        raise PowDomainError(x, y, operator)
     if x < 0.0 and isfinite(x) and isfinite(y) and floor(y) != y:
         raise ValueError(
             "negative number cannot be raised to a fractional power "

@@ -137,28 +137,21 @@ cdef void _reverse_sweep(const double* partial0, const double* partial1, const i
                          const int32_t* arg1, double* adjoints, Py_ssize_t lo,
                          Py_ssize_t hi) noexcept nogil:
     # entries hi down to lo; an absent or constant operand (index -1) receives nothing (its
-    # partial slot holds the constant instead)
+    # partial slot holds the constant instead). Each contribution is _helpers.h's mul0
+    # (the one strong zero, bit for bit: 0 * inf contributes +0.0, as a zero partial does)
     cdef Py_ssize_t i
     cdef int32_t j
-    cdef double g, p, t
+    cdef double g
     for i in range(hi, lo - 1, -1):
         g = adjoints[i]
         if g == 0.0:
             continue  # nothing flows from here: skips unselected branches and dead code
         j = arg0[i]
         if j >= 0:
-            p = partial0[i]
-            t = p * g
-            if t != t and p == 0.0:
-                t = 0.0  # the strong zero of mul0: 0 * inf contributes nothing
-            adjoints[j] += t
+            adjoints[j] += mul0(partial0[i], g)
         j = arg1[i]
         if j >= 0:
-            p = partial1[i]
-            t = p * g
-            if t != t and p == 0.0:
-                t = 0.0
-            adjoints[j] += t
+            adjoints[j] += mul0(partial1[i], g)
 
 
 # ---- numbers still on a device ----

@@ -19,6 +19,7 @@ cdef enum:
     _WHAT_GRADIENT = 1      # reverse sweep from each output: Jacobian rows
     _WHAT_SECOND = 2        # H @ S for K seed directions (first output)
     _STATUS_NO_SECOND = 5   # a user primitive without d2f met a second-order sweep
+                            # (1-4 and 7 are the rules' statuses, _status.h)
     _STATUS_PYTHON = 6      # a user primitive raised
     _RUN_ONE_BY_ONE = 0     # run_op of a run of structural entries (select, comparison, custom)
     _SPECIAL_SQUARE = 1     # an affine pow run whose exponent is the constant 2.0: x * x
