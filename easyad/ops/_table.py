@@ -77,7 +77,8 @@ class Op:
         if kind != "numpy" and self.composite is not None:
             return self.composite(be, params, *bufs)
         hosts = bufs if kind == "numpy" else [np.asarray(be.to_numpy(b)) for b in bufs]
-        out = np.ascontiguousarray(self.numpy(params, *hosts), dtype=dtype)
+        # asarray, not ascontiguousarray: that makes a 0-d result (det of one matrix) 1-d
+        out = np.asarray(self.numpy(params, *hosts), dtype=dtype, order="C")
         if out.shape != shape:
             raise AssertionError(f"op {self.name!r}: its numpy lowering made shape "
                                  f"{out.shape} where its shape rule says {shape} (the two "
