@@ -269,4 +269,111 @@ def test_values_are_numpys_and_scipys():
 
 
 def _number(t):
-    return np.asarray(t.value if hasattr(t, "value") else t)
+    """The numbers of a result: a Tensor's value, a Record's number (a 0-d result)."""
+    return np.asarray(t.value if hasattr(t, "value") else getattr(t, "number", t))
+
+
+# ---- repeated eigenvalues / singular values: what the derivative is there ----
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_repeated_eigenvalues_give_non_finite_vector_derivatives_and_finite_value_ones():
+    a, weights = np.diag([2.0, 2.0, 5.0]), np.arange(9.0).reshape(3, 3)
+    # through the eigenvectors (not unique at a repeat): inf/nan, never a plausible number
+    for vectors in (lambda m: L.eigh(m).eigenvectors, lambda m: L.svd(m).U,
+                    lambda m: L.svd(m).Vh):
+        g = ad.grad(lambda m: ad.sum(vectors(m) * weights))(a)
+        assert not np.isfinite(g).all()
+        tt = ad.TraceTensor.variable(a, weights)
+        assert not np.isfinite(vectors(tt).tangent).all()
+    # a symmetric function of the values (their sum) has a derivative: the identity's
+    # (eigh reads the lower triangle; svd's sum is the nuclear norm of an SPD matrix)
+    for values in (lambda m: L.eigh(m).eigenvalues, L.eigvalsh, lambda m: L.svd(m).S,
+                   L.svdvals):
+        g = ad.grad(lambda m: ad.sum(values(m)))(a)
+        np.testing.assert_array_equal(g, np.eye(3))
+
+
+# ---- errors ----
+
+def test_singular_and_indefinite_matrices_raise_linalg_error_naming_the_operation():
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    devices = ["numpy", *[d.name for d in ad.devices() if d.kind == "opencl"]]
+    for device in devices:
+        t = ad.Tensor.constant(singular, device=device)
+        with pytest.raises(np.linalg.LinAlgError, match="linalg.solve: Singular matrix"):
+            L.solve(t, np.ones(2))
+        with pytest.raises(np.linalg.LinAlgError, match="linalg.inv"):
+            L.inv(t)
+        with pytest.raises(np.linalg.LinAlgError, match="linalg.cholesky"):
+            L.cholesky(-ad.Tensor.constant(np.eye(2), device=device))
+    with pytest.raises(np.linalg.LinAlgError, match="linalg.solve_triangular: singular"):
+        L.solve_triangular(np.zeros((2, 2)), np.ones(2))
+    with pytest.raises(np.linalg.LinAlgError, match="linalg.inv"):    # det's gradient
+        ad.grad(lambda m: L.det(m))(singular)
+    assert L.det(singular) == 0.0                                     # the value is fine
+
+
+def test_bad_shapes_and_arguments_say_what_to_do():
+    with pytest.raises(ad.ShapeError, match=r"linalg.inv: takes square matrices.*\(2, 3\)"):
+        L.inv(ad.Tensor.constant(np.ones((2, 3))))
+    with pytest.raises(ad.ShapeError, match=r"b must have shape \(\.\.\., 2, k\)"):
+        L.solve(np.eye(2), np.ones((3, 1)))
+    with pytest.raises(ad.ShapeError, match="do not broadcast"):
+        L.solve(np.ones((2, 2, 2)) + np.eye(2), np.ones((3, 2, 1)))
+    with pytest.raises(ad.ShapeError, match="m >= n"):
+        L.qr(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="pass full_matrices=False"):
+        L.svd(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="UPLO must be"):
+        L.eigh(np.eye(2), UPLO="X")
+    with pytest.raises(ValueError, match="leave rcond and rtol out"):
+        L.pinv(np.eye(2), rcond=1e-3)
+    with pytest.raises(TypeError, match="exponent must be an integer"):
+        L.matrix_power(np.eye(2), 1.5)
+    with pytest.raises(TypeError, match="no scalar form"):     # object arrays of Records
+        lst = ad.WengertList()
+        L.inv(np.array([[lst.variable(1.0), 0.0], [0.0, 1.0]], dtype=object))
+
+
+# ---- numpy's functions, stacks, dtypes ----
+
+def test_numpy_linalg_functions_dispatch_here():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(3, 3)) + 3 * np.eye(3), rng.normal(size=3)
+    t = ad.Tensor.variable(a, ad.WengertList())
+    close = np.testing.assert_allclose
+    close(np.linalg.solve(t, b).value, np.linalg.solve(a, b), rtol=0, atol=0)
+    close(np.linalg.inv(t).value, np.linalg.inv(a), rtol=0, atol=0)
+    w, v = np.linalg.eigh(t + t.T)
+    close(w.value, np.linalg.eigh(a + a.T)[0], rtol=0, atol=0)
+    close(_number(np.linalg.norm(t, "nuc")), np.linalg.norm(a, "nuc"), rtol=1e-14)
+    close(np.linalg.matrix_power(t, 2).value, a @ a, rtol=1e-15)
+    y = ad.sum(np.linalg.inv(t))              # recorded: np.linalg.inv's gradient is ours
+    close(y.derivatives()[t], -(np.linalg.inv(a).T @ np.ones((3, 3)) @ np.linalg.inv(a).T),
+          rtol=1e-12)
+    tt = ad.TraceTensor.variable(a, np.eye(3))
+    close(np.linalg.det(tt).derivative, np.linalg.det(a) * np.trace(np.linalg.inv(a)), rtol=1e-12)
+
+
+def test_batching_rule_and_stacks_match_the_loop_over_matrices():
+    rng = np.random.default_rng(6)
+    stack = rng.normal(size=(4, 3, 3)) + 3 * np.eye(3)
+    for name in ("inv", "det", "cholesky", "eigvalsh", "svdvals", "expm"):
+        op = ops.get(name)
+        spd = stack @ np.swapaxes(stack, -1, -2) if name == "cholesky" else stack
+        by_rule = ops.batched(op, spd, 0)
+        loop = np.stack([ops.call(op, (m,), {}) for m in spd])
+        np.testing.assert_allclose(by_rule, loop, rtol=1e-13, atol=1e-14, err_msg=name)
+    # a stacked gradient is the stack of the gradients
+    grads = ad.grad(lambda m: ad.sum(L.det(m)))(stack)
+    for k in range(4):
+        np.testing.assert_allclose(grads[k], ad.grad(L.det)(stack[k]), rtol=1e-13)
+
+
+def test_float32_keeps_its_dtype():
+    a = (np.eye(3) * 2 + 0.1).astype(np.float32)
+    for f in (L.inv, L.cholesky, L.expm, L.eigvalsh, lambda m: L.svd(m).S):
+        out = f(ad.Tensor.constant(a))
+        assert out.dtype == np.float32
+    t = ad.Tensor.variable(a, ad.WengertList())
+    assert ad.sum(L.inv(t)).derivatives()[t].dtype == np.float32

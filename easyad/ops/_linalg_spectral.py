@@ -11,8 +11,10 @@ Packed layouts (the public functions in ``easyad.linalg`` slice them):
 Where eigenvalues (singular values) repeat, eigenvectors (singular vectors) are not
 unique and have no derivative: the formulas divide by the differences
 ``w_j - w_i`` (``s_j^2 - s_i^2``), so derivatives through ``eigh``'s vectors (``svd``'s
-U and V) come out inf or nan there. eigvalsh and svdvals are ops of their own whose
-derivatives use no such division (``V diag(g) V^T``), so they stay finite at repeats.
+U and V) come out inf or nan there. Only what the vectors contribute is divided
+(``_coupled``: a zero coupling stays zero, not 0 * inf), so a function of the eigenvalues
+alone keeps a finite gradient through ``eigh`` too. eigvalsh and svdvals are ops of their
+own whose derivatives use no such division (``V diag(g) V^T``).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from easyad.ops._linalg import (NoParams, TriangularParams, SOLVE_TRIANGULAR, di
                                 diagonal, lapack, leading, lower_read, mT, matrices, square,
                                 symmetric_from_lower, tril, triu)
 from easyad.ops._table import Op, register
-from easyad.tensor._structural import concatenate
+from easyad.tensor._structural import concatenate, where
 
 
 def _differences(v: Any) -> Any:
@@ -40,6 +42,13 @@ def _reciprocal_off_diagonal(d: Any) -> Any:
     n = d.shape[-1]
     with np.errstate(divide="ignore", invalid="ignore"):
         return (1.0 - np.eye(n)) / (d + np.eye(n))
+
+
+def _coupled(f: Any, m: Any) -> Any:
+    """``f * m`` with the entries where ``m`` is exactly 0 kept 0 (``f`` is inf where values
+    repeat: a function of the values alone has ``m = 0`` and its gradient stays finite)."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return where(m == 0.0, 0.0, f * m)
 
 
 # ---- eigh (numpy's: lower triangle read) ----
@@ -58,7 +67,7 @@ def _eigh_vjp(p: NoParams, g: Any, a: Any, out: Any) -> tuple[Any]:
     w, v = out[..., 0, :], out[..., 1:, :]
     gw, gv = g[..., 0, :], g[..., 1:, :]
     f = _reciprocal_off_diagonal(_differences(w))
-    inner = diag_embed(gw) + f * (mT(v) @ gv)
+    inner = diag_embed(gw) + _coupled(f, mT(v) @ gv)
     return (lower_read(v @ inner @ mT(v)),)
 
 
@@ -66,7 +75,7 @@ def _eigh_jvp(p: NoParams, tangents: Any, a: Any, out: Any) -> Any:
     w, v = out[..., 0, :], out[..., 1:, :]
     m = mT(v) @ symmetric_from_lower(tangents[0]) @ v
     dw = diagonal(m)
-    dv = v @ (_reciprocal_off_diagonal(_differences(w)) * m)
+    dv = v @ _coupled(_reciprocal_off_diagonal(_differences(w)), m)
     return concatenate([dw.reshape(tuple(dw.shape[:-1]) + (1, dw.shape[-1])), dv], axis=-2)
 
 
@@ -129,13 +138,18 @@ def _svd_vjp(p: NoParams, g: Any, a: Any, out: Any) -> tuple[Any]:
     u, s, v = _svd_parts(out, m)
     gu, gs, gv = _svd_parts(g, m)
     f = _reciprocal_off_diagonal(_differences(s * s))
-    j = f * (mT(u) @ gu - mT(gu) @ u)
-    k = f * (mT(v) @ gv - mT(gv) @ v)
+    j = _coupled(f, mT(u) @ gu - mT(gu) @ u)
+    k = _coupled(f, mT(v) @ gv - mT(gv) @ v)
     core = _columns(j, s) + diag_embed(gs) + _rows(s, k)
-    inverse = 1.0 / s
-    return (u @ core @ mT(v)
-            + _columns((np.eye(m) - u @ mT(u)) @ gu, inverse) @ mT(v)
-            + _columns(u, inverse) @ mT(gv) @ (np.eye(n) - v @ mT(v)),)
+    with np.errstate(divide="ignore"):
+        inverse = 1.0 / s
+    ga = u @ core @ mT(v)
+    # the parts of gU (gV) outside U's (V's) columns: none for a square matrix
+    if m > n:
+        ga = ga + _columns((np.eye(m) - u @ mT(u)) @ gu, inverse) @ mT(v)
+    if n > m:
+        ga = ga + _columns(u, inverse) @ mT(gv) @ (np.eye(n) - v @ mT(v))
+    return (ga,)
 
 
 def _svd_jvp(p: NoParams, tangents: Any, a: Any, out: Any) -> Any:
@@ -144,11 +158,14 @@ def _svd_jvp(p: NoParams, tangents: Any, a: Any, out: Any) -> Any:
     u, s, v = _svd_parts(out, m)
     dp = mT(u) @ da @ v
     f = _reciprocal_off_diagonal(_differences(s * s))
-    inverse = 1.0 / s
-    du = u @ (f * (_columns(dp, s) + _rows(s, mT(dp)))) + \
-        _columns((np.eye(m) - u @ mT(u)) @ da @ v, inverse)
-    dv = v @ (f * (_rows(s, dp) + _columns(mT(dp), s))) + \
-        _columns((np.eye(n) - v @ mT(v)) @ mT(da) @ u, inverse)
+    with np.errstate(divide="ignore"):
+        inverse = 1.0 / s
+    du = u @ _coupled(f, _columns(dp, s) + _rows(s, mT(dp)))
+    dv = v @ _coupled(f, _rows(s, dp) + _columns(mT(dp), s))
+    if m > n:                  # dA's part outside U's columns (none for a square matrix)
+        du = du + _columns((np.eye(m) - u @ mT(u)) @ da @ v, inverse)
+    if n > m:
+        dv = dv + _columns((np.eye(n) - v @ mT(v)) @ mT(da) @ u, inverse)
     ds = diagonal(dp)
     return concatenate([mT(du), ds.reshape(tuple(ds.shape) + (1,)), mT(dv)], axis=-1)
 
