@@ -377,3 +377,21 @@ def test_float32_keeps_its_dtype():
         assert out.dtype == np.float32
     t = ad.Tensor.variable(a, ad.WengertList())
     assert ad.sum(L.inv(t)).derivatives()[t].dtype == np.float32
+
+
+def test_functional_transforms_take_linalg_code():
+    """ad.hessian first tries scalar code on object arrays; a linalg op refuses those
+    (ObjectArrayOperand), so it differentiates with tensors instead."""
+    a = np.random.default_rng(8).normal(size=(3, 3)) + 3 * np.eye(3)
+    ta = torch.tensor(a)
+    hessian = ad.hessian(lambda m: ad.linalg.slogdet(m).logabsdet)(a)
+    want = torch.func.hessian(lambda t: torch.linalg.slogdet(t).logabsdet)(ta).numpy()
+    np.testing.assert_allclose(hessian, want, rtol=1e-10, atol=1e-13)
+    jac = ad.jacobian(lambda m: ad.linalg.eigvalsh(m + m.T))(a)
+    want = torch.func.jacrev(lambda t: torch.linalg.eigvalsh(t + t.T))(ta).numpy()
+    np.testing.assert_allclose(jac, want, rtol=1e-10, atol=1e-13)
+    v = np.arange(9.0).reshape(3, 3)
+    hv = ad.hvp(lambda m: ad.sum(ad.sin(ad.linalg.inv(m))), a, v)
+    _, want = torch.func.jvp(torch.func.grad(lambda t: torch.sum(torch.sin(torch.linalg.inv(t)))),
+                             (ta,), (torch.tensor(v),))
+    np.testing.assert_allclose(hv, want.numpy(), rtol=1e-10, atol=1e-13)
