@@ -395,3 +395,22 @@ def test_functional_transforms_take_linalg_code():
     _, want = torch.func.jvp(torch.func.grad(lambda t: torch.sum(torch.sin(torch.linalg.inv(t)))),
                              (ta,), (torch.tensor(v),))
     np.testing.assert_allclose(hv, want.numpy(), rtol=1e-10, atol=1e-13)
+
+
+def test_lu_and_cholesky_solves_of_stacks_match_scipy():
+    rng = np.random.default_rng(9)
+    a, b = rng.normal(size=(3, 4, 4)), rng.normal(size=(3, 4, 2))
+    lu, piv = L.lu_factor(ad.Tensor.constant(a))
+    for k in range(3):
+        want = scipy.linalg.lu_factor(a[k])
+        np.testing.assert_array_equal(lu.value[k], want[0])
+        np.testing.assert_array_equal(piv[k], want[1])
+        for trans in (0, 1):
+            np.testing.assert_allclose(L.lu_solve((lu, piv), b, trans=trans).value[k],
+                                       scipy.linalg.lu_solve(want, b[k], trans=trans),
+                                       rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(L.lu_solve(L.lu_factor(a[0]), b[0, :, 0]),
+                               np.linalg.solve(a[0], b[0, :, 0]), rtol=1e-12)
+    spd = a @ np.swapaxes(a, -1, -2) + np.eye(4)
+    np.testing.assert_allclose(L.cho_solve(L.cho_factor(spd), b), np.linalg.solve(spd, b),
+                               rtol=1e-12)

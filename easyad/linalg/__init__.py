@@ -208,31 +208,34 @@ def lu_factor(a: Any, overwrite_a: bool = False, check_finite: bool = True
     return lu, piv
 
 
-def _row_order(piv: np.ndarray) -> np.ndarray:
-    """LAPACK's row interchanges as a permutation: row k of P^T A is row order[k] of A."""
-    order = np.arange(len(piv))
-    for i, p in enumerate(piv):
-        order[i], order[p] = order[p], order[i]
-    return order
+def _row_permutation(piv: np.ndarray) -> np.ndarray:
+    """LAPACK's row interchanges (``piv``, stacked or not) as constant matrices ``P^T``:
+    ``P^T @ b`` puts b's rows in the order the factors have them."""
+    piv = np.asarray(piv)
+    n = piv.shape[-1]
+    out = np.zeros(piv.shape + (n,))
+    for index in np.ndindex(piv.shape[:-1]):
+        order = np.arange(n)
+        for i, p in enumerate(piv[index]):
+            order[i], order[p] = order[p], order[i]
+        out[index + (np.arange(n), order)] = 1.0
+    return out
 
 
 def lu_solve(lu_and_piv: tuple[Any, np.ndarray], b: Any, trans: int = 0,
              overwrite_b: bool = False, check_finite: bool = True) -> Any:
     """``x`` with ``A x = b`` (trans 1: ``A^T x = b``) from ``lu_factor(A)``, as
-    ``scipy.linalg.lu_solve`` (one matrix: its pivots are one vector)."""
+    ``scipy.linalg.lu_solve`` (stacks too: the row interchanges are constant matrices)."""
     lu, piv = lu_and_piv
-    piv = np.asarray(piv)
-    if piv.ndim != 1:
-        raise ValueError("linalg.lu_solve: takes the factors of one matrix (piv 1-d); for a "
-                         "stack, call it per matrix or use ad.linalg.solve")
-    order = _row_order(piv)
+    b, vector = _as_columns(b)
+    swap = _row_permutation(piv)                  # P^T
     if trans in (0, "N"):
-        y = solve_triangular(lu, _operand(b)[order], lower=True, unit_diagonal=True)
-        return solve_triangular(lu, y, lower=False)
+        y = solve_triangular(lu, swap @ b, lower=True, unit_diagonal=True)
+        return _vector_back(solve_triangular(lu, y, lower=False), vector)
     if trans in (1, "T"):
         z = solve_triangular(lu, b, lower=False, trans=1)
         w = solve_triangular(lu, z, lower=True, trans=1, unit_diagonal=True)
-        return w[np.argsort(order)]
+        return _vector_back(_ops.mT(swap) @ w, vector)
     raise ValueError(f"lu_solve: trans must be 0 or 1 (real matrices), got {trans!r}")
 
 
