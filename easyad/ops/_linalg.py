@@ -28,6 +28,7 @@ from easyad.errors import ShapeError
 from easyad.ops._apply import apply
 from easyad.ops._table import Op, register
 from easyad.tensor._generic import sum as _sum
+from easyad.tensor._structural import concatenate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,7 +345,6 @@ def _block_expm(a: Any, e: Any) -> Any:
     """The upper right block of expm([[a, e], [0, a]]): the derivative of expm at ``a``
     along ``e`` (Najfeld & Havel 1995); with ``a`` transposed, the vjp."""
     zero = a * 0.0
-    from easyad.tensor._structural import concatenate
     big = concatenate([concatenate([a, e], axis=-1), concatenate([zero, a], axis=-1)],
                       axis=-2)
     n = a.shape[-1]
