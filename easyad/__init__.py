@@ -83,6 +83,7 @@ from easyad.tensor import (
 
 # the op table (above the tensors: its calls run on them)
 from easyad.ops import cumsum, flip  # noqa: E402
+from easyad import linalg  # noqa: E402  (its ops join the table)
 
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
@@ -106,6 +107,8 @@ __all__ = [
     "softmax", "stack", "sum",
     # the op table's ops
     "cumsum", "flip",
+    # differentiable linear algebra (a subpackage, as nn)
+    "linalg",
     # neural networks
     "nn", "optim", "random",
 ]

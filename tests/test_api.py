@@ -54,6 +54,8 @@ CONTRACT = {
     "ArrayPrimitive", "ShapeDtype",
     # neural networks (issue 5): subpackages
     "nn", "optim", "random",
+    # differentiable linear algebra (issue 26): a subpackage
+    "linalg",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {rule.name for rule in _rules.RULES if not rule.generic}

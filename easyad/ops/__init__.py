@@ -2,7 +2,9 @@
 ``easyad._rules`` holds the elementwise functions), and the interpreters that run a call
 of one on whatever its operands are. ``_table``: the ``Op`` record, ``register``, the
 lowering chooser; ``_apply``: the call (forward, reverse, every device, eval_shape,
-ad.record, object arrays of scalars, batching); ``_builtin``: the ops themselves.
+ad.record, object arrays of scalars, batching); ``_builtin``: the ops themselves;
+``_linalg``, ``_linalg_spectral``: linear algebra (registered when ``easyad.linalg``, their
+public face, is imported, which ``import easyad`` does).
 
 How to add an op: docs/internals.md ("How to add an op"); tests/test_add_an_op.py does it.
 """

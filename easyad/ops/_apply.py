@@ -22,8 +22,8 @@ from easyad._core import Record, Trace
 from easyad.errors import ShapeError
 from easyad.ops._table import Op
 from easyad.tensor import _graph
-from easyad.tensor._base import (Operand, TensorBase, common_tape, operand, record,
-                                 record_scalar, result_dtype, wrap)
+from easyad.tensor._base import (ObjectArrayOperand, Operand, TensorBase, common_tape, operand,
+                                 record, record_scalar, result_dtype, wrap)
 from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
@@ -178,10 +178,10 @@ def _zeros_like(v: Any) -> Any:
 # ---- object arrays of scalars (Records, Traces, NestedTraces) ----
 
 def _objects(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
-    if not op.objects:
-        raise TypeError(f"{op.name} has no scalar form (its numpy lowering does not run on "
-                        f"object arrays): pass a Tensor (ad.record(..., tensor=True) "
-                        f"records tensor code)")
+    if not op.objects:      # ObjectArrayOperand (a TypeError): ad.hessian then uses tensors
+        raise ObjectArrayOperand(f"{op.name} has no scalar form (its numpy lowering does not "
+                                 f"run on object arrays): pass a Tensor (ad.record(..., "
+                                 f"tensor=True) records tensor code)")
     arrays = [np.asarray(a) for a in args]
     _, params = op.rule(params, *(a.shape for a in arrays))
     return op.numpy(params, *arrays)

@@ -85,7 +85,8 @@ class Op:
             return self.composite(be, params, *bufs)
         hosts = bufs if kind == "numpy" else [np.asarray(be.to_numpy(b)) for b in bufs]
         made = self.numpy(params, *hosts)
-        out = np.ascontiguousarray(made, dtype=dtype)
+        # asarray, not ascontiguousarray: that makes a 0-d result (det of one matrix) 1-d
+        out = np.asarray(made, dtype=dtype, order="C")
         if out.shape != shape:
             raise AssertionError(f"op {self.name!r}: its numpy lowering made shape "
                                  f"{out.shape} where its shape rule says {shape} (the two "
