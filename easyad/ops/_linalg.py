@@ -28,7 +28,7 @@ from easyad.errors import ShapeError
 from easyad.ops._apply import apply
 from easyad.ops._table import Op, register
 from easyad.tensor._generic import sum as _sum
-from easyad.tensor._structural import concatenate
+from easyad.tensor._generic import concatenate
 
 
 @dataclasses.dataclass(frozen=True)

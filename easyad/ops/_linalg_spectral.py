@@ -28,7 +28,8 @@ from easyad.ops._linalg import (NoParams, TriangularParams, SOLVE_TRIANGULAR, di
                                 diagonal, lapack, leading, lower_read, mT, matrices, square,
                                 symmetric_from_lower, tril, triu)
 from easyad.ops._table import Op, register
-from easyad.tensor._structural import concatenate, where
+from easyad.tensor._generic import concatenate
+from easyad.tensor._structural import where
 
 
 def _differences(v: Any) -> Any:
