@@ -1,4 +1,4 @@
-"""TensorFunction batches on an OpenCL device (easyad/tensor/_batch_cl.py): every fused
+"""TensorFunction batches on an OpenCL device (easyad/tensor/batch_cl.py): every fused
 kernel launched once for all the points, against one replay per point on the same device
 and the numpy device's batch (one C loop)."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _batch_cl, _devices
+from easyad.compiler.program import batch_cl
+from easyad.tensor import _devices
 
 from test_tensor_record import _opencl_usable, rosen, rosen_hvp
 
@@ -57,12 +58,12 @@ def _check(got, want, dtype):
 def launches(monkeypatch):
     """Counts of the batched kernels' launches, by kernel name."""
     counts: dict[str, int] = {}
-    original = _batch_cl._enqueue
+    original = batch_cl._enqueue
 
     def counting(kernel, *args):
         counts[kernel.function_name] = counts.get(kernel.function_name, 0) + 1
         original(kernel, *args)
-    monkeypatch.setattr(_batch_cl, "_enqueue", counting)
+    monkeypatch.setattr(batch_cl, "_enqueue", counting)
     return counts
 
 
@@ -119,7 +120,7 @@ def test_rosenbrock_against_its_formulas(opencl_device):
     hv = F.hvp(X, V)
     for b in (0, 77, 199):
         np.testing.assert_allclose(hv[b], rosen_hvp(X[b], V[b]), rtol=1e-10, atol=1e-9)
-    assert _batch_cl.batched(F._bound["gradient"]) is not None
+    assert batch_cl.batched(F._bound["gradient"]) is not None
 
 
 @pytest.mark.parametrize("name", ["rosenbrock", "extremes"])
@@ -174,13 +175,13 @@ def test_chunks_of_a_large_batch(opencl_device, monkeypatch, launches):
     F = ad.record(chain, np.ones(9), tensor=True, device=opencl_device)
     X = np.random.default_rng(4).normal(size=(30, 9))
     whole = F.value_and_gradient(X)
-    program = _batch_cl.batched(F._bound["gradient"])
-    monkeypatch.setattr(_batch_cl, "_BUDGET", 7 * 9 * 8 * 4)    # a few points a chunk
+    program = batch_cl.batched(F._bound["gradient"])
+    monkeypatch.setattr(batch_cl, "_BUDGET", 7 * 9 * 8 * 4)    # a few points a chunk
     launches.clear()
     chunked = F.value_and_gradient(X)
     _check(chunked[0], whole[0], np.float64)
     _check(chunked[1], whole[1], np.float64)
-    assert program is _batch_cl.batched(F._bound["gradient"])
+    assert program is batch_cl.batched(F._bound["gradient"])
     assert max(launches.values()) > 1
     rows = F.value_and_gradient(ad.Tensor.constant(X, device=opencl_device))
     _check(rows[0], whole[0], np.float64)      # device rows cut into the same chunks
@@ -210,7 +211,7 @@ def test_guards_checked_at_every_point(opencl_device, launches):
         S.value_and_gradient(X)
     values, grads = S.value_and_gradient(np.delete(X, 7, axis=0))    # all one branch
     np.testing.assert_allclose(values, np.delete(want_values, 7), rtol=1e-12)
-    assert _batch_cl.batched(S._bound["gradient"]).guards.count(None) < \
+    assert batch_cl.batched(S._bound["gradient"]).guards.count(None) < \
         len(S._bound["gradient"].steps)          # the guard is one of its steps
     R = ad.record(signed, np.ones(5), tensor=True, device=opencl_device,
                   on_branch_change="retape")
@@ -227,7 +228,7 @@ def test_backend_steps_replay_per_point(opencl_device, launches):
                   device=opencl_device)
     values = M(X)
     np.testing.assert_allclose(values, np.tanh(X @ A.T).sum(axis=1), rtol=1e-12)
-    assert _batch_cl.batched(M._bound["value"]) is None
+    assert batch_cl.batched(M._bound["value"]) is None
     assert launches == {}
 
 
@@ -240,7 +241,7 @@ def test_bad_batches(opencl_device):
         F.value_and_gradient(np.ones((3, 5)))
     with pytest.raises(ValueError, match="shape"):
         F.hvp(np.ones((3, 4)), np.ones((2, 4)))
-    program = _batch_cl.batched(F._bound["gradient"])
+    program = batch_cl.batched(F._bound["gradient"])
     with pytest.raises(ValueError, match="inputs"):
         program.run([np.ones((3, 4))], 3)
     with pytest.raises(ValueError, match="shape"):
@@ -311,8 +312,8 @@ def test_structures_vector_outputs_and_unit_batches(opencl_device, launches):
 
 def test_batched_kernels_that_do_not_build(opencl_device, monkeypatch, launches):
     """Batched kernels the driver refuses: a CompilerWarning, then point by point."""
-    original = _batch_cl._with_points
-    monkeypatch.setattr(_batch_cl, "_with_points", lambda source, name, moves, strides:
+    original = batch_cl._with_points
+    monkeypatch.setattr(batch_cl, "_with_points", lambda source, name, moves, strides:
                         original(source, name, moves + ["    not C at all;"], strides))
     F = ad.record(chain, np.ones(6), tensor=True, device=opencl_device)
     X = np.random.default_rng(13).normal(size=(4, 6))

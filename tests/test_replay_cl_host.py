@@ -1,4 +1,4 @@
-"""The host side of a replayed tensor program on OpenCL (easyad/tensor/_program_cl.py,
+"""The host side of a replayed tensor program on OpenCL (easyad/compiler/program/fused_cl.py,
 easyad/_recorded.py): device Tensors as x and as arguments used as they are, launches
 prepared once, reductions to one number finished by one generated kernel (into a buffer
 kept between calls where only kernels read it), and the same results as host inputs, as
@@ -10,7 +10,7 @@ import pytest
 
 import easyad as ad
 from easyad import nn
-from easyad.tensor import _program_cl
+from easyad.compiler.program import fused_cl
 
 RNG = np.random.default_rng(5)
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
@@ -166,7 +166,7 @@ def test_replayed_mlp_steps_on_device_inputs_match_numpy_and_torch(opencl_device
         _close(p.data, host[k], dtype)
         np.testing.assert_allclose(p.data, tmodel.state_dict()[k].numpy(), rtol=1e-4,
                                    atol=1e-5, err_msg=k)
-    assert isinstance(F._bound["sgd_step"], _program_cl.FusedCLProgram)
+    assert isinstance(F._bound["sgd_step"], fused_cl.FusedCLProgram)
 
 
 @pytest.mark.parametrize("device", ["numpy", "opencl"])
@@ -194,7 +194,7 @@ def test_linear_steps_with_and_without_the_fast_views(opencl_device, fast_view, 
     """The replay's linear and linear_vjp steps (views made by pyopencl's fast constructor,
     or by reshape where it has none), with and without a bias: the numpy device's
     value and gradient."""
-    monkeypatch.setattr(_program_cl, "_FAST_VIEW", fast_view)
+    monkeypatch.setattr(fused_cl, "_FAST_VIEW", fast_view)
     ad.random.seed(4)
     model = nn.Sequential(nn.Linear(5, 7, bias=False), nn.Tanh(), nn.Linear(7, 3))
     params = {k: v.copy() for k, v in model.state_dict().items()}

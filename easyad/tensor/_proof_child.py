@@ -202,7 +202,8 @@ def _fused_cases(device: Any, real: str, width: int) -> list[tuple[str, Any, Any
 def _prove(device: Any, kind: str) -> dict[str, Any]:
     import numpy as np
 
-    from easyad.tensor import _devices, _program_cl
+    from easyad.compiler.program import vector_cl
+    from easyad.tensor import _devices
     from easyad.tensor._numpy import NumpyBackend
     parts = kind.split(":")
     real = parts[1]
@@ -217,10 +218,10 @@ def _prove(device: Any, kind: str) -> dict[str, Any]:
         lanewise: frozenset[str] = frozenset()
         if width:
             try:
-                lanewise = _program_cl._check_vector_math(be, real, width)
+                lanewise = vector_cl.check_vector_math(be, real, width)
             except Exception:   # noqa: BLE001 (a check that does not build: trust none)
-                lanewise = _program_cl._VECTOR_MATH
-        _program_cl._forced[real] = (width, lanewise)
+                lanewise = vector_cl.VECTOR_MATH
+        vector_cl.forced[real] = (width, lanewise)
         cases = _fused_cases(device, real, width)
         verdict = {"ok": True, "problem": "", "lanewise": sorted(lanewise)}
     for what, got, want in cases:

@@ -1,4 +1,4 @@
-"""A fused OpenCL program (``_program_cl.FusedCLProgram``) at many points in one launch per
+"""A fused OpenCL program (``fused_cl.FusedCLProgram``) at many points in one launch per
 kernel: ``TensorFunction``'s batches (``F(X)``, ``F.value_and_gradient(X)``, ``F.hvp(X, v)``,
 the unit-direction batches of ``hessian`` and ``jacobian``) on an OpenCL device.
 
@@ -53,7 +53,7 @@ def _enqueue(kernel: Any, queue: Any, global_size: tuple[int, ...],
 def batched(fused: Any) -> "BatchedCLProgram | None":
     """The batched form of ``fused`` (a ``FusedCLProgram``), made once per program; None
     when it has a backend step (then: one replay per point)."""
-    from easyad.tensor._program_cl import FusedCLProgram
+    from easyad.compiler.program.fused_cl import FusedCLProgram
     if not isinstance(fused, FusedCLProgram):
         return None
     if fused not in _kept:
@@ -87,7 +87,7 @@ def batchable(fused: Any) -> bool:
 
 class BatchedCLProgram:
     """``fused``'s kernels with a dimension over points; ``run(inputs, count)`` as
-    ``_program_c.FusedProgram.run_batch``: an input with one more axis than its slot
+    ``fused_c.FusedProgram.run_batch``: an input with one more axis than its slot
     holds a point per row, any other is the same at every point; host arrays out, each
     with the leading axis ``count``."""
 
