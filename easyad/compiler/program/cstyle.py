@@ -1,7 +1,23 @@
-"""The renderer of planned tensor programs as C (``Renderer``: one function per segment,
-a loop per group) and the C header of the generated file. The loop body (``_body``,
-``_emit``, ``_read``, ``_pad``...) is shared with the OpenCL renderer (``render_cl``),
-which changes the types, the expressions' target, the memory and the reductions.
+"""The renderer of planned tensor programs, with a dialect per target language.
+
+- ``Dialect``: what C and OpenCL spell differently in one loop body, each stated once:
+  element types, the type of constants and accumulators (``real``), the target of the
+  rule table's expressions (``_expr.render``) and the constant printer's rounding
+  (``easyad._csyntax.literal``), a value zeroed outside a slice (the strong zero's bit
+  mask in C, ``?:`` in OpenCL), the builtins of values a selection compares, and the
+  generated file's header (``_helpers.h`` and, in C, libmvec's declarations; in OpenCL
+  ``_kernels.preamble``, with its vector types). ``CDialect`` and ``OpenCLDialect``.
+- ``Renderer``: the loop body shared by both (``_body``, ``_emit``, ``_read``, ``_pad``,
+  ``_operand``, over ``Loop``), written through its dialect; as it stands, the program
+  form of C: one function per segment over the table of pointers ``P``, a loop per group
+  (``_loop``: vector lanes for sums to one number, ``#pragma omp simd``), sums in 8
+  running lanes. ``render_cl.OpenCLRenderer`` subclasses it with OpenCL's program form:
+  a kernel per group, work-items instead of the loop, reductions as partials per
+  work-item, vector loops on CPU devices.
+
+A new backend (CUDA, Metal...) is a ``Dialect`` (its types, qualifiers, header, builtins'
+names) and, where its program form is not one of these two, a renderer subclass of its
+own kernels' head and launch shape (``render_cl`` is the model for GPU-like targets).
 """
 from __future__ import annotations
 
@@ -13,10 +29,82 @@ import numpy as np
 from easyad import _expr
 from easyad._csyntax import literal
 from easyad.compiler.program.plan import (
-    ELEMENTWISE, MAX_RUNS, SINKS, C_TYPES, Plan, broadcast_strides, flat_offset, flat_strides,
+    ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, flat_offset, flat_strides,
     pad_position, renamed)
+from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction
 from easyad.tensor._zero_signs import constant_strong_zeros
+
+
+class Dialect:
+    """What a target language spells differently in the shared loop body (see the module
+    docstring); the renderers read these and nothing else of the language."""
+
+    name = ""
+    types: dict[Any, str] = {}     # numpy dtype -> element type in memory
+    real = "double"                # constants and accumulators
+    target = "c"                   # of _expr.render
+    literal_type = "double"        # how _csyntax.literal rounds a constant
+
+    def zero_outside(self, inside: str, value: str, ctype: str) -> str:
+        """``value`` where the int ``inside`` holds, else 0 of ``ctype``."""
+        return f"({inside} ? {value} : ({ctype})0)"
+
+    def exact_calls(self, tree: _expr.Node) -> _expr.Node:
+        """An expression of ``plan.exact_math`` (a value a selection compares, or what it
+        is made of) with builtins that are one function of their input in every loop,
+        lane and remainder (``plan._selections``)."""
+        return tree
+
+    def literal(self, value: float) -> str:
+        """A constant (inf, NaN included) as this language reads it back exactly."""
+        return literal(value, self.literal_type)
+
+
+class CDialect(Dialect):
+    """C for gcc on the numpy device: values computed in double, stored in their dtype."""
+
+    name = "c"
+    types = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
+             np.dtype(np.bool_): "unsigned char"}
+
+    def zero_outside(self, inside: str, value: str, ctype: str) -> str:
+        # a bit mask: gcc if-converts no ?: in a loop that calls vector math
+        return f"({ctype})easyad_v_mask({value}, {inside})"
+
+    def exact_calls(self, tree: _expr.Node) -> _expr.Node:
+        # libm by names without vector versions (easyad_s_*, bound to libm's symbols)
+        return renamed(tree, {f: f"easyad_s_{f}" for f in libmvec_functions()})
+
+    def header(self) -> list[str]:
+        return c_header()
+
+
+class OpenCLDialect(Dialect):
+    """OpenCL C: values are ``real_t`` (double, or float for programs without float64
+    values: float literals then), bools stored as uchar; vectors ``vreal_t``/``vbool_t``
+    of ``_kernels.preamble`` (loads and stores through the ``*_mem`` types, aligned as
+    their elements). A scalar loop's builtins are one function of their input already."""
+
+    name = "opencl"
+    types = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
+             np.dtype(np.bool_): "uchar", np.dtype(np.uint8): "uchar"}
+    real = "real_t"
+    memory = {"vreal_t": "vreal_mem", "vbool_t": "vbool_mem"}
+
+    def __init__(self, real: str = "double") -> None:
+        self.real_name = real                 # what real_t is
+        self.real_dtype = np.dtype(np.float64 if real == "double" else np.float32)
+        self.target = "c" if real == "double" else "opencl-float"
+        self.literal_type = real
+        self.vector_types = {self.real_dtype: "vreal_t", np.dtype(np.bool_): "vbool_t",
+                             np.dtype(np.uint8): "vbool_t"}      # bools, as stored
+
+    def header(self, width: int, lanewise: frozenset[str]) -> str:
+        return _kernels.preamble(self.real_name, width, lanewise).replace(
+            "//CL// easyad tensor kernels",
+            "//CL// GENERATED by easyad/compiler/program/cstyle.py from a recorded tensor "
+            "program")
 
 class Loop:
     """One loop's code while it is rendered: the lines before it, in it and after it, the
@@ -58,26 +146,25 @@ def _pairwise(array: str, count: int, start: int = 0) -> str:
 
 class Renderer:
     """C of one segment (see the module docstring). The loop body of a group (``_body``) is
-    shared with the OpenCL renderer (``render_cl``), which changes the types, the
-    expressions' target, the memory (``ptr``, ``aux``, ``_zero``) and the reductions."""
+    shared with the OpenCL renderer (``render_cl``), which changes the memory (``ptr``,
+    ``aux``, ``_zero``), the reductions and the program's form."""
 
-    types = C_TYPES
-    target = "c"          # of _expr.render
-    real = "double"       # the type of constants and accumulators
-
-    def __init__(self, plan: Plan, needed_later: set[int]) -> None:
+    def __init__(self, plan: Plan, needed_later: set[int],
+                 dialect: Dialect | None = None) -> None:
+        self.dialect = dialect or CDialect()
+        self.types = self.dialect.types       # (vector types while a vector loop renders)
         self.plan, self.p = plan, plan.program
         self.needed_later = needed_later          # slots read outside their group
-        self.lines: list[str] = []
         self.aux_numbers: dict[int, int] = {}     # id of an index array -> its number
+        self.lines: list[str] = []
 
     def ptr(self, slot: int, write: bool = False) -> str:
         """The slot's memory as a local pointer of the segment (loaded from P once, so
         the compiler knows no store of the loop changes it, and vectorises); ``write``:
         the loop stores to it (which the OpenCL renderer's parameters say)."""
         s = self.plan.r(slot)
-        self.used[s] = f"    {C_TYPES[self.p.dtypes[slot]]}* const p{s} = " \
-                       f"({C_TYPES[self.p.dtypes[slot]]}*)P[{s}];"
+        ctype = self.dialect.types[self.p.dtypes[slot]]
+        self.used[s] = f"    {ctype}* const p{s} = ({ctype}*)P[{s}];"
         return f"p{s}"
 
     def aux(self, array: np.ndarray) -> str:
@@ -164,7 +251,7 @@ class Renderer:
     def _zero(self, o: int, pre: list[str]) -> None:
         """Slot o (a sink's output) set to 0 before the loop."""
         pre.append(f"    memset(P[{self.plan.r(o)}], 0, {math.prod(self.p.shapes[o])} * "
-                   f"sizeof({C_TYPES[self.p.dtypes[o]]}));")
+                   f"sizeof({self.dialect.types[self.p.dtypes[o]]}));")
 
     def _body(self, groups: list[tuple[Any, list[Instruction]]],
               inside: dict[int, bool] | None = None) -> tuple[list[str], list[str], list[str]]:
@@ -216,7 +303,7 @@ class Renderer:
             for k, (o, dt) in enumerate(zip(outs, dtypes)):
                 tree = constant_strong_zeros(
                     _expr.substitute(self.plan.map_tree(ins, k), mapping))
-                tree = self._scalar_calls(tree) if id(ins) in plan.exact_math \
+                tree = self.dialect.exact_calls(tree) if id(ins) in plan.exact_math \
                     else self._calls(body, tree)
                 number = _expr.constant(tree)
                 if number is not None and np.dtype(dt).kind == "f" and \
@@ -226,7 +313,7 @@ class Renderer:
                     body.regs[(plan.r(o), index)] = repr(number) if number >= 0 \
                         else f"({number!r})"
                     continue
-                put(o, f"({types[np.dtype(dt)]})({_expr.render(tree, self.target)})")
+                put(o, f"({types[np.dtype(dt)]})({_expr.render(tree, self.dialect.target)})")
         elif op == "strided":
             offset, _, strides = params
             put(outs[0], self._read(body, ins.ins[0], flat_offset(shape, strides, offset, index)))
@@ -255,12 +342,6 @@ class Renderer:
         """An expression's calls as the target computes them best (here as they are)."""
         return tree
 
-    def _scalar_calls(self, tree: _expr.Node) -> _expr.Node:
-        """An expression of ``plan.exact_math``: its libm calls by names without vector
-        versions (``easyad_s_*``, bound to libm's scalar symbols), the same function of
-        its input in every lane and remainder of any loop (see ``_selections``)."""
-        return renamed(tree, {f: f"easyad_s_{f}" for f in libmvec_functions()})
-
     def _operand(self, body: Loop, i: Any, shape: Any, index: str) -> str:
         """A name (or plain literal) for operand i (broadcast to ``shape``) at ``index``."""
         constant = self.p.constants.get(self.plan.r(i)) if type(i) is int else None
@@ -274,8 +355,8 @@ class Renderer:
             name = "k_" + ("nan" if math.isnan(i) else "inf" if i > 0 else "minus_inf")
             if name not in body.loads:
                 body.loads[name] = name
-                real = "float" if self.target == "opencl-float" else "double"
-                body.pre.append(f"    const {self.real} {name} = {literal(i, real)};")
+                body.pre.append(f"    const {self.dialect.real} {name} = "
+                                f"{self.dialect.literal(i)};")
             return name
         return self._read(body, i, flat_offset(shape, broadcast_strides(self.p.shapes[i], shape),
                                            0, index))
@@ -321,7 +402,7 @@ class Renderer:
             # the loop vectorises), then zeroed outside the slice
             condition, position = pad_position(shape, spec, part, index, clamp=True)
             body.loop.append(f"        const int {inside} = {condition};")
-            return self._zero_outside(inside, self._read(body, src, position), ctype)
+            return self.dialect.zero_outside(inside, self._read(body, src, position), ctype)
         if len(shape) == 1 and spec[0][1] == 1 and plan.r(src) in plan.workspace:
             # a 1-D slice of step 1 read from a workspace buffer with zeros around it: a
             # plain load, no condition (the loop stays a run of vector loads)
@@ -338,16 +419,11 @@ class Renderer:
         s = self.plan.r(slot)
         return s in self.needed_later or s in self.p.inputs or s in self.p.constants
 
-    def _zero_outside(self, inside: str, value: str, ctype: str) -> str:
-        """``value`` where ``inside`` holds, else 0: as a bit mask (gcc if-converts no ?:
-        in a loop that calls vector math)."""
-        return f"({ctype})easyad_v_mask({value}, {inside})"
-
     def _reduce(self, ins: Instruction, shape: tuple[int, ...], v: str, pre: list[str],
                 loop: list[str], post: list[str]) -> None:
         op, axes = ins.params
         o = ins.outs[0]
-        ctype = C_TYPES[self.p.dtypes[o]]
+        ctype = self.dialect.types[self.p.dtypes[o]]
         init = {"sum": "0.0", "max": "(-INFINITY)", "min": "INFINITY"}[op]
         if op == "sum":
             update = "{acc} += {v};"
@@ -379,7 +455,7 @@ class Renderer:
         out_shape, dtype, parts = ins.params
         o = ins.outs[0]
         lines = [f"    memset(P[{self.plan.r(o)}], 0, {math.prod(out_shape)} * "
-                 f"sizeof({C_TYPES[self.p.dtypes[o]]}));"]
+                 f"sizeof({self.dialect.types[self.p.dtypes[o]]}));"]
         for (offset, pshape, strides), src in zip(parts, ins.ins):
             n = math.prod(pshape)
             lines.append(f"    for (long i = 0; i < {n}L; i++) "

@@ -54,7 +54,7 @@ import numpy as np
 
 from easyad import _compile, _pool
 from easyad._core import _point_at, _segment_call, _segments_batch
-from easyad.compiler.program.cstyle import Renderer, c_header, libmvec_functions
+from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
 from easyad.tensor._program import Program, live_instructions, step
 
@@ -280,7 +280,7 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     """The fused, compiled program for ``outputs`` on the numpy backend ``be``; None when
     nothing would be compiled (no C-able instruction) or no compiler works."""
     instructions = live_instructions(program, outputs)
-    plan = Plan(program, instructions, outputs)
+    plan = Plan(program, instructions, outputs, CDialect.types)
     segments = [item for kind, item in plan.schedule if kind == "c"]
     if not segments:
         return None
@@ -291,7 +291,7 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
                       for o in item.outs}
     plan.workspace = {s for s in stored if s not in {plan.r(o) for o in outputs}
                       and s not in made_in_python and program.dtypes[s] is not None}
-    renderer = Renderer(plan, stored)
+    renderer = Renderer(plan, stored, CDialect())
     source = c_header() + [renderer.render(seg, k) for k, seg in enumerate(segments)]
     text = "\n".join(source)
     extra = ("-fopenmp-simd", "-Wl,-z,defs") + (("-DEASYAD_VECTOR_MATH",) if libmvec_functions()

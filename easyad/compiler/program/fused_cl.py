@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from easyad.compiler.program.cstyle import OpenCLDialect
 from easyad.compiler.program.plan import Plan, stored_slots
 from easyad.compiler.program.render_cl import (
-    CL_TYPES, Kernel, OpenCLPlan, finish_group_size, finish_name, render_kernels)
+    Kernel, OpenCLPlan, finish_group_size, finish_name, render_kernels)
 from easyad.compiler.program.vector_cl import fused_width, proven
 from easyad.errors import CompilerWarning, DeviceError
 from easyad.tensor._program import Instruction, Program, live_instructions, step
@@ -142,7 +143,7 @@ class FusedCLProgram:
                             -(-k.n // group) * group)   # a work-item per element
                     finish = []
                     for o, op in k.reductions:
-                        ctype = CL_TYPES[p.dtypes[o]]
+                        ctype = OpenCLDialect.types[p.dtypes[o]]
                         finisher = be.kernel(source, finish_name(op, ctype),
                                              [None, None, np.int64])
                         root = plan.r(o)

@@ -25,8 +25,6 @@ from easyad import _expr
 from easyad.tensor._program import Instruction, Program
 from easyad.tensor._zero_signs import map_trees
 
-C_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
-            np.dtype(np.bool_): "unsigned char"}
 ELEMENTWISE = {"map", "strided", "take"}
 SINKS = {"reduce", "assemble", "scatter_add"}
 _C_OPS = ELEMENTWISE | SINKS | {"reshape"}
@@ -136,11 +134,13 @@ def broadcast_strides(shape: tuple[int, ...], group: tuple[int, ...]) -> list[in
 class Plan:
     """What the renderer decided: per slot its root (reshapes share memory), where each
     instruction went (segments, and in a segment the loops: ``groups``, which the OpenCL
-    renderer forms kernels of too), and the C source."""
+    renderer forms kernels of too). ``types``: the element types of the dialect the plan
+    is rendered in (``cstyle.Dialect.types``): what it has no type for is a Python step."""
 
     def __init__(self, program: Program, instructions: list[Instruction],
-                 outputs: Sequence[int]) -> None:
+                 outputs: Sequence[int], types: dict[Any, str]) -> None:
         self.program = program
+        self.types = types
         self.root: dict[int, int] = {}
         for ins in instructions:
             if ins.op == "reshape" and type(ins.ins[0]) is int:
@@ -222,8 +222,6 @@ class Plan:
         if self._map_trees is None:
             self._map_trees = map_trees(self)
         return self._map_trees[(id(ins), k)]
-
-    types = C_TYPES      # the dtypes the generated code handles
 
     def _renderable(self, ins: Instruction) -> bool:
         p = self.program

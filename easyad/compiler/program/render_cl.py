@@ -66,20 +66,18 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from easyad import _expr
-from easyad.compiler.program.cstyle import Loop, Renderer
+from easyad.compiler.program.cstyle import Loop, OpenCLDialect, Renderer
 from easyad.compiler.program.plan import Plan, flat_offset, pad_position
 from easyad.compiler.program.vector_cl import LANE_NAMES, VECTOR_MATH, untrusted_vector_math
-from easyad.tensor import _kernels
-from easyad.tensor._program import Instruction
+from easyad.tensor._program import Instruction, Program
 from easyad.tensor._zero_signs import constant_strong_zeros
 
-CL_TYPES = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
-             np.dtype(np.bool_): "uchar", np.dtype(np.uint8): "uchar"}  # OpenCL's bools
 INIT = {"sum": "(real_t)0", "max": "(-INFINITY)", "min": "INFINITY"}
 COMBINE = {"sum": "({a} + {b})", "max": "maximum({a}, {b})",   # NaN wins, as in numpy
             "min": "minimum({a}, {b})"}
@@ -90,7 +88,6 @@ _VECTOR_COMBINE = {"sum": "({a} + {b})", "max": "easyad_v_maximum({a}, {b})",
 _VECTOR_HELPERS = frozenset({"sign", "heaviside", "mul0", "div0", "maximum", "minimum", "pow",
                              "tmul"})
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
-_MEMORY = {"vreal_t": "vreal_mem", "vbool_t": "vbool_mem"}   # the same, aligned as elements
 
 
 class _NotVector(Exception):
@@ -101,7 +98,9 @@ class _NotVector(Exception):
 class OpenCLPlan(Plan):
     """``Plan`` with what one OpenCL kernel can do (see the module docstring)."""
 
-    types = CL_TYPES
+    def __init__(self, program: Program, instructions: list[Instruction],
+                 outputs: Sequence[int]) -> None:
+        super().__init__(program, instructions, outputs, OpenCLDialect.types)
 
     def _renderable(self, ins: Instruction) -> bool:
         if not super()._renderable(ins):
@@ -132,19 +131,15 @@ class OpenCLRenderer(Renderer):
     """A group as an OpenCL kernel (``Renderer``'s loop body, the loop made work-items;
     on a CPU device with ``width`` lanes, the body on vectors first where it can be)."""
 
-    types = CL_TYPES
-    real = "real_t"
-
     def __init__(self, plan: Plan, needed_later: set[int], real: str, gpu: bool,
                  width: int = 0, lanewise: frozenset[str] = frozenset()) -> None:
-        super().__init__(plan, needed_later)
-        self.target = "c" if real == "double" else "opencl-float"
+        dialect = OpenCLDialect(real)
+        super().__init__(plan, needed_later, dialect)
         self.gpu = gpu
         self.width = width
         self.lanewise = lanewise      # math builtins whose vector versions disagree here
-        self.real_dtype = np.dtype(np.float64 if real == "double" else np.float32)
-        self.vector_types = {self.real_dtype: "vreal_t", np.dtype(np.bool_): "vbool_t",
-                             np.dtype(np.uint8): "vbool_t"}      # bools, as stored
+        self.real_dtype = dialect.real_dtype
+        self.vector_types = dialect.vector_types
         self.kernel: Kernel | None = None
         self._sincos = False      # the kernel calls both sin and cos
         self._written: dict[int, bool] = {}
@@ -158,7 +153,8 @@ class OpenCLRenderer(Renderer):
         self._written[s] = self._written.get(s, False) or write
         if write and self._vector:
             # a store of the vector loop, at its index i, which counts vectors
-            return f"((__global {_MEMORY[self.vector_types[self.p.dtypes[slot]]]}*)P{s})"
+            memory = self.dialect.memory[self.vector_types[self.p.dtypes[slot]]]
+            return f"((__global {memory}*)P{s})"
         return f"P{s}"
 
     def aux(self, array: np.ndarray) -> str:
@@ -195,13 +191,6 @@ class OpenCLRenderer(Renderer):
             total = COMBINE[op].format(a=lanes_total, b=total)
         post.append(f"    Q{o}[get_global_id(0)] = {total};")
 
-    def _zero_outside(self, inside: str, value: str, ctype: str) -> str:
-        return f"({inside} ? {value} : ({ctype})0)"
-
-    def _scalar_calls(self, tree: _expr.Node) -> _expr.Node:
-        # a scalar loop's builtins are one function of their input already (no sincos)
-        return tree
-
     def _calls(self, body: Loop, tree: _expr.Node) -> _expr.Node:
         """sin(v) and cos(v), in a kernel that calls both, from one sincos(v) (PoCL takes
         the time of one of them for it: the sine's gradient needs the cosine)."""
@@ -215,7 +204,7 @@ class OpenCLRenderer(Renderer):
             if tree.name in ("sin", "cos") and isinstance(v, _expr.Var):
                 if v.name not in body.sincos:
                     body.sincos.add(v.name)
-                    ctype = body.ctypes.get(v.name, self.real)
+                    ctype = body.ctypes.get(v.name, self.dialect.real)
                     body.loop.append(f"        {ctype} cos_{v.name}; const {ctype} sin_{v.name} "
                                      f"= sincos({v.name}, &cos_{v.name});")
                     body.ctypes[f"sin_{v.name}"] = body.ctypes[f"cos_{v.name}"] = ctype
@@ -307,9 +296,9 @@ class OpenCLRenderer(Renderer):
         if shift:                            # the loop's W elements, or W from a slice's
             ctype = self.vector_types[dtype]
             start = f" + {shift[1]}" if shift[1] else ""
-            load = f"((__global const {_MEMORY[ctype]}*)({self.ptr(slot)}{start}))[i]"
+            load = f"((__global const {self.dialect.memory[ctype]}*)({self.ptr(slot)}{start}))[i]"
         elif at.isdigit():                   # one element for every lane (broadcast)
-            ctype = CL_TYPES[dtype]
+            ctype = self.dialect.types[dtype]
             load = f"{self.ptr(slot)}[{at}]"
         else:                                # strided, shifted, gathered: scalar loops
             raise _NotVector
@@ -327,7 +316,7 @@ class OpenCLRenderer(Renderer):
         vreal_t arguments, ?: a mask (a bool's 1 has no sign bit, which the vector ?:
         reads), arithmetic reals: as the scalar loop's C converts them."""
         if isinstance(node, _expr.Num):
-            return _expr.render(node, self.target), "s"
+            return _expr.render(node, self.dialect.target), "s"
         if isinstance(node, _expr.Var):
             kind = {"vreal_t": "v", "vbool_t": "b"}.get(body.ctypes.get(node.name, ""), "s")
             return node.name, kind
@@ -345,7 +334,7 @@ class OpenCLRenderer(Renderer):
             return f"({a} {node.op} {b})", kind
         args = [self._vector_expr(body, a) for a in node.args]
         if all(kind == "s" for _, kind in args):
-            return _expr.render(node, self.target), "s"      # the scalar call, once
+            return _expr.render(node, self.dialect.target), "s"      # the scalar call, once
         name = node.name
         if name == "choose":
             (c, kc), a, b = args
@@ -424,8 +413,7 @@ class OpenCLRenderer(Renderer):
             try:
                 vector_pre, vector_loop, _ = self._body([(shape, members)])
             finally:
-                self._vector = False
-                del self.types
+                self._vector, self.types = False, self.dialect.types
             self._tail = True
             try:
                 pre, loop, post = self._body([(shape, members)])
@@ -439,7 +427,7 @@ class OpenCLRenderer(Renderer):
         params = []
         for kind, k in kernel.params:
             if kind == "slot":
-                t = CL_TYPES[self.p.dtypes[k]]
+                t = self.dialect.types[self.p.dtypes[k]]
                 params.append(f"__global {t}* P{k}" if self._written[k]
                               else f"__global const {t}* restrict P{k}")
             elif kind == "aux":
@@ -516,15 +504,13 @@ def render_kernels(plan: Plan, stored: set[int], be: Any, real: str, width: int
             text, k = renderer.render_group(shape, members, len(texts))
             texts.append(text)
             kernels[-1].append(k)
-    finishing = sorted({(op, CL_TYPES[plan.program.dtypes[o]]) for segment in kernels
+    finishing = sorted({(op, OpenCLDialect.types[plan.program.dtypes[o]]) for segment in kernels
                         for k in segment for o, op in k.reductions})
     texts += [_render_finish(op, ctype, finish_group_size(be)) for op, ctype in finishing]
     vector = any(k.width for segment in kernels for k in segment)
     if vector and plan.exact_math:       # maps of compared values call them lane by lane
         lanewise = VECTOR_MATH
-    head = _kernels.preamble(real, width if vector else 0, lanewise).replace(
-        "//CL// easyad tensor kernels",
-        "//CL// GENERATED by easyad/compiler/program/render_cl.py from a recorded tensor program")
+    head = renderer.dialect.header(width if vector else 0, lanewise)
     return kernels, "\n".join([head] + texts)
 
 
