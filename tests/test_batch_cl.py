@@ -4,12 +4,13 @@ and the numpy device's batch (one C loop)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.compiler.program import batch_cl
+from easyad.compiler.program import batch_cl, fused_cl
 from easyad.tensor import _devices
 
 from test_tensor_record import _opencl_usable, rosen, rosen_hvp
@@ -44,6 +45,11 @@ def with_argument(x, w):
 PROGRAMS = {"rosenbrock": (rosen, 100, (0.5, 1.5)), "chain": (chain, 257, (-2.0, 2.0)),
             "extremes": (extremes, 31, (-2.0, 2.0)), "weighted": (weighted, 7, (-1.0, 1.0)),
             "one element": (chain, 1, (-2.0, 2.0))}
+
+
+def _kernels(fused):
+    """The group kernels (as rendered) of a fused program's launches."""
+    return [step.spec for step in fused.steps if isinstance(step, fused_cl.Launch)]
 
 
 def _check(got, want, dtype):
@@ -94,7 +100,7 @@ def test_batches_match_points_and_numpy(opencl_device, name, dtype, launches):
         values, grads = F.value_and_gradient(X)
         fused = F._bound["gradient"]
         # one launch of each fused kernel for the whole batch
-        assert launches == {k.name: 1 for _, _, k, *_ in fused.steps}, launches
+        assert launches == {k.name: 1 for k in _kernels(fused)}, launches
         np_values, np_grads = G.value_and_gradient(X)
         _check(values, np_values, dtype)
         _check(grads, np_grads, dtype)
@@ -123,6 +129,33 @@ def test_rosenbrock_against_its_formulas(opencl_device):
     assert batch_cl.batched(F._bound["gradient"]) is not None
 
 
+# the lines the points option adds to a kernel: its head's and each pointer's move
+_OVER_POINTS = re.compile(r"(?m)^    (const long B_ = get_global_id\(1\);|if \(B_ >= NB_\) "
+                          r"return;|[PQ]\d+ \+= B_ \* [^;]+;)\n")
+
+
+@pytest.mark.parametrize("name", ["rosenbrock", "extremes", "weighted"])
+def test_kernels_over_points_are_the_point_kernels(opencl_device, name):
+    """The batched source is the program's kernels rendered again with the points option:
+    each is the one point's kernel with the batch's arguments after N_ and the pointer
+    moves before the body, nothing else changed; inputs move by a stride argument."""
+    f, n, _ = PROGRAMS[name]
+    F = ad.record(f, np.ones(n), tensor=True, device=opencl_device)
+    F.value_and_gradient(np.ones(n))
+    fused = F._bound["gradient"]
+    batch = batch_cl.batched(fused)
+    point = re.sub(r", const long NB_(, const long S\d+)*\)", ")",
+                   _OVER_POINTS.sub("", batch.source))
+    assert point == fused.source
+    assert batch.source.count("if (B_ >= NB_) return;") == len(batch.launches) == \
+        len(_kernels(fused))
+    inputs = set(fused.inputs)
+    for step in batch.launches:
+        k = step.spec
+        assert k.strides == [key for kind, key in k.params if kind == "slot" and key in inputs]
+        assert all(f"P{s} += B_ * S{s};" in batch.source for s in k.strides)
+
+
 @pytest.mark.parametrize("name", ["rosenbrock", "extremes"])
 def test_gpu_launch_shapes(opencl_device, name, launches):
     """The GPU kernels and work-group shapes (several points a group, points past the
@@ -133,7 +166,7 @@ def test_gpu_launch_shapes(opencl_device, name, launches):
     X = np.random.default_rng(7).uniform(lo, hi, (203, n))
     values, grads = F.value_and_gradient(X)
     assert F._backend.device.is_gpu
-    assert launches == {k.name: 1 for _, _, k, *_ in F._bound["gradient"].steps}
+    assert launches == {k.name: 1 for k in _kernels(F._bound["gradient"])}
     np_values, np_grads = G.value_and_gradient(X)
     _check(values, np_values, np.float64)
     _check(grads, np_grads, np.float64)
@@ -200,8 +233,7 @@ def test_guards_checked_at_every_point(opencl_device, launches):
     values, grads = F.value_and_gradient(X)
     np.testing.assert_allclose(values, np.sum(X * X, axis=1), rtol=1e-12)
     np.testing.assert_allclose(grads, 2 * X, rtol=1e-12)
-    assert launches == {k.name: 1 for entry in F._bound["gradient"].steps
-                        if entry[0] == "kernel" for k in [entry[2]]}
+    assert launches == {k.name: 1 for k in _kernels(F._bound["gradient"])}
     X = np.abs(X)
     X[7] *= -1.0                       # the one point down the other branch
     want_values = np.where(X.sum(axis=1) > 0, np.sum(X * X, axis=1), np.exp(X).sum(axis=1))
@@ -211,8 +243,9 @@ def test_guards_checked_at_every_point(opencl_device, launches):
         S.value_and_gradient(X)
     values, grads = S.value_and_gradient(np.delete(X, 7, axis=0))    # all one branch
     np.testing.assert_allclose(values, np.delete(want_values, 7), rtol=1e-12)
-    assert batch_cl.batched(S._bound["gradient"]).guards.count(None) < \
-        len(S._bound["gradient"].steps)          # the guard is one of its steps
+    batch = batch_cl.batched(S._bound["gradient"])
+    assert len(batch.launches) < len(batch.steps) == len(S._bound["gradient"].steps)
+    # the guard is one of its steps
     R = ad.record(signed, np.ones(5), tensor=True, device=opencl_device,
                   on_branch_change="retape")
     values, grads = R.value_and_gradient(X)
@@ -312,9 +345,13 @@ def test_structures_vector_outputs_and_unit_batches(opencl_device, launches):
 
 def test_batched_kernels_that_do_not_build(opencl_device, monkeypatch, launches):
     """Batched kernels the driver refuses: a CompilerWarning, then point by point."""
-    original = batch_cl._with_points
-    monkeypatch.setattr(batch_cl, "_with_points", lambda source, name, moves, strides:
-                        original(source, name, moves + ["    not C at all;"], strides))
+    original = batch_cl.render_kernels
+
+    def broken(*args, **kwargs):     # every kernel over points with a line that is not C
+        kernels, source = original(*args, **kwargs)
+        return kernels, source.replace("if (B_ >= NB_) return;\n",
+                                       "if (B_ >= NB_) return;\n    not C at all;\n")
+    monkeypatch.setattr(batch_cl, "render_kernels", broken)
     F = ad.record(chain, np.ones(6), tensor=True, device=opencl_device)
     X = np.random.default_rng(13).normal(size=(4, 6))
     with pytest.warns(ad.errors.CompilerWarning, match="point by point"):

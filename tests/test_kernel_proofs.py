@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.compiler.program import vector_cl
+from easyad.compiler.program import fused_cl, vector_cl
 from easyad.tensor import _devices, _probe, _proof_child, _proofs
 from easyad.tensor._program import BoundProgram
 
@@ -67,7 +67,8 @@ def _f_gradient(x):            # by hand
 
 
 def _widths(F):
-    return [rest[1].width for kind, *rest in F._bound["gradient"].steps if kind == "kernel"]
+    return [step.spec.width for step in F._bound["gradient"].steps
+            if isinstance(step, fused_cl.Launch)]
 
 
 def test_a_width_whose_proof_crashes_falls_back_with_one_warning(proof_cache, monkeypatch):

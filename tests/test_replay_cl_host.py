@@ -53,8 +53,8 @@ def test_reductions_to_one_number_finish_in_one_kernel(opencl_device, dtype, n):
     bound = F._bound["gradient"]
     assert "easyad_finish_sum" in bound.source and "easyad_finish_max" in bound.source
     # every total finished by its own launch: no backend step (reduce, cast) in between
-    assert all(kind == "kernel" for kind, *_ in bound.steps)
-    finishes = [f for launch in bound._launches if launch for f in launch.finish]
+    assert all(isinstance(step, fused_cl.Launch) for step in bound.steps)
+    finishes = [f for launch in bound.steps for f in launch.finish]
     assert len(finishes) >= 3
     assert any(f[5] is not None for f in finishes)      # a total only kernels read: kept
 
@@ -211,8 +211,8 @@ def test_linear_steps_with_and_without_the_fast_views(opencl_device, fast_view, 
         _close(value, ref, np.float64)
         for k in params:
             _close(g[k], ref_g[k], np.float64)
-    names = [getattr(rest[0], "__name__", "") for kind, *rest in F._bound["gradient"].steps
-             if kind == "py"]
+    names = [getattr(step.run, "__name__", "") for step in F._bound["gradient"].steps
+             if isinstance(step, fused_cl.HostStep)]
     assert "run_linear" in names and "run_linear_vjp" in names
 
 
@@ -233,4 +233,5 @@ def test_a_total_a_backend_step_reads_is_not_kept_between_calls(opencl_device):
         _close(g, 3 * s * s * 2 * x + 1, np.float64)
     bound = F._bound["gradient"]
     # f[5]: the buffer kept between calls; None: a new one each call
-    assert any(f[5] is None for launch in bound._launches if launch for f in launch.finish)
+    assert any(f[5] is None for launch in bound.steps
+               if isinstance(launch, fused_cl.Launch) for f in launch.finish)

@@ -1,4 +1,4 @@
-"""The vector loops of fused OpenCL kernels on CPU devices (easyad/compiler/program/fused_cl.py):
+"""The vector loops of fused OpenCL kernels on CPU devices (easyad/compiler/program/render_cl.py):
 every rule of the table through a fused kernel, the scalar rest of lengths that are not a
 multiple of the width, reductions, float32, bools, against eager execution and against the
 scalar kernels (forced with EASYAD_OPENCL_VECTOR=0, or where the vector ones do not
@@ -13,7 +13,7 @@ import pytest
 
 import easyad as ad
 from easyad import _rules
-from easyad.compiler.program import vector_cl
+from easyad.compiler.program import fused_cl, vector_cl
 from easyad.errors import DeviceError
 
 from test_tensor_record import _opencl_usable, close
@@ -25,7 +25,7 @@ N = 1003                  # a vector loop and a scalar rest at every width
 
 
 def _kernels(F, what="gradient"):
-    return [rest[1] for kind, *rest in F._bound[what].steps if kind == "kernel"]
+    return [step.spec for step in F._bound[what].steps if isinstance(step, fused_cl.Launch)]
 
 
 def _run(monkeypatch, f, args, setting=None):

@@ -165,6 +165,7 @@ def _fused_cases(device: Any, real: str, width: int) -> list[tuple[str, Any, Any
     import numpy as np
 
     import easyad as ad
+    from easyad.compiler.program import fused_cl
     from easyad.errors import CompilerWarning
     dtype = np.dtype(REALS[real])
     rng = np.random.default_rng(25)
@@ -191,8 +192,8 @@ def _fused_cases(device: Any, real: str, width: int) -> list[tuple[str, Any, Any
                           want))
             if want_hvp is not None:
                 cases.append((f"{name} (a Hessian-vector product)", F.hvp(x, v), want_hvp))
-            built = [rest[1].width for kind, *rest in F._bound["gradient"].steps
-                     if kind == "kernel"]
+            built = [step.spec.width for step in F._bound["gradient"].steps
+                     if type(step) is fused_cl.Launch]
             if width and width not in built:
                 raise AssertionError(f"{name}: no kernel was built {width} lanes wide "
                                      f"(widths {built})")

@@ -13,7 +13,7 @@
   (``_loop``: vector lanes for sums to one number, ``#pragma omp simd``), sums in 8
   running lanes. ``render_cl.OpenCLRenderer`` subclasses it with OpenCL's program form:
   a kernel per group, work-items instead of the loop, reductions as partials per
-  work-item, vector loops on CPU devices.
+  work-item, vector loops on CPU devices, and optionally a dimension over points.
 
 A new backend (CUDA, Metal...) is a ``Dialect`` (its types, qualifiers, header, builtins'
 names) and, where its program form is not one of these two, a renderer subclass of its
@@ -155,7 +155,6 @@ class Renderer:
         self.types = self.dialect.types       # (vector types while a vector loop renders)
         self.plan, self.p = plan, plan.program
         self.needed_later = needed_later          # slots read outside their group
-        self.aux_numbers: dict[int, int] = {}     # id of an index array -> its number
         self.lines: list[str] = []
 
     def ptr(self, slot: int, write: bool = False) -> str:
@@ -175,10 +174,11 @@ class Renderer:
 
     def aux_number(self, array: np.ndarray) -> int:
         """The index array's number in ``plan.aux`` (added once, however often read)."""
-        found = self.aux_numbers.get(id(array))
+        numbers = self.plan.aux_numbers
+        found = numbers.get(id(array))
         if found is None:
             self.plan.aux.append(np.ascontiguousarray(array.reshape(-1), dtype=np.int64))
-            found = self.aux_numbers[id(array)] = len(self.plan.aux) - 1
+            found = numbers[id(array)] = len(self.plan.aux) - 1
         return found
 
     def render(self, instructions: list[Instruction], index: int) -> str:

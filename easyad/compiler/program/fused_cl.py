@@ -8,7 +8,7 @@ kernels (``render_cl``) and backend steps.
 - **buffers** are planned once: constants and index arrays uploaded once, values stored
   for later groups in device workspace kept between calls (and the totals only kernels
   read), results new buffers each call. Each group kernel's launch is prepared once
-  (``_Launch``: the fixed buffers' handles and the sizes), so a call sets only the
+  (``Launch``: the fixed buffers' handles and the sizes), so a call sets only the
   buffers that change (inputs, results, backend steps' results); ``linear`` and
   ``linear_vjp`` steps make their 3-d views with pyopencl's fast constructor.
   The program's kernels are one OpenCL source, built once (the backend caches programs by
@@ -51,22 +51,36 @@ def _items(be: Any, n: int) -> int:
     return int(max(groups, 1) * be.group)
 
 
-class _Launch:
-    """A group kernel's launch, prepared once (``FusedCLProgram``): its argument list with
-    the buffers that stay the same across calls (aux arrays, partials, workspace,
-    constants, finished reductions kept there) in place and, at ``slots``, the positions
-    filled at each call (inputs, new results, backend steps' results); its sizes; the
-    slots zeroed before it; and its reductions' finishing launches."""
+class Launch:
+    """A step of ``FusedCLProgram``: a group kernel's launch, prepared once: the kernel
+    as rendered (``spec``: its name, parameters, reductions...) and built (``kernel``), its
+    argument list with the buffers that stay the same across calls (aux arrays, partials,
+    workspace, constants, finished reductions kept there) in place and, at ``slots``, the
+    positions filled at each call (inputs, new results, backend steps' results); its
+    sizes; the slots zeroed before it; and its reductions' finishing launches."""
 
-    __slots__ = ("kernel", "n", "global_size", "local_size", "args", "slots", "zero",
+    __slots__ = ("spec", "kernel", "n", "global_size", "local_size", "args", "slots", "zero",
                  "finish")
 
-    def __init__(self, kernel: Any, n: int, global_size: tuple[int, ...],
+    def __init__(self, spec: Kernel, kernel: Any, global_size: tuple[int, ...],
                  local_size: tuple[int, ...], args: list[Any], slots: list[tuple[int, int]],
-                 zero: list[int], finish: list[tuple[Any, ...]]) -> None:
-        self.kernel, self.n, self.global_size, self.local_size = \
-            kernel, n, global_size, local_size
-        self.args, self.slots, self.zero, self.finish = args, slots, zero, finish
+                 finish: list[tuple[Any, ...]]) -> None:
+        self.spec, self.kernel, self.n = spec, kernel, spec.n
+        self.global_size, self.local_size = global_size, local_size
+        self.args, self.slots, self.zero, self.finish = args, slots, list(spec.zero), finish
+
+
+class HostStep:
+    """A step of ``FusedCLProgram`` that is not a group kernel: the backend's kernels or
+    the host (``_program.step``) for ``instruction``, the reshaped views it reads made
+    first (``aliases``: (slot, root, shape))."""
+
+    __slots__ = ("instruction", "run", "aliases", "outs")
+
+    def __init__(self, instruction: Instruction, run: Any,
+                 aliases: tuple[tuple[int, int, tuple[int, ...]], ...]) -> None:
+        self.instruction, self.run, self.aliases = instruction, run, aliases
+        self.outs = instruction.outs
 
 
 class FusedCLProgram:
@@ -74,19 +88,21 @@ class FusedCLProgram:
     ``run(inputs)`` as ``BoundProgram.run`` (device buffers in, new device buffers out).
 
     A call costs the host little beyond the backend steps: each group kernel's launch is
-    prepared once (``_Launch``: its fixed buffers' handles, sizes), a reduction to one
+    prepared once (``Launch``: its fixed buffers' handles, sizes), a reduction to one
     number is finished by one launch of a generated kernel (``_render_finish``) into a
     buffer kept between calls where no backend step or output sees it, and nothing is read
     back (the guards and backend steps that read values aside)."""
 
     def __init__(self, plan: Plan, be: Any, on_guard: Any, stored: set[int],
-                 kernels: list[list[Kernel]], source: str, real: str) -> None:
+                 kernels: list[list[Kernel]], source: str, real: str, width: int) -> None:
         p = plan.program
         self.plan, self.be, self.source = plan, be, source
+        # what the kernels were rendered from (batch_cl renders them again over points)
+        self.needed_later, self.real, self.width = stored, real, width
         self.outputs = plan.outputs
         self.inputs = list(p.inputs)
         self._lock = threading.Lock()
-        real_dtype = np.dtype(np.float64 if real == "double" else np.float32)
+        real_dtype = self.real_dtype = np.dtype(np.float64 if real == "double" else np.float32)
         reduced = {plan.r(o) for segment in kernels for k in segment for o, _ in k.reductions}
         made_in_python = {plan.r(o) for kind, item in plan.schedule if kind == "py"
                           for o in item.outs} | reduced
@@ -113,8 +129,7 @@ class FusedCLProgram:
         self._results = [(plan.r(s), p.shapes[s]) for s in plan.outputs]
         group = be.group
         finish_group = finish_group_size(be)
-        self.steps: list[tuple[Any, ...]] = []
-        self._launches: list[_Launch | None] = []     # each kernel step's, prepared
+        self.steps: list[Launch | HostStep] = []
         self._finish_group = (finish_group,)
         segments = iter(kernels)
         for kind, item in plan.schedule:
@@ -155,17 +170,13 @@ class FusedCLProgram:
                             out = None
                         finish.append((finisher, partials[o].data, root, p.shapes[o],
                                        p.dtypes[o], out, items if k.n else 0))
-                    cast = {o: p.dtypes[o] != real_dtype for o, _ in k.reductions}
-                    # (the entry as before, which other modules read: batch_cl)
-                    self.steps.append(("kernel", cl_kernel, k, partials, cast, items))
-                    self._launches.append(_Launch(cl_kernel, k.n, (size,), (group,), args,
-                                                  slots, list(k.zero), finish))
+                    self.steps.append(Launch(k, cl_kernel, (size,), (group,), args, slots,
+                                             finish))
             else:
                 aliases = tuple((i, plan.r(i), p.shapes[i]) for i in item.ins
                                 if type(i) is int and plan.r(i) != i)
                 run = _linear_step(item, be, p) or step(item, be, on_guard)
-                self.steps.append(("py", run, aliases, item.outs))
-                self._launches.append(None)
+                self.steps.append(HostStep(item, run, aliases))
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         with self._lock:
@@ -184,8 +195,8 @@ class FusedCLProgram:
             arrays[s] = be.allocate(p.shapes[s], p.dtypes[s])
         queue = be.queue
         try:
-            for entry, launch in zip(self.steps, self._launches):
-                if launch is not None:
+            for launch in self.steps:
+                if type(launch) is Launch:
                     for s in launch.zero:
                         arrays[s].fill(0)
                     if launch.n:
@@ -200,11 +211,10 @@ class FusedCLProgram:
                                  out.data, count)
                         arrays[root] = out
                     continue
-                _, run, aliases, outs = entry
-                for s, root, shape in aliases:
+                for s, root, shape in launch.aliases:
                     arrays[s] = arrays[root].reshape(shape)
-                run(arrays)
-                for s in outs:
+                launch.run(arrays)
+                for s in launch.outs:
                     a = arrays[s]
                     if getattr(a, "offset", 0):      # kernels take whole buffers
                         arrays[s] = a.copy()
@@ -299,7 +309,7 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
         kernels, source = render_kernels(plan, stored, be, real, width)
         vector = any(k.width for segment in kernels for k in segment)
         try:
-            return FusedCLProgram(plan, be, on_guard, stored, kernels, source, real)
+            return FusedCLProgram(plan, be, on_guard, stored, kernels, source, real, width)
         except (DeviceError, AttributeError) as error:
             # a kernel missing from a built program is an AttributeError of pyopencl
             # the vector loops do not build here: the scalar kernels, if proven

@@ -158,6 +158,9 @@ class Plan:
                 self.schedule.append(("py", ins))
         self.outputs = list(outputs)
         self.aux: list[np.ndarray] = []       # index arrays the C reads (after the slots)
+        # id of an index array -> its number in aux, kept across renders of the plan (the
+        # OpenCL kernels over a batch of points are rendered again from it)
+        self.aux_numbers: dict[int, int] = {}
         # a slice's adjoint (one part written into zeros) as an elementwise value over
         # its output: zero outside the slice, so sums of such adjoints fuse into one loop
         self.pads: dict[int, list[tuple[int, int, int, int]]] = {}

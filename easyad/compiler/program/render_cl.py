@@ -117,7 +117,8 @@ class OpenCLPlan(Plan):
 class Kernel:
     """One group's kernel: its name, parameters (("slot", root) or ("aux", k) or
     ("partial", slot)), elements, the slots zeroed before it, its reductions ((slot,
-    op), each from a buffer of one partial per work-item) and its vector width."""
+    op), each from a buffer of one partial per work-item), its vector width and, rendered
+    over points, the inputs whose step between points is an argument (``S<slot>``)."""
 
     def __init__(self, name: str, n: int) -> None:
         self.name, self.n = name, n
@@ -125,16 +126,26 @@ class Kernel:
         self.params: list[tuple[str, int]] = []
         self.zero: list[int] = []
         self.reductions: list[tuple[int, str]] = []
+        self.strides: list[int] = []
 
 
 class OpenCLRenderer(Renderer):
     """A group as an OpenCL kernel (``Renderer``'s loop body, the loop made work-items;
-    on a CPU device with ``width`` lanes, the body on vectors first where it can be)."""
+    on a CPU device with ``width`` lanes, the body on vectors first where it can be).
+
+    ``points``: each kernel also runs over a second NDRange dimension, one point of a
+    batch per ``get_global_id(1)`` (``batch_cl``): it takes the number of points (NB_)
+    and the inputs' steps between points (S<slot>: 0 where an input is the same at every
+    point) after N_, and moves its pointers to its point before the body, which is the
+    one point's body unchanged. Constants and index arrays are shared, unmoved; every
+    other slot is a buffer of NB_ points one after another, as are the partials."""
 
     def __init__(self, plan: Plan, needed_later: set[int], real: str, gpu: bool,
-                 width: int = 0, lanewise: frozenset[str] = frozenset()) -> None:
+                 width: int = 0, lanewise: frozenset[str] = frozenset(),
+                 points: bool = False) -> None:
         dialect = OpenCLDialect(real)
         super().__init__(plan, needed_later, dialect)
+        self.points = points
         self.gpu = gpu
         self.width = width
         self.lanewise = lanewise      # math builtins whose vector versions disagree here
@@ -435,8 +446,10 @@ class OpenCLRenderer(Renderer):
             else:
                 params.append(f"__global real_t* Q{k}")
         params.append("const long N_")
-        head = (f"__kernel void {name}({', '.join(params)})\n{{\n" + "\n".join(pre)
-                + ("\n" if pre else ""))
+        head = f"__kernel void {name}({', '.join(params)})\n{{\n"
+        if self.points:
+            head = self._over_points(kernel, head)
+        head += "\n".join(pre) + ("\n" if pre else "")
         # On a GPU a work-item per element, or with reductions to one number, every
         # global-size'th element (neighbouring work-items read neighbouring elements),
         # adding up the work-item's partial. On a CPU one contiguous run per work-item, a
@@ -479,6 +492,25 @@ class OpenCLRenderer(Renderer):
                 + "\n".join(post) + "\n}\n", kernel)
 
 
+    def _over_points(self, kernel: Kernel, head: str) -> str:
+        """The kernel's head taking the batch's arguments and moving its pointers to
+        point ``get_global_id(1)`` (see the class docstring)."""
+        p = self.p
+        moves = []
+        for kind, key in kernel.params:
+            if kind == "slot" and key in p.inputs:
+                moves.append(f"    P{key} += B_ * S{key};")
+                kernel.strides.append(key)
+            elif kind == "slot" and key not in p.constants:
+                moves.append(f"    P{key} += B_ * {math.prod(p.shapes[key])}L;")
+            elif kind == "partial":
+                moves.append(f"    Q{key} += B_ * (long)get_global_size(0);")
+        strides = "".join(f", const long S{s}" for s in kernel.strides)
+        return (head.replace("const long N_)\n", f"const long N_, const long NB_{strides})\n")
+                + "    const long B_ = get_global_id(1);\n    if (B_ >= NB_) return;\n"
+                + "".join(m + "\n" for m in moves))
+
+
 def _fold(op: str, values: list[str]) -> str:
     """The values combined by op, pairwise."""
     while len(values) > 1:
@@ -488,12 +520,14 @@ def _fold(op: str, values: list[str]) -> str:
 
 
 
-def render_kernels(plan: Plan, stored: set[int], be: Any, real: str, width: int
-            ) -> tuple[list[list[Kernel]], str]:
+def render_kernels(plan: Plan, stored: set[int], be: Any, real: str, width: int,
+                   points: bool = False) -> tuple[list[list[Kernel]], str]:
     """The plan's kernels, by segment, and their OpenCL source (with the vector helpers
-    where a kernel has a vector loop)."""
+    where a kernel has a vector loop); ``points``: each kernel over a batch of points
+    (``OpenCLRenderer``), the same kernels otherwise."""
     lanewise = untrusted_vector_math(be, real, width) if width else frozenset()
-    renderer = OpenCLRenderer(plan, stored, real, bool(be.device.is_gpu), width, lanewise)
+    renderer = OpenCLRenderer(plan, stored, real, bool(be.device.is_gpu), width, lanewise,
+                              points)
     kernels: list[list[Kernel]] = []
     texts = []
     for segment in (item for kind, item in plan.schedule if kind == "c"):
