@@ -275,8 +275,8 @@ def _tensor_batch_variants(device, batch, n=100):
     v, g = on_device.value_and_gradient(X)
     np.testing.assert_allclose(v, v_ref, rtol=1e-12)
     np.testing.assert_allclose(g, g_ref, rtol=1e-12)
-    from easyad.tensor import _batch_cl
-    how = "one launch per kernel" if _batch_cl.batched(on_device._bound["gradient"]) \
+    from easyad.compiler.program import batch_cl
+    how = "one launch per kernel" if batch_cl.batched(on_device._bound["gradient"]) \
         else "a replay per point"
     return {f"{device.name}, TensorFunction batch ({how})":
             lambda: on_device.value_and_gradient(X),

@@ -6,14 +6,14 @@ x)``, 9 operations) on 10^7 float64 values (10^6 with --quick), ``sum(chain(x))`
 value, and its value and gradient, each variant checked against numpy before it is timed,
 all variants of a part timed interleaved in the same rounds:
 
-- **fused**: ``ad.record(f, x0, tensor=True, device="opencl")`` (``tensor/_program_cl.py``:
+- **fused**: ``ad.record(f, x0, tensor=True, device="opencl")`` (``compiler/program/fused_cl.py``:
   the forward chain, the sum and the backward sweep in one kernel);
 - **fused on device**: the same program's ``run`` on a device buffer, results left on the
   device (no transfer of x in or of the results out), the queue finished;
 - **kernels**: the same recording with ``fuse=False``, one OpenCL kernel per instruction;
 - **eager**: OpenCL tensors (``ad.Tensor.variable(x0, lst, device="opencl")``, or a
   constant for the value) and the backward sweep, as ``bench_tensor`` times them;
-- **numpy fused**: the recording on the numpy device (``tensor/_program_c.py``, one C
+- **numpy fused**: the recording on the numpy device (``compiler/program/fused_c.py``, one C
   loop, one core).
 
 Every call but "fused on device" takes x from the host and brings the results back.

@@ -34,7 +34,7 @@ static inline real_t easyad_fn_heaviside(real_t t) {
  * The strong zeros are defined once, here, as macros over a type T whose ==, | and ?: work
  * lane by lane: real_t below, the float and double loops of the numpy ufuncs
  * (_engine/ufuncs.pxi), OpenCL's vectors (tensor/_kernels.vector_helpers); the fused C
- * programs' bit-mask spelling (tensor/_program_c._STRONG_ZERO) reads the *_ZERO tests.
+ * programs' bit-mask spelling (compiler/program/cstyle.STRONG_ZERO) reads the *_ZERO tests.
  * The zero is +0.0. | rather than ||: no branch, so loops of them vectorise (a select per
  * lane). tests/test_csyntax.py checks that every spelling gives the same bits. */
 #define EASYAD_MUL0_ZERO(T, a, b) (((a) == (T)0) | ((b) == (T)0))

@@ -1,5 +1,5 @@
 """The thread pool of easyad's batches: scalar replay's rows (``replay.py``) and tensor
-programs' points (``tensor/_program_c.py``) run compiled code on it without the GIL."""
+programs' points (``compiler/program/fused_c.py``) run compiled code on it without the GIL."""
 from __future__ import annotations
 
 import os

@@ -7,9 +7,9 @@ backward sweep (and, for ``hvp``, of a second sweep over the first, recorded wit
 ``create_graph``), becomes an instruction of one program. Replay runs the instructions
 needed for what is asked (value; value and gradient; Hessian-vector product) on the
 device's backend: on the numpy device, runs of elementwise, indexing and reduction
-instructions are generated C (``tensor/_program_c.py``: one loop per fused group, all
+instructions are generated C (``compiler/program/fused_c.py``: one loop per fused group, all
 the group's values in registers), the rest (matmul, ``linear``) numpy's kernels; on an
-OpenCL device each such group is one generated kernel (``tensor/_program_cl.py``), the
+OpenCL device each such group is one generated kernel (``compiler/program/fused_cl.py``), the
 rest the backend's kernels. ``fuse=False``: every instruction the backend's kernel.
 
 Arguments after ``x0`` are not differentiated: float arrays are inputs of the program
@@ -456,11 +456,11 @@ class TensorFunction:
             outputs = rec.hvp
         bound = None
         if self.fuse and self._backend.kind == "numpy":
-            from easyad.tensor import _program_c
-            bound = _program_c.fused(rec.program, outputs, self._backend, self._guard_failed)
+            from easyad.compiler.program import fused_c
+            bound = fused_c.fused(rec.program, outputs, self._backend, self._guard_failed)
         elif self.fuse and self._backend.kind == "opencl":
-            from easyad.tensor import _program_cl
-            bound = _program_cl.fused(rec.program, outputs, self._backend, self._guard_failed)
+            from easyad.compiler.program import fused_cl
+            bound = fused_cl.fused(rec.program, outputs, self._backend, self._guard_failed)
         if bound is None:
             bound = BoundProgram(rec.program, self._backend, outputs, self._guard_failed)
         self._bound[what] = bound
@@ -564,10 +564,10 @@ class TensorFunction:
                  ) -> list[np.ndarray]:
         """``what`` at every point of the batch ``x``, outputs with a leading axis: one C
         loop without the GIL where the fused program allows it (no Python step in it), on
-        an OpenCL device one launch per fused kernel (``_batch_cl``: no backend step in
-        it; x's leaves may be rows there already: Tensors or pyopencl arrays), else one
-        replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the outputs',
-        ``tangent_specs``) may be batched too."""
+        an OpenCL device one launch per fused kernel (``compiler.program.batch_cl``: no
+        backend step in it; x's leaves may be rows there already: Tensors or pyopencl
+        arrays), else one replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the
+        outputs', ``tangent_specs``) may be batched too."""
         if count == 0:
             raise ValueError("a batch of no points: x's leading axis is 0")
         leaves, _ = _trees.flatten(x)
@@ -584,18 +584,18 @@ class TensorFunction:
         xs, statics = self._inputs(point, args)
         floats = [a for a in statics if not isinstance(a, _Static)]
         extra = list(tangents) if what in ("hvp", "vjp") else [self._learning_rate]
-        from easyad.tensor._program_c import FusedProgram
+        from easyad.compiler.program.fused_c import FusedProgram
         bound = self._bind(what, xs, statics)
         if isinstance(bound, FusedProgram) and bound.batchable():
             return bound.run_batch(X + floats + extra + self._live(what), count)
         if self._backend.kind == "opencl":     # one launch per kernel for all the points
-            from easyad.tensor import _batch_cl
-            program = _batch_cl.batched(bound)
+            from easyad.compiler.program import batch_cl
+            program = batch_cl.batched(bound)
             try:
                 if program is not None:       # (device arguments go in as they are)
                     shared = [a.buffer if type(a) is _Resident else a for a in floats]
                     return program.run(X + shared + extra + self._live(what), count)
-            except _batch_cl.Diverged:
+            except batch_cl.Diverged:
                 pass       # a guard reads another value somewhere: point by point
         X = [self._host(a) if device else a for a, device in zip(X, on_device)]
         outs = []

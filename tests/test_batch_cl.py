@@ -1,15 +1,17 @@
-"""TensorFunction batches on an OpenCL device (easyad/tensor/_batch_cl.py): every fused
+"""TensorFunction batches on an OpenCL device (easyad/tensor/batch_cl.py): every fused
 kernel launched once for all the points, against one replay per point on the same device
 and the numpy device's batch (one C loop)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _batch_cl, _devices
+from easyad.compiler.program import batch_cl, fused_cl
+from easyad.tensor import _devices
 
 from test_tensor_record import _opencl_usable, rosen, rosen_hvp
 
@@ -45,6 +47,11 @@ PROGRAMS = {"rosenbrock": (rosen, 100, (0.5, 1.5)), "chain": (chain, 257, (-2.0,
             "one element": (chain, 1, (-2.0, 2.0))}
 
 
+def _kernels(fused):
+    """The group kernels (as rendered) of a fused program's launches."""
+    return [step.spec for step in fused.steps if isinstance(step, fused_cl.Launch)]
+
+
 def _check(got, want, dtype):
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype
@@ -57,12 +64,12 @@ def _check(got, want, dtype):
 def launches(monkeypatch):
     """Counts of the batched kernels' launches, by kernel name."""
     counts: dict[str, int] = {}
-    original = _batch_cl._enqueue
+    original = batch_cl._enqueue
 
     def counting(kernel, *args):
         counts[kernel.function_name] = counts.get(kernel.function_name, 0) + 1
         original(kernel, *args)
-    monkeypatch.setattr(_batch_cl, "_enqueue", counting)
+    monkeypatch.setattr(batch_cl, "_enqueue", counting)
     return counts
 
 
@@ -93,7 +100,7 @@ def test_batches_match_points_and_numpy(opencl_device, name, dtype, launches):
         values, grads = F.value_and_gradient(X)
         fused = F._bound["gradient"]
         # one launch of each fused kernel for the whole batch
-        assert launches == {k.name: 1 for _, _, k, *_ in fused.steps}, launches
+        assert launches == {k.name: 1 for k in _kernels(fused)}, launches
         np_values, np_grads = G.value_and_gradient(X)
         _check(values, np_values, dtype)
         _check(grads, np_grads, dtype)
@@ -119,7 +126,34 @@ def test_rosenbrock_against_its_formulas(opencl_device):
     hv = F.hvp(X, V)
     for b in (0, 77, 199):
         np.testing.assert_allclose(hv[b], rosen_hvp(X[b], V[b]), rtol=1e-10, atol=1e-9)
-    assert _batch_cl.batched(F._bound["gradient"]) is not None
+    assert batch_cl.batched(F._bound["gradient"]) is not None
+
+
+# the lines the points option adds to a kernel: its head's and each pointer's move
+_OVER_POINTS = re.compile(r"(?m)^    (const long B_ = get_global_id\(1\);|if \(B_ >= NB_\) "
+                          r"return;|[PQ]\d+ \+= B_ \* [^;]+;)\n")
+
+
+@pytest.mark.parametrize("name", ["rosenbrock", "extremes", "weighted"])
+def test_kernels_over_points_are_the_point_kernels(opencl_device, name):
+    """The batched source is the program's kernels rendered again with the points option:
+    each is the one point's kernel with the batch's arguments after N_ and the pointer
+    moves before the body, nothing else changed; inputs move by a stride argument."""
+    f, n, _ = PROGRAMS[name]
+    F = ad.record(f, np.ones(n), tensor=True, device=opencl_device)
+    F.value_and_gradient(np.ones(n))
+    fused = F._bound["gradient"]
+    batch = batch_cl.batched(fused)
+    point = re.sub(r", const long NB_(, const long S\d+)*\)", ")",
+                   _OVER_POINTS.sub("", batch.source))
+    assert point == fused.source
+    assert batch.source.count("if (B_ >= NB_) return;") == len(batch.launches) == \
+        len(_kernels(fused))
+    inputs = set(fused.inputs)
+    for step in batch.launches:
+        k = step.spec
+        assert k.strides == [key for kind, key in k.params if kind == "slot" and key in inputs]
+        assert all(f"P{s} += B_ * S{s};" in batch.source for s in k.strides)
 
 
 @pytest.mark.parametrize("name", ["rosenbrock", "extremes"])
@@ -132,7 +166,7 @@ def test_gpu_launch_shapes(opencl_device, name, launches):
     X = np.random.default_rng(7).uniform(lo, hi, (203, n))
     values, grads = F.value_and_gradient(X)
     assert F._backend.device.is_gpu
-    assert launches == {k.name: 1 for _, _, k, *_ in F._bound["gradient"].steps}
+    assert launches == {k.name: 1 for k in _kernels(F._bound["gradient"])}
     np_values, np_grads = G.value_and_gradient(X)
     _check(values, np_values, np.float64)
     _check(grads, np_grads, np.float64)
@@ -174,13 +208,13 @@ def test_chunks_of_a_large_batch(opencl_device, monkeypatch, launches):
     F = ad.record(chain, np.ones(9), tensor=True, device=opencl_device)
     X = np.random.default_rng(4).normal(size=(30, 9))
     whole = F.value_and_gradient(X)
-    program = _batch_cl.batched(F._bound["gradient"])
-    monkeypatch.setattr(_batch_cl, "_BUDGET", 7 * 9 * 8 * 4)    # a few points a chunk
+    program = batch_cl.batched(F._bound["gradient"])
+    monkeypatch.setattr(batch_cl, "_BUDGET", 7 * 9 * 8 * 4)    # a few points a chunk
     launches.clear()
     chunked = F.value_and_gradient(X)
     _check(chunked[0], whole[0], np.float64)
     _check(chunked[1], whole[1], np.float64)
-    assert program is _batch_cl.batched(F._bound["gradient"])
+    assert program is batch_cl.batched(F._bound["gradient"])
     assert max(launches.values()) > 1
     rows = F.value_and_gradient(ad.Tensor.constant(X, device=opencl_device))
     _check(rows[0], whole[0], np.float64)      # device rows cut into the same chunks
@@ -199,8 +233,7 @@ def test_guards_checked_at_every_point(opencl_device, launches):
     values, grads = F.value_and_gradient(X)
     np.testing.assert_allclose(values, np.sum(X * X, axis=1), rtol=1e-12)
     np.testing.assert_allclose(grads, 2 * X, rtol=1e-12)
-    assert launches == {k.name: 1 for entry in F._bound["gradient"].steps
-                        if entry[0] == "kernel" for k in [entry[2]]}
+    assert launches == {k.name: 1 for k in _kernels(F._bound["gradient"])}
     X = np.abs(X)
     X[7] *= -1.0                       # the one point down the other branch
     want_values = np.where(X.sum(axis=1) > 0, np.sum(X * X, axis=1), np.exp(X).sum(axis=1))
@@ -210,8 +243,9 @@ def test_guards_checked_at_every_point(opencl_device, launches):
         S.value_and_gradient(X)
     values, grads = S.value_and_gradient(np.delete(X, 7, axis=0))    # all one branch
     np.testing.assert_allclose(values, np.delete(want_values, 7), rtol=1e-12)
-    assert _batch_cl.batched(S._bound["gradient"]).guards.count(None) < \
-        len(S._bound["gradient"].steps)          # the guard is one of its steps
+    batch = batch_cl.batched(S._bound["gradient"])
+    assert len(batch.launches) < len(batch.steps) == len(S._bound["gradient"].steps)
+    # the guard is one of its steps
     R = ad.record(signed, np.ones(5), tensor=True, device=opencl_device,
                   on_branch_change="retape")
     values, grads = R.value_and_gradient(X)
@@ -227,7 +261,7 @@ def test_backend_steps_replay_per_point(opencl_device, launches):
                   device=opencl_device)
     values = M(X)
     np.testing.assert_allclose(values, np.tanh(X @ A.T).sum(axis=1), rtol=1e-12)
-    assert _batch_cl.batched(M._bound["value"]) is None
+    assert batch_cl.batched(M._bound["value"]) is None
     assert launches == {}
 
 
@@ -240,7 +274,7 @@ def test_bad_batches(opencl_device):
         F.value_and_gradient(np.ones((3, 5)))
     with pytest.raises(ValueError, match="shape"):
         F.hvp(np.ones((3, 4)), np.ones((2, 4)))
-    program = _batch_cl.batched(F._bound["gradient"])
+    program = batch_cl.batched(F._bound["gradient"])
     with pytest.raises(ValueError, match="inputs"):
         program.run([np.ones((3, 4))], 3)
     with pytest.raises(ValueError, match="shape"):
@@ -311,9 +345,13 @@ def test_structures_vector_outputs_and_unit_batches(opencl_device, launches):
 
 def test_batched_kernels_that_do_not_build(opencl_device, monkeypatch, launches):
     """Batched kernels the driver refuses: a CompilerWarning, then point by point."""
-    original = _batch_cl._with_points
-    monkeypatch.setattr(_batch_cl, "_with_points", lambda source, name, moves, strides:
-                        original(source, name, moves + ["    not C at all;"], strides))
+    original = batch_cl.render_kernels
+
+    def broken(*args, **kwargs):     # every kernel over points with a line that is not C
+        kernels, source = original(*args, **kwargs)
+        return kernels, source.replace("if (B_ >= NB_) return;\n",
+                                       "if (B_ >= NB_) return;\n    not C at all;\n")
+    monkeypatch.setattr(batch_cl, "render_kernels", broken)
     F = ad.record(chain, np.ones(6), tensor=True, device=opencl_device)
     X = np.random.default_rng(13).normal(size=(4, 6))
     with pytest.warns(ad.errors.CompilerWarning, match="point by point"):

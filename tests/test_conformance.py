@@ -160,11 +160,11 @@ def _recomputing_compared_values(monkeypatch):
     recomputed operand that rounds one ulp away from the value the max was taken over
     (what glibc's vector exp did to the forward loop's scalar exp). The injection is
     the compared operand ``x`` of every ``x == m`` a fused map renders, through
-    ``_Plan.map_tree`` (test-only monkeypatch; nothing in easyad changes)."""
+    ``Plan.map_tree`` (test-only monkeypatch; nothing in easyad changes)."""
     from easyad import _expr
-    from easyad.tensor import _program_c
+    from easyad.compiler.program import plan
 
-    original = _program_c._Plan.map_tree
+    original = plan.Plan.map_tree
 
     def rounded_apart(node):
         if isinstance(node, _expr.Bin) and node.op == "==" and \
@@ -179,7 +179,7 @@ def _recomputing_compared_values(monkeypatch):
             return _expr.Neg(rounded_apart(node.operand))
         return node
 
-    monkeypatch.setattr(_program_c._Plan, "map_tree",
+    monkeypatch.setattr(plan.Plan, "map_tree",
                         lambda self, ins, k: rounded_apart(original(self, ins, k)))
 
 
@@ -204,9 +204,9 @@ def test_checker_catches_a_swapped_tie_rule(monkeypatch, module_cache):
     table check (check_tensor) reports it for maximum and minimum, at ties only."""
     if not _compiler_works():
         pytest.skip("no C compiler: the fused C program is not built")
-    from easyad.tensor import _program_c
-    header = _program_c._header
-    monkeypatch.setattr(_program_c, "_header", lambda: header() + [
+    from easyad.compiler.program import fused_c
+    header = fused_c.c_header
+    monkeypatch.setattr(fused_c, "c_header", lambda: header() + [
         "#undef heaviside", "#define heaviside(t) ((t) >= 0.0 ? 1.0 : 0.0)"])
     table = {name: TABLE[name] for name in ("maximum", "minimum", "mul")}
     with np.errstate(all="ignore"):

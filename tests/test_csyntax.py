@@ -24,7 +24,8 @@ import pytest
 
 import easyad as ad
 from easyad import _compile, _core, _csyntax, _expr
-from easyad.tensor import _kernels, _program_c, _replay_cl
+from easyad.compiler.program import cstyle
+from easyad.tensor import _kernels, _replay_cl
 
 ROOT = Path(__file__).resolve().parent.parent
 CC = _compile.compiler()
@@ -244,7 +245,7 @@ def test_strong_zero_in_c(name, tmp_path):
     av = ", ".join(_csyntax.literal(v) for v in a)
     bv = ", ".join(_csyntax.literal(v) for v in b)
     n = len(a)
-    decls = (f'#include "{ROOT / "easyad" / "_helpers.h"}"\n{_program_c._STRONG_ZERO}\n'
+    decls = (f'#include "{ROOT / "easyad" / "_helpers.h"}"\n{cstyle.STRONG_ZERO}\n'
              f"static double A[] = {{{av}}};\nstatic double B[] = {{{bv}}};\n"
              f"static double S[{n}], M[{n}];\n"
              f"static void fill(void) {{ for (int i = 0; i < {n}; i++) {{ "
@@ -254,7 +255,7 @@ def test_strong_zero_in_c(name, tmp_path):
     out = np.frombuffer(_run_c(source, tmp_path), np.float64)
     want = _truth(name, a, b)
     _assert_bits(out[:n], want, "_helpers.h in C")
-    _assert_bits(out[n:], want, "_program_c._STRONG_ZERO")
+    _assert_bits(out[n:], want, "cstyle.STRONG_ZERO")
 
 
 @pytest.mark.parametrize("real", ["double", "float"])
@@ -297,7 +298,7 @@ def test_one_definition_of_the_strong_zero():
         assert f"easyad_fn_{name}(real_t a, real_t b) {{ return {macro}(real_t, a, b); }}" \
             in header
         assert f"{macro}(vreal_t, a, b)" in vector
-        assert f"{macro}_ZERO(double, a, b)" in _program_c._STRONG_ZERO
+        assert f"{macro}_ZERO(double, a, b)" in cstyle.STRONG_ZERO
         for t in ("double", "float"):
             assert f"{macro}({t}, a, b)" in ufuncs
 

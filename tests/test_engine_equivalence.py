@@ -1,6 +1,6 @@
 """One program, every engine: eager execution, the recorded program replayed kernel by
-kernel (``fuse=False``), the fused C (``tensor/_program_c.py``) and the fused OpenCL kernels
-(``tensor/_program_cl.py``) must give the same values (to a few units in the last place:
+kernel (``fuse=False``), the fused C (``compiler/program/fused_c.py``) and the fused OpenCL kernels
+(``compiler/program/fused_cl.py``) must give the same values (to a few units in the last place:
 their math libraries differ) and the same gradients. Above all, every selection (max and min
 along axes and over everything, comparisons, where, maximum/minimum, abs and relu at 0, a
 clip) must pick the same elements in every engine, so the gradients agree to rounding.

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _devices, _probe, _program_cl, _proof_child, _proofs
+from easyad.compiler.program import fused_cl, vector_cl
+from easyad.tensor import _devices, _probe, _proof_child, _proofs
 from easyad.tensor._program import BoundProgram
 
 pytestmark = pytest.mark.skipif(not [d for d in ad.devices() if d.kind == "opencl"],
@@ -66,13 +67,14 @@ def _f_gradient(x):            # by hand
 
 
 def _widths(F):
-    return [rest[1].width for kind, *rest in F._bound["gradient"].steps if kind == "kernel"]
+    return [step.spec.width for step in F._bound["gradient"].steps
+            if isinstance(step, fused_cl.Launch)]
 
 
 def test_a_width_whose_proof_crashes_falls_back_with_one_warning(proof_cache, monkeypatch):
     be = _cpu_backend()
     _drop(proof_cache, "fused:double:2")
-    monkeypatch.setenv(_program_cl.VECTOR_ENV, "2")
+    monkeypatch.setenv(vector_cl.VECTOR_ENV, "2")
     monkeypatch.setenv(_proofs.CRASH_ENV, "fused:double:2")
     monkeypatch.setattr(be, "_fused_width", {}, raising=False)    # decided anew here
     x = np.linspace(0.1, 1.9, 37)
@@ -86,7 +88,7 @@ def test_a_width_whose_proof_crashes_falls_back_with_one_warning(proof_cache, mo
     message = str(warning.message)
     assert "fused float64 kernels failed their proof with 2-lane vectors" in message
     assert "SIGSEGV" in message and "scalar loops instead" in message
-    assert f"{_program_cl.VECTOR_ENV}=N" in message and "pocl-opencl-icd" in message
+    assert f"{vector_cl.VECTOR_ENV}=N" in message and "pocl-opencl-icd" in message
     assert _widths(F) and set(_widths(F)) == {0}
     np.testing.assert_allclose(value, np.sum(np.sin(x) * np.exp(x) + x * x), rtol=1e-12)
     np.testing.assert_allclose(gradient, _f_gradient(x), rtol=1e-12)
@@ -100,7 +102,7 @@ def test_no_fused_kind_proven_runs_one_kernel_per_instruction(proof_cache, monke
     be = _cpu_backend()
     _drop(proof_cache, "fused:double:2")
     _drop(proof_cache, "fused:double:0")
-    monkeypatch.setenv(_program_cl.VECTOR_ENV, "2")
+    monkeypatch.setenv(vector_cl.VECTOR_ENV, "2")
     monkeypatch.setenv(_proofs.CRASH_ENV, "fused:double:2,fused:double:0")
     monkeypatch.setattr(be, "_fused_width", {}, raising=False)
     x = np.linspace(0.1, 1.9, 37)
@@ -137,7 +139,7 @@ def test_a_device_whose_float64_kernels_crash_is_float32_only(proof_cache, monke
 
 def test_verdicts_are_read_from_disk_without_a_child(proof_cache, monkeypatch):
     be = _cpu_backend()
-    width = _program_cl.fused_width(be, "double")       # proven (or read) before
+    width = vector_cl.fused_width(be, "double")       # proven (or read) before
     kinds = ["eager:float", f"fused:double:{width}"]
     _proofs.verdicts(be.device._handle, kinds)   # on disk now (an earlier test may have
     _proofs.forget()                             # proven them under another cache folder)
@@ -187,8 +189,8 @@ def test_the_real_devices_vector_widths():
         for real, dtype in (("double", np.float64), ("float", np.float32)):
             if real == "double" and not d.fp64:
                 continue
-            width = _program_cl.fused_width(d.backend, real)
-            asked = _program_cl.vector_width(d.backend, real)
+            width = vector_cl.fused_width(d.backend, real)
+            asked = vector_cl.vector_width(d.backend, real)
             tried = [w for w in (16, 8, 4, 2) if w <= asked] + [0]
             failed = tried[:tried.index(width)] if width is not None else tried
             verdicts = _proofs.verdicts(d._handle, [f"fused:{real}:{w}" for w in failed])

@@ -1,4 +1,4 @@
-"""The host side of a replayed tensor program on OpenCL (easyad/tensor/_program_cl.py,
+"""The host side of a replayed tensor program on OpenCL (easyad/compiler/program/fused_cl.py,
 easyad/_recorded.py): device Tensors as x and as arguments used as they are, launches
 prepared once, reductions to one number finished by one generated kernel (into a buffer
 kept between calls where only kernels read it), and the same results as host inputs, as
@@ -10,7 +10,7 @@ import pytest
 
 import easyad as ad
 from easyad import nn
-from easyad.tensor import _program_cl
+from easyad.compiler.program import fused_cl
 
 RNG = np.random.default_rng(5)
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
@@ -53,8 +53,8 @@ def test_reductions_to_one_number_finish_in_one_kernel(opencl_device, dtype, n):
     bound = F._bound["gradient"]
     assert "easyad_finish_sum" in bound.source and "easyad_finish_max" in bound.source
     # every total finished by its own launch: no backend step (reduce, cast) in between
-    assert all(kind == "kernel" for kind, *_ in bound.steps)
-    finishes = [f for launch in bound._launches if launch for f in launch.finish]
+    assert all(isinstance(step, fused_cl.Launch) for step in bound.steps)
+    finishes = [f for launch in bound.steps for f in launch.finish]
     assert len(finishes) >= 3
     assert any(f[5] is not None for f in finishes)      # a total only kernels read: kept
 
@@ -166,7 +166,7 @@ def test_replayed_mlp_steps_on_device_inputs_match_numpy_and_torch(opencl_device
         _close(p.data, host[k], dtype)
         np.testing.assert_allclose(p.data, tmodel.state_dict()[k].numpy(), rtol=1e-4,
                                    atol=1e-5, err_msg=k)
-    assert isinstance(F._bound["sgd_step"], _program_cl.FusedCLProgram)
+    assert isinstance(F._bound["sgd_step"], fused_cl.FusedCLProgram)
 
 
 @pytest.mark.parametrize("device", ["numpy", "opencl"])
@@ -194,7 +194,7 @@ def test_linear_steps_with_and_without_the_fast_views(opencl_device, fast_view, 
     """The replay's linear and linear_vjp steps (views made by pyopencl's fast constructor,
     or by reshape where it has none), with and without a bias: the numpy device's
     value and gradient."""
-    monkeypatch.setattr(_program_cl, "_FAST_VIEW", fast_view)
+    monkeypatch.setattr(fused_cl, "_FAST_VIEW", fast_view)
     ad.random.seed(4)
     model = nn.Sequential(nn.Linear(5, 7, bias=False), nn.Tanh(), nn.Linear(7, 3))
     params = {k: v.copy() for k, v in model.state_dict().items()}
@@ -211,8 +211,8 @@ def test_linear_steps_with_and_without_the_fast_views(opencl_device, fast_view, 
         _close(value, ref, np.float64)
         for k in params:
             _close(g[k], ref_g[k], np.float64)
-    names = [getattr(rest[0], "__name__", "") for kind, *rest in F._bound["gradient"].steps
-             if kind == "py"]
+    names = [getattr(step.run, "__name__", "") for step in F._bound["gradient"].steps
+             if isinstance(step, fused_cl.HostStep)]
     assert "run_linear" in names and "run_linear_vjp" in names
 
 
@@ -233,4 +233,5 @@ def test_a_total_a_backend_step_reads_is_not_kept_between_calls(opencl_device):
         _close(g, 3 * s * s * 2 * x + 1, np.float64)
     bound = F._bound["gradient"]
     # f[5]: the buffer kept between calls; None: a new one each call
-    assert any(f[5] is None for launch in bound._launches if launch for f in launch.finish)
+    assert any(f[5] is None for launch in bound.steps
+               if isinstance(launch, fused_cl.Launch) for f in launch.finish)

@@ -1,4 +1,4 @@
-"""The vector loops of fused OpenCL kernels on CPU devices (easyad/tensor/_program_cl.py):
+"""The vector loops of fused OpenCL kernels on CPU devices (easyad/compiler/program/render_cl.py):
 every rule of the table through a fused kernel, the scalar rest of lengths that are not a
 multiple of the width, reductions, float32, bools, against eager execution and against the
 scalar kernels (forced with EASYAD_OPENCL_VECTOR=0, or where the vector ones do not
@@ -13,8 +13,8 @@ import pytest
 
 import easyad as ad
 from easyad import _rules
+from easyad.compiler.program import fused_cl, vector_cl
 from easyad.errors import DeviceError
-from easyad.tensor import _program_cl
 
 from test_tensor_record import _opencl_usable, close
 
@@ -25,7 +25,7 @@ N = 1003                  # a vector loop and a scalar rest at every width
 
 
 def _kernels(F, what="gradient"):
-    return [rest[1] for kind, *rest in F._bound[what].steps if kind == "kernel"]
+    return [step.spec for step in F._bound[what].steps if isinstance(step, fused_cl.Launch)]
 
 
 def _run(monkeypatch, f, args, setting=None):
@@ -33,9 +33,9 @@ def _run(monkeypatch, f, args, setting=None):
     EASYAD_OPENCL_VECTOR=setting (None: the device's width)."""
     with monkeypatch.context() as m:
         if setting is None:
-            m.delenv(_program_cl.VECTOR_ENV, raising=False)
+            m.delenv(vector_cl.VECTOR_ENV, raising=False)
         else:
-            m.setenv(_program_cl.VECTOR_ENV, str(setting))
+            m.setenv(vector_cl.VECTOR_ENV, str(setting))
         F = ad.record(f, *args, device="opencl", tensor=True)
         value, g = F.value_and_gradient(*args)
         if not np.isnan(value):
@@ -46,7 +46,7 @@ def _run(monkeypatch, f, args, setting=None):
 def _width(F, dtype=np.float64):
     """The vector width fused kernels of dtype get on this device: the widest that passed
     its proof (0: scalar kernels)."""
-    return _program_cl.fused_width(F._backend, "double" if dtype == np.float64 else "float")
+    return vector_cl.fused_width(F._backend, "double" if dtype == np.float64 else "float")
 
 
 def _leaves(tree):
@@ -265,7 +265,7 @@ def test_scalar_kernels_where_the_vector_ones_do_not_build(monkeypatch):
     x = RNG.uniform(0.1, 2.0, N)
     F = ad.record(_chain, x, device="opencl", tensor=True)
     be = F._backend
-    if not _program_cl.fused_width(be, "double"):    # (a fallback warns here, not below)
+    if not vector_cl.fused_width(be, "double"):    # (a fallback warns here, not below)
         pytest.skip("this device gets scalar kernels")
     real_kernel = type(be).kernel
     refused = []
@@ -310,10 +310,10 @@ def test_forced_scalar_kernels_are_the_same_kernels_as_before(monkeypatch):
 @pytest.mark.parametrize("setting, expected", [("0", 0), ("4", 4), ("3", 0), ("x", 0)])
 def test_the_width_setting(monkeypatch, setting, expected):
     F = ad.record(_chain, np.ones(4), device="opencl", tensor=True)
-    monkeypatch.setenv(_program_cl.VECTOR_ENV, setting)
-    assert _program_cl.vector_width(F._backend, "double") == expected
-    monkeypatch.delenv(_program_cl.VECTOR_ENV)
-    width = _program_cl.vector_width(F._backend, "double")
+    monkeypatch.setenv(vector_cl.VECTOR_ENV, setting)
+    assert vector_cl.vector_width(F._backend, "double") == expected
+    monkeypatch.delenv(vector_cl.VECTOR_ENV)
+    width = vector_cl.vector_width(F._backend, "double")
     assert width in (0, 2, 4, 8, 16)
     preferred = F._backend.device._handle.preferred_vector_width_double
     assert width == (preferred if preferred in (2, 4, 8, 16) else 0)
@@ -326,23 +326,23 @@ def test_vector_math_is_checked_against_the_scalar_builtins_in_the_proof(monkeyp
     verdict of its check trusts none of them; a builtin whose lanes differ is found."""
     from easyad.tensor import _devices, _proofs
     be = _devices.resolve("opencl")
-    width = _program_cl.fused_width(be, "double")
+    width = vector_cl.fused_width(be, "double")
     if not width:
         pytest.skip("this device gets scalar kernels")
     verdict = _proofs.verdicts(be.device._handle, [f"fused:double:{width}"])
     found = frozenset(verdict[f"fused:double:{width}"]["lanewise"])
-    assert found <= _program_cl._VECTOR_MATH
+    assert found <= vector_cl.VECTOR_MATH
 
     class Broken:             # the device, where building a kernel fails
         device = be.device
 
         def kernel(self, *args):
             raise DeviceError("build failed")
-    assert _program_cl.untrusted_vector_math(Broken(), "double", width) == found
+    assert vector_cl.untrusted_vector_math(Broken(), "double", width) == found
     no_check = {"ok": True, "problem": ""}      # a verdict without the check's finding
     monkeypatch.setattr(_proofs, "verdicts", lambda handle, kinds: {k: no_check for k in kinds})
-    assert _program_cl.untrusted_vector_math(Broken(), "double", width) == \
-        _program_cl._VECTOR_MATH
+    assert vector_cl.untrusted_vector_math(Broken(), "double", width) == \
+        vector_cl.VECTOR_MATH
     monkeypatch.undo()
 
     class Wrong:             # the device, with one vector result off by one in one lane
@@ -357,16 +357,16 @@ def test_vector_math_is_checked_against_the_scalar_builtins_in_the_proof(monkeyp
             self.reads += 1
             if self.reads == 1:                  # the vector results come back first
                 # rows: each builtin in sorted order, then sincos's sine and its cosine
-                n = len(out) // (len(_program_cl._VECTOR_MATH) + 2)
+                n = len(out) // (len(vector_cl.VECTOR_MATH) + 2)
                 out[self.row * n + 3] += 1.0
             return out
-    names = sorted(_program_cl._VECTOR_MATH)
-    assert _program_cl._check_vector_math(Wrong(names.index("sin")), "double", width) == \
+    names = sorted(vector_cl.VECTOR_MATH)
+    assert vector_cl.check_vector_math(Wrong(names.index("sin")), "double", width) == \
         found | {"sin"}
     # a wrong vector sincos distrusts what it stands for (sin and cos then run lane by lane)
-    assert _program_cl._check_vector_math(Wrong(len(names)), "double", width) == \
+    assert vector_cl.check_vector_math(Wrong(len(names)), "double", width) == \
         found | {"sin"}
-    assert _program_cl._check_vector_math(Wrong(len(names) + 1), "double", width) == \
+    assert vector_cl.check_vector_math(Wrong(len(names) + 1), "double", width) == \
         found | {"cos"}
 
 
@@ -375,7 +375,7 @@ def test_untrusted_vector_math_is_computed_lane_by_lane(monkeypatch):
     same values as eager execution and as the scalar kernels."""
     from easyad.tensor import _devices
     be = _devices.resolve("opencl")
-    width = _program_cl.fused_width(be, "double")
+    width = vector_cl.fused_width(be, "double")
     if not width:
         pytest.skip("this device gets scalar kernels")
     kept = be.__dict__.setdefault("_untrusted_vector_math", {})

@@ -1,4 +1,4 @@
-# ---- recorded tensor programs: calling their generated C (tensor/_program_c.py) ----
+# ---- recorded tensor programs: calling their generated C (compiler/program/fused_c.py) ----
 # A segment is `void easyad_segment_k(void** P)`: P holds one pointer per slot of the
 # program (then the index arrays it reads). These two helpers are what a replayed call
 # costs in Python around the C: ~50 ns each, where ctypes takes ~1 us.

@@ -7,8 +7,8 @@ helpers of ``easyad/_helpers.h`` (the header the C core includes too). Expressio
 rendered by ``easyad._expr`` (float kernels get float literals). Reductions, strided
 copies, gathers and the tiled matmul are
 fixed templates here; ``vector_helpers`` gives the same helpers on vectors, for the vector
-loops of the fused kernels (``_program_cl.py``) on CPU devices. Pure strings: the OpenCL
-backend (``_opencl.py``) compiles them, once per device and source.
+loops of the fused kernels (``compiler/program/render_cl.py``) on CPU devices. Pure
+strings: the OpenCL backend (``_opencl.py``) compiles them, once per device and source.
 """
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ the same at the new input (a branch taken the same way) and raises
 ``ad.BranchChangedError`` (or records again) otherwise.
 
 ``Program.bind(backend)`` prepares the instructions for one backend (numpy, OpenCL) as a
-list of steps; ``_program_c`` fuses runs of them into generated C for the numpy device,
-``_program_cl`` into generated OpenCL kernels for an OpenCL device.
+list of steps; ``compiler.program.fused_c`` fuses runs of them into generated C for the
+numpy device, ``compiler.program.fused_cl`` into generated OpenCL kernels for an OpenCL device.
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ class Program:
         self.constants: dict[int, Any] = {}      # slot -> host array (float) or opaque
         self.live: list[tuple[int, Any, tuple[int, ...], Any]] = []   # read at each replay
         # slot -> the input slot it is the next value of (a parameter after a descent
-        # step): replay may write it into that input's memory (see ``_program_c``)
+        # step): replay may write it into that input's memory (see ``compiler.program.fused_c``)
         self.in_place: dict[int, int] = {}
         self.backend: Any = None
 

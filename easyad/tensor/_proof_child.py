@@ -192,6 +192,7 @@ def _fused_cases(device: Any, real: str, width: int) -> list[tuple[str, Any, Any
     import numpy as np
 
     import easyad as ad
+    from easyad.compiler.program import fused_cl
     from easyad.errors import CompilerWarning
     dtype = np.dtype(REALS[real])
     rng = np.random.default_rng(25)
@@ -218,8 +219,8 @@ def _fused_cases(device: Any, real: str, width: int) -> list[tuple[str, Any, Any
                           want))
             if want_hvp is not None:
                 cases.append((f"{name} (a Hessian-vector product)", F.hvp(x, v), want_hvp))
-            built = [rest[1].width for kind, *rest in F._bound["gradient"].steps
-                     if kind == "kernel"]
+            built = [step.spec.width for step in F._bound["gradient"].steps
+                     if type(step) is fused_cl.Launch]
             if width and width not in built:
                 raise AssertionError(f"{name}: no kernel was built {width} lanes wide "
                                      f"(widths {built})")
@@ -229,7 +230,8 @@ def _fused_cases(device: Any, real: str, width: int) -> list[tuple[str, Any, Any
 def _prove(device: Any, kind: str) -> dict[str, Any]:
     import numpy as np
 
-    from easyad.tensor import _devices, _program_cl
+    from easyad.compiler.program import vector_cl
+    from easyad.tensor import _devices
     from easyad.tensor._numpy import NumpyBackend
     parts = kind.split(":")
     real = parts[-1] if parts[0] == "op" else parts[1]
@@ -247,10 +249,10 @@ def _prove(device: Any, kind: str) -> dict[str, Any]:
         lanewise: frozenset[str] = frozenset()
         if width:
             try:
-                lanewise = _program_cl._check_vector_math(be, real, width)
+                lanewise = vector_cl.check_vector_math(be, real, width)
             except Exception:   # noqa: BLE001 (a check that does not build: trust none)
-                lanewise = _program_cl._VECTOR_MATH
-        _program_cl._forced[real] = (width, lanewise)
+                lanewise = vector_cl.VECTOR_MATH
+        vector_cl.forced[real] = (width, lanewise)
         cases = _fused_cases(device, real, width)
         verdict = {"ok": True, "problem": "", "lanewise": sorted(lanewise)}
     for what, got, want in cases:

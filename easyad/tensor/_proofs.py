@@ -15,18 +15,18 @@ proven first, in a child, by the real renderers on the real backend code:
   scatters, ``take``/``put``, the matmul of the device's kind, pyopencl's fill, and for
   ``double`` the scalar replay kernel (``_replay_cl``).
 - ``fused:<real>:<width>``: recorded programs fused into one OpenCL source each by
-  ``_program_cl`` at that vector width (0: scalar kernels), after the vector-math check
-  (``_program_cl._check_vector_math``, built only here): every rule in vector form,
-  reductions to one number, a slice's adjoint (pad), gathers, selects and comparisons,
-  broadcast numbers, a scalar rest, and a Hessian-vector product (tmul), each against
-  eager numpy.
+  ``compiler.program.fused_cl`` at that vector width (0: scalar kernels), after the
+  vector-math check (``compiler.program.vector_cl.check_vector_math``, built only here):
+  every rule in vector form, reductions to one number, a slice's adjoint (pad), gathers,
+  selects and comparisons, broadcast numbers, a scalar rest, and a Hessian-vector product
+  (tmul), each against eager numpy.
 
 The verdicts are cached on disk next to the probe's (``kernel-proofs-v*.json``), keyed by
 the device's identity (``_probe.device_key``: device, driver, the CPU's flags) and a hash
 of the code that renders the kernels, so a changed renderer is proven anew. A child that
 dies fails the kind it was proving (how it died, and the last line it printed). Who uses
 the verdicts: ``_devices`` (a device whose eager kinds fail is not usable, or float32
-only) and ``_program_cl.fused_width`` (the vector width of fused kernels: the widest
+only) and ``compiler.program.vector_cl.fused_width`` (the vector width of fused kernels: the widest
 proven of 16, 8, 4, 2, then scalar kernels, then none: one kernel per instruction).
 """
 from __future__ import annotations
@@ -54,8 +54,9 @@ REALS = {"float": "float32", "double": "float64"}
 _PACKAGE = Path(__file__).resolve().parent.parent
 # what renders or runs the proven kernels: a change to any of these proves again
 _RENDERERS = ("_helpers.h", "_rules.py", "_expr.py", "tensor/_kernels.py", "tensor/_opencl.py",
-              "tensor/_program.py", "tensor/_program_c.py", "tensor/_program_cl.py",
-              "tensor/_replay_cl.py", "tensor/_proofs.py",
+              "tensor/_program.py", "compiler/program/plan.py", "compiler/program/cstyle.py",
+              "compiler/program/render_cl.py", "compiler/program/vector_cl.py",
+              "compiler/program/fused_cl.py", "tensor/_replay_cl.py", "tensor/_proofs.py",
               "tensor/_proof_child.py")
 
 

@@ -1,19 +1,19 @@
-"""A fused OpenCL program (``_program_cl.FusedCLProgram``) at many points in one launch per
+"""A fused OpenCL program (``fused_cl.FusedCLProgram``) at many points in one launch per
 kernel: ``TensorFunction``'s batches (``F(X)``, ``F.value_and_gradient(X)``, ``F.hvp(X, v)``,
 the unit-direction batches of ``hessian`` and ``jacobian``) on an OpenCL device.
 
-Each group kernel of the program gets a second NDRange dimension over the points: point
+The program's kernels are rendered again from its plan with a second NDRange dimension
+over the points (``render_cl.OpenCLRenderer``'s ``points`` option): point
 ``get_global_id(1)`` moves its pointers to its own part (``b * size`` of the slot; a
-reduction's partials by ``b * get_global_size(0)``) before the unchanged body, so the
-kernel text of one point is reused as it is. Constants and index arrays are shared,
-unmoved; an input moves by a stride given at launch (0 where it is the same at every
-point: an argument, the hvp direction given once for all; so one built source serves
-every mix); everything else (workspace, results) is a buffer of B points, one after
-another. x's rows are uploaded as one buffer, or used where they are when they are on
-the device already (a Tensor or a pyopencl array). A reduction to one number gives one
-partial per work-item of its point, added up per point by one backend ``reduce`` over
-the last axis (none when each point has one work-item, as on a CPU device with many
-points).
+reduction's partials by ``b * get_global_size(0)``) before the one point's body.
+Constants and index arrays are shared, unmoved; an input moves by a stride given at
+launch (0 where it is the same at every point: an argument, the hvp direction given once
+for all; so one built source serves every mix); everything else (workspace, results) is a
+buffer of B points, one after another. x's rows are uploaded as one buffer, or used
+where they are when they are on the device already (a Tensor or a pyopencl array). A
+reduction to one number gives one partial per work-item of its point, added up per
+point by one backend ``reduce`` over the last axis (none when each point has one
+work-item, as on a CPU device with many points).
 
 Only programs made of group kernels and guards run this way (``batchable``): a guard (a
 value f read on the host while recorded) is checked at every point at once, and where any
@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from easyad.compiler.program.fused_cl import FusedCLProgram, HostStep, Launch
+from easyad.compiler.program.render_cl import Kernel, render_kernels
 from easyad.errors import CompilerWarning, DeviceError
 
 _BUDGET = 1 << 29       # bytes of per-point buffers one chunk of the batch may take
@@ -53,7 +55,6 @@ def _enqueue(kernel: Any, queue: Any, global_size: tuple[int, ...],
 def batched(fused: Any) -> "BatchedCLProgram | None":
     """The batched form of ``fused`` (a ``FusedCLProgram``), made once per program; None
     when it has a backend step (then: one replay per point)."""
-    from easyad.tensor._program_cl import FusedCLProgram
     if not isinstance(fused, FusedCLProgram):
         return None
     if fused not in _kept:
@@ -74,58 +75,57 @@ class Diverged(Exception):
     point (each point then retapes or raises as a single call would)."""
 
 
-def _guards(fused: Any) -> list[Any]:
-    """The instructions of the program's backend steps, in order."""
-    return [item for kind, item in fused.plan.schedule if kind == "py"]
-
-
-def batchable(fused: Any) -> bool:
+def batchable(fused: FusedCLProgram) -> bool:
     """Whether every step of the program is a group kernel or a guard (a value read on
     the host, checked at every point); any other backend step works on one point."""
-    return all(ins.op == "guard" for ins in _guards(fused))
+    return all(step.instruction.op == "guard" for step in fused.steps
+               if type(step) is HostStep)
+
+
+class _Guard:
+    """A step of the batch: a value f read on the host while recorded (``slot``), which
+    every point must read as ``recorded``."""
+
+    __slots__ = ("slot", "recorded")
+
+    def __init__(self, slot: int, recorded: Any) -> None:
+        self.slot, self.recorded = slot, recorded
+
+
+class _BatchLaunch:
+    """A step of the batch: one launch of a group kernel rendered over points (``spec``;
+    built: ``kernel``) for all the points of a chunk."""
+
+    __slots__ = ("spec", "kernel")
+
+    def __init__(self, spec: Kernel, kernel: Any) -> None:
+        self.spec, self.kernel = spec, kernel
 
 
 class BatchedCLProgram:
     """``fused``'s kernels with a dimension over points; ``run(inputs, count)`` as
-    ``_program_c.FusedProgram.run_batch``: an input with one more axis than its slot
+    ``fused_c.FusedProgram.run_batch``: an input with one more axis than its slot
     holds a point per row, any other is the same at every point; host arrays out, each
     with the leading axis ``count``."""
 
-    def __init__(self, fused: Any) -> None:
+    def __init__(self, fused: FusedCLProgram) -> None:
         self.fused, self.be, self.plan = fused, fused.be, fused.plan
         self._lock = threading.Lock()
-        p = self.plan.program
-        inputs = set(fused.inputs)
-        source = fused.source
-        self.kernels: list[tuple[Any, ...]] = []
-        self.guards: list[tuple[int, Any] | None] = []     # None: the next kernel
-        guards = iter(_guards(fused))
-        texts = []
-        for entry in fused.steps:
-            if entry[0] == "py":
-                ins = next(guards)
-                self.guards.append((ins.ins[0], ins.params[0]))
+        kernels, self.source = render_kernels(fused.plan, fused.needed_later, self.be,
+                                              fused.real, fused.width, points=True)
+        specs = iter([k for segment in kernels for k in segment])
+        self.steps: list[_BatchLaunch | _Guard] = []
+        for step in fused.steps:
+            if type(step) is HostStep:
+                ins = step.instruction
+                self.steps.append(_Guard(ins.ins[0], ins.params[0]))
                 continue
-            self.guards.append(None)
-            _, _, k, partials, cast, _ = entry
-            # an input moves by its stride argument (0: the same at every point), a
-            # constant not at all, every other slot by its size
-            moves, strides = [], []
-            for kind, key in k.params:
-                if kind == "slot" and key in inputs:
-                    moves.append(f"    P{key} += B_ * S{key};")
-                    strides.append(key)
-                elif kind == "slot" and key not in p.constants:
-                    moves.append(f"    P{key} += B_ * {math.prod(p.shapes[key])}L;")
-                elif kind == "partial":
-                    moves.append(f"    Q{key} += B_ * (long)get_global_size(0);")
-            source = _with_points(source, k.name, moves, strides)
-            texts.append((k, {o: b.dtype for o, b in partials.items()}, cast, strides))
-        self.source = source
-        for k, real, cast, strides in texts:
-            cl_kernel = self.be.kernel(source, k.name, [None] * len(k.params)
-                                       + [np.int64] * (2 + len(strides)))
-            self.kernels.append((cl_kernel, k, real, cast, strides))
+            spec = next(specs)
+            assert type(step) is Launch and spec.name == step.spec.name  # one plan, one order
+            kernel = self.be.kernel(self.source, spec.name, [None] * len(spec.params)
+                                    + [np.int64] * (2 + len(spec.strides)))
+            self.steps.append(_BatchLaunch(spec, kernel))
+        self.launches = [step for step in self.steps if type(step) is _BatchLaunch]
 
     def run(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
         with self._lock:
@@ -160,14 +160,14 @@ class BatchedCLProgram:
                 raise ValueError(f"an input of the recorded program has shape {shape} (or "
                                  f"{(count,) + shape}: one a point), got {a.shape}")
             hosts.append(a)
-        kernels = self.kernels
+        specs = [step.spec for step in self.launches]
         stride = {s: math.prod(p.shapes[s]) if s in batched_inputs else 0
                   for s in self.fused.inputs}
-        reduced = {plan.r(o) for _, k, *_ in kernels for o, _ in k.reductions}
+        reduced = {plan.r(o) for k in specs for o, _ in k.reductions}
         outside = set(p.constants) | set(self.fused.inputs)
         # the slots each point needs a buffer of: whatever a kernel reads or writes, and
         # the outputs, but for the shared ones and those a reduction makes
-        made = sorted(({key for _, k, *_ in kernels for kind, key in k.params
+        made = sorted(({key for k in specs for kind, key in k.params
                         if kind == "slot"} | {plan.r(o) for o in plan.outputs})
                       - outside - reduced)
         per_point = sum(math.prod(p.shapes[s]) * np.dtype(p.dtypes[s]).itemsize
@@ -190,12 +190,11 @@ class BatchedCLProgram:
                         arrays[s] = a if hi - lo == count else a[lo:hi].copy()
                 for s in made:
                     arrays[s] = be.allocate((hi - lo,) + tuple(p.shapes[s]), p.dtypes[s])
-                launches = iter(kernels)
-                for guard in self.guards:
-                    if guard is None:
-                        self._launch(arrays, hi - lo, stride, *next(launches))
+                for step in self.steps:
+                    if type(step) is _BatchLaunch:
+                        self._launch(arrays, hi - lo, stride, step)
                     else:
-                        self._check(arrays, hi - lo, guard, batched_inputs)
+                        self._check(arrays, hi - lo, step, batched_inputs)
                 for k, o in enumerate(plan.outputs):
                     root = plan.r(o)
                     a = arrays[root]
@@ -209,10 +208,10 @@ class BatchedCLProgram:
             raise _translate(be, "batched replay of a recorded program", error) from None
         return results
 
-    def _check(self, arrays: list[Any], points: int, guard: tuple[int, Any],
+    def _check(self, arrays: list[Any], points: int, guard: _Guard,
                batched_inputs: set[int]) -> None:
         """A guard at every point: Diverged where any point reads another value."""
-        slot, recorded = guard
+        slot, recorded = guard.slot, guard.recorded
         p, root = self.plan.program, self.plan.r(slot)
         value = np.asarray(self.be.to_numpy(arrays[root]))
         rows = [value] if root in p.constants or root in set(self.fused.inputs) - \
@@ -221,10 +220,10 @@ class BatchedCLProgram:
                    for row in rows):
             raise Diverged
 
-    def _launch(self, arrays: list[Any], points: int, stride: dict[int, int], cl_kernel: Any,
-                k: Any, real: dict[int, Any], cast: dict[int, bool], strides: list[int]
-                ) -> None:
+    def _launch(self, arrays: list[Any], points: int, stride: dict[int, int],
+                step: _BatchLaunch) -> None:
         p, be, r = self.plan.program, self.be, self.plan.r
+        k, real = step.spec, self.fused.real_dtype
         for s in k.zero:
             arrays[s].fill(0)
         items = 0
@@ -239,20 +238,20 @@ class BatchedCLProgram:
                 elif kind == "aux":
                     args.append(self.fused.aux[key].data)
                 else:
-                    partials[key] = be.allocate((points, items), real[key])
+                    partials[key] = be.allocate((points, items), real)
                     args.append(partials[key].data)
             rows = points if local is None else -(-points // local[1]) * local[1]
-            _enqueue(cl_kernel, be.queue, (global0, rows), local, *args, k.n, points,
-                     *(stride[s] for s in strides))
+            _enqueue(step.kernel, be.queue, (global0, rows), local, *args, k.n, points,
+                     *(stride[s] for s in k.strides))
         for o, op in k.reductions:
             if not k.n:          # nothing to reduce: the operation's identity per point
                 value = {"sum": 0.0, "max": -np.inf, "min": np.inf}[op]
-                total = be.full((points,), value, real[o])
+                total = be.full((points,), value, real)
             elif items == 1:     # one partial a point: it is the point's total
                 total = partials[o].reshape((points,))
             else:
                 total = be.reduce(op, partials[o], (1,))
-            if cast[o]:
+            if p.dtypes[o] != real:      # partials are real_t: the slot's dtype
                 total = be.map("cast", ("x",), {"x": total}, (points,), (p.dtypes[o],))[0]
             arrays[r(o)] = total
 
@@ -274,17 +273,3 @@ class BatchedCLProgram:
         items = max(1, min(-(-k.n // 256), -(-units * 4 // points)))
         rows = max(1, min(be.group, points // (units * 4)))
         return items, (1, rows)
-
-
-def _with_points(source: str, name: str, moves: list[str], strides: list[int]) -> str:
-    """``source`` with kernel ``name`` taking the number of points (NB_) and the inputs'
-    strides (S<slot>) after N_, and moving its pointers to point ``get_global_id(1)``
-    before its body."""
-    start = source.index(f"__kernel void {name}(")
-    head = "const long N_)\n{\n"
-    at = source.index(head, start)
-    params = "".join(f", const long S{s}" for s in strides)
-    body = (f"const long N_, const long NB_{params})\n{{\n"
-            "    const long B_ = get_global_id(1);\n"
-            "    if (B_ >= NB_) return;\n" + "".join(m + "\n" for m in moves))
-    return source[:at] + body + source[at + len(head):]

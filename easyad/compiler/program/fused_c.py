@@ -1,0 +1,303 @@
+"""Recorded tensor programs as generated C on the numpy device: fusion and buffer planning.
+
+``fused(program, outputs, on_guard)`` turns the instructions a result needs
+(``_program.live_instructions``) into a schedule:
+
+- **C segments**: maximal runs of elementwise maps, strided and gathered reads,
+  reductions, assembles and scatter-adds, rendered into one C function each. Inside a
+  segment, instructions whose output has one shape form a *group*: one loop over the
+  elements, every value in a register (``v12``), each written to memory only where a later
+  group, a Python step or the caller reads it. A reduction of a value of the group
+  accumulates inside the same loop; a slice's adjoint (assemble) and a scatter write
+  straight from it. Expressions are the rule table's strings (the same the eager kernels
+  and the OpenCL kernels use), rendered by ``_expr`` over ``_helpers.h``.
+- **Recomputation** (``_choose_recomputed``): a cheap value that later loops read at
+  their own index, or at a fixed shift of it (a slice, a slice's adjoint), is computed
+  again in those loops from what is in memory instead of being stored and loaded, as XLA
+  fuses elementwise producers into their consumers. A loop that adds up slices' adjoints
+  of recomputed values is cut into ranges where each slice covers all or nothing
+  (``Renderer._runs``): there a plain shifted read, or 0, no condition. Consecutive
+  groups that do not read what the others write, of shapes that differ only in the
+  first dimension, run as one loop (``Plan.loops``), each in the range of its own
+  elements. Rosenbrock's value and gradient so read x once and write g, instead of
+  storing three arrays to add in a second loop.
+- **Selections** (``_selections``): a value that max/min, a comparison, maximum/minimum
+  or sign compares is made once (never recomputed through libm) and, with what it is made
+  of, by libm's scalar functions, so the backward sweep's "equals the max" sees the bits
+  the max was taken over and equal inputs tie anywhere (docs/internals.md).
+- **Numbers**: a recorded constant of one element (the gradient's seed) is a literal,
+  and so is a value that is one number; ``mul0`` (the strong zero) of a number c with
+  |c| >= 1 is written ``c * y + 0.0``, the same bits with no comparison.
+- **Signs of zero** (``_zero_signs``): a ``+ 0.0`` (which makes -0 into +0, as eager
+  execution's strong zeros and adjoint sums do) is left out where no reader can tell -0
+  from +0: Rosenbrock's gradient loop keeps one of six, the same bits out.
+- **Python steps**: matmul and ``linear`` (BLAS through numpy), the cross-entropy kernels
+  and guards, as ``_program.step`` runs them.
+- **Buffers** are planned once: a reshape is the same memory; values stored for later
+  groups get workspace buffers, shared between values whose lives (in groups) do not
+  overlap; results are new arrays each call.
+
+The C is compiled by ``easyad._compile.build`` (gcc, cached on disk by the source's hash,
+``ad.CompilerWarning`` and the unfused program when there is no compiler). Reductions add
+in loop order (numpy adds pairwise), so sums can differ from eager execution in the last
+bits. Float32 values are computed in double and rounded when stored.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from easyad import _compile, _pool
+from easyad._core import _point_at, _segment_call, _segments_batch
+from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
+from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
+from easyad.tensor._program import Program, live_instructions, step
+
+# a batch (run_batch) goes over threads from this many points x largest buffer on (a thread
+# costs ~20-50 us to hand work to), each thread on its own workspace
+_PARALLEL_BATCH = 1 << 17
+_BATCH_THREADS = _pool.CORES
+
+
+class FusedProgram:
+    """The schedule of ``Plan`` bound to its compiled segments; ``run(inputs)`` as
+    ``BoundProgram.run`` (numpy arrays in, new numpy arrays out)."""
+
+    def __init__(self, plan: Plan, library: Any, be: Any, on_guard: Any,
+                 stored: set[int], source: str) -> None:
+        p = plan.program
+        self.plan, self.source, self.be = plan, source, be
+        self.n_slots = len(p.shapes)
+        self.inputs = list(p.inputs)
+        self.outputs = plan.outputs
+        self._lock = threading.Lock()
+        # the slots written in C and read after: a fresh array for outputs, else workspace
+        fresh = {plan.r(o) for o in plan.outputs}
+        made_in_python = {plan.r(o) for kind, item in plan.schedule if kind == "py"
+                          for o in item.outs}
+        stored = {s for s in stored if s not in made_in_python and p.dtypes[s] is not None}
+        self.made_in_python = made_in_python
+        self.base: list[Any] = [None] * (self.n_slots + len(plan.aux))
+        for i, v in p.constants.items():
+            if p.dtypes[i] is not None:
+                self.base[i] = np.ascontiguousarray(v)
+        self.base[self.n_slots:] = plan.aux
+        self.in_place = _written_in_place(plan)
+        self.fresh = sorted(s for s in stored if s in fresh and s not in p.inputs
+                            and s not in p.constants and s not in self.in_place)
+        work = sorted(s for s in stored if s not in fresh and s not in p.inputs
+                      and s not in p.constants)
+        self.work = work          # written by the C between calls: per thread in a batch
+        self._tables: list[tuple[np.ndarray, list[np.ndarray]]] = []
+        shared = share_buffers(plan, work)
+        for s in work:
+            if s in shared:
+                continue
+            lo, hi = plan.margins.get(s, (0, 0))
+            if lo or hi:       # zeros around it, which pads read (never written)
+                size = math.prod(p.shapes[s])
+                whole = np.zeros(lo + size + hi, dtype=p.dtypes[s])
+                self.base[s] = whole[lo:lo + size].reshape(p.shapes[s])
+            else:
+                self.base[s] = np.empty(p.shapes[s], dtype=p.dtypes[s])
+        for s, holder in shared.items():
+            self.base[s] = self.base[holder]
+        self.pointers = np.zeros(len(self.base), dtype=np.uint64)
+        for k, a in enumerate(self.base):
+            if isinstance(a, np.ndarray):
+                _point_at(self.pointers, k, a)
+        # the GIL is let go around segments that loop long enough to repay it
+        release = max((math.prod(sh) for sh in p.shapes), default=0) >= 1 << 14
+        self.steps: list[tuple[Any, Any, tuple[int, ...], tuple[int, ...]]] = []
+        n_segment = 0
+        for kind, item in plan.schedule:
+            if kind == "c":
+                fn = getattr(library, f"easyad_segment_{n_segment}")
+                address = ctypes.cast(fn, ctypes.c_void_p).value
+                n_segment += 1
+                self.steps.append((address, release, (), ()))
+            else:
+                aliases = tuple(i for i in item.ins if type(i) is int and plan.r(i) != i)
+                self.steps.append((None, step(item, be, on_guard), aliases, item.outs))
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        with self._lock:
+            return self._run(inputs)
+
+    def batchable(self) -> bool:
+        """Whether the program runs at many points in one C loop (``run_batch``): every
+        step generated C, nothing written in place, every output made fresh in C."""
+        fresh = set(self.fresh)
+        return all(fn is not None for fn, *_ in self.steps) and not self.in_place \
+            and all(self.plan.r(o) in fresh for o in self.outputs)
+
+    def run_batch(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
+        """The program at ``count`` points in one C loop without the GIL (only where
+        ``batchable``): an input with one more axis than its slot holds a point per row
+        (leading axis ``count``), any other is the same at every point; the outputs come
+        back with that leading axis."""
+        plan, p = self.plan, self.plan.program
+        slots, bases, strides, keep = [], [], [], []
+        for s, a in zip(self.inputs, inputs):
+            a = np.ascontiguousarray(a, dtype=p.dtypes[s])
+            per_point = a.ndim > len(p.shapes[s])
+            slots.append(s)
+            bases.append(a.ctypes.data)
+            strides.append(a.strides[0] if per_point and count else 0)
+            keep.append(a)
+        outputs: dict[int, np.ndarray] = {}
+        for s in self.fresh:
+            a = np.empty((count,) + tuple(p.shapes[s]), dtype=p.dtypes[s])
+            outputs[s] = a
+            slots.append(s)
+            bases.append(a.ctypes.data)
+            strides.append(a.strides[0] if count else 0)
+        fns = np.array([fn for fn, *_ in self.steps], dtype=np.uint64)
+        slot_table = np.array(slots, dtype=np.int64)
+        step = np.array(strides, dtype=np.int64)
+        size = max((math.prod(sh) for sh in p.shapes if sh is not None), default=1)
+        workers = min(_BATCH_THREADS, count) if count * size >= _PARALLEL_BATCH else 1
+        with self._lock:
+            if workers > 1:      # contiguous chunks, each on its own table and workspace
+                tables = self._thread_tables(workers)
+                edges = [count * w // workers for w in range(workers + 1)]
+
+                def chunk(w: int) -> None:
+                    lo, hi = edges[w], edges[w + 1]
+                    start = np.array(bases, dtype=np.uint64) + \
+                        (step * lo).astype(np.uint64)
+                    _segments_batch(fns, tables[w][0], slot_table, start, step, hi - lo)
+                futures = [_pool.threads().submit(chunk, w) for w in range(1, workers)]
+                chunk(0)
+                for future in futures:
+                    future.result()
+            elif count:
+                _segments_batch(fns, self.pointers, slot_table,
+                                np.array(bases, dtype=np.uint64), step, count)
+            for s in self.inputs:       # the table must not keep addresses of this call's
+                if isinstance(self.base[s], np.ndarray):     # arrays (run sets its own)
+                    _point_at(self.pointers, s, self.base[s])
+        del keep
+        return [outputs[plan.r(o)].reshape((count,) + tuple(p.shapes[o]))
+                for o in plan.outputs]
+
+    def _thread_tables(self, workers: int) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+        """One pointer table per thread of a batch, the first the program's own, the
+        others pointing at private copies of the workspace (shared buffers stay shared,
+        zero margins are copied with them); made once."""
+        tables = self._tables or [(self.pointers, [])]
+        while len(tables) < workers:
+            pointers, copies, kept = self.pointers.copy(), {}, []
+            for s in self.work:
+                a = self.base[s]
+                if not isinstance(a, np.ndarray):
+                    continue
+                root = a if a.base is None else a.base
+                if id(root) not in copies:
+                    copies[id(root)] = root.copy()
+                    kept.append(copies[id(root)])
+                whole = copies[id(root)]
+                offset = a.ctypes.data - root.ctypes.data
+                view = np.ndarray(a.shape, a.dtype, buffer=whole, offset=offset)
+                _point_at(pointers, s, view)
+            tables.append((pointers, kept))
+        self._tables = tables
+        return tables[:workers]
+
+    def _run(self, inputs: Sequence[Any]) -> list[Any]:
+        plan, p = self.plan, self.plan.program
+        arrays = list(self.base)
+        pointers = self.pointers
+        for s, a in zip(self.inputs, inputs):
+            a = np.ascontiguousarray(a)
+            arrays[s] = a
+            _point_at(pointers, s, a)
+        for s in self.fresh:
+            a = np.empty(p.shapes[s], dtype=p.dtypes[s])
+            arrays[s] = a
+            _point_at(pointers, s, a)
+        for s, target in self.in_place.items():
+            arrays[s] = arrays[target]
+            _point_at(pointers, s, arrays[s])
+        for fn, run, aliases, outs in self.steps:
+            if fn is not None:
+                _segment_call(fn, pointers, run)
+                continue
+            for s in aliases:
+                arrays[s] = arrays[plan.r(s)].reshape(p.shapes[s])
+            run(arrays)
+            for s in outs:
+                a = arrays[s]
+                if isinstance(a, np.ndarray):
+                    if not a.flags.c_contiguous:
+                        a = arrays[s] = np.ascontiguousarray(a)
+                    _point_at(pointers, s, a)
+        return _results(plan, arrays, set(self.fresh) | self.made_in_python
+                        | self.in_place.keys(), np.array)
+
+
+def _written_in_place(plan: Plan) -> dict[int, int]:
+    """The outputs written into the memory of the input they are the next value of
+    (``Program.in_place``: a descent step's parameters): those made in a segment where
+    nothing else reads that input (a loop then never reads an element it has already
+    overwritten, e.g. a gradient recomputed at shifted positions). Root -> input."""
+    p, found = plan.program, {}
+    for kind, segment in plan.schedule:
+        if kind != "c":
+            continue
+        for ins in segment:
+            target = p.in_place.get(ins.outs[0]) if len(ins.outs) == 1 else None
+            if target is None or ins.outs[0] not in plan.outputs:
+                continue
+            reads = [i for other in segment for i in other.ins if type(i) is int
+                     and not (other is ins and i == target)]
+            if not any(target in plan.memory_reads(i) for i in reads):
+                found[plan.r(ins.outs[0])] = target
+    return found
+
+
+def _results(plan: Plan, arrays: list[Any], fresh: set[int], copy: Any) -> list[Any]:
+    """The outputs' buffers: those made new by this call as they are, others (workspace,
+    an input, a constant) by ``copy``."""
+    out = []
+    for s in plan.outputs:
+        root = plan.r(s)
+        a = arrays[root]
+        if root not in fresh:
+            a = arrays[root] = copy(a)
+            fresh.add(root)
+        out.append(a.reshape(plan.program.shapes[s]))
+    return out
+
+
+def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
+          ) -> FusedProgram | None:
+    """The fused, compiled program for ``outputs`` on the numpy backend ``be``; None when
+    nothing would be compiled (no C-able instruction) or no compiler works."""
+    instructions = live_instructions(program, outputs)
+    plan = Plan(program, instructions, outputs, CDialect.types)
+    segments = [item for kind, item in plan.schedule if kind == "c"]
+    if not segments:
+        return None
+    # which values are read outside the group that makes them: by Python steps, outputs,
+    # other segments; computed by rendering once with everything stored, then again
+    stored = stored_slots(plan, outputs)
+    made_in_python = {plan.r(o) for kind, item in plan.schedule if kind == "py"
+                      for o in item.outs}
+    plan.workspace = {s for s in stored if s not in {plan.r(o) for o in outputs}
+                      and s not in made_in_python and program.dtypes[s] is not None}
+    renderer = Renderer(plan, stored, CDialect())
+    source = c_header() + [renderer.render(seg, k) for k, seg in enumerate(segments)]
+    text = "\n".join(source)
+    extra = ("-fopenmp-simd", "-Wl,-z,defs") + (("-DEASYAD_VECTOR_MATH",) if libmvec_functions()
+                                                 else ())
+    path = _compile.build(text, sum(len(s) for s in segments), extra, purpose="tensor")
+    library = None if path is None else _compile.load(path, purpose="tensor")
+    if library is None:
+        return None
+    return FusedProgram(plan, library, be, on_guard, stored, text)
