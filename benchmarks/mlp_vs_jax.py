@@ -3,6 +3,7 @@
     python benchmarks/mlp_vs_jax.py                      # both dtypes, every library on 1 thread
     python benchmarks/mlp_vs_jax.py --dtype float32 --batch 256 --rounds 40
     python benchmarks/mlp_vs_jax.py --blas-threads 2 --xla-threads 2
+    python benchmarks/mlp_vs_jax.py --variants           # other ways of timing each step
     python benchmarks/mlp_vs_jax.py --matmul             # the step's bare products, each side
 
 The model is the MNIST-shaped MLP 784-128-10 with tanh, softmax cross-entropy on class
@@ -20,13 +21,20 @@ Threads are fixed before any library is imported, because each reads them once a
 the replayed step's matrix products call), and ``XLA_FLAGS`` (one thread:
 ``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``). easyad itself
 starts threads only for batches of points (``easyad/_pool.py``), which this step does not
-use. ``--blas-threads`` / ``--xla-threads`` change one side at a time.
+use. ``--pin CPU`` puts the process, and so every thread, on one core: "one thread" is not
+"one core" for jax, whose step runs on XLA's thread while the calling thread waits.
+``--blas-threads`` / ``--xla-threads`` change one side at a time (``--xla-threads``
+other than 1 leaves XLA on its own default threads). ``--batch``, ``--init normal``,
+``--labels onehot`` and ``--with-torch`` change the other factors the benchmarks README's
+section "Why the MLP step against jax.jit differs" compares, ``--variants`` what is timed.
 
 Timing as ``benchmarks/run.py`` does, but standalone: every variant timed in each round for
 a fixed number of calls (about ``--seconds``), rounds in a freshly shuffled order, the
 garbage collector off while timing; medians and quartiles of the per-call times, and of the
-per-round ratios against jax's step. ``--variants`` adds the other ways of timing a step
-that the benchmarks README's section "Why the MLP step against jax.jit differs" compares.
+per-round ratios against jax's step. Each window is timed on the wall clock and in CPU time
+(the process's), and its voluntary context switches are counted: on a shared, loaded
+machine the wall clock favours a step that sleeps while its work runs on another thread
+(jax's) over one that never waits (easyad's), so compare CPU times there.
 """
 from __future__ import annotations
 
@@ -52,6 +60,11 @@ def _threads_from_argv(argv: list[str]) -> tuple[int, int]:
 
 
 BLAS_THREADS, XLA_THREADS = _threads_from_argv(sys.argv[1:])
+# --pin CPU: this process and every thread it starts on one core (as ``taskset -c CPU``)
+PINNED = next((int(a.split("=", 1)[1]) if "=" in a else int(sys.argv[i + 2])
+               for i, a in enumerate(sys.argv[1:]) if a.split("=", 1)[0] == "--pin"), None)
+if PINNED is not None:
+    os.sched_setaffinity(0, {PINNED})
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_name] = str(BLAS_THREADS)
 if XLA_THREADS == 1:
@@ -157,7 +170,8 @@ def jax_steps(jax, state: dict, x: np.ndarray, y: np.ndarray) -> tuple[dict, flo
     compiled = jax.jit(update).lower(params0, jx, jy).compile()
     donating = jax.jit(update, donate_argnums=0)
     boxes = {name: [tuple(jnp.array(p) for p in params0)]
-             for name in ("jax.jit", "jax compiled, float", "jax donate")}
+             for name in ("jax.jit", "jax float", "jax compiled", "jax compiled, float",
+                          "jax donate")}
 
     def run(name, function, read):
         box = boxes[name]
@@ -170,11 +184,14 @@ def jax_steps(jax, state: dict, x: np.ndarray, y: np.ndarray) -> tuple[dict, flo
     def ready(value, params):
         jax.block_until_ready((value, params))
         return value
+    def as_float(value, params):        # waits for the step, as the loss is its output
+        return float(value)
     steps = {"jax.jit": run("jax.jit", step, ready),
-             # the project's benchmark: a Compiled object (.lower().compile()) called, and
-             # the loss read back as a float (which waits for the step)
-             "jax compiled, float": run("jax compiled, float", compiled,
-                                        lambda value, params: float(value)),
+             "jax float": run("jax float", step, as_float),
+             # a Compiled object (.lower().compile()) called: its own Python call path
+             "jax compiled": run("jax compiled", compiled, ready),
+             # the project's benchmark (bench_tensor_eager.jax_step): both of the above
+             "jax compiled, float": run("jax compiled, float", compiled, as_float),
              # parameters' buffers reused for the new ones
              "jax donate": run("jax donate", donating, ready)}
     return steps, compile_s, boxes
@@ -302,6 +319,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--blas-threads", type=int, default=1)
     parser.add_argument("--xla-threads", type=int, default=1,
                         help="1: XLA single-threaded; otherwise XLA's own default")
+    parser.add_argument("--pin", type=int, metavar="CPU",
+                        help="run on this one core, threads included (jax's XLA thread too)")
     parser.add_argument("--with-torch", action="store_true",
                         help="import torch first (its own OpenMP and BLAS in the process)")
     parser.add_argument("--labels", choices=("index", "onehot"), default="index")
@@ -312,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="time the step's bare products instead of the step")
     args = parser.parse_args(argv)
     jax = _jax()
-    print(f"batch {args.batch}, BLAS threads {BLAS_THREADS} (OPENBLAS/OMP/MKL_NUM_THREADS), "
+    print(f"cores {sorted(os.sched_getaffinity(0))}, batch {args.batch}, BLAS threads "
+          f"{BLAS_THREADS} (OPENBLAS/OMP/MKL_NUM_THREADS), "
           f"XLA {'1 thread' if XLA_THREADS == 1 else 'its default threads'}, init "
           f"{args.init}, labels {args.labels}; {args.rounds} rounds of ~{args.seconds} s "
           f"per variant; "
