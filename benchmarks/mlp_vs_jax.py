@@ -124,7 +124,8 @@ def make_model(dtype: type, init: str) -> nn.Sequential:
 
 def easyad_steps(model: nn.Sequential, x: np.ndarray, y: np.ndarray) -> tuple[dict, float]:
     """The replayed steps (each a zero-argument callable returning the loss) and the time
-    of ``ad.record`` plus the first call (the C compile, cached on disk after)."""
+    of ``ad.record`` plus the first sgd_step (its C compiled, or loaded from easyad's disk
+    cache on later runs)."""
     named = dict(model.named_parameters())
     arrays = {k: p.data for k, p in named.items()}
 
@@ -132,7 +133,7 @@ def easyad_steps(model: nn.Sequential, x: np.ndarray, y: np.ndarray) -> tuple[di
         return nn.functional.cross_entropy(nn.functional_call(model, params, x), y)
     started = time.perf_counter()
     F = ad.record(loss, arrays, x, y)
-    F.value_and_gradient(arrays, x, y)
+    F.sgd_step({k: a.copy() for k, a in arrays.items()}, x, y, lr=LR)   # its C, on copies
     record_s = time.perf_counter() - started
     steps = {
         # the documented loop: the Parameters themselves, loss as a float
@@ -146,8 +147,9 @@ def easyad_steps(model: nn.Sequential, x: np.ndarray, y: np.ndarray) -> tuple[di
     return steps, record_s
 
 
-def jax_steps(jax, state: dict, x: np.ndarray, y: np.ndarray) -> tuple[dict, float]:
-    """jax's jitted steps and the compile time of the main one."""
+def jax_steps(jax, state: dict, x: np.ndarray, y: np.ndarray) -> tuple[dict, float, dict]:
+    """jax's jitted steps, the first call's time of the main one (trace and compile), and
+    each step's parameters (a one-item list, replaced by each call)."""
     jnp = jax.numpy
     params0 = tuple(jnp.asarray(state[k]) for k in KEYS)
     jx, jy = jnp.asarray(x), jnp.asarray(y)
@@ -184,6 +186,7 @@ def jax_steps(jax, state: dict, x: np.ndarray, y: np.ndarray) -> tuple[dict, flo
     def ready(value, params):
         jax.block_until_ready((value, params))
         return value
+
     def as_float(value, params):        # waits for the step, as the loss is its output
         return float(value)
     steps = {"jax.jit": run("jax.jit", step, ready),
