@@ -393,8 +393,9 @@ class TensorFunction:
     def _plain_inputs(self, x: Any, args: tuple[Any, ...]
                       ) -> tuple[list[np.ndarray], list[Any]] | None:
         """The common call of a training step, without walking structures: x an array or a
-        flat dict of arrays (the recorded keys, in order), every argument an array, all of
-        the recorded shapes and dtypes. None: take the general path (which explains)."""
+        flat dict of arrays or, on the numpy device, of a model's Parameters (the recorded
+        keys, in order), every argument an array, all of the recorded shapes and dtypes.
+        None: take the general path (which explains)."""
         keys = self._flat_keys
         if type(x) is dict and keys is not None and tuple(x) == keys:
             values = list(x.values())
@@ -405,9 +406,16 @@ class TensorFunction:
         if len(args) != len(self._arg_tree) or any(
                 type(a) is not np.ndarray or not t.is_leaf for a, t in zip(args, self._arg_tree)):
             return None
-        for v, (shape, dtype) in zip(values, self._x_specs):
-            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype \
-                    or not v.flags.aligned:
+        on_host = self._backend.kind == "numpy"
+        for i, (v, (shape, dtype)) in enumerate(zip(values, self._x_specs)):
+            if type(v) is not np.ndarray:
+                # a model's Parameter on the numpy device (sgd_step's usual x): its host
+                # array, as _resident gives it, without the general path's walk
+                held = getattr(v, "_values", None) if on_host else None
+                if not isinstance(held, ParameterValues):
+                    return None
+                v = values[i] = held.writable()
+            if v.shape != shape or v.dtype != dtype or not v.flags.aligned:
                 return None
         out: list[Any] = []
         for a, kind, spec in zip(args, self._arg_kinds, self._arg_specs):

@@ -296,6 +296,44 @@ def test_sgd_step_refuses_what_it_cannot_update_in_place():
     with pytest.raises(ValueError, match="one number"):
         ad.record(lambda x: x * 2, np.zeros(2), tensor=True).sgd_step(np.ones(2), lr=0.1)
 
+def test_sgd_step_on_parameters_takes_the_plain_path_and_their_own_arrays():
+    """A dict of a model's Parameters (the documented training loop) skips the general
+    input walk: the program gets the Parameters' own host arrays, the step equals the one
+    on their ``.data``, and a Parameter of another shape or dtype still gets the general
+    path's error, with nothing updated."""
+    def make():
+        model = ad.nn.Sequential(ad.nn.Linear(6, 8, generator=1), ad.nn.Tanh(),
+                                 ad.nn.Linear(8, 3, generator=2))
+        return model, dict(model.named_parameters())
+
+    def loss(p, X, y):
+        return ad.nn.functional.cross_entropy(ad.nn.functional_call(model, p, X), y)
+
+    model, named = make()
+    X, y = RNG.normal(size=(5, 6)), np.array([0, 2, 1, 1, 0])
+    F = ad.record(loss, {k: p.data.copy() for k, p in named.items()}, X, y)
+    plain = F._plain_inputs(named, (X, y))
+    assert plain is not None
+    assert all(a is p._values.read() for a, p in zip(plain[0], named.values()))
+
+    reference, ref_named = make()
+    ref_data = {k: p.data for k, p in ref_named.items()}
+    for _ in range(3):
+        assert F.sgd_step(named, X, y, lr=0.1) == F.sgd_step(ref_data, X, y, lr=0.1)
+    for k in named:
+        np.testing.assert_array_equal(named[k].data, ref_named[k].data, err_msg=k)
+    assert not np.array_equal(named["0.weight"].data, make()[1]["0.weight"].data)
+
+    before = {k: p.data.copy() for k, p in named.items()}
+    for wrong, message in ((ad.nn.Parameter(np.zeros((3, 3))), "recorded for an input of shape"),
+                           (ad.nn.Parameter(np.zeros((8, 6)), dtype=np.float32),
+                            "dtype=float64")):
+        with pytest.raises(ValueError, match=message):
+            F.sgd_step({**named, "0.weight": wrong}, X, y, lr=0.1)
+    for k, p in named.items():
+        np.testing.assert_array_equal(p.data, before[k], err_msg=k)
+
+
 def test_integer_labels_are_fixed_by_the_recording():
     model = ad.nn.Linear(4, 3, generator=0)
     params = {k: p.data for k, p in model.named_parameters()}
