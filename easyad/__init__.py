@@ -82,6 +82,12 @@ from easyad.tensor import (
 
 # the op table (above the tensors: its calls run on them)
 from easyad.ops import cumsum, flip  # noqa: E402
+from easyad.ops import (  # noqa: E402  numpy's functions on tensors
+    argmax, argmin, argsort, broadcast_to, clip, cumprod, diag, diagonal, einsum,
+    expand_dims, inner, kron, moveaxis, order_by, outer, pad, prod, repeat, roll, sort,
+    split, squeeze, std, swapaxes, take, take_along_axis, tensordot, tile, trace, tril,
+    triu, var,
+)
 
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
@@ -105,6 +111,11 @@ __all__ = [
     "softmax", "stack", "sum",
     # the op table's ops
     "cumsum", "flip",
+    # numpy's functions on tensors (easyad/ops/_sorting.py, _npfunctions.py, _products.py)
+    "argmax", "argmin", "argsort", "broadcast_to", "clip", "cumprod", "diag", "diagonal",
+    "einsum", "expand_dims", "inner", "kron", "moveaxis", "order_by", "outer", "pad",
+    "prod", "repeat", "roll", "sort", "split", "squeeze", "std", "swapaxes",
+    "take", "take_along_axis", "tensordot", "tile", "trace", "tril", "triu", "var",
     # neural networks
     "nn", "optim", "random",
 ]

@@ -179,7 +179,61 @@ def array_ufunc(cls: type, ufunc: Any, method: str, inputs: tuple[Any, ...],
 
 
 def array_function(func: Any, args: Any, kwargs: Any) -> Any:
+    """``np.<func>(tensor, ...)``: easyad's function of ``NUMPY_FUNCTIONS``, or a
+    TypeError naming ``func`` and the closest easyad function (numpy's own message would
+    only say that no implementation was found)."""
     implementation = NUMPY_FUNCTIONS.get(func)
     if implementation is None:
-        return NotImplemented
+        raise TypeError(unsupported_message(func))
     return implementation(*args, **kwargs)  # type: ignore[operator]
+
+
+def numpy_name(func: Any) -> str:
+    """``np.linalg.solve`` for numpy.linalg.solve: how a user spells a numpy function."""
+    module = getattr(func, "__module__", None) or "numpy"
+    module = "np" + module[len("numpy"):] if module.startswith("numpy") else module
+    if module.startswith("np._") or module.startswith("np.lib"):   # numpy's inner modules
+        module = "np"
+    return f"{module}.{getattr(func, '__name__', repr(func))}"
+
+
+# numpy functions whose closest easyad function a spelling match would miss
+_NEAREST = {"nanprod": "prod", "nansum": "sum", "nanmean": "mean", "nanmax": "amax",
+            "nanmin": "amin", "nanvar": "var", "nanstd": "std", "nancumsum": "cumsum",
+            "nancumprod": "cumprod", "cumulative_sum": "cumsum", "cumulative_prod": "cumprod",
+            "average": "mean", "ptp": "amax", "vdot": "inner", "hstack": "concatenate",
+            "vstack": "concatenate", "column_stack": "stack", "ravel": "reshape",
+            "fliplr": "flip", "flipud": "flip", "rot90": "flip", "argpartition": "argsort",
+            "partition": "sort", "nanargmax": "argmax", "nanargmin": "argmin",
+            "logaddexp": "logsumexp", "select": "where", "piecewise": "where",
+            "atleast_2d": "expand_dims", "ediff1d": "roll", "diff": "roll"}
+
+
+def unsupported_message(func: Any) -> str:
+    import difflib
+
+    import easyad
+    name = getattr(func, "__name__", "")
+    functions = [n for n in easyad.__all__ if callable(getattr(easyad, n, None))]
+    nearest = _NEAREST.get(name) or next(iter(difflib.get_close_matches(
+        name, functions, n=1, cutoff=0.88)), None)
+    hint = (f"the closest easyad function is ad.{nearest}" if nearest else
+            "no easyad function is close: compose it of easyad operations, or make it an "
+            "ad.ArrayPrimitive with its own vjp (docs/user-operations.md)")
+    return (f"{numpy_name(func)} is not supported on easyad tensors; {hint} (the numpy "
+            f"functions tensors answer: docs/tensors.md, 'numpy's functions on tensors')")
+
+
+def supported_numpy_functions() -> str:
+    """The numpy functions tensors answer, as docs/tensors.md lists them (a test checks
+    that the docs hold exactly this text; printed by
+    ``python -c "import easyad.tensor._generic as g; print(g.supported_numpy_functions())"``)."""
+    names = sorted({numpy_name(f) for f in NUMPY_FUNCTIONS})
+    lines, line = [], ""
+    for name in names:
+        item = f"`{name}`"
+        if line and len(line) + len(item) + 2 > 88:
+            lines.append(line + ",")
+            line = ""
+        line = f"{line}, {item}" if line else item
+    return "\n".join(lines + [line]) + "."
