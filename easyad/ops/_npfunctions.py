@@ -219,7 +219,12 @@ def clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, *, min: 
 # ---- shapes ----
 
 def moveaxis(a: Any, source: Any, destination: Any) -> Any:
-    """``numpy.moveaxis``: axes moved to new places (a transpose)."""
+    """``numpy.moveaxis``: axes moved to new places (a transpose).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.moveaxis(ad.Tensor.constant(np.zeros((2, 3, 4))), 0, -1).shape
+    (3, 4, 2)
+    """
     if not traced(a):
         return np.moveaxis(a, source, destination)
     a = _array(a)
@@ -227,7 +232,12 @@ def moveaxis(a: Any, source: Any, destination: Any) -> Any:
 
 
 def swapaxes(a: Any, axis1: int, axis2: int) -> Any:
-    """``numpy.swapaxes``: two axes exchanged (a transpose)."""
+    """``numpy.swapaxes``: two axes exchanged (a transpose).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.swapaxes(ad.Tensor.constant(np.zeros((2, 3, 4))), 0, 2).shape
+    (4, 3, 2)
+    """
     if not traced(a):
         return np.swapaxes(a, axis1, axis2)
     a = _array(a)
@@ -245,7 +255,12 @@ def _permuted(a: Any, moved: np.ndarray) -> Any:
 
 
 def squeeze(a: Any, axis: Any = None) -> Any:
-    """``numpy.squeeze``: axes of length one removed (a reshape)."""
+    """``numpy.squeeze``: axes of length one removed (a reshape).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.squeeze(ad.Tensor.constant(np.zeros((2, 1, 3)))).shape
+    (2, 3)
+    """
     if not traced(a):
         return np.squeeze(a, axis=axis)
     a = _array(a)
@@ -253,7 +268,12 @@ def squeeze(a: Any, axis: Any = None) -> Any:
 
 
 def expand_dims(a: Any, axis: Any) -> Any:
-    """``numpy.expand_dims``: axes of length one inserted (a reshape)."""
+    """``numpy.expand_dims``: axes of length one inserted (a reshape).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.expand_dims(ad.Tensor.constant(np.zeros((2, 3))), (0, 2)).shape
+    (1, 2, 1, 3)
+    """
     if not traced(a):
         return np.expand_dims(a, axis)
     a = _array(a)
@@ -262,14 +282,24 @@ def expand_dims(a: Any, axis: Any) -> Any:
 
 def broadcast_to(array: Any, shape: Any, subok: bool = False) -> Any:
     """``numpy.broadcast_to``: ``array`` repeated to ``shape`` (its derivative sums the
-    repeats back)."""
+    repeats back).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.broadcast_to(ad.Tensor.constant(np.array([1.0, 2.0])), (2, 2)).value.tolist()
+    [[1.0, 2.0], [1.0, 2.0]]
+    """
     if not traced(array):
         return np.broadcast_to(array, shape)
     return select(array, lambda p: np.broadcast_to(p, shape))
 
 
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
-    """``numpy.split``: a list of consecutive pieces along ``axis``."""
+    """``numpy.split``: a list of consecutive pieces along ``axis``.
+
+    >>> import numpy as np, easyad as ad
+    >>> [p.shape for p in ad.split(ad.Tensor.constant(np.zeros((4, 2))), [1])]
+    [(1, 2), (3, 2)]
+    """
     if not traced(ary):
         return np.split(ary, indices_or_sections, axis=axis)
     ary = _array(ary)
@@ -278,19 +308,34 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
 
 
 def tile(A: Any, reps: Any) -> Any:
-    """``numpy.tile``: ``A`` repeated ``reps`` times along each axis."""
+    """``numpy.tile``: ``A`` repeated ``reps`` times along each axis.
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.tile(ad.Tensor.constant(np.array([1.0, 2.0])), 2).value.tolist()
+    [1.0, 2.0, 1.0, 2.0]
+    """
     return select(A, lambda p: np.tile(p, reps)) if traced(A) else np.tile(A, reps)
 
 
 def repeat(a: Any, repeats: Any, axis: int | None = None) -> Any:
-    """``numpy.repeat``: each element repeated (``repeats`` an int or one per element)."""
+    """``numpy.repeat``: each element repeated (``repeats`` an int or one per element).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.repeat(ad.Tensor.constant(np.array([1.0, 2.0])), [2, 1]).value.tolist()
+    [1.0, 1.0, 2.0]
+    """
     if not traced(a):
         return np.repeat(a, repeats, axis=axis)
     return select(a, lambda p: np.repeat(p, repeats, axis=axis))
 
 
 def roll(a: Any, shift: Any, axis: Any = None) -> Any:
-    """``numpy.roll``: elements shifted cyclically along ``axis`` (None: flattened)."""
+    """``numpy.roll``: elements shifted cyclically along ``axis`` (None: flattened).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.roll(ad.Tensor.constant(np.array([1.0, 2.0, 3.0])), 1).value.tolist()
+    [3.0, 1.0, 2.0]
+    """
     if not traced(a):
         return np.roll(a, shift, axis=axis)
     return select(a, lambda p: np.roll(p, shift, axis=axis))
@@ -298,7 +343,12 @@ def roll(a: Any, shift: Any, axis: Any = None) -> Any:
 
 def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> Any:
     """``numpy.pad`` in mode "constant" (``constant_values``: one number): ``array`` with
-    constants around it; the constants carry no derivative."""
+    constants around it; the constants carry no derivative.
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.pad(ad.Tensor.constant(np.array([1.0])), 1, constant_values=9.0).value.tolist()
+    [9.0, 1.0, 9.0]
+    """
     if not traced(array):
         return np.pad(array, pad_width, mode=mode, **kwargs)
     if mode != "constant":
@@ -316,7 +366,12 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", **kwargs: Any) -> An
 
 def diag(v: Any, k: int = 0) -> Any:
     """``numpy.diag``: the ``k``-th diagonal of a matrix, or a matrix (zeros elsewhere)
-    with a vector on its ``k``-th diagonal."""
+    with a vector on its ``k``-th diagonal.
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.diag(ad.Tensor.constant(np.array([1.0, 2.0]))).value.tolist()
+    [[1.0, 0.0], [0.0, 2.0]]
+    """
     if not traced(v):
         return np.diag(v, k)
     v = _array(v)
@@ -327,7 +382,12 @@ def diag(v: Any, k: int = 0) -> Any:
 
 
 def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
-    """``numpy.diagonal``: the diagonal of the (axis1, axis2) planes, as a last axis."""
+    """``numpy.diagonal``: the diagonal of the (axis1, axis2) planes, as a last axis.
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.diagonal(ad.Tensor.constant(np.arange(4.0).reshape(2, 2))).value.tolist()
+    [0.0, 3.0]
+    """
     if not traced(a):
         return np.diagonal(a, offset, axis1, axis2)
     return select(a, lambda p: np.diagonal(p, offset, axis1, axis2).copy())
@@ -335,7 +395,12 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
 
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None,
           out: Any = None) -> Any:
-    """``numpy.trace``: the sum of ``diagonal(a, offset, axis1, axis2)``."""
+    """``numpy.trace``: the sum of ``diagonal(a, offset, axis1, axis2)``.
+
+    >>> import numpy as np, easyad as ad
+    >>> float(ad.trace(ad.Tensor.constant(np.arange(4.0).reshape(2, 2))))
+    3.0
+    """
     _refuse("trace", dtype=dtype, out=out)
     if not traced(a):
         return np.trace(a, offset, axis1, axis2)
@@ -353,19 +418,34 @@ def _triangle(name: str, m: Any, k: int, lower: bool) -> Any:
 
 
 def triu(m: Any, k: int = 0) -> Any:
-    """``numpy.triu``: zeros below the ``k``-th diagonal (of the last two axes)."""
+    """``numpy.triu``: zeros below the ``k``-th diagonal (of the last two axes).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.triu(ad.Tensor.constant(np.ones((2, 2)))).value.tolist()
+    [[1.0, 1.0], [0.0, 1.0]]
+    """
     return _triangle("triu", m, k, False) if traced(m) else np.triu(m, k)
 
 
 def tril(m: Any, k: int = 0) -> Any:
-    """``numpy.tril``: zeros above the ``k``-th diagonal (of the last two axes)."""
+    """``numpy.tril``: zeros above the ``k``-th diagonal (of the last two axes).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.tril(ad.Tensor.constant(np.ones((2, 2)))).value.tolist()
+    [[1.0, 0.0], [1.0, 1.0]]
+    """
     return _triangle("tril", m, k, True) if traced(m) else np.tril(m, k)
 
 
 def take(a: Any, indices: Any, axis: int | None = None, out: Any = None,
          mode: str = "raise") -> Any:
     """``numpy.take``: elements at integer ``indices`` (constants) along ``axis`` (None:
-    of the flattened ``a``); repeated indices add their derivatives."""
+    of the flattened ``a``); repeated indices add their derivatives.
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.take(ad.Tensor.constant(np.array([1.0, 2.0, 3.0])), [2, 0]).value.tolist()
+    [3.0, 1.0]
+    """
     _refuse("take", out=out)
     if not traced(a):
         return np.take(a, indices, axis=axis, mode=mode)
@@ -375,7 +455,13 @@ def take(a: Any, indices: Any, axis: int | None = None, out: Any = None,
 
 def take_along_axis(arr: Any, indices: Any, axis: int | None) -> Any:
     """``numpy.take_along_axis``: ``arr``'s elements at ``indices`` (constants, e.g. from
-    ``ad.argsort``) along ``axis``."""
+    ``ad.argsort``) along ``axis``.
+
+    >>> import numpy as np, easyad as ad
+    >>> x = ad.Tensor.constant(np.array([[3.0, 1.0, 2.0]]))
+    >>> ad.take_along_axis(x, ad.argsort(x, axis=1), axis=1).value.tolist()
+    [[1.0, 2.0, 3.0]]
+    """
     if not traced(arr):
         return np.take_along_axis(arr, indices, axis)
     indices = _constant_indices(indices)

@@ -44,7 +44,12 @@ def outer(a: Any, b: Any, out: Any = None) -> Any:
 
 
 def inner(a: Any, b: Any) -> Any:
-    """``numpy.inner``: sums of products over the last axes of ``a`` and ``b``."""
+    """``numpy.inner``: sums of products over the last axes of ``a`` and ``b``.
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.inner(ad.Tensor.constant(np.array([1.0, 2.0])), np.array([3.0, 4.0]))
+    11.0
+    """
     if not traced(a, b):
         return np.inner(a, b)
     a, b = _array(a), _array(b)
@@ -54,7 +59,12 @@ def inner(a: Any, b: Any) -> Any:
 
 
 def kron(a: Any, b: Any) -> Any:
-    """``numpy.kron``: the Kronecker product (blocks ``a[i, j] * b``)."""
+    """``numpy.kron``: the Kronecker product (blocks ``a[i, j] * b``).
+
+    >>> import numpy as np, easyad as ad
+    >>> ad.kron(ad.Tensor.constant(np.array([1.0, 2.0])), np.array([1.0, 10.0])).value.tolist()
+    [1.0, 10.0, 2.0, 20.0]
+    """
     if not traced(a, b):
         return np.kron(a, b)
     a, b = _array(a), _array(b)
