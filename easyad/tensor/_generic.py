@@ -198,26 +198,32 @@ def numpy_name(func: Any) -> str:
 
 
 # numpy functions whose closest easyad function a spelling match would miss
-_NEAREST = {"nanprod": "prod", "nansum": "sum", "nanmean": "mean", "nanmax": "amax",
-            "nanmin": "amin", "nanvar": "var", "nanstd": "std", "nancumsum": "cumsum",
-            "nancumprod": "cumprod", "cumulative_sum": "cumsum", "cumulative_prod": "cumprod",
-            "average": "mean", "ptp": "amax", "vdot": "inner", "hstack": "concatenate",
-            "vstack": "concatenate", "column_stack": "stack", "ravel": "reshape",
-            "fliplr": "flip", "flipud": "flip", "rot90": "flip", "argpartition": "argsort",
-            "partition": "sort", "nanargmax": "argmax", "nanargmin": "argmin",
-            "logaddexp": "logsumexp", "select": "where", "piecewise": "where",
-            "atleast_2d": "expand_dims", "ediff1d": "roll", "diff": "roll"}
+_NEAREST = {"nanprod": "ad.prod", "nansum": "ad.sum", "nanmean": "ad.mean",
+            "nanmax": "ad.amax", "nanmin": "ad.amin", "nanvar": "ad.var", "nanstd": "ad.std",
+            "nancumsum": "ad.cumsum", "nancumprod": "ad.cumprod",
+            "cumulative_sum": "ad.cumsum", "cumulative_prod": "ad.cumprod",
+            "average": "ad.mean", "ptp": "ad.amax", "vdot": "ad.inner",
+            "hstack": "ad.concatenate", "vstack": "ad.concatenate", "column_stack": "ad.stack",
+            "ravel": "t.reshape(-1)", "fliplr": "ad.flip", "flipud": "ad.flip",
+            "rot90": "ad.flip", "argpartition": "ad.argsort", "partition": "ad.sort",
+            "nanargmax": "ad.argmax", "nanargmin": "ad.argmin", "select": "ad.where",
+            "piecewise": "ad.where", "atleast_2d": "ad.expand_dims", "diff": "ad.roll",
+            "matrix_transpose": "ad.swapaxes", "permute_dims": "ad.moveaxis"}
 
 
 def unsupported_message(func: Any) -> str:
+    """What ``np.<func>(tensor)`` raises when ``func`` is not in ``NUMPY_FUNCTIONS``."""
     import difflib
 
-    import easyad
+    from easyad import _rules
     name = getattr(func, "__name__", "")
-    functions = [n for n in easyad.__all__ if callable(getattr(easyad, n, None))]
-    nearest = _NEAREST.get(name) or next(iter(difflib.get_close_matches(
-        name, functions, n=1, cutoff=0.88)), None)
-    hint = (f"the closest easyad function is ad.{nearest}" if nearest else
+    # easyad's functions of numpy's names (ad.prod...) and the rule table's (ad.sin...)
+    ours = {f.__name__ for f in NUMPY_FUNCTIONS.values()
+            if getattr(f, "__name__", "<lambda>") != "<lambda>"}
+    ours |= {r.name for r in _rules.RULES if r.generic}
+    close = difflib.get_close_matches(name, sorted(ours), n=1, cutoff=0.88)
+    nearest = _NEAREST.get(name) or (f"ad.{close[0]}" if close else None)
+    hint = (f"the closest easyad function is {nearest}" if nearest else
             "no easyad function is close: compose it of easyad operations, or make it an "
             "ad.ArrayPrimitive with its own vjp (docs/user-operations.md)")
     return (f"{numpy_name(func)} is not supported on easyad tensors; {hint} (the numpy "
