@@ -84,6 +84,12 @@ from easyad.tensor import (
 # the op table (above the tensors: its calls run on them)
 from easyad.ops import cumsum, flip  # noqa: E402
 from easyad import linalg  # noqa: E402  (its ops join the table)
+from easyad.ops import (  # noqa: E402  numpy's functions on tensors
+    argmax, argmin, argsort, broadcast_to, clip, cumprod, diag, diagonal, einsum,
+    expand_dims, inner, kron, moveaxis, order_by, outer, pad, prod, repeat, roll, sort,
+    split, squeeze, std, swapaxes, take, take_along_axis, tensordot, tile, trace, tril,
+    triu, var,
+)
 
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
@@ -109,6 +115,11 @@ __all__ = [
     "cumsum", "flip",
     # differentiable linear algebra (a subpackage, as nn)
     "linalg",
+    # numpy's functions on tensors (easyad/ops/_sorting.py, _npfunctions.py, _products.py)
+    "argmax", "argmin", "argsort", "broadcast_to", "clip", "cumprod", "diag", "diagonal",
+    "einsum", "expand_dims", "inner", "kron", "moveaxis", "order_by", "outer", "pad",
+    "prod", "repeat", "roll", "sort", "split", "squeeze", "std", "swapaxes",
+    "take", "take_along_axis", "tensordot", "tile", "trace", "tril", "triu", "var",
     # neural networks
     "nn", "optim", "random",
 ]

@@ -50,6 +50,11 @@ CONTRACT = {
     "sum", "mean",
     "amax", "amin", "concatenate", "stack", "flip", "cumsum", "logsumexp", "softmax", "log_softmax",
     "eval_shape",
+    # numpy's functions on tensors (issue 26)
+    "argmax", "argmin", "argsort", "broadcast_to", "clip", "cumprod", "diag", "diagonal",
+    "einsum", "expand_dims", "inner", "kron", "moveaxis", "order_by", "outer", "pad",
+    "prod", "repeat", "roll", "sort", "split", "squeeze", "std", "swapaxes",
+    "take", "take_along_axis", "tensordot", "tile", "trace", "tril", "triu", "var",
     # custom array operations, shapes without compute (issue 14)
     "ArrayPrimitive", "ShapeDtype",
     # neural networks (issue 5): subpackages

@@ -4,13 +4,28 @@ of one on whatever its operands are. ``_table``: the ``Op`` record, ``register``
 lowering chooser; ``_apply``: the call (forward, reverse, every device, eval_shape,
 ad.record, object arrays of scalars, batching); ``_builtin``: the ops themselves;
 ``_linalg``, ``_linalg_spectral``: linear algebra (registered when ``easyad.linalg``, their
-public face, is imported, which ``import easyad`` does).
+public face, is imported, which ``import easyad`` does);
+``_sorting``: sort and order_by (table ops), argsort/argmax/argmin; ``_npfunctions`` and
+``_products``: numpy's reductions, shape functions and products on tensors, composed of
+easyad operations (no table entry: every engine differentiates the pieces).
 
 How to add an op: docs/internals.md ("How to add an op"); tests/test_add_an_op.py does it.
 """
 from easyad.ops._table import OPS, Op, get, register, unregister
 from easyad.ops._apply import OpStep, apply, batched, call
 from easyad.ops._builtin import cumsum, flip
+from easyad.ops._sorting import argmax, argmin, argsort, order_by, sort
+from easyad.ops._npfunctions import (broadcast_to, clip, cumprod, diag, diagonal,
+                                     expand_dims, moveaxis, pad, prod, repeat, roll, split,
+                                     squeeze, std, swapaxes, take, take_along_axis, tile,
+                                     trace, tril, triu, var)
+from easyad.ops._products import einsum, inner, kron, outer, tensordot
 
 __all__ = ["OPS", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", "get",
-           "register", "unregister"]
+           "register", "unregister",
+           # numpy's functions on tensors (NUMPY_FUNCTIONS entries), each also ad.<name>
+           "argmax", "argmin", "argsort", "broadcast_to", "clip", "cumprod", "diag",
+           "diagonal", "einsum", "expand_dims", "inner", "kron", "moveaxis", "order_by",
+           "outer", "pad", "prod", "repeat", "roll", "sort", "split", "squeeze", "std",
+           "swapaxes", "take", "take_along_axis", "tensordot", "tile", "trace", "tril",
+           "triu", "var"]

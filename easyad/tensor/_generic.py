@@ -179,7 +179,67 @@ def array_ufunc(cls: type, ufunc: Any, method: str, inputs: tuple[Any, ...],
 
 
 def array_function(func: Any, args: Any, kwargs: Any) -> Any:
+    """``np.<func>(tensor, ...)``: easyad's function of ``NUMPY_FUNCTIONS``, or a
+    TypeError naming ``func`` and the closest easyad function (numpy's own message would
+    only say that no implementation was found)."""
     implementation = NUMPY_FUNCTIONS.get(func)
     if implementation is None:
-        return NotImplemented
+        raise TypeError(unsupported_message(func))
     return implementation(*args, **kwargs)  # type: ignore[operator]
+
+
+def numpy_name(func: Any) -> str:
+    """``np.linalg.solve`` for numpy.linalg.solve: how a user spells a numpy function."""
+    module = getattr(func, "__module__", None) or "numpy"
+    module = "np" + module[len("numpy"):] if module.startswith("numpy") else module
+    if module.startswith("np._") or module.startswith("np.lib"):   # numpy's inner modules
+        module = "np"
+    return f"{module}.{getattr(func, '__name__', repr(func))}"
+
+
+# numpy functions whose closest easyad function a spelling match would miss
+_NEAREST = {"nanprod": "ad.prod", "nansum": "ad.sum", "nanmean": "ad.mean",
+            "nanmax": "ad.amax", "nanmin": "ad.amin", "nanvar": "ad.var", "nanstd": "ad.std",
+            "nancumsum": "ad.cumsum", "nancumprod": "ad.cumprod",
+            "cumulative_sum": "ad.cumsum", "cumulative_prod": "ad.cumprod",
+            "average": "ad.mean", "ptp": "ad.amax", "vdot": "ad.inner",
+            "hstack": "ad.concatenate", "vstack": "ad.concatenate", "column_stack": "ad.stack",
+            "ravel": "t.reshape(-1)", "fliplr": "ad.flip", "flipud": "ad.flip",
+            "rot90": "ad.flip", "argpartition": "ad.argsort", "partition": "ad.sort",
+            "nanargmax": "ad.argmax", "nanargmin": "ad.argmin", "select": "ad.where",
+            "piecewise": "ad.where", "atleast_2d": "ad.expand_dims", "diff": "ad.roll",
+            "matrix_transpose": "ad.swapaxes", "permute_dims": "ad.moveaxis"}
+
+
+def unsupported_message(func: Any) -> str:
+    """What ``np.<func>(tensor)`` raises when ``func`` is not in ``NUMPY_FUNCTIONS``."""
+    import difflib
+
+    from easyad import _rules
+    name = getattr(func, "__name__", "")
+    # easyad's functions of numpy's names (ad.prod...) and the rule table's (ad.sin...)
+    ours = {f.__name__ for f in NUMPY_FUNCTIONS.values()
+            if getattr(f, "__name__", "<lambda>") != "<lambda>"}
+    ours |= {r.name for r in _rules.RULES if r.generic}
+    close = difflib.get_close_matches(name, sorted(ours), n=1, cutoff=0.88)
+    nearest = _NEAREST.get(name) or (f"ad.{close[0]}" if close else None)
+    hint = (f"the closest easyad function is {nearest}" if nearest else
+            "no easyad function is close: compose it of easyad operations, or make it an "
+            "ad.ArrayPrimitive with its own vjp (docs/user-operations.md)")
+    return (f"{numpy_name(func)} is not supported on easyad tensors; {hint} (the numpy "
+            f"functions tensors answer: docs/tensors.md, 'numpy's functions on tensors')")
+
+
+def supported_numpy_functions() -> str:
+    """The numpy functions tensors answer, as docs/tensors.md lists them (a test checks
+    that the docs hold exactly this text; printed by
+    ``python -c "import easyad.tensor._generic as g; print(g.supported_numpy_functions())"``)."""
+    names = sorted({numpy_name(f) for f in NUMPY_FUNCTIONS})
+    lines, line = [], ""
+    for name in names:
+        item = f"`{name}`"
+        if line and len(line) + len(item) + 2 > 88:
+            lines.append(line + ",")
+            line = ""
+        line = f"{line}, {item}" if line else item
+    return "\n".join(lines + [line]) + "."
