@@ -287,9 +287,9 @@ def test_numpy_functions_dispatch_on_tensors_and_trace_tensors():
 
 def test_an_unsupported_numpy_function_names_itself_and_the_closest_easyad_one():
     t = ad.Tensor.constant(np.eye(2))
-    with pytest.raises(TypeError, match=r"np\.linalg\.solve is not supported on easyad "
+    with pytest.raises(TypeError, match=r"np\.fft\.fft is not supported on easyad "
                                         r"tensors"):
-        np.linalg.solve(t, np.ones(2))
+        np.fft.fft(t)
     with pytest.raises(TypeError, match=r"np\.nanprod is not supported .*ad\.prod"):
         np.nanprod(t)
     with pytest.raises(TypeError, match=r"np\.cumulative_sum .*ad\.cumsum"):
