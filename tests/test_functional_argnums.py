@@ -255,3 +255,64 @@ def test_defaults_keep_the_plain_results():
     np.testing.assert_array_equal(ad.grad(f, argnums=(0,))(x, 3.0)[0], [6.0, 12.0])
     assert ad.grad(f, argnums=1)(x, 3.0) == 5.0
     assert ad.grad(f, argnums=1)(x, args=(3.0,)) == 5.0      # scipy's args= too
+
+
+# ---- the float32 rule (docs/conventions.md, "The dtype of derivatives") --------------------
+
+F32 = np.array([0.5, -1.25, 2.0], dtype=np.float32)
+F64 = np.array([1.5, 0.25, -0.75])
+
+
+def _loss(x, a):
+    return ad.sum(ad.sin(x) * a) + ad.sum(x * x)
+
+
+def _hand_gradient(x, a):       # d/dx of sum(sin(x) a + x^2), and d/da
+    x = np.asarray(x, dtype=np.float64)
+    return np.cos(x) * a + 2 * x, np.sin(x)
+
+
+def test_float32_in_float32_out_in_every_transform():
+    want_x, _ = _hand_gradient(F32, F64)
+    results = {
+        "grad": ad.grad(_loss)(F32, F64),
+        "value_and_grad": ad.value_and_grad(_loss)(F32, F64)[1],
+        "jacobian forward": ad.jacobian(_loss, mode="forward")(F32, F64),
+        "jacobian reverse": ad.jacobian(_loss, mode="reverse")(F32, F64),
+        "vjp": ad.vjp(_loss, F32, 1.0, F64)[1],
+        "tensor x0": ad.grad(_loss)(ad.Tensor.constant(F32), F64),
+    }
+    for what, g in results.items():
+        assert g.dtype == np.float32, what
+        # computed in float64, rounded once at the end: the float32 of the exact gradient
+        np.testing.assert_array_equal(g, want_x.astype(np.float32), err_msg=what)
+    H = ad.hessian(lambda x: ad.sum(x ** 3))(F32)
+    assert H.dtype == np.float32
+    np.testing.assert_array_equal(H, np.diag(6 * F32.astype(np.float64)).astype(np.float32))
+    value, tangent = ad.jvp(lambda x: x * x, F32, np.ones(3))
+    assert value.dtype == tangent.dtype == np.float32
+
+
+def test_float64_operands_do_not_change_the_derivatives_dtype():
+    # a float64 array passed through (not differentiated) leaves float32 derivatives: only
+    # the differentiated arguments decide, and Python numbers never do (weak)
+    assert ad.grad(_loss)(F32, F64).dtype == np.float32
+    assert ad.grad(_loss)(F32, 2.0).dtype == np.float32
+    assert ad.grad(_loss, argnums=1)(F32, F64).dtype == np.float64
+    # differentiated together (one structure): numpy's result type, float64 for both
+    gx, ga = ad.grad(_loss, argnums=(0, 1))(F32, F64)
+    assert gx.dtype == ga.dtype == np.float64
+    want_x, want_a = _hand_gradient(F32, F64)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-15)
+    np.testing.assert_allclose(ga, want_a, rtol=1e-15)
+    g = ad.grad(lambda p: _loss(p["x"], F64) * p["s"])({"x": F32, "s": 2.0})
+    assert g["x"].dtype == np.float32 and type(g["s"]) is float
+
+
+def test_recorded_functions_follow_their_documented_dtypes():
+    # a scalar tape computes and answers in float64; a tensor program in its recorded dtype
+    F = ad.record(lambda x: x[0] * x[1] + ad.sin(x[2]), F32)
+    assert F.gradient(F32).dtype == np.float64
+    G = ad.record(lambda x: ad.sum(x * x), F32, tensor=True)
+    assert G.gradient(F32).dtype == np.float32
+    np.testing.assert_array_equal(G.gradient(F32), 2 * F32)
