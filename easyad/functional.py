@@ -9,6 +9,9 @@ shape, a list of numbers) or a structure of them: tuples, lists and dicts, neste
 (``_trees.py`` says what is a leaf). Extra positional arguments, or ``args=(...)`` as
 scipy spells it, go to ``f`` undifferentiated: ``grad(f)(x0, a, b)`` or
 ``grad(f)(x0, args=(a, b))`` differentiate ``f(x, a, b)`` with respect to ``x`` only.
+``argnums=`` (an int, or a tuple giving a tuple of derivatives) picks other positional
+arguments instead, and ``has_aux=True`` lets f return ``(output, aux)``, as JAX's and
+torch.func's transforms do (``_argnums.py``).
 
 What ``f`` receives for each array leaf:
 - reverse mode (grad, value_and_grad, vjp, jacobian by rows, hessian, hvp): a Tensor on a
