@@ -82,10 +82,11 @@ def real_array(x: Any, what: str, dtype: Any = FLOAT64) -> NDArray[Any]:
 
 def result_dtype(leaves: list[Any]) -> np.dtype:
     """The floating dtype derivatives come back in for a point with these leaves: numpy's
-    result type of its floating leaves (float16/32 stay, float64 wins over them),
-    float64 where it has none (ints, bools, Python numbers)."""
-    floats = [a.dtype for a in leaves if isinstance(a, (np.ndarray, np.floating))
-              and a.dtype.kind == "f"]
+    result type of its floating leaves (arrays, numpy scalars and tensors: float16/32
+    stay, float64 wins over them), float64 where it has none (ints, bools, Python
+    numbers: weak, they never decide)."""
+    floats = [d for d in (getattr(a, "dtype", None) for a in leaves)
+              if isinstance(d, np.dtype) and d.kind == "f"]
     if not floats:
         return FLOAT64
     found = np.result_type(*floats)

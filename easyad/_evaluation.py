@@ -307,10 +307,12 @@ def _scalar_output(result: Any, f: Callable[..., Any], caller: str,
     if not _is_scalar_output(leaves, tree):
         got = (f"a structure ({tree.describe()})" if not tree.is_leaf
                else f"shape {_shape(leaves[0])}")
+        hint = ("; if its second output is auxiliary data, pass has_aux=True"
+                if isinstance(result, (tuple, list)) and len(result) == 2 else "")
         raise TypeError(
             f"{caller} needs {_name(f)} to return a scalar, but it returned {got}: use "
             f"ad.jacobian(f) for all the derivatives, or ad.vjp(f, x0, u) for the gradient "
-            f"of one weighted sum u . f")
+            f"of one weighted sum u . f{hint}")
     leaf = leaves[0]
     if isinstance(leaf, (Tensor, TraceTensor)):
         return leaf.sum()      # a 0-d tensor: its scalar Record (or Trace)

@@ -60,6 +60,11 @@ static inline real_t easyad_fn_minimum(real_t a, real_t b) { return (a != a || a
 #define maximum easyad_fn_maximum
 #define minimum easyad_fn_minimum
 
+/* the rule stop_gradient's value: x itself (any type, vectors too). The row spells its
+ * value as this call, not "x", so that the generic evaluation of the table (a Trace of
+ * Traces or Records) applies stop_gradient to the inner levels as well */
+#define stop_gradient(x) (x)
+
 /* pow with the exponents that dominate real code (x ** 2, and the partials' x ** 1 and
  * x ** 0) done without the library's pow (~50 ns in libm; up to 16 ulp off in OpenCL),
  * exactly: x * x is the correctly rounded square, as glibc's and numpy's pow(x, 2.0) give

@@ -68,6 +68,10 @@ class Rule:
     numpy: str | None = SAME       # numpy's ufunc (see above)
     torch: str | None = SAME       # torch's function or expression
     sympy: str | None = SAME       # sympy's function or expression
+    # True for a row whose partials are deliberately not its value's derivative
+    # (stop_gradient): references that differentiate the value (finite differences,
+    # sympy, torch's autograd of the value) do not apply to it
+    stops_gradient: bool = False
 
     @property
     def arity(self) -> int:
@@ -167,8 +171,20 @@ BINARY_RULES: tuple[Rule, ...] = (
          (REAL, REAL), doc="smaller of x and y; ties split the derivative", sympy="Min"),
 )
 
-RULES: tuple[Rule, ...] = UNARY_RULES + BINARY_RULES
+# The value as a constant: derivative 0 in every mode and every order, so replay and
+# compiled code treat it as a constant of the point replayed at, not a baked-in number
+# (JAX's stop_gradient, torch's detach). Its value calls itself (a macro for x in
+# _helpers.h) so that on a Trace of Traces or Records the inner levels stop too. Last in
+# the table: the opcodes of the rows above (in saved files) keep their numbers.
+STOP_GRADIENT = Rule("stop_gradient", "stop_gradient(x)", ("0.0",), NO_CHECK,
+                     aliases=("detach",), doc="x as a constant: no derivative flows through it",
+                     numpy="positive", torch="detach", sympy=None, stops_gradient=True)
+
+RULES: tuple[Rule, ...] = UNARY_RULES + BINARY_RULES + (STOP_GRADIENT,)
 RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
+# The rows whose partials are their value's derivatives (all but stop_gradient): the ones
+# references that differentiate the value (finite differences, sympy, torch) can check.
+DIFFERENTIATED_RULES: tuple[Rule, ...] = tuple(r for r in RULES if not r.stops_gradient)
 
 # Structural opcodes: tape entries that are not a rule row. Then the rules, in table order.
 # A comparison is recorded with its outcome as the entry's value; it becomes a guard when

@@ -27,7 +27,8 @@ _SCALARS = (Record, Trace) + _NUMBERS
 
 @dataclass(frozen=True)
 class TreeDef:
-    """The shape of a structure: ``kind`` is "leaf", "tuple", "list" or "dict";
+    """The shape of a structure: ``kind`` is "leaf", "tuple", "list", "dict" or
+    "arguments" (an ``Arguments`` tuple, rebuilt as one so it stays a container);
     ``children`` the sub-structures; ``keys`` a dict's keys."""
 
     kind: str
@@ -49,10 +50,19 @@ class TreeDef:
             return "an array"
         if self.kind == "dict":
             return "a dict with keys " + ", ".join(map(repr, self.keys))
-        return f"a {self.kind} of {len(self.children)}"
+        kind = "tuple" if self.kind == "arguments" else self.kind
+        return f"a {kind} of {len(self.children)}"
 
 
 LEAF = TreeDef("leaf")
+
+
+class Arguments(tuple):  # type: ignore[type-arg]
+    """The positional arguments a transform differentiates (``argnums`` a tuple): always
+    a container of them, even when they are all numbers (a plain tuple of numbers would
+    be one array)."""
+
+    __slots__ = ()
 
 
 def _is_sequence_leaf(x: list[Any] | tuple[Any, ...]) -> bool:
@@ -80,8 +90,9 @@ def _visit(v: Any, leaves: list[Any]) -> TreeDef:
     if isinstance(v, dict):
         keys = tuple(v)
         return TreeDef("dict", tuple(_visit(v[k], leaves) for k in keys), keys)
-    if isinstance(v, (list, tuple)) and not _is_sequence_leaf(v):
-        kind = "tuple" if isinstance(v, tuple) else "list"
+    if type(v) is Arguments or isinstance(v, (list, tuple)) and not _is_sequence_leaf(v):
+        kind = ("arguments" if type(v) is Arguments else "tuple" if isinstance(v, tuple)
+                else "list")
         return TreeDef(kind, tuple(_visit(item, leaves) for item in v))
     leaves.append(v)
     return LEAF
@@ -99,7 +110,21 @@ def _build(t: TreeDef, items: Any) -> Any:
     built = [_build(c, items) for c in t.children]
     if t.kind == "dict":
         return dict(zip(t.keys, built))
+    if t.kind == "arguments":
+        return Arguments(built)
     return tuple(built) if t.kind == "tuple" else built
+
+
+def plain_tuples(x: Any) -> Any:
+    """``x`` with every ``Arguments`` in its structure made a plain tuple (a result for
+    the caller)."""
+    if isinstance(x, dict):
+        return {k: plain_tuples(v) for k, v in x.items()}
+    if type(x) is Arguments or type(x) is tuple:
+        return tuple(plain_tuples(v) for v in x)
+    if type(x) is list:
+        return [plain_tuples(v) for v in x]
+    return x
 
 
 def paths(tree: TreeDef, root: str) -> list[str]:

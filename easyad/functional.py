@@ -9,6 +9,9 @@ shape, a list of numbers) or a structure of them: tuples, lists and dicts, neste
 (``_trees.py`` says what is a leaf). Extra positional arguments, or ``args=(...)`` as
 scipy spells it, go to ``f`` undifferentiated: ``grad(f)(x0, a, b)`` or
 ``grad(f)(x0, args=(a, b))`` differentiate ``f(x, a, b)`` with respect to ``x`` only.
+``argnums=`` (an int, or a tuple giving a tuple of derivatives) picks other positional
+arguments instead, and ``has_aux=True`` lets f return ``(output, aux)``, as JAX's and
+torch.func's transforms do (``_argnums.py``).
 
 What ``f`` receives for each array leaf:
 - reverse mode (grad, value_and_grad, vjp, jacobian by rows, hessian, hvp): a Tensor on a
@@ -68,6 +71,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from easyad import _arrays, _trees
+from easyad._argnums import ArgNums, Selection, check_argnums, plain
 from easyad._core import Record, Trace
 from easyad._evaluation import (_arguments, _as_array, _forward_nested, _forward_point,
                                 _forward_run, _jacobian_forward, _jacobian_reverse, _name,
@@ -124,7 +128,8 @@ def derivative(f: Callable[..., Any]) -> Callable[..., float | Vector]:
     return df
 
 
-def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
+def value_and_grad(f: Callable[..., Any], argnums: ArgNums = 0,
+                   has_aux: bool = False) -> Callable[..., tuple[Any, Any]]:
     """The value and gradient of a scalar function, by reverse mode.
 
     Parameters
@@ -132,12 +137,19 @@ def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
     f : callable
         ``f(x, *args)`` of an array (any shape) or a structure of arrays (tuples, lists,
         dicts), returning a scalar: a number, a scalar Record, or a tensor of one element.
+    argnums : int or tuple of ints
+        Which positional argument to differentiate (0: the first); a tuple gives a tuple
+        of gradients, one per argument named. The others pass through untouched.
+    has_aux : bool
+        f returns a pair ``(output, aux)``: aux comes back beside the value, not
+        differentiated (Records and Traces of this transform read as numbers).
 
     Returns
     -------
     callable
         ``vg(x0, *args) -> (float, gradient)``: f(x0) and its gradient, with x0's
-        structure and shapes, from one recording and one backward sweep.
+        structure and shapes, from one recording and one backward sweep. With
+        ``has_aux``: ``((value, aux), gradient)``, as JAX's.
 
     Raises
     ------
@@ -154,6 +166,10 @@ def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
     >>> v, g["w"], g["b"]
     (8.0, array([2., 4.]), 1.0)
     """
+    argnums = check_argnums(argnums, "value_and_grad")
+    if not plain(argnums, has_aux):
+        return _value_and_grad_selected(f, argnums, has_aux)
+
     @functools.wraps(f)
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
         run = _Reverse(f, x0, _arguments(extra, args))
@@ -164,7 +180,25 @@ def value_and_grad(f: Callable[..., Any]) -> Callable[..., tuple[Any, Any]]:
     return vg
 
 
-def grad(f: Callable[..., Any]) -> Callable[..., Any]:
+def _value_and_grad_selected(f: Callable[..., Any], argnums: ArgNums,
+                             has_aux: bool) -> Callable[..., tuple[Any, Any]]:
+    @functools.wraps(f)
+    def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
+        chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "grad")
+        run = _Reverse(chosen.function(), chosen.point, ())
+        out = _scalar_output(run.result, f, "grad", run.mode)
+        gradient = chosen.result(_in_dtype_of(chosen.point,
+                                              run.gradient(run.sweep(out, last=True))))
+        value = run.value(out)
+        return ((value, chosen.aux()) if has_aux else value), gradient
+
+    vg.__doc__ = (f"The value and gradient of {_name(f)} by argument {argnums!r} (made by "
+                  f"easyad.value_and_grad).")
+    return vg
+
+
+def grad(f: Callable[..., Any], argnums: ArgNums = 0, has_aux: bool = False
+         ) -> Callable[..., Any]:
     """The gradient of a scalar function, by reverse mode.
 
     Parameters
@@ -174,6 +208,13 @@ def grad(f: Callable[..., Any]) -> Callable[..., Any]:
         dicts, nested), returning a scalar. Its body may be scalar code on elements
         (``x[0] * x[1]``), tensor operations (``ad.softmax(x)``, ``x @ W``) or nn
         modules. A plain number that does not depend on x has gradient 0.
+    argnums : int or tuple of ints
+        Which positional argument to differentiate (0: the first; negative counts from
+        the end); a tuple gives a tuple of gradients. The other arguments pass through
+        untouched (numbers, arrays, any object), as JAX's and torch.func's.
+    has_aux : bool
+        f returns a pair ``(output, aux)``; the result is then ``(gradient, aux)``, aux
+        not differentiated.
 
     Returns
     -------
@@ -198,18 +239,24 @@ def grad(f: Callable[..., Any]) -> Callable[..., Any]:
            [2., 2.]])
     >>> ad.grad(ad.grad(lambda x: x ** 3))(2.0)          # d2/dx2 x^3 = 6x
     12.0
+    >>> ad.grad(lambda x, y: x * y ** 2, argnums=(0, 1))(3.0, 2.0)
+    (4.0, 12.0)
+    >>> ad.grad(lambda x: (x ** 2, "note"), has_aux=True)(3.0)
+    (6.0, 'note')
     """
-    vg = value_and_grad(f)
+    vg = value_and_grad(f, argnums, has_aux)
 
     @functools.wraps(f)
     def g(x0: Any, *extra: Any, args: Any = None) -> Any:
-        return vg(x0, *extra, args=args)[1]
+        value, gradient = vg(x0, *extra, args=args)
+        return (gradient, value[1]) if has_aux else gradient
 
     g.__doc__ = f"The gradient of {_name(f)} (made by easyad.grad)."
     return g
 
 
-def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
+def jacobian(f: Callable[..., Any], mode: Mode = "auto", argnums: ArgNums = 0,
+             has_aux: bool = False) -> Callable[..., Any]:
     """The Jacobian of a function of arrays, by forward or reverse mode.
 
     Parameters
@@ -223,6 +270,10 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
         ``"auto"``: one forward pass first, which tells m; then forward if n < m, else
         reverse (so the first pass is spent only when reverse mode is cheaper). Inside
         another reverse transform: reverse.
+    argnums, has_aux
+        As for :func:`grad`: the arguments differentiated (a tuple of them is a
+        structure: each output's block is a tuple, one per argument), and
+        ``(jacobian, aux)`` for f returning ``(output, aux)``.
 
     Returns
     -------
@@ -247,12 +298,18 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
     """
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}")
+    argnums = check_argnums(argnums, "jacobian")
 
     @functools.wraps(f)
     def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
-        return _in_dtype_of(x0, _jacobian(x0, _arguments(extra, args)))
+        if plain(argnums, has_aux):
+            return _in_dtype_of(x0, _jacobian(f, x0, _arguments(extra, args)))
+        chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "jacobian")
+        J = chosen.result(_in_dtype_of(chosen.point,
+                                       _jacobian(chosen.function(), chosen.point, ())))
+        return (J, chosen.aux()) if has_aux else J
 
-    def _jacobian(x0: Any, arguments: tuple[Any, ...]) -> Any:
+    def _jacobian(f: Callable[..., Any], x0: Any, arguments: tuple[Any, ...]) -> Any:
         leaves, _ = _point_leaves(x0)
         if mode == "reverse" or any(_trees.is_recorded(v) for v in leaves):
             return _jacobian_reverse(f, x0, arguments)
@@ -272,8 +329,8 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto") -> Callable[..., Any]:
     return jac
 
 
-def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
-        args: Any = None) -> tuple[Any, Any]:
+def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None,
+        argnums: ArgNums = 0, has_aux: bool = False) -> tuple[Any, ...]:
     """Jacobian-vector product: f(x0) and the directional derivative J v, in one forward pass.
 
     Parameters
@@ -282,6 +339,11 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
         ``f(x, *args)`` of an array or structure of arrays.
     x0, v : arrays or structures
         The point and the direction (v with x0's structure and shapes).
+    argnums : int or tuple of ints
+        Which of f's positional arguments ``(x0, *args)`` the direction moves (the others
+        pass through untouched); for a tuple, v is a tuple of directions, one per argument.
+    has_aux : bool
+        f returns ``(output, aux)``; the result is then ``(value, tangent, aux)``.
 
     Returns
     -------
@@ -294,9 +356,15 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
     >>> ad.jvp(lambda x: [x[0] * x[1], x[0]], [2.0, 3.0], [1.0, 1.0])
     (array([6., 2.]), array([5., 1.]))
     """
+    arguments = _arguments(extra, args)
+    if not plain(check_argnums(argnums, "jvp"), has_aux):
+        chosen = Selection(f, argnums, has_aux, (x0, *arguments), "jvp")
+        value, tangent = chosen.result(jvp(chosen.function(), chosen.point,
+                                           chosen.direction(v, "v")))
+        return (value, tangent, chosen.aux()) if has_aux else (value, tangent)
     point = _forward_point(x0, "jvp")
     direction = point.like(v, "v")
-    result = _forward_run(f, point, direction, _arguments(extra, args))
+    result = _forward_run(f, point, direction, arguments)
     if _forward_nested(point):     # inside other transforms: values of their levels
         leaves, tree = _output_leaves(result, f, "any")
         parts = [_split_top(e, point.level[0]) for e in leaves]
@@ -307,8 +375,8 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any,
                              _trees.unflatten(tree, [_tangent(e) for e in leaves])))
 
 
-def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
-        args: Any = None) -> tuple[Any, Any]:
+def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
+        argnums: ArgNums = 0, has_aux: bool = False) -> tuple[Any, ...]:
     """Vector-Jacobian product: f(x0) and u^T J, in one recording and one backward sweep.
 
     Parameters
@@ -320,6 +388,9 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
     u : like f's output (structure and shapes; a scalar for a scalar f)
         The weights of the outputs: the result is the gradient of ``sum u * f``. Outputs
         weighted 0 contribute exactly nothing (even where their derivative is inf or NaN).
+    argnums, has_aux
+        As for :func:`jvp`: the cotangent has the structure of the arguments named (a
+        tuple for a tuple), and has_aux gives ``(value, cotangent, aux)``.
 
     Returns
     -------
@@ -332,7 +403,12 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any,
     >>> ad.vjp(lambda x: [x[0] * x[1], x[0]], [2.0, 3.0], [1.0, 10.0])
     (array([6., 2.]), array([13.,  2.]))
     """
-    run = _Reverse(f, x0, _arguments(extra, args))
+    arguments = _arguments(extra, args)
+    if not plain(check_argnums(argnums, "vjp"), has_aux):
+        chosen = Selection(f, argnums, has_aux, (x0, *arguments), "vjp")
+        value, cotangent = chosen.result(vjp(chosen.function(), chosen.point, u))
+        return (value, cotangent, chosen.aux()) if has_aux else (value, cotangent)
+    run = _Reverse(f, x0, arguments)
     leaves, tree = _output_leaves(run.result, f, run.mode)
     weights, wtree = _trees.flatten(u)
     if wtree != tree and not (tree.is_leaf and len(weights) == 1):
@@ -403,7 +479,8 @@ def _by_replay(f: Callable[..., Any], x: NDArray[np.float64], args: tuple[Any, .
     return run(F, x.reshape(-1))
 
 
-def hessian(f: Callable[..., Any]) -> Callable[..., Any]:
+def hessian(f: Callable[..., Any], argnums: ArgNums = 0,
+            has_aux: bool = False) -> Callable[..., Any]:
     """``hessian(f)(x0, *args)``: the second derivatives of a scalar ``f``.
 
     For one array of scalar code, ``f`` is recorded once and the Hessian comes from
@@ -411,7 +488,8 @@ def hessian(f: Callable[..., Any]) -> Callable[..., Any]:
     columns coloured. Otherwise (tensor code, nn modules, structures of arrays) it is
     the Jacobian of the recorded gradient: reverse over reverse. The result has shape
     ``x.shape + x.shape`` for one array, ``H[a][b]`` of shape ``a.shape + b.shape`` for
-    structures.
+    structures. ``argnums`` and ``has_aux`` are :func:`grad`'s: ``argnums=(0, 1)`` gives
+    the blocks ``H[i][j]`` between the arguments; ``has_aux`` gives ``(H, aux)``.
 
     Examples
     --------
@@ -423,21 +501,30 @@ def hessian(f: Callable[..., Any]) -> Callable[..., Any]:
     array([[ 0.25, -0.25],
            [-0.25,  0.25]])
     """
+    argnums = check_argnums(argnums, "hessian")
+
     @functools.wraps(f)
     def evaluate(x0: Any, *extra: Any, args: Any = None) -> Any:
-        arguments = _arguments(extra, args)
-        x = _replayable(x0, arguments)
-        if x is not None:
-            shape = x.shape
-            H = _by_replay(f, x, arguments, lambda F, z: F.hessian(z))
-            if H is not None:
-                H = np.asarray(H)     # one number: H is (1, 1)
-                return float(H.reshape(())) if shape == () else _in_dtype_of(
-                    x0, H.reshape(shape + shape))
-        return jacobian(_graph_gradient(f), mode="reverse")(x0, *arguments)
+        if plain(argnums, has_aux):
+            return _hessian(f, x0, _arguments(extra, args))
+        chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "hessian")
+        H = chosen.result(_hessian(chosen.function(), chosen.point, ()))
+        return (H, chosen.aux()) if has_aux else H
 
     evaluate.__doc__ = f"Hessian of {_name(f)} (easyad.hessian)."
     return evaluate
+
+
+def _hessian(f: Callable[..., Any], x0: Any, arguments: tuple[Any, ...]) -> Any:
+    x = _replayable(x0, arguments)
+    if x is not None:
+        shape = x.shape
+        H = _by_replay(f, x, arguments, lambda F, z: F.hessian(z))
+        if H is not None:
+            H = np.asarray(H)     # one number: H is (1, 1)
+            return float(H.reshape(())) if shape == () else _in_dtype_of(
+                x0, H.reshape(shape + shape))
+    return jacobian(_graph_gradient(f), mode="reverse")(x0, *arguments)
 
 
 def _graph_gradient(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,7 +18,9 @@ import numpy as np
 import sympy as sp
 
 from easyad._expr import call_rules
-from easyad._rules import RULES, Rule
+# the rows whose derivative is their value's (stop_gradient: tests/test_stop_gradient.py)
+from easyad._rules import DIFFERENTIATED_RULES as RULES
+from easyad._rules import Rule
 
 UNARY = tuple(r for r in RULES if r.arity == 1)
 BINARY = tuple(r for r in RULES if r.arity == 2)

@@ -45,6 +45,8 @@ CONTRACT = {
     # the functional API (functional.py, checks.py) and Taylor mode (taylor.py)
     "derivative", "grad", "value_and_grad", "jacobian", "jvp", "vjp",
     "check_gradients", "Taylor", "taylor",
+    # a rule row (so also below), named here as part of the functional API's contract
+    "stop_gradient",
     # tensors (issue 4)
     "Tensor", "TraceTensor", "Device", "devices", "device_report", "set_device", "get_device",
     "sum", "mean",

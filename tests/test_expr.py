@@ -17,7 +17,7 @@ PY.update(sign=lambda t: math.copysign(1.0, t) if t else t,
           mul0=lambda a, b: 0.0 if a == 0.0 or b == 0.0 else a * b,
           tmul=lambda t, e: 0.0 if t == 0.0 or e == 0.0 else t * e,
           div0=lambda a, b: 0.0 if a == 0.0 else a / b, fabs=abs, pow=math.pow,
-          maximum=max, minimum=min)
+          maximum=max, minimum=min, stop_gradient=lambda t: t)   # (_helpers.h: x itself)
 
 
 def evaluate(text: str, **names: float) -> float:

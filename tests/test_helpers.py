@@ -185,6 +185,8 @@ def test_torch_spelling(rule):
 @pytest.mark.parametrize("rule", _rules.RULES, ids=lambda r: r.name)
 def test_sympy_spelling(rule):
     spelling = rule.spelling("sympy")
+    if spelling is None:
+        pytest.skip("sympy has no such function")
     point = [sp.Float(v, 30) for v in _point(rule)]
     if spelling.isidentifier():
         got = getattr(sp, spelling)(*point)

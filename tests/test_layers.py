@@ -338,6 +338,11 @@ def test_every_rule_has_its_methods_on_both_tensor_classes():
         for name in names:
             assert name in vars(RuleMethods), name     # in the class body, not setattr
             for cls in (ad.Tensor, ad.TraceTensor):
+                if name == "detach":
+                    # the tensors' own detach (a constant of the same storage, nothing
+                    # recorded) comes first; ad.stop_gradient(t) is the rule's
+                    assert getattr(cls, name) is not vars(RuleMethods)[name], cls
+                    continue
                 assert getattr(cls, name) is vars(RuleMethods)[name], (cls, name)
     x = ad.Tensor.constant(np.array([0.5, 2.0]))
     np.testing.assert_allclose(x.hypot(1.0).value, np.hypot([0.5, 2.0], 1.0))

@@ -273,7 +273,8 @@ def random_program(seed, n):
     plan = np.random.default_rng(seed)
     steps = []
     for _ in range(60):
-        rule = rules.RULES[plan.integers(len(rules.RULES))]
+        # (not stop_gradient: differences of the gradient would see the stopped values)
+        rule = rules.DIFFERENTIATED_RULES[plan.integers(len(rules.DIFFERENTIATED_RULES))]
         operands = plan.integers(0, 10**6, size=2)
         constant = [plan.random() < 0.2, plan.random() < 0.2]
         steps.append((rule, operands, constant, float(plan.uniform(-0.9, 0.9)),

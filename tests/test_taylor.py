@@ -28,8 +28,8 @@ from easyad import _rules
 # the module (``easyad.taylor`` as an attribute is the function ad.taylor)
 taylor_module = importlib.import_module("easyad.taylor")
 
-UNARY = [r for r in _rules.RULES if r.arity == 1]
-BINARY = [r for r in _rules.RULES if r.arity == 2]
+UNARY = [r for r in _rules.DIFFERENTIATED_RULES if r.arity == 1]
+BINARY = [r for r in _rules.DIFFERENTIATED_RULES if r.arity == 2]
 T = sp.Symbol("t", real=True)
 ORDER = 6
 # a direction for binary rules: (x, y) = (x0 + t, y0 + SLOPE t)

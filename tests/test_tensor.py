@@ -82,7 +82,7 @@ def sample(rng, domain, shape):
 
 _TORCH = {"neg": torch.neg, "cbrt": lambda x: torch.sign(x) * torch.abs(x) ** (1.0 / 3.0),
           "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
-UNARY = [r for r in _rules.RULES if r.arity == 1]
+UNARY = [r for r in _rules.DIFFERENTIATED_RULES if r.arity == 1]
 BINARY = [r for r in _rules.RULES if r.arity == 2]
 
 
