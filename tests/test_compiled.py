@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad import _compile
+from easyad.compiler import tape as tape_compiler
+from easyad.compiler.tape import library
 from test_replay import random_program, rosenbrock
 
-HAVE_CC = _compile.compiler() is not None
+HAVE_CC = tape_compiler.compiler() is not None
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
 
 
@@ -114,7 +115,7 @@ def test_the_optimised_program_replays_like_the_recorded_one(seed):
     rng = np.random.default_rng(200 + seed)
     x0 = rng.uniform(-1, 1, n)
     F = ad.record(f, x0)
-    tape, ins, outs = _compile.optimise(F.tape, F.inputs, F.outputs)
+    tape, ins, outs = tape_compiler.optimise(F.tape, F.inputs, F.outputs)
     G = ad.Function(tape, ins, outs)
     assert len(G) <= len(F)
     C = F
@@ -152,7 +153,7 @@ def test_the_optimiser_folds_shares_and_drops():
         del unused
         return (a * 1.0 - 0.0) / 1.0 + b * c + -(-x[1]) ** 1.0
     F = ad.record(f, [0.3, 0.7])
-    tape, ins, outs = _compile.optimise(F.tape, F.inputs, F.outputs)
+    tape, ins, outs = tape_compiler.optimise(F.tape, F.inputs, F.outputs)
     G = ad.Function(tape, ins, outs)
     assert len(G) < len(F) - 8, (len(G), len(F))
     for x in ([0.3, 0.7], [-2.0, 5.0], [0.0, -0.0]):
@@ -230,7 +231,7 @@ def test_user_primitives_are_not_compiled():
 
 
 def test_without_a_compiler_a_warning_and_the_vm(monkeypatch, tmp_path):
-    monkeypatch.setattr(_compile, "_warned", set())
+    monkeypatch.setattr(library, "_warned", set())
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     F = ad.record(rosenbrock, np.full(4, 0.5))
     with pytest.warns(ad.CompilerWarning, match="no C compiler found.*Install one"):
@@ -239,7 +240,7 @@ def test_without_a_compiler_a_warning_and_the_vm(monkeypatch, tmp_path):
     x = np.array([0.1, 0.2, 0.3, 0.4])
     np.testing.assert_array_equal(F.gradient(x), ad.record(rosenbrock, x).gradient(x))
     # a compiler that fails: the same warning class, what it said, and the VM
-    monkeypatch.setattr(_compile, "_warned", set())
+    monkeypatch.setattr(library, "_warned", set())
     broken = tmp_path / "broken-cc"
     broken.write_text("#!/bin/sh\necho 'broken compiler' >&2\nexit 1\n")
     broken.chmod(0o755)
@@ -251,7 +252,7 @@ def test_without_a_compiler_a_warning_and_the_vm(monkeypatch, tmp_path):
 
 @needs_cc
 def test_a_second_process_loads_from_the_cache_without_compiling(tmp_path):
-    real = _compile.compiler()
+    real = tape_compiler.compiler()
     folder = tmp_path / "bin"
     folder.mkdir()
     wrapper = folder / "easyad-test-cc"

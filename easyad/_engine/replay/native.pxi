@@ -1,5 +1,5 @@
 # _Native: the call into machine code compiled from a recorded program (Function.compile;
-# easyad/_compile.py renders the C, compiles and loads it). This class only holds the
+# easyad/compiler/tape renders the C, compiles and loads it). This class only holds the
 # function pointers and calls them without the GIL: one point in one call, or rows of a
 # batch (replay.py splits those over its threads). The compiled functions return flags per
 # point (bit 0: a guard's outcome changed, bit 1: an entry with an error policy failed);
