@@ -397,8 +397,9 @@ def test_a_changed_header_gives_a_new_library_not_the_stale_one(cache, tmp_path,
     (headers / "_generated").mkdir(parents=True)
     for name in ("_helpers.h", "_status.h", "_gemm.h"):
         (headers / name).write_bytes(open(os.path.join(here, name), "rb").read())
-    ops = open(os.path.join(here, "_generated", "_ops.h"), encoding="utf-8").read()
-    (headers / "_generated" / "_ops.h").write_text(ops)
+    # what the compiled C includes: the rules' functions, not the sweeps of _ops.h
+    rules = open(os.path.join(here, "_generated", "_rule_functions.h"), encoding="utf-8").read()
+    (headers / "_generated" / "_rule_functions.h").write_text(rules)
     monkeypatch.setattr(tape_library, "_header_folders",
                         lambda: [str(headers), str(headers / "_generated")])
 
@@ -410,9 +411,9 @@ def test_a_changed_header_gives_a_new_library_not_the_stale_one(cache, tmp_path,
     assert F(x) == np.sin(0.4) * 1.7
     # the rule changes (as after an edit of _rules.py and a rebuild): sin doubled
     old = "static inline double easyad_sin_value(double x, double y) { return sin(x); }"
-    assert old in ops
-    (headers / "_generated" / "_ops.h").write_text(
-        ops.replace(old, old.replace("return sin(x);", "return 2.0 * sin(x);")))
+    assert old in rules
+    (headers / "_generated" / "_rule_functions.h").write_text(
+        rules.replace(old, old.replace("return sin(x);", "return 2.0 * sin(x);")))
     G, said = compile_quietly(f, x)
     assert G.compiled and not said
     assert G(x) == 2.0 * np.sin(0.4) * 1.7          # compiled again, with the new header
@@ -422,7 +423,8 @@ def test_a_changed_header_gives_a_new_library_not_the_stale_one(cache, tmp_path,
 def test_the_key_covers_compiler_flags_version_and_cpu(monkeypatch):
     source = '#include "_ops.h"\nint main(void) { return 0; }\n'
     _, headers = tape_library._included(source)
-    assert {name for name, _ in headers} >= {"_ops.h", "_helpers.h", "_status.h"}
+    assert {name for name, _ in headers} >= {"_ops.h", "_rule_functions.h", "_helpers.h",
+                                             "_status.h"}
     monkeypatch.setattr(tape_library, "_compiler_identity", lambda argv: "gcc 12.2.0")
     monkeypatch.setattr(tape_library, "_cpu", lambda: "flags: avx2")
 

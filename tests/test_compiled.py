@@ -185,6 +185,37 @@ def test_strong_zero_selects_kinks_and_live_errors():
 
 
 @needs_cc
+def test_non_finite_values_of_checked_entries_are_the_vms_to_judge(tmp_path, monkeypatch):
+    """The C flags every non-finite value of an entry with an error policy, and the VM tells
+    an error (raised) from a value of an inf operand (returned): both in a run long enough
+    to be a loop and in entries written one by one; the C includes no more than the rules'
+    functions (not the sweeps of _ops.h)."""
+    monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path))
+
+    def f(x):      # logs of 40 inputs (a loop), then one more log of their sum (one entry)
+        logs = [ad.log(x[k]) for k in range(40)]
+        return ad.log(sum(logs[1:], logs[0]) + 100.0)
+    F = ad.record(f, np.ones(40))
+    C = compiled(f, np.ones(40))
+    x = np.ones(40)
+    x[3] = np.inf                 # log(inf) = inf: a value, not an error
+    assert np.isinf(C(x)) and C(x) == F(x)
+    assert same(C.gradient(x), F.gradient(x))
+    x[3] = -1.0                   # log(-1): a domain error, in the loop
+    with pytest.raises(ValueError, match="math domain error in entry"):
+        C.gradient(x)
+    x[3] = 1e-300                 # log(1e-300) + 100 < 0: the last log's domain error
+    with pytest.raises(ValueError, match="math domain error in entry"):
+        C(x)
+    x[3] = 0.5
+    assert same(C.gradient(x), F.gradient(x)) and C(x) == F(x)
+    [source] = (tmp_path / "compiled").glob("*.c")
+    text = source.read_text()
+    assert '#include "_rule_functions.h"' in text and "_ops.h\"" not in text
+    assert "easyad_rule_status" not in text
+
+
+@needs_cc
 def test_branch_guards_are_checked():
     def f(x):
         return x[0] * x[1] if x[0] > x[1] else x[1] - x[0]

@@ -5,9 +5,10 @@ cached on disk and called without the GIL.
 Sits between the compiled core and ``replay.py`` (``Function.compile`` calls
 ``native(tape, inputs, outputs)``); it reads tapes through ``_tapeview`` and the core's
 replay layout (``_Replayer._layout``), and the rule table's C through the generated
-``_ops.h``: the compiled code calls the very functions the VM calls
-(``easyad_<rule>_value``, ``_d0``, ``_d1``, ``easyad_rule_status``, the helpers of
-``_helpers.h``), so its numbers are the VM's bit for bit. The modules, in order:
+``_rule_functions.h``: the compiled code calls the very functions the VM calls
+(``easyad_<rule>_value``, ``_d0``, ``_d1``, the helpers of ``_helpers.h``; not the whole
+of ``_ops.h``, the sweeps' dispatch, which gcc would parse for every program), so its
+numbers are the VM's bit for bit. The modules, in order:
 
 - ``optimiser`` (``optimise``, only with ``F.compile(optimise=True)``): the tape rewritten once
   (constants folded, common subexpressions shared, exact identities, dead entries
@@ -25,7 +26,8 @@ replay layout (``_Replayer._layout``), and the rule table's C through the genera
   time no longer grows with them; a gradient asked for without its value (``out`` NULL)
   skips the sums only the value reads, as the VM does; pow's constant exponents other than
   0, 1, 2 are kept out of gcc's sight (it would call sqrt for 0.5). Each point returns
-  flags: bit 0 a guard's outcome changed, bit 1 an entry with an error policy failed. A
+  flags: bit 0 a guard's outcome changed, bit 1 an entry with an error policy has a
+  non-finite value (an error, or a value of inf or NaN operands: the VM tells them apart). A
   flagged point is the VM's to handle (it raises only for live entries, re-records or
   masks), so the compiled code never answers differently. ``render_second`` appends
   the Hessian's and HVP's forward-over-reverse sweeps.
@@ -83,8 +85,8 @@ def native(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...], *,
         hessian=address("easyad_native_hessian"), hvp=address("easyad_native_hvp"),
         colours=K, second_work_size=second_work_size(layout, max(1, K)))
     return _core._Native(loaded, address("easyad_native_value"),
-                         address("easyad_native_gradient"), address("easyad_native_rows"),
-                         len(inputs), len(outputs), 2 * int(layout["length"]) + 1, **second)
+                         address("easyad_native_gradient"), len(inputs), len(outputs),
+                         2 * int(layout["length"]) + 1, **second)
 
 
 __all__ = ["optimise", "second_order_program", "render", "render_second", "second_work_size",

@@ -37,7 +37,7 @@ from easyad import _cache
 from easyad._version import __version__
 from easyad.errors import CompilerWarning
 
-_FORMAT = 2                       # bump when the rendered C changes meaning
+_FORMAT = 3                       # bump when the rendered C changes meaning (3: no rows loop)
 # No flag changes a result: no fused multiply-adds (-ffp-contract=off), no reassociation;
 # vector instructions round as scalar ones do, and libm is called as the VM calls it.
 # -march=native: AVX2/AVX-512 loops (2x faster than SSE2 here); the cache key then holds
@@ -316,8 +316,10 @@ def _compile(argv: list[str], flags: list[str], includes: list[str], source: str
     try:
         with open(os.path.join(work, "program.c"), "w", encoding="utf-8") as handle:
             handle.write(source)
-        # relative names: the object holds no temporary path, so builds are identical
-        command = [*argv, *flags, *includes, "program.c", "-o", "program.so", "-lm"]
+        # relative names: the object holds no temporary path, so builds are identical;
+        # -pipe: the assembler reads the compiler's output as it comes (no file between
+        # them; the same object)
+        command = [*argv, *flags, "-pipe", *includes, "program.c", "-o", "program.so", "-lm"]
         try:
             code, said = _run(command, work, max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -343,10 +345,14 @@ def _compile(argv: list[str], flags: list[str], includes: list[str], source: str
             return False
         with open(built, "rb") as handle:
             data = handle.read()
-        _cache.write_atomic(folder, name + ".c", source.encode("utf-8"))  # for reading
-        _cache.write_atomic(folder, name + ".so", data, mode=0o700)
+        # not fsync'd (3 x ~4 ms, a tenth of a small compile): a crash can leave a file
+        # empty or torn, and _verified then compiles it again rather than load it
+        _cache.write_atomic(folder, name + ".c", source.encode("utf-8"),  # for reading
+                            durable=False)
+        _cache.write_atomic(folder, name + ".so", data, mode=0o700, durable=False)
         _cache.write_atomic(folder, name + ".sha256",
-                            f"{hashlib.sha256(data).hexdigest()} {len(data)}\n".encode())
+                            f"{hashlib.sha256(data).hexdigest()} {len(data)}\n".encode(),
+                            durable=False)
         return True
     finally:
         shutil.rmtree(work, ignore_errors=True)
