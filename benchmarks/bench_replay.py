@@ -42,15 +42,15 @@ LIBRARIES = ["easyad", "numpy", "casadi", "torch"]
 
 def _jit(entries):
     """CasADi's JIT options, compiling with the flags ``F.compile()`` gives gcc for a tape of
-    this many entries (easyad/_compile.py): the same optimisation level (-O1 from its
+    this many entries (easyad/compiler/tape/library.py): the same optimisation level (-O1 from its
     ``_BIG`` entries on), -march=native and the same floating-point flags, so the compiled
     rows compare code, not compiler settings."""
-    from easyad import _compile
-    level = ["-O1", "-ftree-loop-vectorize"] if entries >= _compile._BIG else ["-O3"]
+    from easyad.compiler.tape import library
+    level = ["-O1", "-ftree-loop-vectorize"] if entries >= library._BIG else ["-O3"]
     # casadi's shell compiler adds its own -fPIC -shared; -w and -std only quiet easyad's C
-    same = [f for f in _compile._FLAGS if f not in ("-fPIC", "-shared", "-w", "-std=gnu99")]
+    same = [f for f in library._FLAGS if f not in ("-fPIC", "-shared", "-w", "-std=gnu99")]
     return {"jit": True, "compiler": "shell",
-            "jit_options": {"compiler": "gcc", "flags": [*level, *same, _compile._NATIVE]}}
+            "jit_options": {"compiler": "gcc", "flags": [*level, *same, library._NATIVE]}}
 
 
 # the threads easyad's batches run on (easyad/_pool.py): CasADi's map gets as many

@@ -94,8 +94,8 @@ class Context:
     def cold_cache(self):
         """A fresh, empty $EASYAD_CACHE_DIR for the block, removed after it: a compile time
         measured inside is a real compile (gcc), not a hit in the on-disk cache of
-        compiled programs that every later run finds (easyad/_compile.py). Every compile
-        time a report states is measured this way."""
+        compiled programs that every later run finds (easyad/compiler/tape/library.py).
+        Every compile time a report states is measured this way."""
         old = os.environ.get("EASYAD_CACHE_DIR")
         fresh = tempfile.mkdtemp(prefix="easyad-bench-cold-")
         os.environ["EASYAD_CACHE_DIR"] = fresh

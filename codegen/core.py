@@ -3,13 +3,15 @@
 Called through ``codegen.generate()`` (setup.py, ``python -m codegen``). Outputs, in
 easyad/_generated/, git-ignored and rebuilt from the table:
 
-- ``_ops.h``: plain C, per rule a static inline function for the value and each partial
-  (``easyad_<rule>_value``, ``easyad_<rule>_d0``/``_d1``) and the tangents of the partials
-  (``_t0``/``_t1``, derived by ``_expr.py``); expressions are rendered to C99 by ``_expr``. Then the
-  replay sweeps over runs of one opcode, one ``case`` per rule: values and partials
-  (``easyad_rule_eval_run``, ``easyad_rule_eval_affine``), adjoints
-  (``easyad_rule_reverse_run``, ``easyad_rule_reverse_affine``), tangents for Hessians
-  (``easyad_rule_tangents_run``), and the error status of Python's policies;
+- ``_rule_functions.h``: plain C, the opcodes, per rule a static inline function for the
+  value and each partial (``easyad_<rule>_value``, ``easyad_<rule>_d0``/``_d1``) and the
+  tangents of the partials (``_t0``/``_t1``, derived by ``_expr.py``), expressions rendered
+  to C99 by ``_expr``, and the error status of Python's policies (``easyad_rule_status``):
+  all that the C of ``Function.compile`` includes;
+- ``_ops.h``: includes it, then the replay sweeps over runs of one opcode, one ``case`` per
+  rule: values and partials (``easyad_rule_eval_run``, ``easyad_rule_eval_affine``),
+  adjoints (``easyad_rule_reverse_run``, ``easyad_rule_reverse_affine``), tangents for
+  Hessians (``easyad_rule_tangents_run``);
 - ``_ops.pxi``: the opcode enum, Cython declarations of _ops.h (``_<rule>_value``...) and
   per rule the error check ``_<rule>_check``;
 - ``_trace.pxi``, ``_record.pxi``, ``_nested.pxi``, ``_generic.pxi``: the Tempita
@@ -181,15 +183,22 @@ def _scaled(kind: str, c: float | None) -> str:
     return {"one": "g", "minus": "-g"}.get(kind) or f"{c!r} * g"
 
 
+def render_rule_functions_h() -> str:
+    """_rule_functions.h: the template codegen/templates/_rule_functions.h.in over the table
+    (C99: the table's expressions are C); all that the C of Function.compile includes."""
+    body = _expand("_rule_functions.h", rules=views(),
+                   structural=list(rules.STRUCTURAL_OPCODES.items()))
+    return BANNER.replace("# ", "/* ", 1).rstrip() + " */\n" + body
+
+
 def render_ops_h() -> str:
-    """_ops.h: the template codegen/templates/_ops.h.in over the table (C99: the table's
-    expressions are C)."""
+    """_ops.h: the template codegen/templates/_ops.h.in over the table: the replay sweeps'
+    dispatch, over _rule_functions.h."""
     vs = views()
     stored_both = [(0, "stored", None), (1, "stored", None)]
     reverse_cases = ([(f"case EASYAD_OP_{v.name.upper()}", v.adjoints, False) for v in vs]
                      + [("default", stored_both, True)])
-    body = _expand("_ops.h", rules=vs, structural=list(rules.STRUCTURAL_OPCODES.items()),
-                   scaled=_scaled, reverse_cases=reverse_cases)
+    body = _expand("_ops.h", rules=vs, scaled=_scaled, reverse_cases=reverse_cases)
     return BANNER.replace("# ", "/* ", 1).rstrip() + " */\n" + body
 
 
@@ -279,6 +288,7 @@ def render_stub() -> str:
 
 
 OUTPUTS = {
+    "_rule_functions.h": render_rule_functions_h,
     "_ops.h": render_ops_h,
     "_ops.pxi": render_ops,
     "_trace.pxi": lambda: render_template("_trace.pxi"),

@@ -173,16 +173,20 @@ def read_private(path: str) -> bytes:
         return handle.read()
 
 
-def write_atomic(directory: str, name: str, data: bytes, mode: int = 0o600) -> str:
+def write_atomic(directory: str, name: str, data: bytes, mode: int = 0o600,
+                 durable: bool = True) -> str:
     """Write data to directory/name atomically: a temporary file in the same folder
-    (0600, made exclusively), flushed to disk, then renamed over the name. Returns the
+    (0600, made exclusively), flushed to disk (``durable``; without, a crash may leave the
+    file empty or torn, which only a reader that verifies it may accept), then renamed
+    over the name. Another process sees the whole file or none either way. Returns the
     path."""
     fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(temporary, mode)
         target = os.path.join(directory, name)
         os.replace(temporary, target)

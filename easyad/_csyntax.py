@@ -1,4 +1,4 @@
-"""Spelling shared by every C-family target (the C compiler of ``_compile``, the fused C
+"""Spelling shared by every C-family target (the tape compiler ``compiler.tape``, the fused C
 and OpenCL programs of ``tensor/``, the OpenCL replay and the elementwise kernels): the
 one constant printer, ``literal``.
 

@@ -248,7 +248,7 @@ class Function:
         """
         if self._native is None or (hessian and self.scalar
                                     and not self._native.second_order):
-            from easyad import _compile
+            from easyad.compiler import tape as tape_compiler
             seeds = None
             hvp = False
             if hessian and self.scalar:
@@ -267,17 +267,18 @@ class Function:
                     rows, cols = np.divmod(every, n)   # the upper triangle, mirrored
                     self._native_map = (every, np.minimum(rows, cols) * n
                                         + np.maximum(rows, cols))
-            made = _compile.native(self.tape, self.inputs, self.outputs,
-                                   optimised=optimise, seeds=seeds, hvp=hvp)
+            made = tape_compiler.native(self.tape, self.inputs, self.outputs,
+                                        optimised=optimise, seeds=seeds, hvp=hvp)
             if made is not None or self._native is None:
                 self._native = made
         if hessian and self.scalar and self._native is not None:
             self._hessian_calls += 1     # hessian() uses the program from the first call on
             second = self._second()      # the Hessian's own program, compiled too
             if second is not None and second[1] is None:
-                from easyad import _compile
+                from easyad.compiler import tape as tape_compiler
                 tape, ins, outs = second[3]
-                second[1] = _compile.native(tape, tuple(ins), tuple(outs), gradient=False)
+                second[1] = tape_compiler.native(tape, tuple(ins), tuple(outs),
+                                                 gradient=False)
         return self
 
     def bind_gradient(self, x: NDArray[np.float64], g: NDArray[np.float64],
@@ -440,12 +441,12 @@ class Function:
 
         One point is computed, from the second one-point call on (or after
         ``bind_hessian`` or ``compile(hessian=True)``), by the Hessian's own program
-        (``second_order_program`` in easyad/_compile.py: forward-over-reverse done once,
-        symbolically, simplified, over the nonzeros only; compiled by
-        ``compile(hessian=True)``); the first call, batches, a point where that program
-        flags something or gives a non-finite entry, and functions it cannot express
-        (selects, abs, maximum, minimum, user primitives), by forward-over-reverse sweeps
-        (blocks of directions per sweep). The two do the same operations in the same
+        (``second_order_program`` in easyad/compiler/tape/second_order.py:
+        forward-over-reverse done once, symbolically, simplified, over the nonzeros only;
+        compiled by ``compile(hessian=True)``); the first call, batches, a point where
+        that program flags something or gives a non-finite entry, and functions it cannot
+        express (selects, abs, maximum, minimum, user primitives), by forward-over-reverse
+        sweeps (blocks of directions per sweep). The two do the same operations in the same
         order: every route gives the same numbers (NaN and infinities too; the sign of a
         zero aside), and the same symmetric matrix (``H[c, r]`` is ``H[r, c]``, r <= c)."""
         self._need_scalar("hessian")
@@ -555,14 +556,13 @@ class Function:
         nonzeros (int64), (tape, inputs, outputs), the output of each nonzero (int64)],
         built once; None where there is none."""
         if not hasattr(self, "_second_cache"):
-            from easyad import _compile
+            from easyad.compiler import tape as tape_compiler
             made = None
             if not self.tape._customs_count():
                 rows, cols, colour = self._pattern()
                 order = self._replayer._layout()["original"]   # the sweeps' order
-                program = _compile.second_order_program(self.tape, self.inputs,
-                                                        self.outputs[0], rows, cols, colour,
-                                                        order)
+                program = tape_compiler.second_order_program(
+                    self.tape, self.inputs, self.outputs[0], rows, cols, colour, order)
                 if program is not None:
                     # the program computes the upper triangle: H[r, c] is output k of the
                     # k-th (r <= c) pair, H[c, r] the same
@@ -699,14 +699,14 @@ class Function:
     # ---- internals ----
     def _cl_kernel(self, device: Any) -> Any:
         """The OpenCL replay kernel for device (rendered and built once per device and
-        kept), from the optimised program (``_compile.optimise``; the tape itself where
-        that declines: user primitives, tensor nodes)."""
-        from easyad import _compile
+        kept), from the optimised program (``easyad.compiler.tape.optimise``; the tape
+        itself where that declines: user primitives, tensor nodes)."""
+        from easyad.compiler import tape as tape_compiler
         from easyad.tensor._replay_cl import ReplayKernel
         kernels = self.__dict__.setdefault("_cl_kernels", {})
         key = str(device)
         if key not in kernels:
-            made = _compile.optimise(self.tape, self.inputs, self.outputs)
+            made = tape_compiler.optimise(self.tape, self.inputs, self.outputs)
             tape, ins, outs = made if made is not None else (self.tape, self.inputs,
                                                              self.outputs)
             kernels[key] = ReplayKernel(tape._arrays(), ins, outs[0], device)

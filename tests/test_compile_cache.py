@@ -1,5 +1,5 @@
-"""The compile cache (easyad/_compile.py ``build``, easyad/_cache.py): private, verified,
-never a crash, never planted code, never an exception from a plain call.
+"""The compile cache (easyad/compiler/tape/library.py ``build``, easyad/_cache.py): private,
+verified, never a crash, never planted code, never an exception from a plain call.
 
 Each test has a cache folder of its own (EASYAD_CACHE_DIR under tmp_path). Libraries
 that could crash or run planted code are loaded only in child processes. References are
@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad import _cache, _compile
+from easyad import _cache
+from easyad.compiler.tape import library as tape_library
 
-HAVE_CC = _compile.compiler() is not None
+HAVE_CC = tape_library.compiler() is not None
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 X = np.array([0.3, -1.2, 0.7])
@@ -42,7 +43,7 @@ def gradient_of(k, x):
 def cache(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("EASYAD_CACHE_DIR", str(folder))
-    monkeypatch.setattr(_compile, "_warned", set())
+    monkeypatch.setattr(tape_library, "_warned", set())
     return folder
 
 
@@ -86,7 +87,7 @@ def planted_library(folder, marker):
         double easyad_native_value(void) {{ return 0.0; }}
     """))
     library = folder / "planted.so"
-    subprocess.run([*_compile.compiler(), "-shared", "-fPIC", str(source), "-o",
+    subprocess.run([*tape_library.compiler(), "-shared", "-fPIC", str(source), "-o",
                     str(library)], check=True, capture_output=True, timeout=120)
     return library
 
@@ -99,7 +100,7 @@ def sidecar_for(data):
 
 @needs_cc
 def test_cache_folders_are_made_private_and_files_verified(tmp_path, monkeypatch):
-    monkeypatch.setattr(_compile, "_warned", set())
+    monkeypatch.setattr(tape_library, "_warned", set())
     monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path / "a" / "b"))
     F, said = compile_quietly(f_of(0))
     assert F.compiled and not said
@@ -120,7 +121,7 @@ def test_a_folder_others_can_write_is_refused_even_with_a_consistent_plant(
         tmp_path, monkeypatch, top, compiled):
     # the name a real build gets, from a safe cache first
     monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path / "safe"))
-    monkeypatch.setattr(_compile, "_warned", set())
+    monkeypatch.setattr(tape_library, "_warned", set())
     F, said = compile_quietly(f_of(1))
     assert F.compiled and not said
     [real] = (tmp_path / "safe" / "compiled").glob("*.so")
@@ -280,7 +281,7 @@ def test_a_tensor_function_falls_back_on_its_first_call(cache):
 
 def test_a_cc_with_bad_quoting_warns_and_the_vm_goes_on(cache, monkeypatch):
     monkeypatch.setenv("CC", "gcc '")
-    assert _compile.compiler() is None
+    assert tape_library.compiler() is None
     F, said = compile_quietly(f_of(4))
     assert_falls_back(F, said, "cannot be read", "No closing quotation", "$CC", k=4)
 
@@ -351,7 +352,7 @@ def test_a_long_compile_is_announced_first(cache, tmp_path, monkeypatch, caplog)
         echo "fake compile error" >&2
         exit 1
     """))
-    monkeypatch.setattr(_compile, "_SECONDS_PER_MB", {"-O3": 1e6, "-O1": 1e6})
+    monkeypatch.setattr(tape_library, "_SECONDS_PER_MB", {"-O3": 1e6, "-O1": 1e6})
     monkeypatch.setenv("EASYAD_COMPILE_TIMEOUT", "900")
     with caplog.at_level("WARNING", logger="easyad"):
         F, said = compile_quietly(f_of(8))
@@ -381,7 +382,7 @@ def test_a_library_the_loader_refuses_is_a_warning_not_an_exception(cache, tmp_p
     garbage.write_bytes(b"not a shared object")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert _compile.load(str(garbage), purpose="tensor") is None
+        assert tape_library.load(str(garbage), purpose="tensor") is None
     [said] = [w for w in caught if issubclass(w.category, ad.CompilerWarning)]
     assert "cannot be loaded" in str(said.message) and "runs unfused" in str(said.message)
 
@@ -391,14 +392,15 @@ def test_a_library_the_loader_refuses_is_a_warning_not_an_exception(cache, tmp_p
 @needs_cc
 def test_a_changed_header_gives_a_new_library_not_the_stale_one(cache, tmp_path,
                                                                monkeypatch):
-    here = os.path.dirname(_compile.__file__)
+    here = os.path.dirname(ad.__file__)
     headers = tmp_path / "headers"
     (headers / "_generated").mkdir(parents=True)
     for name in ("_helpers.h", "_status.h", "_gemm.h"):
         (headers / name).write_bytes(open(os.path.join(here, name), "rb").read())
-    ops = open(os.path.join(here, "_generated", "_ops.h"), encoding="utf-8").read()
-    (headers / "_generated" / "_ops.h").write_text(ops)
-    monkeypatch.setattr(_compile, "_header_folders",
+    # what the compiled C includes: the rules' functions, not the sweeps of _ops.h
+    rules = open(os.path.join(here, "_generated", "_rule_functions.h"), encoding="utf-8").read()
+    (headers / "_generated" / "_rule_functions.h").write_text(rules)
+    monkeypatch.setattr(tape_library, "_header_folders",
                         lambda: [str(headers), str(headers / "_generated")])
 
     def f(x):
@@ -409,9 +411,9 @@ def test_a_changed_header_gives_a_new_library_not_the_stale_one(cache, tmp_path,
     assert F(x) == np.sin(0.4) * 1.7
     # the rule changes (as after an edit of _rules.py and a rebuild): sin doubled
     old = "static inline double easyad_sin_value(double x, double y) { return sin(x); }"
-    assert old in ops
-    (headers / "_generated" / "_ops.h").write_text(
-        ops.replace(old, old.replace("return sin(x);", "return 2.0 * sin(x);")))
+    assert old in rules
+    (headers / "_generated" / "_rule_functions.h").write_text(
+        rules.replace(old, old.replace("return sin(x);", "return 2.0 * sin(x);")))
     G, said = compile_quietly(f, x)
     assert G.compiled and not said
     assert G(x) == 2.0 * np.sin(0.4) * 1.7          # compiled again, with the new header
@@ -420,27 +422,28 @@ def test_a_changed_header_gives_a_new_library_not_the_stale_one(cache, tmp_path,
 
 def test_the_key_covers_compiler_flags_version_and_cpu(monkeypatch):
     source = '#include "_ops.h"\nint main(void) { return 0; }\n'
-    _, headers = _compile._included(source)
-    assert {name for name, _ in headers} >= {"_ops.h", "_helpers.h", "_status.h"}
-    monkeypatch.setattr(_compile, "_compiler_identity", lambda argv: "gcc 12.2.0")
-    monkeypatch.setattr(_compile, "_cpu", lambda: "flags: avx2")
+    _, headers = tape_library._included(source)
+    assert {name for name, _ in headers} >= {"_ops.h", "_rule_functions.h", "_helpers.h",
+                                             "_status.h"}
+    monkeypatch.setattr(tape_library, "_compiler_identity", lambda argv: "gcc 12.2.0")
+    monkeypatch.setattr(tape_library, "_cpu", lambda: "flags: avx2")
 
     def key(**change):
         parts = dict(source=source, headers=headers, argv=["cc"], flags=["-O3"],
                      native=True)
         parts.update(change)
-        return _compile._key(**parts)
+        return tape_library._key(**parts)
     base = key()
     assert base == key()
     changed = [key(source=source + " "), key(argv=["clang"]), key(flags=["-O1"]),
                key(native=False),
                key(headers=[(n, t + b" ") if n == "_status.h" else (n, t)
                             for n, t in headers])]
-    monkeypatch.setattr(_compile, "_compiler_identity", lambda argv: "gcc 13.1.0")
+    monkeypatch.setattr(tape_library, "_compiler_identity", lambda argv: "gcc 13.1.0")
     changed.append(key())
-    monkeypatch.setattr(_compile, "_cpu", lambda: "flags: avx512f")
+    monkeypatch.setattr(tape_library, "_cpu", lambda: "flags: avx512f")
     changed.append(key())
-    monkeypatch.setattr(_compile, "__version__", "99.0")   # easyad._version's, as imported there
+    monkeypatch.setattr(tape_library, "__version__", "99.0")  # as imported there
     changed.append(key())
     assert len({base, *changed}) == len(changed) + 1
 

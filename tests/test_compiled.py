@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad import _compile
+from easyad.compiler import tape as tape_compiler
+from easyad.compiler.tape import library
 from test_replay import random_program, rosenbrock
 
-HAVE_CC = _compile.compiler() is not None
+HAVE_CC = tape_compiler.compiler() is not None
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
 
 
@@ -114,7 +115,7 @@ def test_the_optimised_program_replays_like_the_recorded_one(seed):
     rng = np.random.default_rng(200 + seed)
     x0 = rng.uniform(-1, 1, n)
     F = ad.record(f, x0)
-    tape, ins, outs = _compile.optimise(F.tape, F.inputs, F.outputs)
+    tape, ins, outs = tape_compiler.optimise(F.tape, F.inputs, F.outputs)
     G = ad.Function(tape, ins, outs)
     assert len(G) <= len(F)
     C = F
@@ -152,7 +153,7 @@ def test_the_optimiser_folds_shares_and_drops():
         del unused
         return (a * 1.0 - 0.0) / 1.0 + b * c + -(-x[1]) ** 1.0
     F = ad.record(f, [0.3, 0.7])
-    tape, ins, outs = _compile.optimise(F.tape, F.inputs, F.outputs)
+    tape, ins, outs = tape_compiler.optimise(F.tape, F.inputs, F.outputs)
     G = ad.Function(tape, ins, outs)
     assert len(G) < len(F) - 8, (len(G), len(F))
     for x in ([0.3, 0.7], [-2.0, 5.0], [0.0, -0.0]):
@@ -181,6 +182,37 @@ def test_strong_zero_selects_kinks_and_live_errors():
         G.gradient(np.array([-1.0, 1.0]))
     with pytest.raises(ValueError, match="math domain error"):
         G(np.array([[1.0, 1.0], [-1.0, 1.0]]))
+
+
+@needs_cc
+def test_non_finite_values_of_checked_entries_are_the_vms_to_judge(tmp_path, monkeypatch):
+    """The C flags every non-finite value of an entry with an error policy, and the VM tells
+    an error (raised) from a value of an inf operand (returned): both in a run long enough
+    to be a loop and in entries written one by one; the C includes no more than the rules'
+    functions (not the sweeps of _ops.h)."""
+    monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path))
+
+    def f(x):      # logs of 40 inputs (a loop), then one more log of their sum (one entry)
+        logs = [ad.log(x[k]) for k in range(40)]
+        return ad.log(sum(logs[1:], logs[0]) + 100.0)
+    F = ad.record(f, np.ones(40))
+    C = compiled(f, np.ones(40))
+    x = np.ones(40)
+    x[3] = np.inf                 # log(inf) = inf: a value, not an error
+    assert np.isinf(C(x)) and C(x) == F(x)
+    assert same(C.gradient(x), F.gradient(x))
+    x[3] = -1.0                   # log(-1): a domain error, in the loop
+    with pytest.raises(ValueError, match="math domain error in entry"):
+        C.gradient(x)
+    x[3] = 1e-300                 # log(1e-300) + 100 < 0: the last log's domain error
+    with pytest.raises(ValueError, match="math domain error in entry"):
+        C(x)
+    x[3] = 0.5
+    assert same(C.gradient(x), F.gradient(x)) and C(x) == F(x)
+    [source] = (tmp_path / "compiled").glob("*.c")
+    text = source.read_text()
+    assert '#include "_rule_functions.h"' in text and "_ops.h\"" not in text
+    assert "easyad_rule_status" not in text
 
 
 @needs_cc
@@ -230,7 +262,7 @@ def test_user_primitives_are_not_compiled():
 
 
 def test_without_a_compiler_a_warning_and_the_vm(monkeypatch, tmp_path):
-    monkeypatch.setattr(_compile, "_warned", set())
+    monkeypatch.setattr(library, "_warned", set())
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     F = ad.record(rosenbrock, np.full(4, 0.5))
     with pytest.warns(ad.CompilerWarning, match="no C compiler found.*Install one"):
@@ -239,7 +271,7 @@ def test_without_a_compiler_a_warning_and_the_vm(monkeypatch, tmp_path):
     x = np.array([0.1, 0.2, 0.3, 0.4])
     np.testing.assert_array_equal(F.gradient(x), ad.record(rosenbrock, x).gradient(x))
     # a compiler that fails: the same warning class, what it said, and the VM
-    monkeypatch.setattr(_compile, "_warned", set())
+    monkeypatch.setattr(library, "_warned", set())
     broken = tmp_path / "broken-cc"
     broken.write_text("#!/bin/sh\necho 'broken compiler' >&2\nexit 1\n")
     broken.chmod(0o755)
@@ -251,7 +283,7 @@ def test_without_a_compiler_a_warning_and_the_vm(monkeypatch, tmp_path):
 
 @needs_cc
 def test_a_second_process_loads_from_the_cache_without_compiling(tmp_path):
-    real = _compile.compiler()
+    real = tape_compiler.compiler()
     folder = tmp_path / "bin"
     folder.mkdir()
     wrapper = folder / "easyad-test-cc"

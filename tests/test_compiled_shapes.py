@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad import _compile
+from easyad.compiler import tape as tape_compiler
 from test_compiled import agree, outcome, same
 
-pytestmark = pytest.mark.skipif(_compile.compiler() is None, reason="no C compiler")
+pytestmark = pytest.mark.skipif(tape_compiler.compiler() is None, reason="no C compiler")
 
 SPECIALS = (0.0, -0.0, np.inf, -np.inf, np.nan, 1e300, -1e300, 1e-320, -2.5)
 

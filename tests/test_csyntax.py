@@ -23,12 +23,14 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad import _compile, _core, _csyntax, _expr
+from easyad import _core, _csyntax, _expr
+from easyad.compiler import tape as tape_compiler
 from easyad.compiler.program import cstyle
+from easyad.compiler.tape import renderer
 from easyad.tensor import _kernels, _replay_cl
 
 ROOT = Path(__file__).resolve().parent.parent
-CC = _compile.compiler()
+CC = tape_compiler.compiler()
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler on this machine")
 
 F32_MAX = float(np.finfo(np.float32).max)
@@ -160,7 +162,7 @@ def test_every_renderer_prints_through_the_one_printer():
             _csyntax.literal(abs(v), "float")
         assert float(_expr.render(_expr.Num(abs(v)), "python")) == abs(v)
     for v in DOUBLES:
-        assert _compile._literal(v) == _replay_cl._literal(v) == _csyntax.literal(v)
+        assert renderer.literal(v) == _replay_cl._literal(v) == _csyntax.literal(v)
     with pytest.raises(ValueError, match="no literal"):
         _expr.render(_expr.Num(math.inf), "c")    # a macro would read back as a variable
 

@@ -128,16 +128,16 @@ def test_cold_cache_makes_a_compile_real(tmp_path, monkeypatch):
     import numpy as np
 
     import easyad as ad
-    from easyad import _compile
-    if _compile.compiler() is None:
+    from easyad.compiler.tape import library
+    if library.compiler() is None:
         pytest.skip("no C compiler on this machine")
     warm = tmp_path / "warm"
     monkeypatch.setenv("EASYAD_CACHE_DIR", str(warm))
     ad.record(lambda x: x[0] * x[1] + ad.sin(x[0]), np.ones(2)).compile()
     assert list(warm.rglob("*.so"))                  # the user's cache holds the program
     compiles = []
-    real = _compile._compile
-    monkeypatch.setattr(_compile, "_compile", lambda *a: compiles.append(a[4]) or real(*a))
+    real = library._compile
+    monkeypatch.setattr(library, "_compile", lambda *a: compiles.append(a[4]) or real(*a))
     ctx = bench_run.Context(quick=True, rounds=1, seconds=0.01, seed=0)
     with ctx.cold_cache() as fresh:
         assert os.environ["EASYAD_CACHE_DIR"] == fresh and not os.listdir(fresh)
@@ -152,17 +152,17 @@ def test_casadis_jit_gets_the_flags_easyad_compiles_with(monkeypatch, tmp_path):
     """The compiled rows compare code, not compiler settings: CasADi's JIT flags are the
     ones easyad's build passes to gcc (captured from a build), at both levels."""
     import bench_replay
-    from easyad import _compile
-    if _compile.compiler() is None:
+    from easyad.compiler.tape import library
+    if library.compiler() is None:
         pytest.skip("no C compiler")
     monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path))
     used = []
     # a stand-in compiler that notes its flags and reports success (nothing is loaded)
-    monkeypatch.setattr(_compile, "_compile",
+    monkeypatch.setattr(library, "_compile",
                         lambda argv, flags, *rest: used.append(flags) is None)
-    for entries in (100, _compile._BIG):
+    for entries in (100, library._BIG):
         used.clear()
-        assert _compile.build(f"int easyad_probe_{entries};", entries).startswith(str(tmp_path))
+        assert library.build(f"int easyad_probe_{entries};", entries).startswith(str(tmp_path))
         easyads = [f for f in used[0] if f not in ("-fPIC", "-shared", "-w", "-std=gnu99")]
         assert "-march=native" in easyads
         options = bench_replay._jit(entries)

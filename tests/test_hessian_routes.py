@@ -2,7 +2,7 @@
 
 A recorded Function has several ways to a Hessian: forward-over-reverse sweeps in the VM
 (one point, sparse recovery in C; batches; dense blocks), the second-order program
-(``_compile.second_order_program``, replayed by the VM or compiled, also behind
+(``compiler.tape.second_order_program``, replayed by the VM or compiled, also behind
 ``sparse=True``, ``out=`` and ``bind_hessian``), the compiled sweeps
 (``compile(hessian=True)``), ``hvp``, and the functional ``ad.hessian`` / ``ad.hvp``.
 Random scalar programs over every rule of the table (and selects, abs, maximum, minimum,

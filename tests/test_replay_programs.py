@@ -11,9 +11,9 @@ import pytest
 
 import easyad as ad
 from _programs import Program, math_value
-from easyad import _compile
+from easyad.compiler import tape as tape_compiler
 
-HAVE_CC = _compile.compiler() is not None
+HAVE_CC = tape_compiler.compiler() is not None
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
 
 SEEDS = range(8)

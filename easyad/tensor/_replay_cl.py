@@ -1,7 +1,7 @@
 """Replay of a scalar tape on OpenCL: one straight-line kernel, one work-item per point.
 
-Sits above the core and ``_compile`` (``Function.gradient(..., device="opencl")`` in
-``replay.py`` hands it the program ``_compile.optimise`` makes, the one
+Sits above the core and ``compiler.tape`` (``Function.gradient(..., device="opencl")`` in
+``replay.py`` hands it the program ``compiler.tape.optimise`` makes, the one
 ``F.compile(optimise=True)`` renders to C: constants folded, common subexpressions
 shared, exact identities, dead entries dropped). ``render_replay_kernel`` turns the entries
 of a WengertList (``lst._arrays()``) into OpenCL C: a forward pass that recomputes every

@@ -1,16 +1,16 @@
 # _Native: the call into machine code compiled from a recorded program (Function.compile;
-# easyad/_compile.py renders the C, compiles and loads it). This class only holds the
+# easyad/compiler/tape renders the C, compiles and loads it). This class only holds the
 # function pointers and calls them without the GIL: one point in one call, or rows of a
-# batch (replay.py splits those over its threads). The compiled functions return flags per
-# point (bit 0: a guard's outcome changed, bit 1: an entry with an error policy failed);
-# a flagged point is handed back to the VM, which raises, re-records or masks as asked.
+# batch, looped over here (replay.py splits them over its threads; a loop in the rendered C
+# would cost gcc ~15 ms a program, and it calls through the same pointers). The compiled
+# functions return flags per point (bit 0: a guard's outcome changed, bit 1: an entry with
+# an error policy has a non-finite value, an error or not); a flagged point is handed back
+# to the VM, which raises, re-records or masks as asked.
 
 ctypedef int (*_native_point_fn)(const double* x, double* out, double* g,
                                  double* work) noexcept nogil
 ctypedef int (*_native_second_fn)(const double* x, const double* direction, double* result,
                                   double* work) noexcept nogil
-ctypedef int64_t (*_native_rows_fn)(int gradient, int64_t r0, int64_t r1, const double* X,
-                                    double* out, double* G, uint8_t* flags) noexcept nogil
 
 
 @cython.final
@@ -18,7 +18,6 @@ cdef class _Native:
     """Function pointers of a compiled program (addresses from ctypes) and its work buffer."""
     cdef _native_point_fn value_fn
     cdef _native_point_fn gradient_fn
-    cdef _native_rows_fn rows_fn
     cdef _native_second_fn hessian_fn    # NULL: compiled without second order
     cdef _native_second_fn hvp_fn
     cdef object library          # the loaded shared object: kept alive while this is
@@ -29,19 +28,18 @@ cdef class _Native:
     cdef readonly Py_ssize_t colours          # directions of the compiled Hessian sweep
     cdef readonly Py_ssize_t second_work_size
 
-    def __cinit__(self, library, size_t value, size_t gradient, size_t rows,
+    def __cinit__(self, library, size_t value, size_t gradient,
                   Py_ssize_t n_inputs, Py_ssize_t n_outputs, Py_ssize_t work_size,
                   size_t hessian=0, size_t hvp=0, Py_ssize_t colours=0,
                   Py_ssize_t second_work_size=0):
-        if value == 0 or gradient == 0 or rows == 0 or n_outputs < 1 or work_size < 1:
-            raise ValueError("_Native needs the three functions of a compiled program")
+        if value == 0 or gradient == 0 or n_outputs < 1 or work_size < 1:
+            raise ValueError("_Native needs the two functions of a compiled program")
         if (hessian != 0 or hvp != 0) and (hessian == 0 or hvp == 0 or colours < 1
                                             or second_work_size < 1):
             raise ValueError("_Native: second order needs both functions, colours, work")
         self.library = library
         self.value_fn = <_native_point_fn>value
         self.gradient_fn = <_native_point_fn>gradient
-        self.rows_fn = <_native_rows_fn>rows
         self.hessian_fn = <_native_second_fn>hessian
         self.hvp_fn = <_native_second_fn>hvp
         self.n_inputs = n_inputs
@@ -218,9 +216,10 @@ cdef class _Native:
     def rows(self, bint gradient, cnp.ndarray X, cnp.ndarray out, cnp.ndarray G,
              cnp.ndarray flags, Py_ssize_t r0, Py_ssize_t r1):
         """Rows r0..r1 of X (B, n) into out (B, m) and, for gradients, G (B, n), without
-        the GIL (out None with gradients: no values, and the sums only they read skipped); flags (B,) uint8 per row as the compiled code returns them. Returns the
-        number of flagged rows, or -1 when out of memory. Private to easyad.replay, which
-        passes C-contiguous arrays of the right dtypes and shapes."""
+        the GIL (out None with gradients: no values, and the sums only they read skipped);
+        flags (B,) uint8 per row as the compiled code returns them. Returns the number of
+        flagged rows, or -1 when out of memory. Private to easyad.replay, which passes
+        C-contiguous arrays of the right dtypes and shapes."""
         cdef int64_t bad
         if not (0 <= r0 <= r1 <= X.shape[0]) or X.shape[1] != self.n_inputs:
             raise ValueError("rows: X must be (B, n) and 0 <= r0 <= r1 <= B")
@@ -237,8 +236,22 @@ cdef class _Native:
             raise ValueError("rows: gradients need G")
         if not gradient and o == NULL:
             raise ValueError("rows: values need out")
+        cdef Py_ssize_t n = self.n_inputs, m = self.n_outputs, r
+        cdef int flag
+        cdef double* work = <double*>malloc(self.work_size * sizeof(double))
+        if work == NULL:
+            return -1
+        bad = 0
         with nogil:
-            bad = self.rows_fn(gradient, r0, r1, x, o, g, f)
+            for r in range(r0, r1):
+                if gradient:
+                    flag = self.gradient_fn(x + r * n, o + r * m if o != NULL else NULL,
+                                            g + r * n, work)
+                else:
+                    flag = self.value_fn(x + r * n, o + r * m, NULL, work)
+                f[r] = <uint8_t>flag
+                bad += flag != 0
+        free(work)
         return bad
 
 

@@ -137,7 +137,7 @@ cdef class _Replayer:
         raise TypeError("pickle the Function, not its replayer")
 
     def _layout(self):
-        """The program as numpy arrays (copies), for renderers of it (easyad/_compile.py):
+        """The program as numpy arrays (copies), for renderers of it (easyad/compiler/tape):
         per position ops, arg0/arg1 (positions, -1: none or a constant), values, slot0/
         slot1 (a position, or length + c for constants[c]), original (list index); per run
         run_start (n_runs + 1), run_op (0: structural), run_need, run_affine, run_base0/1;
@@ -228,7 +228,7 @@ cdef class _Replayer:
 
     def second_point(self, cnp.ndarray x, cnp.ndarray source, cnp.ndarray target,
                      cnp.ndarray out):
-        """For a second-order program (``_compile.second_order_program``): the Hessian's
+        """For a second-order program (``compiler.tape.second_order_program``): the Hessian's
         nonzeros at x, nonzero k being output source[k] (int64), into out ((nnz,) float64,
         C-contiguous, writable; returned; any other out: None) or a new array, or, with
         target (int64 (nnz,):

@@ -37,7 +37,7 @@
   groups get workspace buffers, shared between values whose lives (in groups) do not
   overlap; results are new arrays each call.
 
-The C is compiled by ``easyad._compile.build`` (gcc, cached on disk by the source's hash,
+The C is compiled by ``easyad.compiler.tape.library.build`` (gcc, cached on disk by the source's hash,
 ``ad.CompilerWarning`` and the unfused program when there is no compiler). Reductions add
 in loop order (numpy adds pairwise), so sums can differ from eager execution in the last
 bits. Float32 values are computed in double and rounded when stored.
@@ -52,7 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _compile, _pool
+from easyad import _pool
+from easyad.compiler.tape import library as c_library
 from easyad._core import _point_at, _segment_call, _segments_batch
 from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
@@ -296,8 +297,8 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     text = "\n".join(source)
     extra = ("-fopenmp-simd", "-Wl,-z,defs") + (("-DEASYAD_VECTOR_MATH",) if libmvec_functions()
                                                  else ())
-    path = _compile.build(text, sum(len(s) for s in segments), extra, purpose="tensor")
-    library = None if path is None else _compile.load(path, purpose="tensor")
+    path = c_library.build(text, sum(len(s) for s in segments), extra, purpose="tensor")
+    library = None if path is None else c_library.load(path, purpose="tensor")
     if library is None:
         return None
     return FusedProgram(plan, library, be, on_guard, stored, text)

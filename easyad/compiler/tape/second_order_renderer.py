@@ -1,0 +1,228 @@
+"""Second order as C (``render_second``): the VM's forward-over-reverse sweep
+(``_second_order_row``) as straight-line code, appended to ``render``'s source."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from easyad import _expr, _rules, _tapeview
+from easyad._csyntax import literal
+from easyad.compiler.tape.layout import Layout, chunks, output_ancestors, pow_exponent
+from easyad.compiler.tape.opcodes import RULE_OF, SELECT_OP
+
+
+def render_second(layout: dict[str, Any], seeds: np.ndarray | None, n_rev: int) -> str:
+    """C of the Hessian and the HVP, appended to ``render``'s source (which defines
+    ``forward``, ``rev*`` and includes the headers): the VM's forward-over-reverse sweep
+    (``_second_order_row``, ``easyad_rule_tangents_run``) as straight-line code. Tangents
+    of values and partials in K directions, entry by entry in the layout's order, the
+    adjoints' tangents in reverse position order, each from the same per-rule functions
+    (``easyad_<rule>_d0``, ``_t0``, ``_t1``, ``mul0``): the VM's numbers bit for bit.
+    ``easyad_native_hessian`` runs K = seeds.shape[1] directions with the seeds (n, K)
+    compiled in (a colouring of the columns, or the identity); ``easyad_native_hvp`` one
+    direction given per call. Only ancestors of output 0 are visited: the VM's entries
+    elsewhere have adjoint 0 and tangent-adjoint 0, whose contributions (strong zeros) it
+    skips; adding them would add +0.0 to sums that start at +0.0, so skipping changes no
+    bit either."""
+    P = Layout(layout)
+    L = P.L
+    output = int(P.outputs[0])
+    Lo = output + 1 if output < L else 0
+    ancestors = output_ancestors(P, output)
+    inputs = [int(p) for p in P.inputs]
+    runs = list(zip(P.run_start[:-1].tolist(), P.run_start[1:].tolist(), P.run_op.tolist(),
+                    P.run_need.tolist(), P.run_affine.tolist(), P.run_base0.tolist(),
+                    P.run_base1.tolist()))
+    # seeds None: the HVP alone (the Hessian is the second-order program's,
+    # second_order_program; easyad_native_hessian then hands every point to the VM)
+    sweep = seeds is not None
+    if seeds is None:
+        seeds = np.zeros((len(inputs), 1))
+    n, K = len(inputs), int(seeds.shape[1])
+    # (-O1 for these functions alone, by attribute, was tried: gcc then inlines none of
+    # _ops.h's functions into them, 3x slower; -O1 for the whole file costs the gradient)
+    out = [f"\n/* second order: {K} seed directions (Hessian), 1 given (HVP) */\n",
+           f"static const double S[{max(1, n * K)}] = "
+           f"{{{', '.join(literal(float(c)) for c in seeds.ravel()) or '0.0'}}};\n"]
+    for name, k_dirs in (("hessian", K), ("hvp", 1)):
+        if name == "hessian" and not sweep:
+            out.append("\nint easyad_native_hessian(const double* restrict x, const double* "
+                       "restrict dir,\n    double* restrict result, double* restrict work) {\n"
+                       "    (void)x; (void)dir; (void)result; (void)work;\n"
+                       "    return 4;   /* not compiled: the VM's */\n}\n")
+            continue
+        lines: list[str] = []
+        first = int(P.first)
+        if Lo:
+            lines.append(f"    memset(dv, 0, {min(first, Lo) * k_dirs} * sizeof(double));\n")
+            lines.append(f"    memset(dadj, 0, {Lo * k_dirs} * sizeof(double));\n")
+        for j, s in enumerate(inputs):
+            if s < Lo:
+                src = (f"S[{j * K} + k]" if name == "hessian" else f"dir[{j}]")
+                lines.append(f"    for (k = 0; k < {k_dirs}; k++) dv[{s * k_dirs} + k] = {src};\n")
+        for run in runs:
+            if run[0] < Lo:
+                lines += _tangent_run(P, run, Lo, ancestors, k_dirs)
+        for run in reversed(runs):
+            if run[0] < Lo:
+                lines += _tangent_adjoint_run(P, run, Lo, ancestors, k_dirs)
+        for j, s in enumerate(inputs):
+            src = f"dadj[{s * k_dirs} + k]" if s < Lo else "0.0"
+            lines.append(f"    for (k = 0; k < {k_dirs}; k++) result[{j * k_dirs} + k] = {src};\n")
+        parts = chunks(lines)
+        base = [L, 2 * L + 1, 3 * L + 1, 4 * L + 1]
+        wide = max(1, Lo * k_dirs)
+        for part, body in enumerate(parts):
+            out.append(
+                f"static EASYAD_CUT void {name}{part}(const double* restrict dir, "
+                f"double* restrict result, double* w) {{\n"
+                f"    const double* restrict v = w; const double* restrict a = w + {base[0]};\n"
+                f"    double* restrict p0 = w + {base[1]}; double* restrict p1 = w + {base[2]};\n"
+                f"    double* restrict dv = w + {base[3]}; double* restrict dp0 = dv + {wide};\n"
+                f"    double* restrict dp1 = dp0 + {wide}; double* restrict dadj = dp1 + {wide};\n"
+                f"    long j, k; (void)j; (void)k; (void)v; (void)a; (void)p0; (void)p1; "
+                f"(void)dp0; (void)dp1; (void)dir; (void)result;\n{body}}}\n")
+        calls = "".join(f"    {name}{part}(dir, result, work);\n" for part in range(len(parts)))
+        out.append(f"""
+int easyad_native_{name}(const double* restrict x, const double* restrict dir,
+                         double* restrict result, double* restrict work) {{
+    double* v = work;
+    double* a = work + {L};
+    int flags = forward(x, v);
+    if (flags) return flags;
+    memset(a, 0, {L + 1} * sizeof(double));   /* the adjoints the gradient leaves unwritten */
+{''.join(f"    rev{k}(v, a);" + chr(10) for k in range(n_rev))}{calls}    return 0;
+}}
+""")
+    return "".join(out)
+
+
+def second_work_size(layout: dict[str, Any], K: int) -> int:
+    """Doubles of work space the second-order functions need with K directions."""
+    L = int(layout["length"])
+    output = int(layout["outputs"][0])
+    Lo = output + 1 if output < L else 0
+    return 4 * L + 1 + 4 * max(1, Lo * max(K, 1))
+
+
+def _tan(P: Layout, s: int, k_dirs: int, stride: int = 0) -> str:
+    """The tangent (direction k) of slot s (with stride: of slot s + j)."""
+    if stride:
+        return f"dv[({s} + j) * {k_dirs} + k]"
+    if s >= P.L:
+        return "0.0"
+    if s < int(P.first) and s not in P.input_set:
+        return "0.0"
+    return f"dv[{s * k_dirs} + k]"
+
+
+def _tangent_entry(P: Layout, rule: _rules.Rule | None, i: str, x: str, y: str,
+                   need: int, dx: str, dy: str, k_dirs: int) -> str:
+    """One entry's partials and tangents (value, partials) in k_dirs directions."""
+    if rule is None:       # a select: x, y its operands' tangents' sources, condition in need
+        return ""
+    name = rule.name
+    q = []
+    for k in (0, 1):
+        if not need >> k & 1 or k >= rule.arity:
+            q.append("0.0")
+            continue
+        c = _expr.constant(rule.partials[k])
+        q.append(literal(c) if c is not None else f"easyad_{name}_d{k}(x, y, z)")
+    t0 = f"easyad_{name}_t0(x, y, z, dx, dy, dz)" if need & 1 else "0.0"
+    t1 = f"easyad_{name}_t1(x, y, z, dx, dy, dz)" if need & 2 and rule.arity > 1 else "0.0"
+    return (f"{{ const double x = {x}, y = {y}, z = v[{i}]; (void)x; (void)y; (void)z; "
+            f"const double q0 = {q[0]}, q1 = {q[1]}; p0[{i}] = q0; p1[{i}] = q1; "
+            f"for (k = 0; k < {k_dirs}; k++) {{ const double dx = {dx if need & 1 else '0.0'}, "
+            f"dy = {dy if need & 2 else '0.0'}; (void)dx; (void)dy; "
+            f"const double dz = mul0(q0, dx) + mul0(q1, dy); dv[({i}) * {k_dirs} + k] = dz; "
+            f"dp0[({i}) * {k_dirs} + k] = {t0}; dp1[({i}) * {k_dirs} + k] = {t1}; }} }}")
+
+
+def _tangent_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray,
+                 k_dirs: int) -> list[str]:
+    lo, hi, op, need, affine, base0, base1 = run
+    hi = min(hi, Lo)
+    if not ancestors[lo:hi].any():
+        return []
+    if op == 0:
+        lines = []
+        for i in range(lo, hi):
+            if not ancestors[i]:
+                continue
+            code = int(P.ops[i])
+            if code == SELECT_OP:
+                c = _tapeview.select_condition(i)
+                a, b = int(P.arg0[i]), int(P.arg1[i])
+                dx = _tan(P, a, k_dirs) if a >= 0 else "0.0"
+                dy = _tan(P, b, k_dirs) if b >= 0 else "0.0"
+                lines.append(
+                    f"    {{ const double q0 = (v[{c}] != 0.0) ? 1.0 : 0.0, q1 = (v[{c}] != 0.0)"
+                    f" ? 0.0 : 1.0; p0[{i}] = q0; p1[{i}] = q1; for (k = 0; k < {k_dirs}; k++)"
+                    f" {{ const double dx = {dx}, dy = {dy}; const double dz = mul0(q0, dx) + "
+                    f"mul0(q1, dy); dv[{i * k_dirs} + k] = dz; dp0[{i * k_dirs} + k] = 0.0; "
+                    f"dp1[{i * k_dirs} + k] = 0.0; }} }}\n")
+            else:                      # comparisons: no tangents, partials 0
+                lines.append(f"    p0[{i}] = 0.0; p1[{i}] = 0.0; for (k = 0; k < {k_dirs}; "
+                             f"k++) {{ dv[{i * k_dirs} + k] = 0.0; dp0[{i * k_dirs} + k] = 0.0; "
+                             f"dp1[{i * k_dirs} + k] = 0.0; }}\n")
+        return lines
+    rule = RULE_OF[op]
+    if affine:
+        s0, s1 = (affine >> 1) & 1, affine >> 2
+        x = P.strided(base0, s0, bool(need & 1))
+        y = pow_exponent(op, P.strided(base1, s1, bool(need & 2)))
+        dx = _tan(P, base0, k_dirs, s0)
+        dy = _tan(P, base1, k_dirs, s1)
+        body = _tangent_entry(P, rule, f"{lo} + j", x, y, need, dx, dy, k_dirs)
+        return [f"    for (j = 0; j < {hi - lo}; j++) {body}\n"]
+    lines = []
+    for i in range(lo, hi):
+        if not ancestors[i]:
+            continue
+        s0, s1 = int(P.slot0[i]), int(P.slot1[i])
+        lines.append("    " + _tangent_entry(P, rule, str(i), P.operand(s0),
+                                             pow_exponent(op, P.operand(s1)),
+                                             need, _tan(P, s0, k_dirs), _tan(P, s1, k_dirs),
+                                             k_dirs) + "\n")
+    return lines
+
+
+def _tangent_adjoint_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray,
+                         k_dirs: int) -> list[str]:
+    """The adjoints' tangents of a run's entries, in reverse position order (the VM's)."""
+    lo, hi, op, need, affine, base0, base1 = run
+    hi = min(hi, Lo)
+    if not ancestors[lo:hi].any():
+        return []
+
+    def body(i: str, a: str | None, b: str | None) -> str:
+        adds = []
+        for target, k in ((a, 0), (b, 1)):
+            if target is not None:
+                adds.append(f"dadj[({target}) * {k_dirs} + k] += mul0(dp{k}[({i}) * {k_dirs} + k],"
+                            f" g) + mul0(q{k}, q);")
+        if not adds:
+            return ""
+        return (f"{{ const double g = 0.0 + a[{i}], q0 = p0[{i}], q1 = p1[{i}]; (void)q0; "
+                f"(void)q1; for (k = 0; k < {k_dirs}; k++) {{ const double q = "
+                f"dadj[({i}) * {k_dirs} + k]; {' '.join(adds)} }} }}")
+
+    if op != 0 and affine:
+        s0, s1 = (affine >> 1) & 1, affine >> 2
+        a = (f"{base0} + j" if s0 else str(base0)) if need & 1 else None
+        b = (f"{base1} + j" if s1 else str(base1)) if need & 2 else None
+        text = body(f"{lo} + j", a, b)
+        return [f"    for (j = {hi - lo - 1}; j >= 0; j--) {text}\n"] if text else []
+    lines = []
+    for i in range(hi - 1, lo - 1, -1):
+        if not ancestors[i]:
+            continue
+        if op == 0 and int(P.ops[i]) != SELECT_OP:
+            continue                   # comparisons: adjoint and its tangent stay 0
+        a0, a1 = int(P.arg0[i]), int(P.arg1[i])
+        text = body(str(i), str(a0) if a0 >= 0 else None, str(a1) if a1 >= 0 else None)
+        if text:
+            lines.append(f"    {text}\n")
+    return lines
