@@ -38,9 +38,9 @@
   overlap; results are new arrays each call.
 
 The C is compiled by ``easyad.compiler.tape.library.build`` (gcc, cached on disk by the
-source's hash, ``ad.CompilerWarning`` and the unfused program when there is no compiler). Reductions add
-in loop order (numpy adds pairwise), so sums can differ from eager execution in the last
-bits. Float32 values are computed in double and rounded when stored.
+source's hash, ``ad.CompilerWarning`` and the unfused program when there is no
+compiler). Reductions add in loop order (numpy adds pairwise), so sums can differ from
+eager execution in the last bits. Float32 values are computed in double and rounded when stored.
 """
 from __future__ import annotations
 
