@@ -37,14 +37,6 @@ def _shifted(axis: int, batch_axis: int) -> int:
     return axis if axis < batch_axis else axis + 1
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return strides[::-1]
-
-
 # ---- flip ----
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +56,7 @@ def _flip_rule(p: FlipParams, shape: tuple[int, ...]) -> tuple[tuple[int, ...], 
 def _flip_composite(be: Any, p: FlipParams, buf: Any) -> Any:
     # a view that starts at the last element of each flipped axis and walks back
     shape, axes = tuple(buf.shape), p.axes or ()      # canonical: the rule named them
-    strides = _contiguous_strides(shape)
+    strides = list(_shapes.contiguous_strides(shape))
     offset = sum((shape[a] - 1) * strides[a] for a in axes if shape[a])
     for a in axes:
         strides[a] = -strides[a]
@@ -191,7 +183,7 @@ def _concatenate_composite(be: Any, p: ConcatenateParams, *bufs: Any) -> Any:
     # each operand written into its part of the result (one assemble)
     first = tuple(bufs[0].shape)
     shape = first[:p.axis] + (sum(b.shape[p.axis] for b in bufs),) + first[p.axis + 1:]
-    strides = _contiguous_strides(shape)
+    strides = list(_shapes.contiguous_strides(shape))
     parts, start = [], 0
     for b in bufs:
         parts.append((start * strides[p.axis], tuple(b.shape), tuple(strides), b))
