@@ -23,6 +23,7 @@ import numpy as np
 
 from easyad import _expr
 from easyad.tensor._program import Instruction, Program
+from easyad.tensor._shapes import contiguous_strides as flat_strides   # (C order)
 from easyad.tensor._zero_signs import map_trees
 
 ELEMENTWISE = {"map", "strided", "take"}
@@ -30,12 +31,6 @@ SINKS = {"reduce", "assemble", "scatter_add"}
 _C_OPS = ELEMENTWISE | SINKS | {"reshape"}
 
 
-def flat_strides(shape: tuple[int, ...]) -> list[int]:
-    out, step_ = [], 1
-    for n in reversed(shape):
-        out.append(step_)
-        step_ *= n
-    return out[::-1]
 
 
 def contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
