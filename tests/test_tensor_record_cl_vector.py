@@ -89,66 +89,97 @@ def _unary(rule):
     return operator.neg if rule.name == "neg" else getattr(ad, rule.name)
 
 
-@pytest.mark.parametrize("rule", _rules.UNARY_RULES, ids=lambda r: r.name)
-def test_every_unary_rule_in_a_vector_loop(monkeypatch, rule):
-    op = _unary(rule)
-    x = _points(rule)
-    if rule.name in ("abs", "neg", "cbrt", "sin", "atan", "erf"):
-        x[::7] = 0.0                      # sign(0) = 0: abs's kink, and zero partials
+def _named_check(monkeypatch, f, args, names, tol=1e-12):
+    """_check for a program made of one independent part per rule: each rule's gradient
+    leaf is compared on its own, and a failure names the rule. (One program for every rule,
+    not one per rule: each recording builds its kernels, ~1 s of PoCL's compiler each.)"""
+    value, g, F = _run(monkeypatch, f, args)
+    ref_value, ref_g = ad.value_and_grad(f)(*args)
+    s_value, s_g, S = _run(monkeypatch, f, args, 0)
+    close(value, ref_value, tol)
+    close(value, s_value, tol)
+    for name, a, b, c in zip(names, _leaves(g), _leaves(ref_g), _leaves(s_g)):
+        try:
+            close(a, b, tol)
+            close(a, c, tol)
+        except AssertionError as e:
+            raise AssertionError(f"rule {name!r} in a fused vector loop: {e}") from None
+    return F
 
-    def f(x):
-        return ad.sum(op(x) * x)
-    _check(monkeypatch, f, (x,))
+
+def test_every_unary_rule_in_a_vector_loop(monkeypatch):
+    rules = [r for r in _rules.UNARY_RULES]
+    xs = []
+    for rule in rules:
+        x = _points(rule)
+        if rule.name in ("abs", "neg", "cbrt", "sin", "atan", "erf"):
+            x[::7] = 0.0                  # sign(0) = 0: abs's kink, and zero partials
+        xs.append(x)
+
+    def f(xs):
+        return sum(ad.sum(_unary(r)(x) * x) for r, x in zip(rules, xs))
+    _named_check(monkeypatch, f, (tuple(xs),), [r.name for r in rules])
 
 
 _BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
            "div": operator.truediv, "pow": operator.pow}
 
 
-@pytest.mark.parametrize("rule", _rules.BINARY_RULES, ids=lambda r: r.name)
-def test_every_binary_rule_in_a_vector_loop(monkeypatch, rule):
-    op = _BINARY.get(rule.name) or getattr(ad, rule.name)
-    p = {"x": _points(rule, 0), "y": _points(rule, 1)}
-    if rule.name == "div":
-        p["y"] = np.where(np.abs(p["y"]) < 0.2, 0.5, p["y"])
-    if rule.name in ("maximum", "minimum", "hypot", "atan2"):
-        p["y"][::5] = p["x"][::5]         # ties: the derivative split
-    if rule.name in ("hypot", "mul", "pow"):
-        p["x"][::9] = 0.0                 # div0 at 0, the strong zero
-        p["y"][::9] = 0.0
-    if rule.name == "pow":
-        p["y"][::4] = 2.0                 # exponents the helper does exactly
+def test_every_binary_rule_in_a_vector_loop(monkeypatch):
+    rules = list(_rules.BINARY_RULES)
+    parts = []
+    for rule in rules:
+        p = {"x": _points(rule, 0), "y": _points(rule, 1)}
+        if rule.name == "div":
+            p["y"] = np.where(np.abs(p["y"]) < 0.2, 0.5, p["y"])
+        if rule.name in ("maximum", "minimum", "hypot", "atan2"):
+            p["y"][::5] = p["x"][::5]     # ties: the derivative split
+        if rule.name in ("hypot", "mul", "pow"):
+            p["x"][::9] = 0.0             # div0 at 0, the strong zero
+            p["y"][::9] = 0.0
+        if rule.name == "pow":
+            p["y"][::4] = 2.0             # exponents the helper does exactly
+        parts.append(p)
+    ops = [_BINARY.get(r.name) or getattr(ad, r.name) for r in rules]
 
-    def f(p):
-        return ad.sum(op(p["x"], p["y"]) * p["x"])
-    _check(monkeypatch, f, (p,))
+    def f(parts):
+        return sum(ad.sum(op(p["x"], p["y"]) * p["x"]) for op, p in zip(ops, parts))
+    # leaves in tree order: each part's "x" then "y"
+    _named_check(monkeypatch, f, (tuple(parts),),
+                 [f"{r.name} d/{k}" for r in rules for k in ("x", "y")])
 
 
 _SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -3.0, 0.5, np.inf, -np.inf, np.nan, 1e-310,
                       1e300, -1e300, 710.0, -750.0])
 
 
-@pytest.mark.parametrize("rule", _rules.RULES, ids=lambda r: r.name)
-def test_every_rule_at_special_points_as_the_scalar_kernels(monkeypatch, rule):
+def test_every_rule_at_special_points_as_the_scalar_kernels(monkeypatch):
     """Zeros, infinities, NaN, huge and subnormal values, out of the domain too, in some
     lanes of a vector: each lane as the scalar kernels compute it (PoCL 3.1's vector pow
-    got the other lanes of such a vector wrong: pow is lane by lane)."""
-    xs = [RNG.normal(size=N) * 2 for _ in range(rule.arity)]
-    for x in xs:
-        x[RNG.choice(N, N // 4, replace=False)] = RNG.choice(_SPECIALS, N // 4)
-    op = (_BINARY.get(rule.name) or getattr(ad, rule.name)) if rule.arity == 2 \
-        else _unary(rule)
+    got the other lanes of such a vector wrong: pow is lane by lane). Every rule in one
+    program, each on its own inputs (lanes never mix rules)."""
+    rules = list(_rules.RULES)
+    parts = []
+    for rule in rules:
+        xs = [RNG.normal(size=N) * 2 for _ in range(rule.arity)]
+        for x in xs:
+            x[RNG.choice(N, N // 4, replace=False)] = RNG.choice(_SPECIALS, N // 4)
+        parts.append(tuple(xs))
+    ops = [(_BINARY.get(r.name) or getattr(ad, r.name)) if r.arity == 2 else _unary(r)
+           for r in rules]
 
-    def f(p):
-        return ad.sum(op(*p) * p[0])
+    def f(parts):
+        return sum(ad.sum(op(*p) * p[0]) for op, p in zip(ops, parts))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        _, g, F = _run(monkeypatch, f, (tuple(xs),))
-        _, s_g, _ = _run(monkeypatch, f, (tuple(xs),), 0)
-    if _width(F) and not rule.stops_gradient:   # (its gradient is x itself: no loop work)
+        _, g, F = _run(monkeypatch, f, (tuple(parts),))
+        _, s_g, _ = _run(monkeypatch, f, (tuple(parts),), 0)
+    if _width(F):
         assert _width(F) in [k.width for k in _kernels(F)]
-    for a, b in zip(_leaves(g), _leaves(s_g)):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True)
+    names = [f"{r.name} operand {k}" for r in rules for k in range(r.arity)]
+    for name, a, b in zip(names, _leaves(g), _leaves(s_g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300, equal_nan=True,
+                                   err_msg=f"rule {name}: vector lanes vs scalar kernels")
 
 
 def test_hvp_through_vector_loops():

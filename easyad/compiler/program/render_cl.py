@@ -361,6 +361,8 @@ class OpenCLRenderer(Renderer):
                 return x, "v"
             if exponent == 0:
                 return "((vreal_t)1)", "v"
+        if name == "stop_gradient":          # its value is x (a macro, any type)
+            return self._as_real(*args[0]), "v"
         if name in _VECTOR_HELPERS:
             function = "easyad_v_" + ("mul0" if name == "tmul" else name)
         elif name in VECTOR_MATH:
