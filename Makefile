@@ -32,7 +32,7 @@ $(VENV)/.deps-run: pyproject.toml | $(BIN)/python
 # and what the examples need (tqdm, matplotlib), so tests/test_nn.py::test_examples_run runs
 $(VENV)/.deps-test: pyproject.toml Makefile $(VENV)/.deps-run
 	@echo "easyad: installing the test references and tools (sympy, scipy, PyTorch, ruff, sphinx, tqdm) into $(VENV) (once, a few minutes) ..."
-	$(PIP) pytest hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
+	$(PIP) pytest pytest-xdist hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
 	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm
 	touch $@
 
@@ -48,8 +48,11 @@ tour: build
 opencl: build
 	bash .ci/ensure-opencl $(BIN)/python
 
+# over TEST_WORKERS processes (pytest-xdist), a test file to a process: files share
+# module-level state (recordings, warnings once per process) that per-test scheduling would split
+TEST_WORKERS ?= 2
 test: build $(VENV)/.deps-test opencl lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # the linter (rules in pyproject.toml [tool.ruff])
 lint: $(VENV)/.deps-test
