@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _opencl, _probe
+from easyad.tensor import _cl_memory, _opencl, _probe
 
 pyopencl = pytest.importorskip("pyopencl")
 
@@ -191,7 +191,7 @@ def test_arrays_without_pyopencl_private_constructor(backend, monkeypatch):
     x0 = np.linspace(0.1, 1.0, 8)
     results = []
     for fast in (True, False):
-        monkeypatch.setattr(_opencl, "_FAST_CONSTRUCTOR", fast)
+        monkeypatch.setattr(_cl_memory, "_FAST_CONSTRUCTOR", fast)
         lst = ad.WengertList()
         x = ad.Tensor.variable(x0, lst, device=backend.device.name)
         z = ad.sum(ad.sin(x * x) + x.reshape(2, 4).T.sum(axis=0).sum() * x)
@@ -273,7 +273,7 @@ def test_reshape_makes_views_and_keeps_pyopencl_errors(backend):
 def test_arrays_without_plain_state_use_the_constructors(backend, monkeypatch):
     """A pyopencl whose arrays keep their state elsewhere than a plain dict: every array
     from a constructor, reshape through pyopencl; the same values and gradients."""
-    monkeypatch.setattr(_opencl, "_PLAIN_STATE", False)
+    monkeypatch.setattr(_cl_memory, "_PLAIN_STATE", False)
     monkeypatch.setattr(backend, "_templates", {})
     monkeypatch.setattr(backend, "_plain", False)
     reshaped = []
