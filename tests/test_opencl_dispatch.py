@@ -209,6 +209,7 @@ def test_kernel_sources_are_rendered_once_per_arguments_and_tables(monkeypatch):
     hashes it once), another source for other arguments, and renders anew when a table
     it reads (a matmul's tile) changes."""
     from easyad.tensor import _kernels as kernels
+    from easyad.tensor import _kernels_matmul as matmul
     assert kernels.render_strided("float", 3, False) is kernels.render_strided("float", 3,
                                                                                False)
     assert kernels.render_strided("float", 3, False) != kernels.render_strided("float", 2,
@@ -216,15 +217,15 @@ def test_kernel_sources_are_rendered_once_per_arguments_and_tables(monkeypatch):
     assert "double" in kernels.render_reduce("sum", "double")
     assert kernels.preamble("float") is kernels.preamble("float")
     assert kernels.preamble("float", 4) != kernels.preamble("float")
-    before = kernels.render_matmul("float")
-    assert kernels.render_matmul("float") is before
-    monkeypatch.setitem(kernels.MATMUL_TILE, "TK", 8)
-    assert "#define TK 8" in kernels.render_matmul("float") and "#define TK 8" not in before
+    before = matmul.render_matmul("float")
+    assert matmul.render_matmul("float") is before
+    monkeypatch.setitem(matmul.MATMUL_TILE, "TK", 8)
+    assert "#define TK 8" in matmul.render_matmul("float") and "#define TK 8" not in before
     monkeypatch.undo()
-    assert kernels.render_matmul("float") is before
-    nt = kernels.render_matmul_nt("double", 32)
-    monkeypatch.setitem(kernels.MATMUL_NT_BLOCK, "RM", 2)
-    assert kernels.render_matmul_nt("double", 32) != nt
+    assert matmul.render_matmul("float") is before
+    nt = matmul.render_matmul_nt("double", 32)
+    monkeypatch.setitem(matmul.MATMUL_NT_BLOCK, "RM", 2)
+    assert matmul.render_matmul_nt("double", 32) != nt
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.bool_])

@@ -1,7 +1,7 @@
 """Matrix products on the OpenCL backend: the choice of kernel (``gemm``: the GEMM of
-``_kernels.render_gemm`` reading transposed operands in place, the older tiled kernel, or
+``_kernels_matmul.render_gemm`` reading transposed operands in place, the older tiled kernel, or
 the CPU's ``nt`` kernel) and the GEMM's launch planned once per shape and layout
-(``_kernels.gemm_plan``: tile configuration and split K). A mixin of ``OpenCLBackend``
+(``_kernels_matmul.gemm_plan``: tile configuration and split K). A mixin of ``OpenCLBackend``
 (``_opencl.py``): the one backend operation with a planner of its own.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from easyad.tensor import _kernels as kernels
+from easyad.tensor import _kernels_matmul as matmul_kernels
 from easyad.tensor._cl_errors import _device_errors
 from easyad.tensor._cl_memory import _LONG
 
@@ -63,10 +64,10 @@ class Matmul:
             # 32-byte vectors (AVX2): a wider vector than the CPU has makes PoCL build the
             # program without the kernel (and abort at exit), and PoCL's LLVM may not know
             # a CPU has AVX-512 (it builds Zen 4 as Zen 3)
-            k = self.kernel(kernels.render_matmul_nt(real, 32), "easyad_matmul_nt",
+            k = self.kernel(matmul_kernels.render_matmul_nt(real, 32), "easyad_matmul_nt",
                             [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG])
-            blk = kernels.MATMUL_NT_BLOCK
-            group = kernels.MATMUL_NT_GROUP
+            blk = matmul_kernels.MATMUL_NT_BLOCK
+            group = matmul_kernels.MATMUL_NT_GROUP
             items = (-(-N // blk["RN"]), -(-M // blk["RM"]))
             global_size = (-(-items[0] // group[0]) * group[0],
                            -(-items[1] // group[1]) * group[1], batch)
@@ -75,9 +76,9 @@ class Matmul:
             return out
         if transpose_b:
             b = self._transpose3(b)
-        k = self.kernel(kernels.render_matmul(real), "easyad_matmul",
+        k = self.kernel(matmul_kernels.render_matmul(real), "easyad_matmul",
                         [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG])
-        t = kernels.MATMUL_TILE
+        t = matmul_kernels.MATMUL_TILE
         local = (t["TN"] // t["WN"], t["TM"] // t["WM"], 1)
         global_size = (-(-N // t["TN"]) * local[0], -(-M // t["TM"]) * local[1], batch)
         k(self.queue, global_size, local, out.data, a.data, b.data, M, N, K,
@@ -87,7 +88,7 @@ class Matmul:
     def _gemm(self, a: Any, b: Any, ta: bool, tb: bool, dims: tuple[int, int, int, int],
               batched: tuple[bool, bool], config: str | None = None,
               split: int | None = None) -> Any:
-        """render_gemm's product; ``config`` and ``split`` override kernels.gemm_plan's
+        """render_gemm's product; ``config`` and ``split`` override gemm_plan's
         choice (tests). The launch is planned once per shape and layout: rendering the
         source to look its kernel up would cost more host time than the launch."""
         key = (a.dtype, ta, tb, dims, config, split)
@@ -111,17 +112,18 @@ class Matmul:
                    config: str | None, split: int | None) -> tuple[Any, ...]:
         batch, M, N, K = dims
         real = kernels.c_type(dtype)
-        name, slices = kernels.gemm_plan(real, batch, M, N, K,
-                                         int(self.device._handle.max_compute_units))
+        name, slices = matmul_kernels.gemm_plan(real, batch, M, N, K,
+                                                int(self.device._handle.max_compute_units))
         name, slices = config or name, split or slices
-        cfg = kernels.GEMM_CONFIGS[real][name]
+        cfg = matmul_kernels.GEMM_CONFIGS[real][name]
         # whole slabs per slice, and no empty slice
         ks = -(-K // slices)
         ks = -(-ks // cfg["BK"]) * cfg["BK"]
         slices = -(-K // ks)
-        k = self.kernel(kernels.render_gemm(real, cfg, ta, tb, slices > 1), "easyad_gemm",
+        k = self.kernel(matmul_kernels.render_gemm(real, cfg, ta, tb, slices > 1),
+                        "easyad_gemm",
                         [None, None, None, np.int32, np.int32, np.int32, _LONG, _LONG,
                          np.int32, np.int32, _LONG])
-        tx, ty = kernels.gemm_group(cfg)
+        tx, ty = matmul_kernels.gemm_group(cfg)
         global_size = (-(-N // cfg["BN"]) * tx, -(-M // cfg["BM"]) * ty, batch * slices)
         return k, global_size, (tx, ty, 1), ks, slices
