@@ -528,3 +528,33 @@ def test_the_generator_loads_the_table_without_the_package():
     assert rules is not easyad._rules and expr is not easyad._expr   # fresh copies
     assert [r.name for r in rules.RULES] == [r.name for r in easyad._rules.RULES]
     assert expr.render("sin(x) / x", "c") == easyad._expr.render("sin(x) / x", "c")
+
+
+def _mapped_paths() -> set[str]:
+    """The paths (relative to easyad/) that docs/internals.md's map of the package names:
+    a bullet's backticked file names, under the directory it opens with (``ops/``: ...)."""
+    text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
+    section = text.split("## The map of the package", 1)[1].split("\n## ", 1)[0]
+    named: set[str] = set()
+    for line in section.splitlines():
+        if not line.startswith("- ") and not line.startswith("**The package**"):
+            continue
+        tokens = re.findall(r"`([^`]+)`", line)
+        prefix = tokens[0] if line.startswith("- ") and tokens[0].endswith("/") else ""
+        for token in tokens:
+            if token.endswith("/"):
+                named.add(token + "__init__.py")
+            elif token.endswith(SIZED_SUFFIXES):
+                named.add(token if "/" in token else prefix + token)
+    return named
+
+
+def test_the_map_of_the_package_names_every_file():
+    # docs/internals.md, "The map of the package": one line per file, none stale
+    named = _mapped_paths()
+    files = {p.relative_to(PACKAGE).as_posix() for p in _hand_written()}
+    missing = sorted(files - named)
+    assert not missing, f"docs/internals.md's map of the package does not name {missing}"
+    stale = sorted(n for n in named - files if not (PACKAGE / n).exists()
+                   and not n.endswith("__init__.py"))
+    assert not stale, f"docs/internals.md's map names files that do not exist: {stale}"
