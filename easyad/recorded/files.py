@@ -50,6 +50,7 @@ _MAX_HEADER = 10_000
 # damage or a zip bomb, refused before anything is decompressed.
 _MAX_EXPANSION = 64
 
+
 def _read_npy(archive: zipfile.ZipFile, key: str, problem: Callable[[str], Exception],
               size: int, budget: list[int]) -> NDArray[Any]:
     """One array of the archive, parsed without pickle and without trusting its header.
@@ -92,6 +93,7 @@ def _read_npy(archive: zipfile.ZipFile, key: str, problem: Callable[[str], Excep
         member.read()                       # to the end: zipfile checks the CRC-32 there
     array = np.frombuffer(data, dtype=dtype, count=count)
     return array.reshape(shape, order="F" if fortran else "C")
+
 
 def _read_members(archive: zipfile.ZipFile, problem: Callable[[str], TapeFormatError],
                   size: int) -> dict[str, NDArray[Any]]:

@@ -20,10 +20,12 @@ from easyad.tensor._program import Program, ProgramBackend, Slot, captured
 
 _WHAT = ("value", "gradient", "hvp", "vjp")
 
+
 def _recording_of(what: str) -> str:
     """Which recording answers ``what``: the gradient's (values, gradients, SGD steps), the
     HVP's (a second sweep) or the VJP's (cotangents of the outputs as inputs)."""
     return what if what in ("hvp", "vjp") else "first"
+
 
 def _float_leaf(v: Any) -> bool:
     """Whether an argument after x is an input of the program (a float array), else a
@@ -38,6 +40,7 @@ def _float_leaf(v: Any) -> bool:
     _arrays.refuse_complex_scalar(v, "an argument after x")
     return False
 
+
 def _flatten_args(args: tuple[Any, ...]) -> tuple[list[Any], tuple[Any, ...]]:
     """The leaves of the arguments after x, each argument a structure of its own."""
     leaves: list[Any] = []
@@ -48,6 +51,7 @@ def _flatten_args(args: tuple[Any, ...]) -> tuple[list[Any], tuple[Any, ...]]:
         trees.append(tree)
     return leaves, tuple(trees)
 
+
 def _unflatten_args(trees: tuple[Any, ...], leaves: list[Any]) -> list[Any]:
     out, k = [], 0
     for tree in trees:
@@ -55,6 +59,7 @@ def _unflatten_args(trees: tuple[Any, ...], leaves: list[Any]) -> list[Any]:
         out.append(_trees.unflatten(tree, leaves[k:k + n]))
         k += n
     return out
+
 
 class _Resident:
     """An x leaf or float argument already on the Function's device
@@ -70,9 +75,11 @@ class _Resident:
     def host(self) -> np.ndarray:
         return self.values.read() if self.values is not None else np.asarray(self.leaf.value)
 
+
 def _on_host(xs: list[Any]) -> list[np.ndarray]:
     """x's leaves as host arrays, for recording (again): device leaves are read."""
     return [a.host() if type(a) is _Resident else a for a in xs]
+
 
 class _Static:
     """A static argument: compared with what replay is given."""
@@ -92,6 +99,7 @@ class _Static:
             return bool(a == other)
         except Exception:
             return False
+
 
 class _Recording:
     """One capture of f at a point: the program, its input slots in order (the

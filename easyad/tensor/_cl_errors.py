@@ -11,7 +11,7 @@ import functools
 import os
 import tempfile
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyopencl as cl
 
@@ -21,6 +21,8 @@ from easyad.tensor import _probe
 if TYPE_CHECKING:
     from easyad.tensor._opencl import OpenCLBackend
 
+_Class = TypeVar("_Class", bound=type)   # a class decorator keeps the class's type
+
 
 _CODE = cl.status_code
 
@@ -29,6 +31,7 @@ _MEMORY = {_CODE.MEM_OBJECT_ALLOCATION_FAILURE, _CODE.OUT_OF_HOST_MEMORY,
 
 _LOST = {_CODE.DEVICE_NOT_AVAILABLE, _CODE.INVALID_COMMAND_QUEUE, _CODE.INVALID_CONTEXT,
          _CODE.INVALID_DEVICE, -9999}   # -9999: NVIDIA's "illegal read or write"
+
 
 def _translate(backend: "OpenCLBackend", operation: str, error: Exception) -> DeviceError:
     """The DeviceError for a pyopencl error raised while ``operation`` ran."""
@@ -52,6 +55,7 @@ def _translate(backend: "OpenCLBackend", operation: str, error: Exception) -> De
         f"{where} failed in the OpenCL driver: {_probe.first_log_line(str(error))}. Fix: "
         f"check `python -m easyad devices`; use device='numpy' meanwhile, and report this "
         f"with the message if the device passes the probe", device=device, operation=operation)
+
 
 def _guarded(method: Any, backend_of: Any, operation_of: Any) -> Any:
     """``method`` with pyopencl errors turned into DeviceErrors that name the outermost
@@ -86,7 +90,8 @@ def _guarded(method: Any, backend_of: Any, operation_of: Any) -> Any:
             backend._busy = False
     return guarded
 
-def _device_errors(cls: type) -> type:
+
+def _device_errors(cls: _Class) -> _Class:
     """Guard ``__init__`` and every public method of ``cls`` (``_guarded``): an operation is
     named by its method and its label (``map`` and ``reduce`` take one first)."""
     def operation_of(name: str) -> Any:
@@ -102,8 +107,10 @@ def _device_errors(cls: type) -> type:
             setattr(cls, name, _guarded(member, _itself, operation_of(name)))
     return cls
 
+
 def _itself(backend: Any) -> Any:
     return backend
+
 
 def _quiet_build(program: Any) -> Any:
     """``program.build()`` with the driver's own stderr output (PoCL's clang prints "1
@@ -123,6 +130,7 @@ def _quiet_build(program: Any) -> Any:
         finally:
             os.dup2(saved, sys_fd)
             os.close(saved)
+
 
 class _BuildFailed(Exception):
     pass

@@ -36,6 +36,7 @@ _new_object = object.__new__
 
 _CACHED_INDEX = 4096         # index arrays up to this size are uploaded once (_index_buffer)
 
+
 def _collapse(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]
               ) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
     """Drop size-1 dims and merge neighbours every stride list walks contiguously, so the
