@@ -530,14 +530,15 @@ def test_the_generator_loads_the_table_without_the_package():
     assert expr.render("sin(x) / x", "c") == easyad._expr.render("sin(x) / x", "c")
 
 
-def _mapped_paths() -> set[str]:
+def _mapped_paths(section: str | None = None) -> set[str]:
     """The paths (relative to easyad/) that docs/internals.md's map of the package names:
     a bullet's backticked file names, under the directory it opens with (``ops/``: ...)."""
-    text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
-    section = text.split("## The map of the package", 1)[1].split("\n## ", 1)[0]
+    if section is None:
+        text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
+        section = text.split("## The map of the package", 1)[1].split("\n## ", 1)[0]
     named: set[str] = set()
     for line in section.splitlines():
-        if not line.startswith("- ") and not line.startswith("**The package**"):
+        if not line.startswith("- "):
             continue
         tokens = re.findall(r"`([^`]+)`", line)
         prefix = tokens[0] if line.startswith("- ") and tokens[0].endswith("/") else ""
@@ -558,3 +559,31 @@ def test_the_map_of_the_package_names_every_file():
     stale = sorted(n for n in named - files if not (PACKAGE / n).exists()
                    and not n.endswith("__init__.py"))
     assert not stale, f"docs/internals.md's map names files that do not exist: {stale}"
+
+
+def _map_layers() -> list[tuple[str, set[str]]]:
+    """docs/internals.md's map of the package as layers, bottom first: each bold heading
+    opens a layer, whose modules are the files its bullets name."""
+    text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
+    section = text.split("## The map of the package", 1)[1].split("\n## ", 1)[0]
+    layers: list[tuple[str, set[str]]] = []
+    for block in re.split(r"\n(?=\*\*)", section)[1:]:
+        title = block[2:block.index("**", 2)]
+        named = _mapped_paths(block)
+        modules = {_module_name(PACKAGE / n) for n in named
+                   if n.endswith((".py", ".pyx")) and (PACKAGE / n).exists()}
+        layers.append((title, modules))
+    return layers
+
+
+def test_the_map_of_the_package_is_its_layers():
+    # a module imports only modules of its own layer of the map or of the layers before it
+    layers = _map_layers()
+    assert [t for t, _ in layers][:3] == ["Tables", "Engine", "Devices"], layers
+    rank = {m: k for k, (_, modules) in enumerate(layers) for m in modules}
+    graph = module_graph()
+    assert set(graph) - set(rank) <= {m for m in graph if m.startswith("easyad._generated")}
+    upward = sorted(f"{m} ({layers[rank[m]][0]}) imports {n} ({layers[rank[n]][0]})"
+                    for m, edges in graph.items() if m in rank
+                    for n in edges if n in rank and rank[n] > rank[m])
+    assert not upward, "imports against the map's layers:\n" + "\n".join(upward)
