@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 import easyad as ad
-import easyad.replay as replay
+import easyad.recorded.rows as replay_rows
 from easyad import _pool
 
 NAME = "replay"
@@ -268,23 +268,23 @@ def run(ctx):
     n, B = 100, 10_000
     X = rng.uniform(0.5, 1.5, (B, n))
     F = ad.record(rosenbrock, np.ones(n))
-    saved = replay._PARALLEL_WORK
+    saved = replay_rows._PARALLEL_WORK
 
     def one_thread():
-        replay._PARALLEL_WORK = 10**18
+        replay_rows._PARALLEL_WORK = 10**18
         try:
             F.gradient(X)
         finally:
-            replay._PARALLEL_WORK = saved
+            replay_rows._PARALLEL_WORK = saved
 
     C, _ = _compiled(rosenbrock, n)
 
     def compiled_one_thread():
-        replay._PARALLEL_WORK = 10**18
+        replay_rows._PARALLEL_WORK = 10**18
         try:
             C.gradient(X)
         finally:
-            replay._PARALLEL_WORK = saved
+            replay_rows._PARALLEL_WORK = saved
 
     variants = {"easyad F.gradient(X), all cores": lambda: F.gradient(X),
                 "easyad F.gradient(X), 1 thread": one_thread,

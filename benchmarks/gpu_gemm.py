@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu  # noqa: E402
-from easyad.tensor import _kernels as kernels  # noqa: E402
+from easyad.tensor import _kernels_matmul as kernels  # noqa: E402
 
 ROUNDS = 7
 SECONDS = 0.01          # per variant per round

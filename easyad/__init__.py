@@ -27,8 +27,9 @@ exceptions, each naming the problem and its fix.
 The documentation (docs/, ``make docs``) has a getting-started page, one page per topic,
 and docs/internals.md on how the library is built. ``python -m easyad`` runs a tour.
 """
-# Public names only, no logic. The layers below (rules -> compiled core -> protocols ->
-# functional API, record/replay -> tensors -> nn/optim) are described in docs/internals.md.
+# Public names only, no logic. The layers below (tables -> engine -> devices -> program
+# compiler -> tensors -> recorded functions -> transforms -> nn/optim) are docs/internals.md's
+# map of the package, which tests/test_layers.py checks against the imports.
 from easyad._core import Derivatives, Record, Trace, WengertList, where
 from easyad._core import Comparison
 # the generic function ad.<rule> of every row of the rule table (and its aliases), with

@@ -20,6 +20,11 @@ numbers and other objects are *static*, part
 of the recording: replay checks that they are the same (integer arrays by value, others
 by ``==``) and raises ValueError otherwise (class labels that change per batch: pass them
 one-hot, as floats).
+
+This module holds the class's calls (value, gradient, sgd_step, hvp, hessian, vjp,
+jacobian), its recording and binding; what it records is ``recorded/tensor_recording.py``,
+how it takes a call's inputs ``recorded/tensor_inputs.py`` and its batches
+``recorded/tensor_batches.py`` (mixins of the class).
 """
 from __future__ import annotations
 
@@ -29,223 +34,17 @@ from typing import Any
 import numpy as np
 
 from easyad import _arrays, _trees
-from easyad._core import WengertList
 from easyad.errors import BranchChangedError
+from easyad.recorded.tensor_batches import TensorBatches
+from easyad.recorded.tensor_recording import (_flatten_args, _float_leaf, _on_host,
+                                              _Recording, _recording_of, _Resident, _Static)
 from easyad.tensor import Tensor, _devices
-from easyad.tensor._base import FLOAT_DTYPES, Node, TensorBase, _no_vjp, wrap
+from easyad.tensor._base import wrap
 from easyad.tensor._parameters import ParameterValues
-from easyad.tensor._program import BoundProgram, Program, ProgramBackend, Slot, captured
-
-_WHAT = ("value", "gradient", "hvp", "vjp")
+from easyad.tensor._program import BoundProgram, Program
 
 
-def _recording_of(what: str) -> str:
-    """Which recording answers ``what``: the gradient's (values, gradients, SGD steps), the
-    HVP's (a second sweep) or the VJP's (cotangents of the outputs as inputs)."""
-    return what if what in ("hvp", "vjp") else "first"
-
-
-def _float_leaf(v: Any) -> bool:
-    """Whether an argument after x is an input of the program (a float array), else a
-    static. Complex numbers, dates and time spans are neither: refused (TypeError)."""
-    if isinstance(v, TensorBase):
-        return True
-    if isinstance(v, (np.ndarray, list, tuple)):
-        kind = (v if isinstance(v, np.ndarray) else np.asarray(v)).dtype.kind
-        if kind in "cmM":
-            _arrays.check_real(np.asarray(v), "an argument after x")
-        return kind == "f"
-    _arrays.refuse_complex_scalar(v, "an argument after x")
-    return False
-
-
-def _flatten_args(args: tuple[Any, ...]) -> tuple[list[Any], tuple[Any, ...]]:
-    """The leaves of the arguments after x, each argument a structure of its own."""
-    leaves: list[Any] = []
-    trees = []
-    for a in args:
-        found, tree = _trees.flatten(a)
-        leaves += found
-        trees.append(tree)
-    return leaves, tuple(trees)
-
-
-def _unflatten_args(trees: tuple[Any, ...], leaves: list[Any]) -> list[Any]:
-    out, k = [], 0
-    for tree in trees:
-        n = tree.leaf_count
-        out.append(_trees.unflatten(tree, leaves[k:k + n]))
-        k += n
-    return out
-
-
-class _Resident:
-    """An x leaf or float argument already on the Function's device
-    (``TensorFunction._resident``, ``_resident_argument``): its ``buffer`` goes into the
-    program as it is; ``values``: the Parameter's values, which sgd_step replaces with the
-    new buffer (None for a Tensor, which cannot change)."""
-
-    __slots__ = ("buffer", "values", "leaf")
-
-    def __init__(self, buffer: Any, values: ParameterValues | None, leaf: Any) -> None:
-        self.buffer, self.values, self.leaf = buffer, values, leaf
-
-    def host(self) -> np.ndarray:
-        return self.values.read() if self.values is not None else np.asarray(self.leaf.value)
-
-
-def _on_host(xs: list[Any]) -> list[np.ndarray]:
-    """x's leaves as host arrays, for recording (again): device leaves are read."""
-    return [a.host() if type(a) is _Resident else a for a in xs]
-
-
-class _Static:
-    """A static argument: compared with what replay is given."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def same(self, other: Any) -> bool:
-        a = self.value
-        if isinstance(a, np.ndarray) or isinstance(other, np.ndarray):
-            return bool(np.array_equal(np.asarray(a), np.asarray(other)))
-        if a is other:
-            return True
-        try:
-            return bool(a == other)
-        except Exception:
-            return False
-
-
-class _Recording:
-    """One capture of f at a point: the program, its input slots in order (the
-    differentiated leaves, then the float arguments), the output slots and, per kind of
-    result, the slots that answer it."""
-
-    def __init__(self, f: Any, x_leaves: list[np.ndarray], x_tree: Any, arg_leaves: list[Any],
-                 arg_tree: Any, backend: Any, kind: str,
-                 out_specs: list[tuple[tuple[int, ...], Any]] | None = None) -> None:
-        hvp = kind == "hvp"
-        self.program = program = Program()
-        be = ProgramBackend(backend, program)
-        lst = WengertList()
-        tape: Any = lst
-        xs = []
-        for a in x_leaves:
-            slot = be.input(a, a.dtype)
-            handle = tape._push_node(Node("variable", (), _no_vjp))
-            xs.append(wrap(Tensor, be, slot, a.shape, a.dtype, lst, handle))
-        args = []
-        for v in arg_leaves:
-            if isinstance(v, _Static):
-                args.append(v.value)
-            else:
-                slot = be.input(v, v.dtype)
-                args.append(wrap(Tensor, be, slot, v.shape, v.dtype))
-        tangents = []
-        if hvp:
-            for a in x_leaves:
-                slot = be.input(a, a.dtype)
-                tangents.append(wrap(Tensor, be, slot, a.shape, a.dtype))
-        elif kind == "vjp":    # a cotangent per output leaf (shapes from the first recording)
-            for shape, dtype in out_specs or ():
-                slot = be.input(np.zeros(shape, dtype), dtype)
-                tangents.append(wrap(Tensor, be, slot, shape, dtype))
-        else:      # an input of every call (before the module parameters f reads)
-            learning_rate = be.input(np.zeros(()), np.float64)
-        with captured(be):
-            y = f(_trees.unflatten(x_tree, xs), *_unflatten_args(arg_tree, args))
-            out_leaves, self.out_tree = _trees.flatten(y)
-            self.outputs = [self._output(be, v) for v in out_leaves]
-            self.n_forward = len(program.instructions)
-            self.gradient: list[int] | None = None
-            self.descended: list[int] | None = None
-            self.hvp: list[int] | None = None
-            self.vjp: list[int] | None = None
-            self.out_specs = [(tuple(np.shape(v)), v.dtype if isinstance(v, TensorBase)
-                               else np.dtype(np.float64)) for v in out_leaves]
-            if kind == "vjp":
-                self.vjp = self._vjp(be, lst, out_leaves, xs, tangents)
-            elif len(out_leaves) == 1 and isinstance(out_leaves[0], TensorBase) \
-                    and out_leaves[0].size == 1 and out_leaves[0].tape is lst:
-                z = out_leaves[0]
-                if hvp:
-                    self.hvp = self._hvp(be, lst, z, xs, tangents)
-                else:
-                    seed = be.full(z.shape, 1.0, z.dtype)
-                    d = tape._backward_from(z.handle, seed)
-                    adjoints = [self._adjoint(be, d, t) for t in xs]
-                    self.gradient = [g.index for g in adjoints]
-                    self.descended = [self._descend(be, t._data, g, learning_rate)
-                                      for t, g in zip(xs, adjoints)]
-            self.scalar_output = len(out_leaves) == 1 and np.ndim(out_leaves[0]) == 0
-        self.guards = sum(1 for i in program.instructions if i.op == "guard")
-
-    @staticmethod
-    def _output(be: ProgramBackend, v: Any) -> int:
-        if isinstance(v, TensorBase):
-            if v._backend is not be:
-                raise ValueError("f returned a tensor made outside it (not from its inputs)")
-            return int(v._data.index)
-        a = _arrays.real_array(v, "an output of f")    # (complex: refused, not dropped)
-        return be._constant(be.real.asarray(a, a.dtype)).index
-
-    @staticmethod
-    def _adjoint(be: ProgramBackend, d: Any, t: TensorBase) -> Slot:
-        found = d._node_adjoint(t._index)
-        if found is None:
-            found = be.full(t.shape, 0.0, t.dtype)
-        return found   # type: ignore[no-any-return]
-
-    @staticmethod
-    def _descend(be: ProgramBackend, x: Slot, g: Slot, learning_rate: Slot) -> int:
-        """The slot of ``x - g * lr`` (``optim.SGD``'s update), which replay may write
-        into x's own memory."""
-        (out,) = be.map("sgd_step", ("x - g * lr",), {"x": x, "g": g, "lr": learning_rate},
-                        x.shape, (x.dtype,))
-        be.program.in_place[out.index] = x.index
-        return int(out.index)
-
-    @classmethod
-    def _vjp(cls, be: ProgramBackend, lst: Any, outs: list[Any], xs: list[Any],
-             cotangents: list[Any]) -> list[int]:
-        """The slots of sum_i <u_i, y_i>'s gradient: the VJP with the cotangent inputs."""
-        total: Any = None
-        for y, u in zip(outs, cotangents):
-            if isinstance(y, TensorBase) and y.tape is lst:
-                term = (y * u).sum()
-                total = term if total is None else total + term
-        if not isinstance(total, TensorBase) or total.tape is not lst:
-            return [be.full(x.shape, 0.0, x.dtype).index for x in xs]
-        d = lst._backward_from(total.handle, be.full(total.shape, 1.0, total.dtype))
-        return [cls._adjoint(be, d, t).index for t in xs]
-
-    @staticmethod
-    def _hvp(be: ProgramBackend, lst: Any, z: TensorBase, xs: list[Any],
-             tangents: list[Any]) -> list[int]:
-        from easyad import _higher
-        seed = wrap(Tensor, be, be.full(z.shape, 1.0, z.dtype), z.shape, z.dtype)
-        d = _higher.backward_graph(z.handle, seed)
-        total: Any = None
-        for x, v in zip(xs, tangents):
-            g = d[x]
-            term = (g * v).sum() if isinstance(g, TensorBase) else None
-            if term is not None:
-                total = term if total is None else total + term
-        if not isinstance(total, TensorBase) or total.tape is None:
-            return [be.full(x.shape, 0.0, x.dtype).index for x in xs]
-        d2 = total.derivatives()
-        out = []
-        for x in xs:
-            found = d2._node_adjoint(x._index)
-            out.append(int((found if found is not None else be.full(x.shape, 0.0,
-                                                                    x.dtype)).index))
-        return out
-
-
-class TensorFunction:
+class TensorFunction(TensorBatches):
     """A tensor function recorded once by ``ad.record``: its value, gradient and
     Hessian-vector products at new inputs of the recorded shapes, replayed from the
     recorded program (see the module docstring).
@@ -289,145 +88,6 @@ class TensorFunction:
                    for k, v in zip(self._arg_kinds, arg_leaves)]
         self._record("gradient", [self._float(v, "x0") for v in leaves], statics)
 
-    # -- inputs --
-    @staticmethod
-    def _float(v: Any, what: str = "an argument") -> np.ndarray:
-        """A float leaf as tensors hold it: float32 stays float32 (in native byte order),
-        other reals become float64 (``_arrays.real_array``: complex and the like raise)."""
-        if isinstance(v, TensorBase):
-            v = v.value
-        a = np.asarray(v)
-        # np.dtype(type): numpy's own dtype object (a newbyteorder copy is equal but not
-        # identical, and the core's fast paths test dtypes by identity)
-        native = np.dtype(a.dtype.type) if a.dtype.kind == "f" else a.dtype
-        return _arrays.real_array(a, what, native if native in FLOAT_DTYPES else np.float64)
-
-    def _inputs(self, x: Any, args: tuple[Any, ...]) -> tuple[list[np.ndarray], list[Any]]:
-        if type(x) is np.ndarray and not args and self._simple:   # one array, no arguments
-            shape, dtype = self._x_specs[0]
-            if x.shape == shape and x.dtype == dtype:
-                return [x], []
-        found = self._plain_inputs(x, args)
-        if found is not None:
-            return found
-        leaves, tree = _trees.flatten(x)
-        if tree != self._x_tree:
-            raise ValueError(f"recorded for {self._x_tree.describe()} as x, got "
-                             f"{tree.describe()}")
-        xs: list[Any] = []
-        for v, (shape, dtype) in zip(leaves, self._x_specs):
-            resident = self._resident(v, shape, dtype)
-            if resident is not None:
-                xs.append(resident)
-                continue
-            a = _arrays.real_array(v.value if isinstance(v, TensorBase) else v, "x", dtype)
-            if a.shape != shape:
-                raise ValueError(f"recorded for an input of shape {shape}, got {a.shape}; "
-                                 f"record again for another shape")
-            xs.append(a)
-        arg_leaves, arg_tree = _flatten_args(args)
-        if arg_tree != self._arg_tree:
-            raise ValueError(f"recorded with {len(self._arg_tree)} arguments after x "
-                             f"({', '.join(t.describe() for t in self._arg_tree)}), got "
-                             f"{len(arg_tree)} ({', '.join(t.describe() for t in arg_tree)})")
-        out: list[Any] = []
-        for v, kind, spec in zip(arg_leaves, self._arg_kinds, self._arg_specs):
-            if kind is not None:
-                if not kind.same(v):
-                    _float_leaf(v)      # complex, dates: the TypeError naming the dtype
-                    raise ValueError(
-                        "an argument that is not a float array (integers, a number, an "
-                        "object) is part of the recording and changed; pass values that "
-                        "change as float arrays (class labels one-hot), or record again")
-                out.append(kind)
-            else:
-                shape, dtype = spec
-                resident = self._resident_argument(v, shape, dtype)
-                if resident is not None:
-                    out.append(resident)
-                    continue
-                a = _arrays.real_array(v.value if isinstance(v, TensorBase) else v,
-                                       "an argument after x", dtype)
-                if a.shape != shape:
-                    raise ValueError(f"recorded for an argument of shape {shape}, got "
-                                     f"{a.shape}")
-                out.append(a)
-        return xs, out
-
-    def _resident(self, v: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-        """An x leaf whose values stay where they are: a model's Parameter (its host array
-        on the numpy device, which sgd_step writes in place; its device buffer elsewhere,
-        uploaded once) or a Tensor already on this Function's device. None: copy it."""
-        values = getattr(v, "_values", None)
-        if not isinstance(values, ParameterValues):
-            values = None
-            if not (isinstance(v, TensorBase) and v._backend is self._backend
-                    and self._backend.kind != "numpy"):
-                return None
-        got = (values.shape, values.dtype) if values is not None else (v.shape, v.dtype)
-        if got != (shape, dtype):
-            raise ValueError(f"recorded for an input of shape {shape} and dtype {dtype}, got "
-                             f"{got[0]} and {got[1]}; pass that shape and dtype "
-                             f"(dtype={np.dtype(dtype).name}) or record again for another")
-        if values is not None and self._backend.kind == "numpy":
-            return values.writable()
-        return _Resident(values.for_tensor(self._backend.device) if values is not None
-                         else v._data, values, v)
-
-    def _resident_argument(self, v: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-        """A float argument after x that is a Tensor on this Function's (OpenCL) device:
-        its buffer goes into the program as it is (no read to the host and upload again).
-        Its shape and dtype must be the recorded ones (ValueError: no silent cast, which
-        would copy it each call). A Tensor on another device is read to the host and
-        uploaded, as a host array is (None)."""
-        if not (isinstance(v, TensorBase) and v._backend is self._backend
-                and self._backend.kind != "numpy"):
-            return None
-        if (v.shape, v.dtype) != (shape, dtype):
-            raise ValueError(
-                f"recorded for an argument of shape {shape} and dtype {dtype}, got a device "
-                f"Tensor of shape {v.shape} and dtype {v.dtype}; make it with "
-                f"dtype={np.dtype(dtype).name} and that shape (or record again for another)")
-        return _Resident(v._data, None, v)
-
-    def _plain_inputs(self, x: Any, args: tuple[Any, ...]
-                      ) -> tuple[list[np.ndarray], list[Any]] | None:
-        """The common call of a training step, without walking structures: x an array or a
-        flat dict of arrays or, on the numpy device, of a model's Parameters (the recorded
-        keys, in order), every argument an array, all of the recorded shapes and dtypes.
-        None: take the general path (which explains)."""
-        keys = self._flat_keys
-        if type(x) is dict and keys is not None and tuple(x) == keys:
-            values = list(x.values())
-        elif type(x) is np.ndarray and self._x_tree.is_leaf:
-            values = [x]
-        else:
-            return None
-        if len(args) != len(self._arg_tree) or any(
-                type(a) is not np.ndarray or not t.is_leaf for a, t in zip(args, self._arg_tree)):
-            return None
-        on_host = self._backend.kind == "numpy"
-        for i, (v, (shape, dtype)) in enumerate(zip(values, self._x_specs)):
-            if type(v) is not np.ndarray:
-                # a model's Parameter on the numpy device (sgd_step's usual x): its host
-                # array, as _resident gives it, without the general path's walk
-                held = getattr(v, "_values", None) if on_host else None
-                if not isinstance(held, ParameterValues):
-                    return None
-                v = values[i] = held.writable()
-            if v.shape != shape or v.dtype != dtype or not v.flags.aligned:
-                return None
-        out: list[Any] = []
-        for a, kind, spec in zip(args, self._arg_kinds, self._arg_specs):
-            if kind is not None:
-                if not kind.same(a):
-                    return None
-                out.append(kind)
-            elif (a.shape, a.dtype) != spec or not a.flags.aligned:
-                return None     # (the general path converts it to the recorded dtype)
-            else:
-                out.append(a)
-        return values, out
 
     # -- recording and binding --
     def _record(self, what: str, xs: list[np.ndarray], statics: list[Any]) -> _Recording:
@@ -537,82 +197,6 @@ class TensorFunction:
             return buf
         return np.asarray(self._backend.to_numpy(buf))
 
-    # -- batches: x with one more leading axis --
-    def _batch_count(self, x: Any) -> int | None:
-        """The number of points when every leaf of x has one more leading axis than
-        recorded (a batch), else None."""
-        if type(x) is np.ndarray and self._x_tree.is_leaf:
-            shape = self._x_specs[0][0]
-            return x.shape[0] if x.ndim == len(shape) + 1 and x.shape[1:] == shape else None
-        leaves, tree = _trees.flatten(x)
-        if tree != self._x_tree:
-            return None
-        counts = set()
-        for v, (shape, _) in zip(leaves, self._x_specs):
-            if isinstance(v, TensorBase) and self._device_rows(v) is None:
-                return None
-            got = tuple(v.shape) if self._device_rows(v) is not None else np.shape(v)
-            if len(got) != len(shape) + 1 or tuple(got[1:]) != shape:
-                return None
-            counts.add(got[0])
-        return counts.pop() if len(counts) == 1 else None
-
-    def _device_rows(self, v: Any) -> Any:
-        """The buffer of a batch leaf already on this Function's OpenCL device (a Tensor
-        there, or a pyopencl array of its context), else None."""
-        be = self._backend
-        if be.kind != "opencl":
-            return None
-        data = v._data if isinstance(v, TensorBase) and v._backend is be else v
-        return data if be.owns(data) else None
-
-    def _batched(self, what: str, x: Any, args: tuple[Any, ...], count: int,
-                 tangents: Sequence[Any] = (),
-                 tangent_specs: Sequence[tuple[tuple[int, ...], Any]] | None = None
-                 ) -> list[np.ndarray]:
-        """``what`` at every point of the batch ``x``, outputs with a leading axis: one C
-        loop without the GIL where the fused program allows it (no Python step in it), on
-        an OpenCL device one launch per fused kernel (``compiler.program.batch_cl``: no
-        backend step in it; x's leaves may be rows there already: Tensors or pyopencl
-        arrays), else one replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the
-        outputs', ``tangent_specs``) may be batched too."""
-        if count == 0:
-            raise ValueError("a batch of no points: x's leading axis is 0")
-        leaves, _ = _trees.flatten(x)
-        X = [self._device_rows(v) for v in leaves]      # rows already on this device
-        X = [_arrays.real_array(v, "x", dt) if a is None else a
-             for a, v, (_, dt) in zip(X, leaves, self._x_specs)]
-        on_device = [type(a) is not np.ndarray for a in X]
-        for a, (_, dt) in zip(X, self._x_specs):
-            if type(a) is not np.ndarray and a.dtype != dt:
-                raise ValueError(f"recorded for x of dtype {dt}, got device rows of "
-                                 f"{a.dtype}; record again for another")
-        point = _trees.unflatten(self._x_tree, [a[:1].get()[0] if device else a[0]
-                                                for a, device in zip(X, on_device)])
-        xs, statics = self._inputs(point, args)
-        floats = [a for a in statics if not isinstance(a, _Static)]
-        extra = list(tangents) if what in ("hvp", "vjp") else [self._learning_rate]
-        from easyad.compiler.program.fused_c import FusedProgram
-        bound = self._bind(what, xs, statics)
-        if isinstance(bound, FusedProgram) and bound.batchable():
-            return bound.run_batch(X + floats + extra + self._live(what), count)
-        if self._backend.kind == "opencl":     # one launch per kernel for all the points
-            from easyad.compiler.program import batch_cl
-            program = batch_cl.batched(bound)
-            try:
-                if program is not None:       # (device arguments go in as they are)
-                    shared = [a.buffer if type(a) is _Resident else a for a in floats]
-                    return program.run(X + shared + extra + self._live(what), count)
-            except batch_cl.Diverged:
-                pass       # a guard reads another value somewhere: point by point
-        X = [self._host(a) if device else a for a, device in zip(X, on_device)]
-        outs = []
-        for b in range(count):
-            point = _trees.unflatten(self._x_tree, [a[b] for a in X])
-            ts = [t[b] if np.ndim(t) > len(s) else t
-                  for t, (s, _) in zip(tangents, tangent_specs or self._x_specs)]
-            outs.append([self._host(o) for o in self._run(what, point, args, ts)])
-        return [np.stack([o[k] for o in outs]) for k in range(len(outs[0]))]
 
     # -- what it computes --
     def __call__(self, x: Any, *args: Any) -> Any:
@@ -751,36 +335,6 @@ class TensorFunction:
             rows.append(_trees.unflatten(self._x_tree, blocks))
         return _trees.unflatten(self._x_tree, rows)
 
-    def _unit_batch(self, what: str, x: Any, args: tuple[Any, ...],
-                    specs: list[tuple[tuple[int, ...], Any]]) -> list[np.ndarray]:
-        """``what`` ("hvp", "vjp") at x with every unit vector of ``specs`` (x's leaves
-        for hvp, the outputs' for vjp) as the direction: one batch of as many points as
-        those have elements; results (points,) + each x leaf's shape."""
-        xs, _ = self._inputs(x, args)
-        sizes = [int(np.prod(s, dtype=int)) for s, _ in specs]
-        total = sum(sizes)
-        if total == 0:
-            return [np.zeros((0,) + s, dtype=dt) for s, dt in self._x_specs]
-        hosts = _on_host(xs)
-        X = _trees.unflatten(self._x_tree, [np.broadcast_to(a, (total,) + a.shape)
-                                            for a in hosts])
-        units, start = [], 0
-        for (shape, dtype), size in zip(specs, sizes):
-            u = np.zeros((total, size), dtype=dtype)
-            u[np.arange(start, start + size), np.arange(size)] = 1.0
-            units.append(u.reshape((total,) + shape))
-            start += size
-        out = self._batched(what, X, args, total, units, specs)
-        return [o.reshape((total,) + s) for o, (s, _) in zip(out, self._x_specs)]
-
-    def _split(self, rows: np.ndarray) -> list[np.ndarray]:
-        """A batch over every element of x, split into the points of each leaf."""
-        out, start = [], 0
-        for shape, _ in self._x_specs:
-            size = int(np.prod(shape, dtype=int))
-            out.append(rows[start:start + size])
-            start += size
-        return out
 
     def vjp(self, x: Any, u: Any, *args: Any) -> Any:
         """The vector-Jacobian product u^T J of f at ``x`` (x's structure), ``u`` in the

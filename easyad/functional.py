@@ -73,11 +73,12 @@ from numpy.typing import NDArray
 from easyad import _arrays, _trees
 from easyad._argnums import ArgNums, Selection, check_argnums, plain
 from easyad._core import Record, Trace
-from easyad._evaluation import (_arguments, _as_array, _forward_nested, _forward_point,
-                                _forward_run, _jacobian_forward, _jacobian_reverse, _name,
-                                _open_level, _output_leaves, _Point, _point_leaves, _Reverse,
-                                _scalar_output, _shape, _split_top, _tangent, _tape_of,
-                                _value)
+from easyad._evaluation import (_arguments, _as_array, _name, _open_level, _output_leaves,
+                                _Point, _point_leaves, _scalar_output, _shape, _split_top,
+                                _tape_of, _value)
+from easyad._forward_mode import (_forward_nested, _forward_point, _forward_run,
+                                  _jacobian_forward, _tangent)
+from easyad._reverse_mode import _jacobian_reverse, _Reverse
 from easyad._levels import opened as _level
 from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor._base import ObjectArrayOperand

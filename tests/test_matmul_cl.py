@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _kernels as kernels
+from easyad.tensor import _kernels_matmul as kernels
 
 TOL = {np.float32: 1e-4, np.float64: 1e-12}
 OPENCL = [d.name for d in ad.devices() if d.kind == "opencl"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor import _opencl, _probe
+from easyad.tensor import _cl_memory, _opencl, _probe
 
 pyopencl = pytest.importorskip("pyopencl")
 
@@ -191,7 +191,7 @@ def test_arrays_without_pyopencl_private_constructor(backend, monkeypatch):
     x0 = np.linspace(0.1, 1.0, 8)
     results = []
     for fast in (True, False):
-        monkeypatch.setattr(_opencl, "_FAST_CONSTRUCTOR", fast)
+        monkeypatch.setattr(_cl_memory, "_FAST_CONSTRUCTOR", fast)
         lst = ad.WengertList()
         x = ad.Tensor.variable(x0, lst, device=backend.device.name)
         z = ad.sum(ad.sin(x * x) + x.reshape(2, 4).T.sum(axis=0).sum() * x)
@@ -209,6 +209,7 @@ def test_kernel_sources_are_rendered_once_per_arguments_and_tables(monkeypatch):
     hashes it once), another source for other arguments, and renders anew when a table
     it reads (a matmul's tile) changes."""
     from easyad.tensor import _kernels as kernels
+    from easyad.tensor import _kernels_matmul as matmul
     assert kernels.render_strided("float", 3, False) is kernels.render_strided("float", 3,
                                                                                False)
     assert kernels.render_strided("float", 3, False) != kernels.render_strided("float", 2,
@@ -216,15 +217,15 @@ def test_kernel_sources_are_rendered_once_per_arguments_and_tables(monkeypatch):
     assert "double" in kernels.render_reduce("sum", "double")
     assert kernels.preamble("float") is kernels.preamble("float")
     assert kernels.preamble("float", 4) != kernels.preamble("float")
-    before = kernels.render_matmul("float")
-    assert kernels.render_matmul("float") is before
-    monkeypatch.setitem(kernels.MATMUL_TILE, "TK", 8)
-    assert "#define TK 8" in kernels.render_matmul("float") and "#define TK 8" not in before
+    before = matmul.render_matmul("float")
+    assert matmul.render_matmul("float") is before
+    monkeypatch.setitem(matmul.MATMUL_TILE, "TK", 8)
+    assert "#define TK 8" in matmul.render_matmul("float") and "#define TK 8" not in before
     monkeypatch.undo()
-    assert kernels.render_matmul("float") is before
-    nt = kernels.render_matmul_nt("double", 32)
-    monkeypatch.setitem(kernels.MATMUL_NT_BLOCK, "RM", 2)
-    assert kernels.render_matmul_nt("double", 32) != nt
+    assert matmul.render_matmul("float") is before
+    nt = matmul.render_matmul_nt("double", 32)
+    monkeypatch.setitem(matmul.MATMUL_NT_BLOCK, "RM", 2)
+    assert matmul.render_matmul_nt("double", 32) != nt
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.bool_])
@@ -273,7 +274,7 @@ def test_reshape_makes_views_and_keeps_pyopencl_errors(backend):
 def test_arrays_without_plain_state_use_the_constructors(backend, monkeypatch):
     """A pyopencl whose arrays keep their state elsewhere than a plain dict: every array
     from a constructor, reshape through pyopencl; the same values and gradients."""
-    monkeypatch.setattr(_opencl, "_PLAIN_STATE", False)
+    monkeypatch.setattr(_cl_memory, "_PLAIN_STATE", False)
     monkeypatch.setattr(backend, "_templates", {})
     monkeypatch.setattr(backend, "_plain", False)
     reshaped = []

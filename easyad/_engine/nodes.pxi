@@ -1,5 +1,6 @@
 # ---- tensor nodes: the Python operations recorded as single OP_NODE entries ----
-# (included by _core.pyx before tape.pxi, whose mixed sweep reads these fields in C)
+# (included by _core.pyx before tape.pxi and sweep.pxi, whose mixed sweep reads these
+# fields in C)
 
 @cython.final
 @cython.freelist(256)

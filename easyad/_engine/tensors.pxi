@@ -1,5 +1,5 @@
 # ---- tensors in the core: storage, elementwise dispatch and its vjp ----
-# (included after nodes.pxi and before tape.pxi, whose mixed sweep calls an
+# (included after nodes.pxi and before the tape's parts, whose mixed sweep (sweep.pxi) calls an
 # ElementwiseStep's adjoints in C)
 #
 # A tensor operation's common path runs here in C: the operand checks, the rule's kernel,

@@ -4,9 +4,11 @@ scalar Records, or in forward mode as TraceTensors.
 Layers, each importing only those before it (``tests/test_layers.py`` checks):
 ``_shapes`` (shape arithmetic, ShapeError), ``_steps`` (Step: a recorded operation's vjp
 as data), ``_buffers``, ``_composed`` -> backends
-``_meta`` / ``_numpy`` / ``_opencl`` (kernels rendered by ``_kernels`` from the rule table),
-all conforming to ``_backend.Backend`` -> ``_devices`` (device choice; imports a backend
-when first asked for it) -> ``_base`` (TensorBase: storage, recording) -> the operations
+``_meta`` / ``_numpy`` / ``_opencl`` (kernels rendered by ``_kernels`` from the rule table
+and ``_kernels_matmul``; the OpenCL backend assembled from ``_cl_memory``, ``_cl_matmul``
+and ``_cl_errors``), all conforming to ``_backend.Backend`` -> ``_devices`` (device
+choice; imports a backend when first asked for it) -> ``_base`` (TensorBase: storage,
+recording) -> the operations
 ``_elementwise`` (rule kernels), ``_structural`` (reductions, matmul, reshape, indexing,
 joins, where), ``_fused`` (linear, cross_entropy, sigmoid), ``_generic`` (ad.sum...) ->
 ``_tensor`` (Tensor = TensorBase + the generated ``_rule_methods.RuleMethods`` + methods

@@ -54,6 +54,8 @@ REALS = {"float": "float32", "double": "float64"}
 _PACKAGE = Path(__file__).resolve().parent.parent
 # what renders or runs the proven kernels: a change to any of these proves again
 _RENDERERS = ("_helpers.h", "_rules.py", "_expr.py", "tensor/_kernels.py", "tensor/_opencl.py",
+              "tensor/_kernels_matmul.py", "tensor/_cl_memory.py", "tensor/_cl_matmul.py",
+              "tensor/_cl_errors.py",
               "tensor/_program.py", "compiler/program/plan.py", "compiler/program/cstyle.py",
               "compiler/program/render_cl.py", "compiler/program/vector_cl.py",
               "compiler/program/fused_cl.py", "tensor/_replay_cl.py", "tensor/_proofs.py",

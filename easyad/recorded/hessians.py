@@ -1,0 +1,257 @@
+"""Hessians and Hessian-vector products of a scalar ``Function``: the sparsity pattern and
+its column colouring (``_sparsity``), the Hessian's own second-order program
+(``compiler.tape.second_order_program``) and the forward-over-reverse sweeps of the VM.
+A mixin of ``Function`` (``easyad/replay.py``): the five routes to a Hessian and the
+caches they share are one concern, apart from first-order evaluation.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from easyad import _arrays, _core
+from easyad.recorded.rows import _SECOND, Rows
+
+_HESSIAN_BLOCK = 16  # directions per forward-over-reverse sweep
+
+
+class Hessians(Rows):
+    """The second-order methods of ``Function`` (see the module docstring)."""
+
+    def hessian(self, x: ArrayLike, *, on_branch_change: str | None = None,
+                sparse: bool = False, out: NDArray[np.float64] | None = None) -> Any:
+        """The Hessian (n, n) of a scalar function at x; (B, n, n) for a batch.
+
+        ``sparse=True``: only the structurally non-zero entries, (nnz,) ((B, nnz) for a
+        batch), in the order of ``hessian_pattern()`` (rows, then columns: for a
+        symmetric matrix the order of CasADi's column-major nonzeros too). ``out``: an
+        array of the result's shape to write it into (returned; with ``sparse=True`` at one
+        point, no allocation at all).
+
+        One point is computed, from the second one-point call on (or after
+        ``bind_hessian`` or ``compile(hessian=True)``), by the Hessian's own program
+        (``second_order_program`` in easyad/compiler/tape/second_order.py:
+        forward-over-reverse done once, symbolically, simplified, over the nonzeros only;
+        compiled by ``compile(hessian=True)``); the first call, batches, a point where
+        that program flags something or gives a non-finite entry, and functions it cannot
+        express (selects, abs, maximum, minimum, user primitives), by forward-over-reverse
+        sweeps (blocks of directions per sweep). The two do the same operations in the same
+        order: every route gives the same numbers (NaN and infinities too; the sign of a
+        zero aside), and the same symmetric matrix (``H[c, r]`` is ``H[r, c]``, r <= c)."""
+        self._need_scalar("hessian")
+        if on_branch_change is None and self.on_branch_change != "mask" \
+                and type(x) is np.ndarray:      # one point: the second-order program
+            # built from the second one-point call on (a one-off Hessian, ad.hessian,
+            # costs less by the sweeps than building the program)
+            second = self._second() if self._hessian_calls else None
+            self._hessian_calls += 1
+            if second is not None:
+                program, native, target, _, source = second
+                # C writes into out only where its gate finds it a native float64 vector
+                # of nnz, writable; any other out is checked below, then written converted
+                into = out if sparse and type(out) is np.ndarray else None
+                where = None if sparse else target
+                H1 = native.second_point(x, source, where, into) if native is not None \
+                    else None
+                if H1 is None:
+                    H1 = program.second_point(x, source, where, into)
+                if H1 is not None:
+                    if out is not None and H1 is not out:
+                        _arrays.out_array(out, self._hessian_shape(sparse))
+                        return _arrays.write_out(out, H1)
+                    return H1
+        if out is not None:         # checked before the sweeps run
+            _arrays.out_array(out, self._result_shape(x, self._hessian_shape(sparse)))
+        result = self._hessian_dense(x, on_branch_change)
+        if sparse:
+            rows, cols = self.hessian_pattern()
+            if isinstance(result, tuple):
+                result = (result[0][..., rows, cols], result[1])
+            else:
+                result = result[..., rows, cols]
+        if out is not None:
+            if isinstance(result, tuple):
+                return _arrays.write_out(out, result[0]), result[1]
+            return _arrays.write_out(out, result)
+        return result
+
+    def _hessian_shape(self, sparse: bool) -> tuple[int, ...]:
+        """The shape of one point's Hessian: (nnz,) sparse, else (n, n)."""
+        n = self.n_inputs
+        return (len(self._pattern()[0]),) if sparse else (n, n)
+
+    def hessian_pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+        """(rows, cols) of the Hessian's structurally non-zero entries, row by row (every
+        entry where the sparsity is not found): the order of ``hessian(x, sparse=True)``."""
+        rows, cols, _ = self._pattern()
+        return rows.copy(), cols.copy()
+
+    def _pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
+        """(rows, cols, colour of each column), found once."""
+        if not hasattr(self, "_pattern_cache"):
+            from easyad import _sparsity
+            n = self.n_inputs
+            pattern = _sparsity.hessian_pattern(self.tape._arrays(), self.inputs,
+                                                self.outputs[0])
+            if pattern is None:      # dense: every entry, one colour per column
+                rows, cols = np.divmod(np.arange(n * n, dtype=np.intp), n)
+                colour = np.arange(n, dtype=np.intp)
+            else:
+                rows, cols = pattern
+                colour = _sparsity.colour_columns(n, rows, cols)
+            self._pattern_cache = (rows, cols, colour)
+        return self._pattern_cache
+
+    def bind_hessian(self, x: NDArray[np.float64], h: NDArray[np.float64]
+                     ) -> Callable[[], None]:
+        """A call with no arguments that writes the Hessian's nonzeros at the current
+        contents of x into h (the order of ``hessian_pattern()``, as
+        ``hessian(x, sparse=True)``): arrays bound once, like CasADi's
+        ``Function.buffer()``. The call runs the Hessian's own program (compiled by
+        ``compile(hessian=True)``, else in the VM) straight from C; a point it flags (a
+        changed branch, a failed entry), a nonzero that is not finite there, anomaly mode,
+        or a function that program cannot express, goes through ``hessian`` (which raises,
+        re-records or masks as ``on_branch_change`` says; "mask" writes NaN). x: C-contiguous,
+        aligned, native float64 (n,), h (nnz,) writable, not sharing memory (anything else
+        raises here); write x in place between calls.
+
+        Examples
+        --------
+        >>> import numpy as np, easyad as ad
+        >>> F = ad.record(lambda x: x[0] ** 2 * x[1], [1.0, 2.0])
+        >>> x, h = np.array([3.0, 1.0]), np.empty(4)
+        >>> F.hessian_pattern()
+        (array([0, 0, 1, 1]), array([0, 1, 0, 1]))
+        >>> call = F.bind_hessian(x, h)
+        >>> call(); h
+        array([2., 6., 6., 0.])
+        """
+        self._need_scalar("bind_hessian")
+        _arrays.bound_array(x, self.n_inputs, "x", writable=False)
+        _arrays.bound_array(h, len(self._pattern()[0]), "h", writable=True)
+
+        def fallback() -> None:
+            result = self.hessian(x, sparse=True)
+            h[:] = result[0] if isinstance(result, tuple) else result
+
+        second = self._second()
+        self._hessian_calls += 1         # hessian() now uses the program too
+        if second is None:
+            return fallback
+        return _core._BoundSecond(second[1], second[0], x, h, second[4], fallback)
+
+    def _second(self) -> list[Any] | None:
+        """[VM of the second-order program, its compiled code or None, flat indices of the
+        nonzeros (int64), (tape, inputs, outputs), the output of each nonzero (int64)],
+        built once; None where there is none."""
+        if not hasattr(self, "_second_cache"):
+            from easyad.compiler import tape as tape_compiler
+            made = None
+            if not self.tape._customs_count():
+                rows, cols, colour = self._pattern()
+                order = self._replayer._layout()["original"]   # the sweeps' order
+                program = tape_compiler.second_order_program(
+                    self.tape, self.inputs, self.outputs[0], rows, cols, colour, order)
+                if program is not None:
+                    # the program computes the upper triangle: H[r, c] is output k of the
+                    # k-th (r <= c) pair, H[c, r] the same
+                    upper = rows <= cols
+                    number = np.full(self.n_inputs * self.n_inputs, -1, dtype=np.int64)
+                    number[(rows * self.n_inputs + cols)[upper]] = np.arange(int(upper.sum()))
+                    source = number[np.minimum(rows, cols) * self.n_inputs
+                                    + np.maximum(rows, cols)]
+                    made = [_core._Replayer(*program), None,
+                            (rows * self.n_inputs + cols).astype(np.int64), program,
+                            np.ascontiguousarray(source, dtype=np.int64)]
+            self._second_cache = made
+        return self._second_cache
+
+    def _hessian_dense(self, x: ArrayLike, on_branch_change: str | None) -> Any:
+        """The Hessian by the sweeps (see hessian)."""
+        plan = self._hessian_plan()
+        native = self._native
+        if native is not None and native.second_order and on_branch_change is None \
+                and self.on_branch_change != "mask" and type(x) is np.ndarray:
+            H1 = native.hessian_point(x, *self._native_map)   # compiled (hessian=True)
+            if H1 is not None:
+                return H1
+        if plan is not None and on_branch_change is None and self.on_branch_change != "mask" \
+                and type(x) is np.ndarray:  # one point: one C call
+            H1 = self._replayer.hessian_point(x, plan[3], plan[4], plan[5])
+            if H1 is not None:
+                return H1
+        X, batch = self._rows(x)
+        n = self.n_inputs
+        if plan is None:  # dense: every direction, in blocks
+            H = np.empty((X.shape[0], n, n))
+            mask = None
+            for start in range(0, n, _HESSIAN_BLOCK):
+                stop = min(n, start + _HESSIAN_BLOCK)
+                seeds = np.zeros((1, n, stop - start))
+                seeds[0, np.arange(start, stop), np.arange(stop - start)] = 1.0
+                _, _, H[:, :, start:stop], mask = self._run(_SECOND, X, on_branch_change,
+                                                             "hessian", (seeds,))
+            below = np.tril_indices(n, -1)    # the upper triangle, mirrored (see _plan)
+            H[:, below[0], below[1]] = H[:, below[1], below[0]]
+            return self._masked(H if batch else H[0], mask, batch)
+        # sparse: one sweep direction per colour of columns, then direct recovery
+        seeds, target, source = plan[:3]
+        _, _, compressed, mask = self._run(_SECOND, X, on_branch_change, "hessian", (seeds,))
+        B = X.shape[0]
+        H = np.zeros((B, n, n))
+        H.reshape(B, n * n)[:, target] = compressed.reshape(B, -1)[:, source]
+        if mask is not None:
+            H[mask] = np.nan
+        return self._masked(H if batch else H[0], mask, batch)
+
+    def _hessian_plan(self) -> tuple[Any, ...] | None:
+        """The Hessian's sparsity and column colouring, found once (None: go dense)."""
+        if not hasattr(self, "_plan"):
+            from easyad import _sparsity
+            n = self.n_inputs
+            pattern = _sparsity.hessian_pattern(self.tape._arrays(), self.inputs,
+                                                self.outputs[0])
+            plan = None
+            if pattern is not None:
+                rows, cols = pattern
+                colour = _sparsity.colour_columns(n, rows, cols)
+                colours = int(colour.max()) + 1 if n else 0
+                if colours < n:
+                    seeds = np.zeros((1, n, colours))
+                    seeds[0, np.arange(n), colour] = 1.0
+                    # H[r, c] is entry (r, colour[c]) of the compressed H @ seeds, taken
+                    # from the upper triangle (r <= c) for both (r, c) and (c, r): the
+                    # two sweeps round (and overflow) differently, the Hessian is
+                    # symmetric, and the second-order program computes that triangle
+                    # too, with the same operations. The last three: the same, as the
+                    # one-point C path takes them
+                    low, high = np.minimum(rows, cols), np.maximum(rows, cols)
+                    target, source = rows * n + cols, low * colours + colour[high]
+                    plan = (seeds, target, source, np.ascontiguousarray(seeds[0]),
+                            target.astype(np.int64), source.astype(np.int64))
+            self._plan = plan
+        return self._plan
+
+    def hvp(self, x: ArrayLike, v: ArrayLike, *, on_branch_change: str | None = None) -> Any:
+        """The Hessian-vector product H(x) v without forming H (one sweep); v is (n,) or
+        one direction per row (B, n)."""
+        native = self._native
+        if native is not None and native.second_order and type(x) is np.ndarray \
+                and type(v) is np.ndarray and on_branch_change is None \
+                and self.on_branch_change != "mask":   # one point, compiled: one C call
+            product = native.hvp_point(x, v)
+            if product is not None:
+                return product
+        self._need_scalar("hvp")
+        X, batch = self._rows(x)
+        V = _arrays.real_array(v, "v")
+        if V.shape not in ((self.n_inputs,), (X.shape[0], self.n_inputs)):
+            raise ValueError(f"v must have shape ({self.n_inputs},) or "
+                             f"({X.shape[0]}, {self.n_inputs}), got {V.shape}")
+        seeds = np.ascontiguousarray(V.reshape(-1, self.n_inputs, 1))
+        _, _, second, mask = self._run(_SECOND, X, on_branch_change, "hvp", (seeds,))
+        out = second[:, :, 0]
+        return self._masked(out if batch else out[0], mask, batch)
