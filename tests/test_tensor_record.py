@@ -582,7 +582,7 @@ def _workspace(bound, program):
 def _made_by(program, label):
     """The roots of the slots that maps labelled ``label`` make."""
     return {ins.outs[0] for ins in program.instructions
-            if ins.op == "map" and ins.params[0] == label}
+            if ins.op == "map" and ins.params.label == label}
 
 
 def test_values_read_by_later_loops_are_recomputed_there():

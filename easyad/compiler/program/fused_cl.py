@@ -262,7 +262,7 @@ def _linear_step(ins: Instruction, be: Any, p: Program) -> Any:
             s[o[0]] = out if b is None else bias((out, b), (n, m), dtypes)[0]
         return run_linear
     if ins.op == "linear_vjp" and type(be).linear_vjp is ComposedKernels.linear_vjp:
-        (needs,) = ins.params
+        needs = ins.params.needs
         n, m = p.shapes[a[0]]
 
         def run_linear_vjp(s: list[Any]) -> None:
