@@ -4,7 +4,8 @@ same for scalar tapes and tensor programs, in one forward sweep and one backward
 - **Constant folding**: a node whose operands are all constants is its value at the
   recording point (what the VM, or the unfused replay, computes from those constants,
   bit for bit): in place (a float) in a scalar graph, a constant slot in a tensor one
-  (``host`` reads it to the host; without it tensor nodes are not folded). A guard of
+  (``host`` reads it to the host; without it tensor nodes are not folded), unless that
+  would make an array of a number (a broadcast: a literal in a fused loop). A guard of
   constants never changes and goes; comparisons and selects stay (the VM reads them).
 - **Exact identities**, only those that hold bit for bit for every operand, -0.0, inf and
   NaN included: ``x * 1``, ``1 * x``, ``x / 1``, ``x - 0``, ``x + -0``, ``-0 + x``,
@@ -22,6 +23,7 @@ so its values are the unoptimised replay's bit for bit.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -129,8 +131,13 @@ def _folds(g: Graph, node: Node, ins: tuple[Any, ...], scalar: bool,
         return all(type(x) is not int or x in g.constants for x in ins)
     if node.op not in _PURE or host is None:
         return False
-    return all(type(x) is not int or x in g.constants for x in ins) and \
-        all(g.dtypes[o] is not None and g.values[o] is not None for o in node.outs)
+    if not all(type(x) is not int or x in g.constants for x in ins) or \
+            any(g.dtypes[o] is None or g.values[o] is None for o in node.outs):
+        return False
+    # never a broadcast: a number spread over an array is a literal in the fused loop,
+    # an array of it would be read from memory
+    biggest = max((math.prod(g.shapes[x]) for x in ins if type(x) is int), default=1)
+    return all(math.prod(g.shapes[o]) <= biggest for o in node.outs)
 
 
 def _scalar_identity(op: str, ins: tuple[Any, ...], producer: dict[int, Node]) -> Any:
@@ -209,3 +216,13 @@ def live(nodes: list[Node], outputs: Sequence[Any]) -> list[Node]:
             needed.update(i for i in node.ins if type(i) is int)
     keep.reverse()
     return keep
+
+
+def optimise_program(program: Any, outputs: Sequence[int]) -> tuple[Any, list[int]]:
+    """A recorded tensor program (``tensor._program.Program``) optimised before it is
+    planned and rendered (``fused_c.fused``, ``fused_cl.fused``): constants read to the
+    host through the backend it was recorded on."""
+    recorder = getattr(program, "backend", None)
+    real = getattr(recorder, "real", None)
+    host = None if real is None else real.to_numpy
+    return optimise(program, outputs, host)  # type: ignore[return-value]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from easyad.compiler.program.cstyle import OpenCLDialect
+from easyad.compiler.optimiser import optimise_program
 from easyad.compiler.program.plan import Plan, stored_slots
 from easyad.compiler.program.render_cl import (
     Kernel, OpenCLPlan, finish_group_size, finish_name, render_kernels)
@@ -290,6 +291,7 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     would be fused (no instruction a kernel can do) or the kernels do not build (with a
     CompilerWarning: the instructions then run one kernel each). Where kernels with vector
     loops do not build, the scalar kernels (no warning)."""
+    program, outputs = optimise_program(program, outputs)
     instructions = live_instructions(program, outputs)
     plan = OpenCLPlan(program, instructions, outputs)
     segments = [item for kind, item in plan.schedule if kind == "c"]

@@ -267,7 +267,8 @@ class Plan:
         one place (scatters, reductions along axes, max/min, whose NaN rule is not a
         reduction)."""
         return ins.op not in ("scatter_add", "reduce") or (
-            ins.op == "reduce" and ins.params.op == "sum" and math.prod(self.program.shapes[ins.outs[0]]) == 1)
+            ins.op == "reduce" and ins.params.op == "sum"
+            and math.prod(self.program.shapes[ins.outs[0]]) == 1)
 
     def groups(self, instructions: list[Instruction]) -> list[tuple[Any, list[Instruction]]]:
         """The loops of a segment: each instruction joins the last loop of its shape when
