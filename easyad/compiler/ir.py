@@ -168,7 +168,7 @@ class Node:
         self.op, self.params, self.ins, self.outs = op, params, ins, outs
 
     def __repr__(self) -> str:
-        return f"{self.outs} = {self.op}{self.params!r:.60} {self.ins}"
+        return f"{self.outs} = {self.op}{self.ins!r:.60} {self.params!r:.60}"
 
 
 def is_guard(node: Node) -> bool:
