@@ -1,5 +1,5 @@
-"""The plan of a recorded tensor program's compiled form (the optimiser of tensor
-programs), shared by the C and OpenCL renderers:
+"""The plan of a recorded tensor program's compiled form (the scheduler of tensor
+programs, run after ``compiler.optimiser``), shared by the C and OpenCL renderers:
 
 - ``Plan``: reshapes share memory (``root``), a *schedule* of segments of fusable
   instructions (maps, strided and gathered reads, reductions, assembles, scatter-adds)
