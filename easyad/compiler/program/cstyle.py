@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _expr
-from easyad._csyntax import literal
+from easyad.compiler import dialect
 from easyad.compiler.program.plan import (
     ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, flat_offset, flat_strides,
     pad_position, renamed)
@@ -36,19 +36,10 @@ from easyad.tensor._program import Instruction
 from easyad.tensor._zero_signs import constant_strong_zeros
 
 
-class Dialect:
+class Dialect(dialect.Dialect):
     """What a target language spells differently in the shared loop body (see the module
-    docstring); the renderers read these and nothing else of the language."""
-
-    name = ""
-    types: dict[Any, str] = {}     # numpy dtype -> element type in memory
-    real = "double"                # constants and accumulators
-    target = "c"                   # of _expr.render
-    literal_type = "double"        # how _csyntax.literal rounds a constant
-
-    def zero_outside(self, inside: str, value: str, ctype: str) -> str:
-        """``value`` where the int ``inside`` holds, else 0 of ``ctype``."""
-        return f"({inside} ? {value} : ({ctype})0)"
+    docstring and ``compiler.dialect``, which the scalar tape's renderer reads too); the
+    renderers read these and nothing else of the language."""
 
     def exact_calls(self, tree: _expr.Node) -> _expr.Node:
         """An expression of ``plan.exact_math`` (a value a selection compares, or what it
@@ -56,17 +47,11 @@ class Dialect:
         lane and remainder (``plan._selections``)."""
         return tree
 
-    def literal(self, value: float) -> str:
-        """A constant (inf, NaN included) as this language reads it back exactly."""
-        return literal(value, self.literal_type)
 
-
-class CDialect(Dialect):
-    """C for gcc on the numpy device: values computed in double, stored in their dtype."""
-
-    name = "c"
-    types = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
-             np.dtype(np.bool_): "unsigned char"}
+class CDialect(Dialect, dialect.CSpelling):
+    """C for gcc on the numpy device: values computed in double, stored in their dtype
+    (the scalar tape's renderer spells its C with ``compiler.dialect.C``, this dialect's
+    base)."""
 
     def zero_outside(self, inside: str, value: str, ctype: str) -> str:
         # a bit mask: gcc if-converts no ?: in a loop that calls vector math
