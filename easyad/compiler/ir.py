@@ -167,6 +167,14 @@ class Node:
                             f"not {type(params).__name__}")
         self.op, self.params, self.ins, self.outs = op, params, ins, outs
 
+    @classmethod
+    def trusted(cls, op: str, params: Any, ins: tuple[Any, ...], outs: tuple[int, ...]
+                ) -> Node:
+        """A node whose params are known to fit (a front end's own tables): unchecked."""
+        node = cls.__new__(cls)
+        node.op, node.params, node.ins, node.outs = op, params, ins, outs
+        return node
+
     def __repr__(self) -> str:
         return f"{self.outs} = {self.op}{self.ins!r:.60} {self.params!r:.60}"
 
@@ -218,8 +226,7 @@ def from_tape(tape: Any, inputs: Sequence[int], outputs: Sequence[int]
     constant: its readers read its recorded value in place."""
     view = _tapeview.TapeView(tape)
     ops = view.ops.tolist()
-    kinds = [_tapeview.KINDS[op] for op in ops]
-    if any(k in (_tapeview.CUSTOM, _tapeview.NODE) for k in kinds):
+    if any(_tapeview.KINDS[op] in (_tapeview.CUSTOM, _tapeview.NODE) for op in set(ops)):
         return None
     arg = (view.arg0.tolist(), view.arg1.tolist())
     partial = (view.partial0.tolist(), view.partial1.tolist())
@@ -229,33 +236,53 @@ def from_tape(tape: Any, inputs: Sequence[int], outputs: Sequence[int]
     g.dtypes = [_F64] * len(ops)
     input_set = set(inputs)
     ref: list[Any] = []                  # per entry: its slot, or its value in place
-    for e, (op, kind) in enumerate(zip(ops, kinds)):
-        if kind in (_tapeview.VARIABLE, _tapeview.CONSTANT):
+    nodes, partials, values = g.instructions, g.partials, g.values
+    made = Node.trusted
+    a0, a1 = arg
+    p0, p1 = partial
+    for e, op in enumerate(ops):
+        entry = _ENTRY[op]
+        if entry is None:                # a variable: an input, or a constant
             if e in input_set:
-                g.instructions.append(Node("variable", Variable(), (), (e,)))
+                nodes.append(made("variable", _VARIABLE, (), (e,)))
                 ref.append(e)
             else:
-                ref.append(g.values[e])
+                ref.append(values[e])
             continue
-        arity = RULE_ARITY[op] if kind == _tapeview.RULE else 2
-        ins = tuple(ref[arg[k][e]] if arg[k][e] >= 0 else partial[k][e]
-                    for k in range(arity))
-        name = _rules.OPCODE_NAMES[op]
-        g.partials[e] = (partial[0][e], partial[1][e])
-        if kind == _tapeview.RULE:
-            params: Any = ScalarRule(arity)
-        elif kind == _tapeview.SELECT:
-            params, ins = Select(), (*ins, ref[_tapeview.select_condition(e)])
+        name, params, arity = entry
+        i, j = a0[e], a1[e]
+        x = ref[i] if i >= 0 else p0[e]
+        if arity == 1:
+            ins: tuple[Any, ...] = (x,)
         else:
-            params = Comparison(_tapeview.SYMBOLS[op])
-        g.instructions.append(Node(name, params, ins, (e,)))
+            ins = (x, ref[j] if j >= 0 else p1[e])
+            if params is _SELECT:
+                ins = (*ins, ref[_tapeview.select_condition(e)])
+        partials[e] = (p0[e], p1[e])
+        nodes.append(made(name, params, ins, (e,)))
         ref.append(e)
     g.inputs = list(inputs)
     return g, [ref[o] for o in outputs]
 
 
-RULE_ARITY = {code: _rules.RULES_BY_NAME[name].arity for name, code in _rules.OPCODES.items()}
 _OPCODE = {name: code for code, name in enumerate(_rules.OPCODE_NAMES)}
+_VARIABLE, _SELECT = Variable(), Select()
+
+
+def _entry(code: int) -> tuple[str, Any, int] | None:
+    """Per opcode: the node's op, params and arity (None: a variable or constant)."""
+    kind, name = _tapeview.KINDS[code], _rules.OPCODE_NAMES[code]
+    if kind == _tapeview.RULE:
+        arity = _rules.RULES_BY_NAME[name].arity
+        return name, ScalarRule(arity), arity
+    if kind == _tapeview.SELECT:
+        return name, _SELECT, 2
+    if kind in (_tapeview.COMPARE, _tapeview.GUARD):
+        return name, Comparison(_tapeview.SYMBOLS[code]), 2
+    return None
+
+
+_ENTRY = [_entry(code) for code in range(len(_rules.OPCODE_NAMES))]
 
 
 def to_tape(g: Graph, outputs: Sequence[Any]) -> tuple[Any, list[int], list[int]]:
@@ -263,39 +290,52 @@ def to_tape(g: Graph, outputs: Sequence[Any]) -> tuple[Any, list[int], list[int]
     its inputs' and outputs' entry indices. An output that is a constant, and a constant
     a comparison reads first (the VM compares an entry), become variable entries."""
     ops: list[int] = []
-    args: tuple[list[int], list[int]] = ([], [])
+    a0: list[int] = []
+    a1: list[int] = []
     values: list[float] = []
-    parts: tuple[list[float], list[float]] = ([], [])
+    p0: list[float] = []
+    p1: list[float] = []
     at: dict[int, int] = {}
+    recorded, partials = g.values, g.partials
+    variable = _rules.OP_VARIABLE
 
-    def emit(op: int, operands: Sequence[tuple[int, float]], value: float,
-             p: tuple[float, float]) -> int:
-        for k in range(2):
-            entry, constant = operands[k] if k < len(operands) else (-1, 0.0)
-            args[k].append(entry)
-            parts[k].append(p[k] if entry >= 0 else constant)
+    def emit(op: int, x: Any, y: Any, value: float, p: tuple[float, float]) -> int:
+        """An entry of operands x, y: a node's slot, a constant, or None (none)."""
+        if type(x) is int:
+            a0.append(at[x])
+            p0.append(p[0])
+        else:
+            a0.append(-1)
+            p0.append(0.0 if x is None else float(x))
+        if type(y) is int:
+            a1.append(at[y])
+            p1.append(p[1])
+        else:
+            a1.append(-1)
+            p1.append(0.0 if y is None else float(y))
         ops.append(op)
         values.append(value)
         return len(ops) - 1
 
-    def operand(r: Any) -> tuple[int, float]:
-        return (at[r], 0.0) if type(r) is int else (-1, float(r))
-
-    variable = _rules.OP_VARIABLE
     for n in g.instructions:
-        (out,) = n.outs
-        operands = [operand(r) for r in n.ins]
+        out = n.outs[0]
+        ins = n.ins
+        x = ins[0] if ins else None
+        y = ins[1] if len(ins) > 1 else None
+        if n.op == "variable":
+            at[out] = emit(variable, None, None, recorded[out], (0.0, 0.0))
+            continue
         if n.op == "select":
-            if not ops or operands[2][0] != len(ops) - 1:
+            if not ops or type(ins[2]) is not int or at.get(ins[2]) != len(ops) - 1:
                 raise ValueError("a select's condition must be the node just before it")
-            operands = operands[:2]
-        elif type(n.params) is Comparison and operands[0][0] < 0:
-            operands[0] = (emit(variable, (), operands[0][1], (0.0, 0.0)), 0.0)
-        code = variable if n.op == "variable" else _OPCODE[n.op]
-        at[out] = emit(code, operands, g.values[out], g.partials.get(out, (0.0, 0.0)))
-    outs = [at[o] if type(o) is int else emit(variable, (), float(o), (0.0, 0.0))
+        elif type(x) is not int and type(n.params) is Comparison:
+            # the VM compares an entry: the constant as a variable entry of its own
+            at[-1] = emit(variable, None, None, float(x), (0.0, 0.0))
+            x = -1
+        at[out] = emit(_OPCODE[n.op], x, y, recorded[out], partials.get(out, (0.0, 0.0)))
+    outs = [at[o] if type(o) is int else emit(variable, None, None, float(o), (0.0, 0.0))
             for o in outputs]
-    return rebuild_tape(ops, args, values, parts, [at[i] for i in g.inputs], outs)
+    return rebuild_tape(ops, (a0, a1), values, (p0, p1), [at[i] for i in g.inputs], outs)
 
 
 def rebuild_tape(ops: list[int], args: tuple[list[int], list[int]], values: list[float],

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,14 +39,13 @@ _PURE = frozenset({"map", "reduce", "reshape", "strided", "take", "assemble", "s
                    "matmul", "linear"})
 
 
-def _bits(v: float) -> bytes:
-    return np.float64(v).tobytes()
+_bits = struct.Struct("<d").pack        # a float's 8 bytes
 
 
 def _is(r: Any, v: float) -> bool:
-    """Whether operand ``r`` is the constant ``v``, bit for bit."""
-    return type(r) is not int and isinstance(r, (float, int, np.floating)) and \
-        _bits(r) == _bits(v)
+    """Whether operand ``r`` (a slot's number is never a constant) is the constant ``v``,
+    bit for bit (``v`` is not NaN: equal and of the same sign is then the same bits)."""
+    return isinstance(r, float) and r == v and math.copysign(1.0, r) == math.copysign(1.0, v)
 
 
 def key(v: Any) -> Any:
@@ -53,8 +53,10 @@ def key(v: Any) -> Any:
     by their bits (0.0 from -0.0, every NaN), arrays by dtype, shape and bytes."""
     if type(v) is int or isinstance(v, (str, bool, type(None))):
         return v
-    if isinstance(v, (float, np.floating)):
+    if isinstance(v, float):
         return ("f", _bits(v))
+    if isinstance(v, np.floating):
+        return ("f", v.tobytes(), v.dtype.str)
     if isinstance(v, np.ndarray):
         return ("a", v.dtype.str, v.shape, v.tobytes())
     if isinstance(v, np.dtype):
@@ -86,7 +88,7 @@ def optimise(g: Graph, outputs: Sequence[Any], host: Callable[[Any], Any] | None
         return sub.get(x, x) if type(x) is int else x
 
     for node in g.instructions:
-        ins = tuple(r(x) for x in node.ins)
+        ins = tuple([sub.get(x, x) if type(x) is int else x for x in node.ins])
         scalar = type(node.params) is ScalarRule
         if _folds(out, node, ins, scalar, host):
             if scalar or is_guard(node):
@@ -101,17 +103,22 @@ def optimise(g: Graph, outputs: Sequence[Any], host: Callable[[Any], Any] | None
         if same is not None:
             sub[node.outs[0]] = same
             continue
-        if scalar or node.op in _PURE:
-            params = node.params._replace(label="") if type(node.params) is Map \
-                else node.params
-            k = (node.op, key(tuple(params)), tuple(_operand_key(x) for x in ins))
-            if k in seen:
-                for o, earlier in zip(node.outs, seen[k].outs):
-                    sub[o] = earlier
+        shared = scalar or node.op in _PURE
+        if shared:
+            if scalar:          # its params follow from its op
+                k: Any = (node.op, *[x if type(x) is int else _bits(x) for x in ins])
+            else:
+                params = node.params._replace(label="") if type(node.params) is Map \
+                    else node.params
+                k = (node.op, key(tuple(params)), tuple(_operand_key(x) for x in ins))
+            earlier = seen.get(k)
+            if earlier is not None:
+                for o, e in zip(node.outs, earlier.outs):
+                    sub[o] = e
                 continue
-        new = node if all(a is b for a, b in zip(ins, node.ins)) \
+        new = node if ins == node.ins and _same_objects(ins, node.ins) \
             else Node(node.op, node.params, ins, node.outs)
-        if scalar or node.op in _PURE:
+        if shared:
             seen[k] = new
         for o in new.outs:
             producer[o] = new
@@ -119,6 +126,10 @@ def optimise(g: Graph, outputs: Sequence[Any], host: Callable[[Any], Any] | None
     outs = [r(o) for o in outputs]
     out.instructions = live(kept, outs)
     return out, outs
+
+
+def _same_objects(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return all(x is y for x, y in zip(a, b))
 
 
 def _folds(g: Graph, node: Node, ins: tuple[Any, ...], scalar: bool,
@@ -211,9 +222,11 @@ def live(nodes: list[Node], outputs: Sequence[Any]) -> list[Node]:
     needed = {o for o in outputs if type(o) is int}
     keep: list[Node] = []
     for node in reversed(nodes):
-        if is_guard(node) or node.op == "variable" or any(o in needed for o in node.outs):
+        outs = node.outs
+        if (outs[0] in needed if len(outs) == 1 else any(o in needed for o in outs)) \
+                or is_guard(node) or node.op == "variable":
             keep.append(node)
-            needed.update(i for i in node.ins if type(i) is int)
+            needed.update([i for i in node.ins if type(i) is int])
     keep.reverse()
     return keep
 

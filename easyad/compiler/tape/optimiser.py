@@ -10,6 +10,7 @@ contributions in another order). ``live_entries`` and ``rebuild_tape`` serve the
 second-order builder, which writes tapes of its own."""
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -27,11 +28,18 @@ def optimise(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...]
     it gives the same values, bit for bit, and the same derivatives to rounding, at every
     point where the original raises nothing (errors and changed branches are the VM's to
     report, on the original tape). Tape -> IR -> the optimiser's passes -> tape."""
-    made = ir.from_tape(tape, inputs, outputs)
-    if made is None:
-        return None
-    graph, outs = passes.optimise(*made)
-    return ir.to_tape(graph, outs)
+    # a node per entry: the cyclic collector would walk them all again and again
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        made = ir.from_tape(tape, inputs, outputs)
+        if made is None:
+            return None
+        graph, outs = passes.optimise(*made)
+        return ir.to_tape(graph, outs)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def live_entries(ops: list[int], args: tuple[list[int], list[int]], outs: list[int],
