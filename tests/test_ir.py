@@ -337,3 +337,22 @@ def test_tensor_identities_exact_only():
     x = np.array([-0.0, 0.0, np.inf, np.nan])
     for a, b in zip(run(optimised, outs, x), run(program, outputs, x)):
         assert bits_equal(a, b)
+
+
+def test_tensor_guards_stay_with_what_they_read():
+    def f(x):
+        s = ad.sum(ad.sin(x) * 3.0)          # read only by the guard (float(s): its value)
+        if float(s) > 0:
+            return ad.sum(x * x)
+        return ad.sum(x)
+    F = ad.record(f, np.ones(4), tensor=True)
+    program, outputs, run = _replays(F)
+    optimised, outs = passes.optimise_program(program, outputs)
+    assert [i.op for i in optimised.instructions].count("guard") == 1
+    assert any("sin(" in e for i in optimised.instructions if i.op == "map"
+               for e in i.params.exprs)
+    for a, b in zip(run(optimised, outs, np.ones(4)), run(program, outputs, np.ones(4))):
+        assert bits_equal(a, b)
+    for p, o in ((program, outputs), (optimised, outs)):     # the value read changed
+        with pytest.raises(ad.BranchChangedError):
+            run(p, o, np.array([0.5, -0.0, 2.0, 1.0]))
