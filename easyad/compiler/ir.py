@@ -183,10 +183,6 @@ def is_guard(node: Node) -> bool:
     return node.op == "guard" or node.op.startswith("guard_")
 
 
-def slots_read(node: Node) -> list[int]:
-    return [i for i in node.ins if type(i) is int]
-
-
 class Graph:
     """Nodes over slots (see the module's docstring)."""
 
@@ -205,12 +201,6 @@ class Graph:
 
     def guards(self) -> list[Node]:
         return [n for n in self.instructions if is_guard(n)]
-
-    def slot(self, shape: tuple[int, ...], dtype: Any, value: Any) -> int:
-        self.shapes.append(tuple(shape))
-        self.dtypes.append(dtype)
-        self.values.append(value)
-        return len(self.shapes) - 1
 
 
 # ---- scalar tapes: front end and back end ----
