@@ -117,6 +117,24 @@ def test_optimised_scalar_tapes_equal_the_vm_bit_for_bit(seed):
         close(gradient, left[1][1])
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_tape_to_ir_and_back_is_the_same_program(seed):
+    """Unoptimised, a tape read into the IR and written back computes what it computed:
+    values and gradients bit for bit (every rule of the table, selects, constants)."""
+    from test_replay import random_program
+    n = 5
+    rng = np.random.default_rng(seed)
+    F = ad.record(random_program(seed, n), rng.uniform(-1, 1, n))
+    graph, outs = ir.from_tape(F.tape, F.inputs, F.outputs)
+    assert len(graph.instructions) == len(F)       # no variable is a constant here
+    G = ad.Function(*ir.to_tape(graph, outs))
+    for x in points(n, rng):
+        left = outcome(lambda: F.value_and_gradient(x))
+        if left[0] == "ok":
+            value, gradient = G.value_and_gradient(x)
+            assert bits_equal(value, left[1][0]) and bits_equal(gradient, left[1][1])
+
+
 def _scalar_graph(f, x0):
     F = ad.record(f, x0)
     graph, outs = ir.from_tape(F.tape, F.inputs, F.outputs)
