@@ -10,7 +10,8 @@ A light module (no tensor imports): the scalar renderer loads it on the first co
   ``rule_value`` (``easyad_<rule>_value``), ``rule_partial`` (``_d<k>``), ``rule_tangent``
   (``_t<k>``);
 - the strong zero (``_helpers.h``): ``mul0`` (0 times anything is 0: an adjoint of 0 does
-  not turn inf or NaN partials into NaN), ``div0``;
+  not turn inf or NaN partials into NaN; the rule table's own strings call ``mul0`` and
+  ``div0`` by name, rendered by ``_expr``);
 - the element types of memory (``types``) and of constants and accumulators (``real``).
 """
 from __future__ import annotations
@@ -48,9 +49,6 @@ class Dialect:
     def mul0(self, a: str, b: str) -> str:
         """``a * b`` with the strong zero (0 whatever the other factor)."""
         return f"mul0({a}, {b})"
-
-    def div0(self, a: str, b: str) -> str:
-        return f"div0({a}, {b})"
 
     def zero_outside(self, inside: str, value: str, ctype: str) -> str:
         """``value`` where the int ``inside`` holds, else 0 of ``ctype``."""
