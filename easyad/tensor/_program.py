@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad.compiler import ir
+from easyad.compiler import ir, optimiser
 
 # ---- what capturing is doing (Tensor.constant and friends put new tensors on it) ----
 
@@ -398,16 +398,10 @@ class ProgramBackend:
 # ---- replay: the instructions bound to one backend, run in order ----
 
 def live_instructions(program: Program, outputs: Sequence[int]) -> list[Instruction]:
-    """The instructions ``outputs`` need (and every guard before the last of them), in
-    order: the value alone skips the backward sweep's kernels."""
-    needed = set(outputs)
-    keep: list[Instruction] = []
-    for ins in reversed(program.instructions):
-        if ins.op == "guard" or any(o in needed for o in ins.outs):
-            keep.append(ins)
-            needed.update(i for i in ins.ins if type(i) is int)
-    keep.reverse()
-    return keep
+    """The instructions ``outputs`` need (and every guard, with what it reads), in order:
+    the value alone skips the backward sweep's kernels (the optimiser's dead-node pass,
+    ``compiler.optimiser.live``)."""
+    return optimiser.live(program.instructions, outputs)
 
 
 def _last_uses(instructions: list[Instruction], program: Program,
