@@ -139,15 +139,18 @@ class Select(NamedTuple):
     pass
 
 
-PARAMS: dict[str, type] = {
+_NODES: dict[str, type] = {
     "map": Map, "reduce": Reduce, "reshape": Reshape, "matmul": Matmul,
     "strided": Strided, "assemble": Assemble, "take": Take, "scatter_add": ScatterAdd,
     "guard": Guard, "op": TableOp, "host": HostCall, "linear": Linear,
     "linear_vjp": LinearVjp, "cross_entropy": CrossEntropy,
     "cross_entropy_vjp": CrossEntropyVjp, "variable": Variable, "select": Select,
-    **{name: ScalarRule for name in _rules.OPCODES},
     **{f"{kind}_{c}": Comparison for kind in ("compare", "guard") for c in _rules.COMPARISONS},
 }
+if _NODES.keys() & _rules.OPCODES.keys():      # a rule's node would read as another op
+    raise RuntimeError(f"rules named as program ops: {sorted(_NODES.keys() & _rules.OPCODES)}"
+                       "; rename the rule in easyad/_rules.py")
+PARAMS: dict[str, type] = {**_NODES, **{name: ScalarRule for name in _rules.OPCODES}}
 
 
 class Node:
