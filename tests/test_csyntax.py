@@ -162,7 +162,9 @@ def test_every_renderer_prints_through_the_one_printer():
             _csyntax.literal(abs(v), "float")
         assert float(_expr.render(_expr.Num(abs(v)), "python")) == abs(v)
     for v in DOUBLES:
-        assert renderer.literal(v) == _replay_cl._literal(v) == _csyntax.literal(v)
+        # the scalar renderer prints through the C dialect, the tensor C renderer's base
+        assert renderer.C.literal(v) == cstyle.CDialect().literal(v) == _replay_cl._literal(v) \
+            == _csyntax.literal(v)
     with pytest.raises(ValueError, match="no literal"):
         _expr.render(_expr.Num(math.inf), "c")    # a macro would read back as a variable
 

@@ -569,12 +569,14 @@ def test_workspace_buffers_are_shared_between_values_whose_lives_do_not_overlap(
     close(g, ref_g)
     bound = F._bound["gradient"]
     planned = [s for s, a in enumerate(bound.base[:bound.n_slots])
-               if isinstance(a, np.ndarray) and s not in F.program.constants]
+               if isinstance(a, np.ndarray) and s not in bound.plan.program.constants]
     assert len({id(bound.base[s]) for s in planned}) < len(planned)
 
 
 def _workspace(bound, program):
-    """The planned buffers of a fused program (values stored for later loops)."""
+    """The planned buffers of a fused program (values stored for later loops); constants
+    are the optimised program's (``bound.plan.program``: folded ones too)."""
+    program = bound.plan.program
     return [s for s, a in enumerate(bound.base[:bound.n_slots])
             if isinstance(a, np.ndarray) and s not in program.constants]
 
@@ -582,7 +584,7 @@ def _workspace(bound, program):
 def _made_by(program, label):
     """The roots of the slots that maps labelled ``label`` make."""
     return {ins.outs[0] for ins in program.instructions
-            if ins.op == "map" and ins.params[0] == label}
+            if ins.op == "map" and ins.params.label == label}
 
 
 def test_values_read_by_later_loops_are_recomputed_there():

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from easyad.compiler import ir, optimiser
+
 # ---- what capturing is doing (Tensor.constant and friends put new tensors on it) ----
 
 _CAPTURING: contextvars.ContextVar[Any] = contextvars.ContextVar("easyad_program",
@@ -125,33 +127,18 @@ class Opaque:
         self.index, self.value = index, value
 
 
-class Instruction:
-    """One Backend Protocol call: ``op`` (the method's name), ``params`` (its static
-    arguments), ``ins`` (slots read: an int, or a float/None/array constant in place)
-    and ``outs`` (slots written)."""
-
-    __slots__ = ("op", "params", "ins", "outs")
-
-    def __init__(self, op: str, params: tuple[Any, ...], ins: tuple[Any, ...],
-                 outs: tuple[int, ...]) -> None:
-        self.op, self.params, self.ins, self.outs = op, params, ins, outs
-
-    def __repr__(self) -> str:
-        return f"{self.outs} = {self.op}{self.params!r:.60} {self.ins}"
+# one instruction: a node of the compiler's IR (``compiler.ir``): op, named params, operands
+Instruction = ir.Node
 
 
-class Program:
-    """The recorded instructions over numbered slots: inputs, constants (values kept), and
-    what each instruction writes. ``shapes``/``dtypes`` per slot; ``guards``: (slot,
-    recorded host value) read while recording."""
+class Program(ir.Graph):
+    """The recorded instructions over numbered slots (a graph of the compiler's IR):
+    inputs, constants (values kept: slot -> host array, or opaque state), and what each
+    instruction writes. ``shapes``/``dtypes``/``values`` per slot; guards are
+    instructions (``"guard"``: the slot read, the host value it had)."""
 
     def __init__(self) -> None:
-        self.instructions: list[Instruction] = []
-        self.shapes: list[tuple[int, ...]] = []
-        self.dtypes: list[Any] = []
-        self.values: list[Any] = []              # at the recording point (None for opaque)
-        self.inputs: list[int] = []
-        self.constants: dict[int, Any] = {}      # slot -> host array (float) or opaque
+        super().__init__()
         self.live: list[tuple[int, Any, tuple[int, ...], Any]] = []   # read at each replay
         # slot -> the input slot it is the next value of (a parameter after a descent
         # step): replay may write it into that input's memory (see ``compiler.program.fused_c``)
@@ -172,7 +159,7 @@ class Program:
         self.values.append(value)
         return o
 
-    def emit(self, op: str, params: tuple[Any, ...], ins: tuple[Any, ...],
+    def emit(self, op: str, params: Any, ins: tuple[Any, ...],
              outs: Sequence[Any]) -> None:
         self.instructions.append(Instruction(op, params, ins, tuple(o.index for o in outs)))
 
@@ -242,7 +229,7 @@ class ProgramBackend:
         if not isinstance(buf, Slot):
             return np.asarray(self.real.to_numpy(buf))
         value = np.asarray(self.real.to_numpy(buf.value))
-        self.program.emit("guard", (value.copy(),), (buf.index,), ())
+        self.program.emit("guard", ir.Guard(value.copy()), (buf.index,), ())
         return value
 
     host_array = to_numpy
@@ -258,7 +245,7 @@ class ProgramBackend:
         if shape == buf.shape:
             return buf
         out = self._out(self.real.reshape(buf.value, shape))
-        self.program.emit("reshape", (shape,), (buf.index,), (out,))
+        self.program.emit("reshape", ir.Reshape(shape), (buf.index,), (out,))
         return out
 
     # -- kernels --
@@ -269,7 +256,7 @@ class ProgramBackend:
         values = self.real.map(label, exprs, dict(zip(names, (_real(a) for a in args))),
                                shape, dtypes)
         outs = [self._out(v) for v in values]
-        self.program.emit("map", (label, tuple(exprs), names, tuple(shape), tuple(dtypes)),
+        self.program.emit("map", ir.Map(label, tuple(exprs), names, tuple(shape), tuple(dtypes)),
                           tuple(_ref(a) for a in args), outs)
         return outs
 
@@ -294,20 +281,20 @@ class ProgramBackend:
 
     def reduce(self, op: str, buf: Slot, axes: tuple[int, ...]) -> Slot:
         out = self._out(self.real.reduce(op, buf.value, tuple(axes)))
-        self.program.emit("reduce", (op, tuple(axes)), (buf.index,), (out,))
+        self.program.emit("reduce", ir.Reduce(op, tuple(axes)), (buf.index,), (out,))
         return out
 
     def matmul(self, a: Slot, b: Slot, transpose_a: bool = False,
                transpose_b: bool = False) -> Slot:
         a, b = self._operand(a), self._operand(b)
         out = self._out(self.real.matmul(a.value, b.value, transpose_a, transpose_b))
-        self.program.emit("matmul", (transpose_a, transpose_b), (a.index, b.index), (out,))
+        self.program.emit("matmul", ir.Matmul(transpose_a, transpose_b), (a.index, b.index), (out,))
         return out
 
     def strided(self, buf: Slot, offset: int, shape: tuple[int, ...],
                 strides: tuple[int, ...]) -> Slot:
         out = self._out(self.real.strided(buf.value, offset, shape, strides))
-        self.program.emit("strided", (offset, tuple(shape), tuple(strides)), (buf.index,),
+        self.program.emit("strided", ir.Strided(offset, tuple(shape), tuple(strides)), (buf.index,),
                           (out,))
         return out
 
@@ -316,15 +303,15 @@ class ProgramBackend:
         parts = [(o, ps, st, self._operand(b)) for o, ps, st, b in parts]
         out = self._out(self.real.assemble(shape, dtype,
                                            [(o, ps, st, b.value) for o, ps, st, b in parts]))
-        self.program.emit("assemble", (tuple(shape), np.dtype(dtype),
-                                       tuple((o, tuple(ps), tuple(st)) for o, ps, st, _ in parts)),
+        self.program.emit("assemble", ir.Assemble(tuple(shape), np.dtype(dtype), tuple(
+            ir.Part(o, tuple(ps), tuple(st)) for o, ps, st, _ in parts)),
                           tuple(b.index for *_, b in parts), (out,))
         return out
 
     def take(self, buf: Slot, index: np.ndarray) -> Slot:
         index = np.array(index, dtype=np.int64)
         out = self._out(self.real.take(buf.value, index))
-        self.program.emit("take", (index,), (buf.index,), (out,))
+        self.program.emit("take", ir.Take(index), (buf.index,), (out,))
         return out
 
     def scatter_add(self, shape: tuple[int, ...], dtype: Any, index: np.ndarray, g: Any,
@@ -332,7 +319,8 @@ class ProgramBackend:
         index = np.array(index, dtype=np.int64)
         g = self._operand(g)
         out = self._out(self.real.scatter_add(shape, dtype, index, g.value, unique))
-        self.program.emit("scatter_add", (tuple(shape), np.dtype(dtype), index, unique),
+        self.program.emit("scatter_add", ir.ScatterAdd(tuple(shape), np.dtype(dtype), index,
+                                                          unique),
                           (g.index,), (out,))
         return out
 
@@ -347,7 +335,7 @@ class ProgramBackend:
             return op.composite(self, params, *bufs)
         args = [self._operand(b) for b in bufs]
         out = self._out(self.real.op(op, params, [a.value for a in args], shape, dtype))
-        self.program.emit("op", (op, params, tuple(shape), np.dtype(dtype)),
+        self.program.emit("op", ir.TableOp(op, params, tuple(shape), np.dtype(dtype)),
                           tuple(a.index for a in args), (out,))
         return out
 
@@ -362,7 +350,8 @@ class ProgramBackend:
         outs = [self._out(self.real.asarray(r, r.dtype)) for r in results]
         template = tuple(("slot", None) if isinstance(a, Slot) else ("const", a)
                          for a in args)
-        self.program.emit("host", (label, fn, template, tuple(r.dtype for r in results)),
+        self.program.emit("host", ir.HostCall(label, fn, template,
+                                                  tuple(r.dtype for r in results)),
                           tuple(a.index for a in args if isinstance(a, Slot)), outs)
         return outs
 
@@ -371,7 +360,7 @@ class ProgramBackend:
         x, w = self._operand(x), self._operand(w)
         b = None if b is None else self._operand(b)
         out = self._out(self.real.linear(x.value, w.value, _real(b)))
-        self.program.emit("linear", (), (x.index, w.index, _ref(b)), (out,))
+        self.program.emit("linear", ir.Linear(), (x.index, w.index, _ref(b)), (out,))
         return out
 
     def linear_vjp(self, g: Slot, x: Any, w: Any, needs: tuple[bool, bool, bool]
@@ -381,7 +370,7 @@ class ProgramBackend:
         w = None if w is None else self._operand(w)
         found = self.real.linear_vjp(g.value, _real(x), _real(w), needs)
         outs = [None if v is None else self._out(v) for v in found]
-        self.program.emit("linear_vjp", (tuple(needs),), (g.index, _ref(x), _ref(w)),
+        self.program.emit("linear_vjp", ir.LinearVjp(tuple(needs)), (g.index, _ref(x), _ref(w)),
                           [o for o in outs if o is not None])
         return outs[0], outs[1], outs[2]
 
@@ -390,7 +379,7 @@ class ProgramBackend:
         loss, saved = self.real.cross_entropy(z.value, target, divisor)
         out = self._out(loss)
         state = self.program._opaque(saved)
-        self.program.emit("cross_entropy", (target, float(divisor)), (z.index,),
+        self.program.emit("cross_entropy", ir.CrossEntropy(target, float(divisor)), (z.index,),
                           (out, state))
         return out, state
 
@@ -401,23 +390,18 @@ class ProgramBackend:
             self.real.to_numpy(scale.value)).reshape(())) if isinstance(scale, Slot)
             else scale)
         out = self._out(value)
-        self.program.emit("cross_entropy_vjp", (target,), (saved.index, _ref(scale)), (out,))
+        self.program.emit("cross_entropy_vjp", ir.CrossEntropyVjp(target),
+                          (saved.index, _ref(scale)), (out,))
         return out
 
 
 # ---- replay: the instructions bound to one backend, run in order ----
 
 def live_instructions(program: Program, outputs: Sequence[int]) -> list[Instruction]:
-    """The instructions ``outputs`` need (and every guard before the last of them), in
-    order: the value alone skips the backward sweep's kernels."""
-    needed = set(outputs)
-    keep: list[Instruction] = []
-    for ins in reversed(program.instructions):
-        if ins.op == "guard" or any(o in needed for o in ins.outs):
-            keep.append(ins)
-            needed.update(i for i in ins.ins if type(i) is int)
-    keep.reverse()
-    return keep
+    """The instructions ``outputs`` need (and every guard, with what it reads), in order:
+    the value alone skips the backward sweep's kernels (the optimiser's dead-node pass,
+    ``compiler.optimiser.live``)."""
+    return optimiser.live(program.instructions, outputs)
 
 
 def _last_uses(instructions: list[Instruction], program: Program,
@@ -474,8 +458,8 @@ def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
     """One instruction as a function of the slot list, on backend ``be``."""
     op, p, a, o = ins.op, ins.params, ins.ins, ins.outs
     if op == "map":
-        label, exprs, names, shape, dtypes = p
-        kernel = be.prepared_map(label, exprs, names)
+        kernel = be.prepared_map(p.label, p.exprs, p.names)
+        shape, dtypes = p.shape, p.dtypes
 
         def run_map(s: list[Any]) -> None:
             outs = kernel(tuple(s[i] if type(i) is int else i for i in a), shape, dtypes)
@@ -483,7 +467,7 @@ def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
                 s[k] = v
         return run_map
     if op == "guard":
-        (recorded,) = p
+        recorded = p.recorded
 
         def run_guard(s: list[Any]) -> None:
             value = np.asarray(be.to_numpy(s[a[0]]))
@@ -491,13 +475,13 @@ def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
                 on_guard(value, recorded)
         return run_guard
     if op == "cross_entropy":
-        target, divisor = p
+        target, divisor = p.target, p.divisor
 
         def run_ce(s: list[Any]) -> None:
             s[o[0]], s[o[1]] = be.cross_entropy(s[a[0]], target, divisor)
         return run_ce
     if op == "cross_entropy_vjp":
-        (target,) = p
+        target = p.target
 
         def run_ce_vjp(s: list[Any]) -> None:
             scale = s[a[1]] if type(a[1]) is int else a[1]
@@ -506,7 +490,7 @@ def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
             s[o[0]] = be.cross_entropy_vjp(s[a[0]], target, scale)
         return run_ce_vjp
     if op == "host":
-        label, fn, template, dtypes = p
+        fn, template, dtypes = p.fn, p.template, p.dtypes
 
         def run_host(s: list[Any]) -> None:
             slots = iter(a)
@@ -516,7 +500,7 @@ def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
                 s[k] = be.asarray(np.asarray(r, dtype=dt), dt)
         return run_host
     if op == "linear_vjp":
-        (needs,) = p
+        needs = p.needs
 
         def run_linear_vjp(s: list[Any]) -> None:
             found = be.linear_vjp(s[a[0]], _arg(s, a[1]), _arg(s, a[2]), needs)
@@ -531,14 +515,14 @@ def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
 
 
 _SIMPLE: dict[str, Any] = {
-    "reshape": lambda be, p, a: be.reshape(a[0], p[0]),
-    "reduce": lambda be, p, a: be.reduce(p[0], a[0], p[1]),
-    "matmul": lambda be, p, a: be.matmul(a[0], a[1], p[0], p[1]),
-    "strided": lambda be, p, a: be.strided(a[0], p[0], p[1], p[2]),
-    "assemble": lambda be, p, a: be.assemble(p[0], p[1], [part + (b,) for part, b in
-                                                          zip(p[2], a)]),
-    "take": lambda be, p, a: be.take(a[0], p[0]),
-    "scatter_add": lambda be, p, a: be.scatter_add(p[0], p[1], p[2], a[0], p[3]),
+    "reshape": lambda be, p, a: be.reshape(a[0], p.shape),
+    "reduce": lambda be, p, a: be.reduce(p.op, a[0], p.axes),
+    "matmul": lambda be, p, a: be.matmul(a[0], a[1], p.transpose_a, p.transpose_b),
+    "strided": lambda be, p, a: be.strided(a[0], p.offset, p.shape, p.strides),
+    "assemble": lambda be, p, a: be.assemble(p.shape, p.dtype, [
+        (part.offset, part.shape, part.strides, b) for part, b in zip(p.parts, a)]),
+    "take": lambda be, p, a: be.take(a[0], p.index),
+    "scatter_add": lambda be, p, a: be.scatter_add(p.shape, p.dtype, p.index, a[0], p.unique),
     "linear": lambda be, p, a: be.linear(a[0], a[1], a[2]),
-    "op": lambda be, p, a: be.op(p[0], p[1], a, p[2], p[3]),
+    "op": lambda be, p, a: be.op(p.op, p.params, a, p.shape, p.dtype),
 }

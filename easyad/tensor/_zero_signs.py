@@ -165,7 +165,7 @@ def map_trees(plan: Any) -> dict[tuple[int, int], _expr.Node]:
                 type(i) is int and fixed_slots.get(r(i), False) for i in ins.ins)
         if ins.op != "map":
             continue
-        _, exprs, names, _, dtypes = ins.params
+        exprs, names, dtypes = ins.params.exprs, ins.params.names, ins.params.dtypes
         mapping: dict[str, _expr.Node] = {}
         for name, i in zip(names, ins.ins):
             number = float(i) if type(i) is float else (
@@ -193,7 +193,7 @@ def map_trees(plan: Any) -> dict[tuple[int, int], _expr.Node]:
                 absorbed[r(i)] = False
             continue
         if ins.op == "map":
-            _, exprs, names, _, dtypes = ins.params
+            exprs, names, dtypes = ins.params.exprs, ins.params.names, ins.params.dtypes
             fixed = {name: fixed_slots.get(r(i), False) for name, i in zip(names, ins.ins)
                      if type(i) is int}
             reads: dict[str, bool] = {}
@@ -205,7 +205,7 @@ def map_trees(plan: Any) -> dict[tuple[int, int], _expr.Node]:
                 if type(i) is int:
                     absorbed[r(i)] = absorbed.get(r(i), True) and reads.get(name, True)
             continue
-        if ins.op == "reduce" and ins.params[0] == "sum":
+        if ins.op == "reduce" and ins.params.op == "sum":
             continue                   # the loop's sum starts at +0.0: absorbs
         keep = absorbed.get(r(ins.outs[0]), True) if ins.op in _COPIES else False
         for i in slots:

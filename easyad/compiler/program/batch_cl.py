@@ -118,7 +118,7 @@ class BatchedCLProgram:
         for step in fused.steps:
             if type(step) is HostStep:
                 ins = step.instruction
-                self.steps.append(_Guard(ins.ins[0], ins.params[0]))
+                self.steps.append(_Guard(ins.ins[0], ins.params.recorded))
                 continue
             spec = next(specs)
             assert type(step) is Launch and spec.name == step.spec.name  # one plan, one order

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _expr
-from easyad._csyntax import literal
+from easyad.compiler import dialect
 from easyad.compiler.program.plan import (
     ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, flat_offset, flat_strides,
     pad_position, renamed)
@@ -36,19 +36,10 @@ from easyad.tensor._program import Instruction
 from easyad.tensor._zero_signs import constant_strong_zeros
 
 
-class Dialect:
+class Dialect(dialect.Dialect):
     """What a target language spells differently in the shared loop body (see the module
-    docstring); the renderers read these and nothing else of the language."""
-
-    name = ""
-    types: dict[Any, str] = {}     # numpy dtype -> element type in memory
-    real = "double"                # constants and accumulators
-    target = "c"                   # of _expr.render
-    literal_type = "double"        # how _csyntax.literal rounds a constant
-
-    def zero_outside(self, inside: str, value: str, ctype: str) -> str:
-        """``value`` where the int ``inside`` holds, else 0 of ``ctype``."""
-        return f"({inside} ? {value} : ({ctype})0)"
+    docstring and ``compiler.dialect``, which the scalar tape's renderer reads too); the
+    renderers read these and nothing else of the language."""
 
     def exact_calls(self, tree: _expr.Node) -> _expr.Node:
         """An expression of ``plan.exact_math`` (a value a selection compares, or what it
@@ -56,17 +47,11 @@ class Dialect:
         lane and remainder (``plan._selections``)."""
         return tree
 
-    def literal(self, value: float) -> str:
-        """A constant (inf, NaN included) as this language reads it back exactly."""
-        return literal(value, self.literal_type)
 
-
-class CDialect(Dialect):
-    """C for gcc on the numpy device: values computed in double, stored in their dtype."""
-
-    name = "c"
-    types = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
-             np.dtype(np.bool_): "unsigned char"}
+class CDialect(Dialect, dialect.CSpelling):
+    """C for gcc on the numpy device: values computed in double, stored in their dtype
+    (the scalar tape's renderer spells its C with ``compiler.dialect.C``, this dialect's
+    base)."""
 
     def zero_outside(self, inside: str, value: str, ctype: str) -> str:
         # a bit mask: gcc if-converts no ?: in a loop that calls vector math
@@ -297,7 +282,7 @@ class Renderer:
             body.regs[(plan.r(o), index)] = reg
             body.ctypes[reg] = types[p.dtypes[o]]
         if op == "map":
-            label, exprs, names, out_shape, dtypes = params
+            names, dtypes = params.names, params.dtypes
             mapping = {name: self._operand(body, i, shape, index)
                        for name, i in zip(names, ins.ins)}
             for k, (o, dt) in enumerate(zip(outs, dtypes)):
@@ -315,17 +300,18 @@ class Renderer:
                     continue
                 put(o, f"({types[np.dtype(dt)]})({_expr.render(tree, self.dialect.target)})")
         elif op == "strided":
-            offset, _, strides = params
+            offset, strides = params.offset, params.strides
             put(outs[0], self._read(body, ins.ins[0], flat_offset(shape, strides, offset, index)))
         elif op == "take":
-            put(outs[0], self._read(body, ins.ins[0], f"{self.aux(params[0])}[{index}]"))
+            put(outs[0], self._read(body, ins.ins[0], f"{self.aux(params.index)}[{index}]"))
         elif op == "reduce":
             self._reduce(ins, shape, self._operand(body, ins.ins[0], shape, index), body.pre,
                          body.loop, body.post)
         elif op == "assemble" and plan.is_pad(ins):
             put(outs[0], self._pad(body, ins, shape, index, f"in{outs[0]}{suffix}"))
         elif op == "assemble":
-            (offset, _, strides), = params[2]
+            (part,) = params.parts
+            offset, strides = part.offset, part.strides
             o = outs[0]
             self._zero(o, body.pre)
             read = self._read(body, ins.ins[0], index)   # of the part's size, not its shape
@@ -333,7 +319,7 @@ class Renderer:
                              f"[{flat_offset(shape, strides, offset, index)}] = {read};")
         elif op == "scatter_add":
             o = outs[0]
-            idx = self.aux(params[2])
+            idx = self.aux(params.index)
             self._zero(o, body.pre)
             body.loop.append(f"        {self.ptr(o, True)}[{idx}[{index}]] += "
                              f"{self._operand(body, ins.ins[0], shape, index)};")
@@ -391,7 +377,7 @@ class Renderer:
         src = ins.ins[0]
         spec = plan.pads[id(ins)]
         ctype = self.types[self.p.dtypes[ins.outs[0]]]
-        part = tuple(ins.params[2][0][1])
+        part = tuple(ins.params.parts[0].shape)
         if index == "i" and body.inside is not None and id(ins) in body.inside:
             if not body.inside[id(ins)]:
                 return f"({ctype})0"
@@ -421,7 +407,7 @@ class Renderer:
 
     def _reduce(self, ins: Instruction, shape: tuple[int, ...], v: str, pre: list[str],
                 loop: list[str], post: list[str]) -> None:
-        op, axes = ins.params
+        op, axes = ins.params.op, ins.params.axes
         o = ins.outs[0]
         ctype = self.dialect.types[self.p.dtypes[o]]
         init = {"sum": "0.0", "max": "(-INFINITY)", "min": "INFINITY"}[op]
@@ -452,7 +438,7 @@ class Renderer:
                                                v=v))
 
     def _assemble_apart(self, ins: Instruction) -> str:
-        out_shape, dtype, parts = ins.params
+        out_shape, parts = ins.params.shape, ins.params.parts
         o = ins.outs[0]
         lines = [f"    memset(P[{self.plan.r(o)}], 0, {math.prod(out_shape)} * "
                  f"sizeof({self.dialect.types[self.p.dtypes[o]]}));"]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from easyad.compiler.program.cstyle import OpenCLDialect
+from easyad.compiler.optimiser import optimise_program
 from easyad.compiler.program.plan import Plan, stored_slots
 from easyad.compiler.program.render_cl import (
     Kernel, OpenCLPlan, finish_group_size, finish_name, render_kernels)
@@ -262,7 +263,7 @@ def _linear_step(ins: Instruction, be: Any, p: Program) -> Any:
             s[o[0]] = out if b is None else bias((out, b), (n, m), dtypes)[0]
         return run_linear
     if ins.op == "linear_vjp" and type(be).linear_vjp is ComposedKernels.linear_vjp:
-        (needs,) = ins.params
+        needs = ins.params.needs
         n, m = p.shapes[a[0]]
 
         def run_linear_vjp(s: list[Any]) -> None:
@@ -290,6 +291,7 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     would be fused (no instruction a kernel can do) or the kernels do not build (with a
     CompilerWarning: the instructions then run one kernel each). Where kernels with vector
     loops do not build, the scalar kernels (no warning)."""
+    program, outputs = optimise_program(program, outputs)
     instructions = live_instructions(program, outputs)
     plan = OpenCLPlan(program, instructions, outputs)
     segments = [item for kind, item in plan.schedule if kind == "c"]

@@ -1,5 +1,5 @@
-"""The plan of a recorded tensor program's compiled form (the optimiser of tensor
-programs), shared by the C and OpenCL renderers:
+"""The plan of a recorded tensor program's compiled form (the scheduler of tensor
+programs, run after ``compiler.optimiser``), shared by the C and OpenCL renderers:
 
 - ``Plan``: reshapes share memory (``root``), a *schedule* of segments of fusable
   instructions (maps, strided and gathered reads, reductions, assembles, scatter-adds)
@@ -161,9 +161,9 @@ class Plan:
         self.pads: dict[int, list[tuple[int, int, int, int]]] = {}
         self.pad_runs: dict[int, tuple[int, int]] = {}     # pads whose slice is a flat run
         for ins in instructions:
-            if ins.op == "assemble" and len(ins.params[2]) == 1:
-                (offset, part, strides), = ins.params[2]
-                spec = _slice_of(tuple(ins.params[0]), offset, tuple(part), tuple(strides))
+            if ins.op == "assemble" and len(ins.params.parts) == 1:
+                (offset, part, strides), = ins.params.parts
+                spec = _slice_of(tuple(ins.params.shape), offset, tuple(part), tuple(strides))
                 if spec is not None:
                     self.pads[id(ins)] = spec
                     if contiguous(part, strides):   # [offset, offset + size) of the output
@@ -198,7 +198,7 @@ class Plan:
         if reader.op == "take":
             return False
         if reader.op == "strided":
-            return contiguous(reader.params[1], reader.params[2])
+            return contiguous(reader.params.shape, reader.params.strides)
         if self.is_pad(reader):
             return id(reader) in self.pad_runs
         loop_size = math.prod(self.loop_shape(reader))
@@ -230,7 +230,7 @@ class Plan:
         if ins.op == "map":
             return all(type(i) is int or type(i) is float for i in ins.ins)
         if ins.op == "reduce":
-            return ins.params[0] in ("sum", "max", "min")
+            return ins.params.op in ("sum", "max", "min")
         return True
 
     def loops(self, instructions: list[Instruction]
@@ -267,7 +267,8 @@ class Plan:
         one place (scatters, reductions along axes, max/min, whose NaN rule is not a
         reduction)."""
         return ins.op not in ("scatter_add", "reduce") or (
-            ins.params[0] == "sum" and math.prod(self.program.shapes[ins.outs[0]]) == 1)
+            ins.op == "reduce" and ins.params.op == "sum"
+            and math.prod(self.program.shapes[ins.outs[0]]) == 1)
 
     def groups(self, instructions: list[Instruction]) -> list[tuple[Any, list[Instruction]]]:
         """The loops of a segment: each instruction joins the last loop of its shape when
@@ -299,9 +300,10 @@ class Plan:
         if ins.op in ELEMENTWISE or self.is_pad(ins):
             return p.shapes[ins.outs[0]]
         if ins.op == "assemble":
-            return tuple(ins.params[2][0][1]) if len(ins.params[2]) == 1 else ("assemble",)
+            parts = ins.params.parts
+            return tuple(parts[0].shape) if len(parts) == 1 else ("assemble",)
         if ins.op == "scatter_add":
-            return tuple(ins.params[2].shape)  # over the index (g may broadcast to it)
+            return tuple(ins.params.index.shape)  # over the index (g may broadcast to it)
         return p.shapes[ins.ins[0]]           # reduce: over its input
 
     def joins(self, members: list[Instruction], ins: Instruction,
@@ -324,7 +326,7 @@ class Plan:
                 if type(i) is int and self.r(i) in made and self.program.shapes[i] != shape:
                     return False
         if ins.op in SINKS:
-            if ins.op == "assemble" and len(ins.params[2]) != 1:
+            if ins.op == "assemble" and len(ins.params.parts) != 1:
                 return False
             # a sink of a value made here: its input must be of the loop's shape
             return all(self.program.shapes[i] == shape for i in ins.ins if type(i) is int)
@@ -451,11 +453,11 @@ def _selections(plan: Plan, producer: dict[int, Instruction]) -> None:
     compared: set[int] = set()
     for kind, item in plan.schedule:
         for ins in (item if kind == "c" else [item]):
-            if ins.op == "reduce" and ins.params[0] in ("max", "min"):
+            if ins.op == "reduce" and ins.params.op in ("max", "min"):
                 compared.add(r(ins.ins[0]))
             elif ins.op == "map":
-                names = set().union(*(compared_names(e) for e in ins.params[1]))
-                compared.update(r(i) for name, i in zip(ins.params[2], ins.ins)
+                names = set().union(*(compared_names(e) for e in ins.params.exprs))
+                compared.update(r(i) for name, i in zip(ins.params.names, ins.ins)
                                 if type(i) is int and name in names)
     exact: set[int] = set()
     pending = list(compared)
@@ -542,14 +544,14 @@ def _rounds_apart(ins: Instruction) -> bool:
     function with vector versions (exp, sin...)."""
     return ins.op == "map" and any(
         isinstance(node, _expr.Call) and node.name not in _SAME_EVERYWHERE
-        for expr in ins.params[1] for node in _expr.walk(expr))
+        for expr in ins.params.exprs for node in _expr.walk(expr))
 
 
 def _operation_cost(ins: Instruction) -> int:
     """Operations an element of ``ins`` takes (a read: 1; a libm call: _CALL_COST)."""
     if ins.op != "map":
         return 1
-    _, exprs, names, _, _ = ins.params
+    exprs, names = ins.params.exprs, ins.params.names
     constants = {name: _expr.Num(i) for name, i in zip(names, ins.ins) if type(i) is float}
     cost = 0
     for expr in exprs:

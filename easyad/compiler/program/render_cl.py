@@ -108,9 +108,9 @@ class OpenCLPlan(Plan):
         if ins.op == "reduce":
             return math.prod(self.program.shapes[ins.outs[0]]) == 1
         if ins.op == "assemble":
-            return len(ins.params[2]) == 1
+            return len(ins.params.parts) == 1
         if ins.op == "scatter_add":
-            return bool(ins.params[3])          # unique indices: no two work-items add
+            return bool(ins.params.unique)          # unique indices: no two work-items add
         return True
 
 
@@ -181,7 +181,7 @@ class OpenCLRenderer(Renderer):
 
     def _reduce(self, ins: Instruction, shape: tuple[int, ...], v: str, pre: list[str],
                 loop: list[str], post: list[str]) -> None:
-        op = ins.params[0]
+        op = ins.params.op
         o = ins.outs[0]
         assert self.kernel is not None
         if (o, op) not in self.kernel.reductions:     # once for a vector loop and its rest
@@ -238,21 +238,22 @@ class OpenCLRenderer(Renderer):
         slots = ins.outs + tuple(i for i in ins.ins if type(i) is int)
         pad = ins.op == "assemble" and self.plan.is_pad(ins)
         in_order = ins.op == "assemble" and not pad and \
-            flat_offset(shape, ins.params[2][0][2], ins.params[2][0][0], index) == index
+            flat_offset(shape, ins.params.parts[0].strides, ins.params.parts[0].offset,
+                        index) == index
         if index != "i" or not (pad or in_order or ins.op in ("map", "strided", "reduce")) or \
                 any(p.dtypes[s] not in self.vector_types for s in slots) or \
                 (ins.op == "reduce" and p.dtypes[ins.ins[0]] != self.real_dtype):
             raise _NotVector
         if pad:
             inside, at = pad_position(shape, self.plan.pads[id(ins)],
-                                       tuple(ins.params[2][0][1]), index, clamp=False)
+                                       tuple(ins.params.parts[0].shape), index, clamp=False)
             if inside != "1":
                 raise _NotVector
             body.regs[(self.plan.r(ins.outs[0]), index)] = self._read(body, ins.ins[0], at)
             return None
         if ins.op != "map":     # through _read, _reduce and ptr
             return super()._emit(body, ins, shape, index)
-        _, _, names, _, dtypes = ins.params
+        names, dtypes = ins.params.names, ins.params.dtypes
         mapping = {name: self._operand(body, i, shape, index)
                    for name, i in zip(names, ins.ins)}
         # a value a selection compares (or one it is computed from) calls each builtin
@@ -408,7 +409,7 @@ class OpenCLRenderer(Renderer):
                      index: int) -> tuple[str, Kernel]:
         name = f"easyad_group_{index}"
         self._sincos = {"sin", "cos"} <= {f for ins in members if ins.op == "map"
-                                          for e in ins.params[1] for f in _expr.calls(e)}
+                                          for e in ins.params.exprs for f in _expr.calls(e)}
         if self.width and math.prod(shape) >= self.width:
             try:
                 return self._render(name, shape, members, vector=True)

@@ -12,10 +12,12 @@ numbers are the VM's bit for bit. The modules, in order:
 
 - ``optimiser`` (``optimise``, only with ``F.compile(optimise=True)``): the tape rewritten once
   (constants folded, common subexpressions shared, exact identities, dead entries
-  dropped) as an ordinary WengertList.
+  dropped) as an ordinary WengertList: tape -> ``compiler.ir`` -> ``compiler.optimiser``
+  (the passes tensor programs go through too) -> tape.
 - ``second_order``: the Hessian's nonzeros as a program of their own
   (``second_order_program``), compiled like any other tape.
-- ``layout``, ``renderer``, ``adjoints``, ``second_order_renderer``: the VM's layout to C, a
+- ``layout``, ``renderer``, ``adjoints``, ``second_order_renderer``: the VM's layout to C
+  (spelled through ``compiler.dialect.C``: constants, rule functions, the strong zero), a
   straight-line program: values run by run (affine segments as loops, the rest one
   statement per entry with constants as literals), then the adjoints in the VM's order (so
   sums round alike), partials written inline from the table's C; the statements cut into

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from easyad import _tapeview
-from easyad._csyntax import is_literal, literal
+from easyad._csyntax import is_literal
+from easyad.compiler.dialect import C
 from easyad.compiler.tape.opcodes import RULE_OPCODE, SELECT_OP
 
 CHUNK = 400         # statements per C function (compile time grows faster than linearly
@@ -30,14 +31,14 @@ class Layout:
 
     def operand(self, s: int) -> str:
         """The C expression of a slot: v[p] or a constant's literal."""
-        return f"v[{s}]" if s < self.L else literal(float(self.constants[s - self.L]))
+        return f"v[{s}]" if s < self.L else C.literal(float(self.constants[s - self.L]))
 
     def strided(self, base: int, stride: int, need: bool) -> str:
         if base < self.L:
             return f"v[{base} + j]" if stride else f"v[{base}]"
         if stride:
             return f"K[{base - self.L} + j]"
-        return literal(float(self.constants[base - self.L]))
+        return C.literal(float(self.constants[base - self.L]))
 
 
 def gather(to: str, targets: list[int], frm: str, sources: list[int] | None = None
@@ -92,7 +93,7 @@ static inline double easyad_keep(double v) {
     return v;
 }
 """
-_EXACT_EXPONENTS = frozenset(literal(c) for c in (0.0, 1.0, 2.0))
+_EXACT_EXPONENTS = frozenset(C.literal(c) for c in (0.0, 1.0, 2.0))
 
 
 def pow_exponent(op: int, text: str) -> str:

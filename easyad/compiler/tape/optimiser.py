@@ -1,18 +1,24 @@
-"""The tape rewritten once (``F.compile(optimise=True)``, and the OpenCL replay's program):
-constants folded to their recorded values, common subexpressions shared, identities that
-hold bit for bit (``x * 1``, ``x / 1``, ``x - 0``, ``x + -0``, ``x ** 1``, ``--x``), dead
-entries dropped (guards and what they read kept). The result is an ordinary WengertList,
-laid out by the VM's scheduler: its values are the recorded program's bit for bit, its
-gradients to rounding (a shared entry sums its adjoints before they are multiplied by its
-partials, and another layout adds contributions in another order)."""
+"""The tape rewritten once (``F.compile(optimise=True)``, and the OpenCL replay's
+program) by the program compiler's one optimiser (``easyad.compiler.optimiser``, on the
+IR of ``easyad.compiler.ir``): constants folded to their recorded values, common
+subexpressions shared, identities that hold bit for bit (``x * 1``, ``x / 1``,
+``x - 0``, ``x + -0``, ``x ** 1``, ``--x``), dead entries dropped (guards and what they
+read kept). The result is an ordinary WengertList, laid out by the VM's scheduler: its
+values are the recorded program's bit for bit, its gradients to rounding (a shared entry
+sums its adjoints before they are multiplied by its partials, and another layout adds
+contributions in another order). ``live_entries`` and ``rebuild_tape`` serve the
+second-order builder, which writes tapes of its own."""
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
 
-from easyad import _core, _rules, _tapeview
-from easyad.compiler.tape.opcodes import GUARD_OPS, RULE_OF, RULE_OPCODE, SELECT_OP
+from easyad import _core, _tapeview
+from easyad.compiler import ir
+from easyad.compiler import optimiser as passes
+from easyad.compiler.tape.opcodes import GUARD_OPS, SELECT_OP
 
 
 def optimise(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...]
@@ -21,109 +27,19 @@ def optimise(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...]
     inputs and outputs, or None where it holds user primitives or tensor nodes. Replaying
     it gives the same values, bit for bit, and the same derivatives to rounding, at every
     point where the original raises nothing (errors and changed branches are the VM's to
-    report, on the original tape)."""
-    view = _tapeview.TapeView(tape)
-    ops = view.ops.tolist()
-    if any(_tapeview.KINDS[op] in (_tapeview.CUSTOM, _tapeview.NODE) for op in ops):
-        return None
-    arg = (view.arg0.tolist(), view.arg1.tolist())
-    recorded = view.values.tolist()
-    partial = (view.partial0.tolist(), view.partial1.tolist())
-    input_set = set(inputs)
-    # rep[e]: ("e", new index) or ("c", value)
-    rep: list[tuple[str, Any]] = []
-    new_ops: list[int] = []
-    new_arg: tuple[list[int], list[int]] = ([], [])
-    new_values: list[float] = []
-    new_partial: tuple[list[float], list[float]] = ([], [])
-    seen: dict[tuple[Any, ...], int] = {}
-    neg, mul, div, sub, add, pow_ = (RULE_OPCODE[k]
-                                     for k in ("neg", "mul", "div", "sub", "add", "pow"))
-
-    def emit(op: int, a: tuple[str, Any], b: tuple[str, Any], value: float,
-             p: tuple[float, float]) -> int:
-        for k, (kind, x) in enumerate((a, b)):
-            new_arg[k].append(x if kind == "e" else -1)
-            new_partial[k].append(p[k] if kind == "e" else x)
-        new_ops.append(op)
-        new_values.append(value)
-        return len(new_ops) - 1
-
-    def key(r: tuple[str, Any]) -> tuple[str, Any]:
-        return r if r[0] == "e" else ("c", np.float64(r[1]).tobytes())
-
-    none = ("c", 0.0)
-    for e, op in enumerate(ops):
-        kind = _tapeview.KINDS[op]
-        if kind in (_tapeview.VARIABLE, _tapeview.CONSTANT):
-            if e in input_set:
-                rep.append(("e", emit(op, none, none, recorded[e], (0.0, 0.0))))
-            else:
-                rep.append(("c", recorded[e]))
-            continue
-        arity = RULE_OF[op].arity if kind == _tapeview.RULE else 2
-        operands = []
-        for k in range(2):
-            if k >= arity:
-                operands.append(none)
-            elif arg[k][e] >= 0:
-                operands.append(rep[arg[k][e]])
-            else:
-                operands.append(("c", partial[k][e]))
-        a, b = operands
-        p = (partial[0][e], partial[1][e])
-        if kind != _tapeview.RULE:     # comparisons, guards and selects stay as they are
-            if kind == _tapeview.GUARD and a[0] == "c" and b[0] == "c":
-                rep.append(("c", recorded[e]))     # of constants: it never changes
-                continue
-            if kind in (_tapeview.GUARD, _tapeview.COMPARE) and a[0] == "c":
-                # a comparison reads an entry first: the constant as a fixed variable
-                a = ("e", emit(_rules.OP_VARIABLE, none, none, a[1], (0.0, 0.0)))
-            rep.append(("e", emit(op, a, b, recorded[e], p)))
-            continue
-        if all(r[0] == "c" for r in operands[:arity]):
-            rep.append(("c", recorded[e]))      # constant: the value it was recorded with
-            continue
-        same = _identity(op, a, b, neg, mul, div, sub, add, pow_, new_ops, new_arg)
-        if same is not None:
-            rep.append(same)
-            continue
-        k2 = (op, key(a), key(b))
-        if k2 in seen:
-            rep.append(("e", seen[k2]))
-            continue
-        seen[k2] = emit(op, a, b, recorded[e], p)
-        rep.append(("e", seen[k2]))
-    outs = []
-    for o in outputs:
-        r = rep[o]
-        outs.append(r[1] if r[0] == "e" else
-                    emit(_rules.OP_VARIABLE, none, none, r[1], (0.0, 0.0)))
-    ins = [rep[i][1] for i in inputs]
-    keep = live_entries(new_ops, new_arg, outs, ins)
-    return rebuild_tape(keep, new_ops, new_arg, new_values, new_partial, ins, outs)
-
-
-def _identity(op: int, a: tuple[str, Any], b: tuple[str, Any], neg: int, mul: int, div: int,
-              sub: int, add: int, pow_: int, ops: list[int],
-              args: tuple[list[int], list[int]]) -> tuple[str, Any] | None:
-    """The operand an entry equals bit for bit (value and derivative), or None."""
-    def const(r: tuple[str, Any], v: float) -> bool:
-        return r[0] == "c" and np.float64(r[1]).tobytes() == np.float64(v).tobytes()
-
-    if op == mul:
-        if const(b, 1.0) and a[0] == "e":
-            return a
-        if const(a, 1.0) and b[0] == "e":
-            return b
-    elif (op == div and const(b, 1.0)) or (op == sub and const(b, 0.0)) \
-            or (op == add and const(b, -0.0)) or (op == pow_ and const(b, 1.0)):
-        return a if a[0] == "e" else None
-    elif op == add and const(a, -0.0):
-        return b if b[0] == "e" else None
-    elif op == neg and a[0] == "e" and ops[a[1]] == neg and args[0][a[1]] >= 0:
-        return ("e", args[0][a[1]])
-    return None
+    report, on the original tape). Tape -> IR -> the optimiser's passes -> tape."""
+    # a node per entry: the cyclic collector would walk them all again and again
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        made = ir.from_tape(tape, inputs, outputs)
+        if made is None:
+            return None
+        graph, outs = passes.optimise(*made)
+        return ir.to_tape(graph, outs)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def live_entries(ops: list[int], args: tuple[list[int], list[int]], outs: list[int],

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _rules, _tapeview
-from easyad._csyntax import literal
+from easyad.compiler.dialect import C
 from easyad.compiler.tape.adjoints import Adjoints, reverse_run
 from easyad.compiler.tape.layout import (KEEP_HELPER, Layout, chunks, gather,
                                          output_ancestors, pow_exponent)
@@ -69,12 +69,12 @@ def render(layout: dict[str, Any], origin: str, seeds: np.ndarray | None = None,
            " * _rule_functions.h and _helpers.h, the functions the VM calls. */\n",
            PRELUDE, KEEP_HELPER]
     out.append(f"static const double K[{max(1, len(P.constants))}] = "
-               f"{{{', '.join(literal(float(c)) for c in P.constants) or '0.0'}}};\n")
+               f"{{{', '.join(C.literal(float(c)) for c in P.constants) or '0.0'}}};\n")
     out += P.decls
     inputs = [int(p) for p in P.inputs]
     taken = set(inputs)
     fixed = [p for p in range(int(P.first)) if p not in taken]
-    setup = [f"    v[{p}] = {literal(float(P.values[p]))};\n" for p in fixed]
+    setup = [f"    v[{p}] = {C.literal(float(P.values[p]))};\n" for p in fixed]
     setup += gather("v", inputs, "x")
     fparts = chunks(setup + forward)
     rparts = chunks(adjoints.lines)
@@ -180,7 +180,7 @@ def _forward_run(P: Layout, run: tuple[int, ...]) -> list[str]:
                 break
         check = " bad = (z - z == 0.0) ? bad : 1.0;" if checked else ""
         loop = (f"{start}for (j = 0; j < {hi - lo}; j++) {{ const double x = {fast[0]}, "
-                f"y = {fast[1]}; (void)y; const double z = easyad_{name}_value(x, y); "
+                f"y = {fast[1]}; (void)y; const double z = {C.rule_value(name)}(x, y); "
                 f"v[{lo} + j] = z;{chain}{check} }}")
         if not checked:
             return [f"    {{ {loop} }}\n"]
@@ -190,7 +190,7 @@ def _forward_run(P: Layout, run: tuple[int, ...]) -> list[str]:
         x = P.operand(int(P.slot0[i]))
         y = pow_exponent(op, P.operand(int(P.slot1[i])))
         line = f"    {{ const double x = {x}, y = {y}; (void)y; const double z = " \
-               f"easyad_{name}_value(x, y); v[{i}] = z;"
+               f"{C.rule_value(name)}(x, y); v[{i}] = z;"
         if checked:
             line += " if (!isfinite(z)) flags |= 2;"
         lines.append(line + " }\n")
@@ -210,7 +210,7 @@ def _indexed(P: Layout, lo: int, hi: int) -> tuple[str, str] | None:
     for slots in (P.slot0[lo:hi], P.slot1[lo:hi]):
         slots = [int(s) for s in slots]
         if all(s >= P.L for s in slots) and len(set(slots)) == 1:
-            operands.append(literal(float(P.constants[slots[0] - P.L])))
+            operands.append(C.literal(float(P.constants[slots[0] - P.L])))
             continue
         if all(s < P.L for s in slots):
             array, offset = "v", 0

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _expr, _rules, _tapeview
-from easyad._csyntax import literal
+from easyad.compiler.dialect import C
 from easyad.compiler.tape.layout import Layout, chunks, output_ancestors, pow_exponent
 from easyad.compiler.tape.opcodes import RULE_OF, SELECT_OP
 
@@ -44,7 +44,7 @@ def render_second(layout: dict[str, Any], seeds: np.ndarray | None, n_rev: int) 
     # _ops.h's functions into them, 3x slower; -O1 for the whole file costs the gradient)
     out = [f"\n/* second order: {K} seed directions (Hessian), 1 given (HVP) */\n",
            f"static const double S[{max(1, n * K)}] = "
-           f"{{{', '.join(literal(float(c)) for c in seeds.ravel()) or '0.0'}}};\n"]
+           f"{{{', '.join(C.literal(float(c)) for c in seeds.ravel()) or '0.0'}}};\n"]
     for name, k_dirs in (("hessian", K), ("hvp", 1)):
         if name == "hessian" and not sweep:
             out.append("\nint easyad_native_hessian(const double* restrict x, const double* "
@@ -129,14 +129,16 @@ def _tangent_entry(P: Layout, rule: _rules.Rule | None, i: str, x: str, y: str,
             q.append("0.0")
             continue
         c = _expr.constant(rule.partials[k])
-        q.append(literal(c) if c is not None else f"easyad_{name}_d{k}(x, y, z)")
-    t0 = f"easyad_{name}_t0(x, y, z, dx, dy, dz)" if need & 1 else "0.0"
-    t1 = f"easyad_{name}_t1(x, y, z, dx, dy, dz)" if need & 2 and rule.arity > 1 else "0.0"
+        q.append(C.literal(c) if c is not None else f"{C.rule_partial(name, k)}(x, y, z)")
+    t0 = f"{C.rule_tangent(name, 0)}(x, y, z, dx, dy, dz)" if need & 1 else "0.0"
+    t1 = f"{C.rule_tangent(name, 1)}(x, y, z, dx, dy, dz)" if need & 2 and rule.arity > 1 \
+        else "0.0"
     return (f"{{ const double x = {x}, y = {y}, z = v[{i}]; (void)x; (void)y; (void)z; "
             f"const double q0 = {q[0]}, q1 = {q[1]}; p0[{i}] = q0; p1[{i}] = q1; "
             f"for (k = 0; k < {k_dirs}; k++) {{ const double dx = {dx if need & 1 else '0.0'}, "
             f"dy = {dy if need & 2 else '0.0'}; (void)dx; (void)dy; "
-            f"const double dz = mul0(q0, dx) + mul0(q1, dy); dv[({i}) * {k_dirs} + k] = dz; "
+            f"const double dz = {C.mul0('q0', 'dx')} + {C.mul0('q1', 'dy')}; "
+            f"dv[({i}) * {k_dirs} + k] = dz; "
             f"dp0[({i}) * {k_dirs} + k] = {t0}; dp1[({i}) * {k_dirs} + k] = {t1}; }} }}")
 
 
@@ -160,8 +162,9 @@ def _tangent_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray
                 lines.append(
                     f"    {{ const double q0 = (v[{c}] != 0.0) ? 1.0 : 0.0, q1 = (v[{c}] != 0.0)"
                     f" ? 0.0 : 1.0; p0[{i}] = q0; p1[{i}] = q1; for (k = 0; k < {k_dirs}; k++)"
-                    f" {{ const double dx = {dx}, dy = {dy}; const double dz = mul0(q0, dx) + "
-                    f"mul0(q1, dy); dv[{i * k_dirs} + k] = dz; dp0[{i * k_dirs} + k] = 0.0; "
+                    f" {{ const double dx = {dx}, dy = {dy}; const double dz = "
+                    f"{C.mul0('q0', 'dx')} + {C.mul0('q1', 'dy')}; dv[{i * k_dirs} + k] = dz; "
+                    f"dp0[{i * k_dirs} + k] = 0.0; "
                     f"dp1[{i * k_dirs} + k] = 0.0; }} }}\n")
             else:                      # comparisons: no tangents, partials 0
                 lines.append(f"    p0[{i}] = 0.0; p1[{i}] = 0.0; for (k = 0; k < {k_dirs}; "
@@ -201,8 +204,9 @@ def _tangent_adjoint_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np
         adds = []
         for target, k in ((a, 0), (b, 1)):
             if target is not None:
-                adds.append(f"dadj[({target}) * {k_dirs} + k] += mul0(dp{k}[({i}) * {k_dirs} + k],"
-                            f" g) + mul0(q{k}, q);")
+                adds.append(f"dadj[({target}) * {k_dirs} + k] += "
+                            f"{C.mul0(f'dp{k}[({i}) * {k_dirs} + k]', 'g')} + "
+                            f"{C.mul0(f'q{k}', 'q')};")
         if not adds:
             return ""
         return (f"{{ const double g = 0.0 + a[{i}], q0 = p0[{i}], q1 = p1[{i}]; (void)q0; "

@@ -1,0 +1,66 @@
+"""How a target language spells what every renderer writes, each said once: the base of
+``compiler.program.cstyle``'s dialects (``CDialect``, ``OpenCLDialect``) and the C the
+scalar tape's renderer (``compiler.tape``) writes through ``C``.
+
+A light module (no tensor imports): the scalar renderer loads it on the first compile.
+
+- constants: ``literal`` (``easyad._csyntax.literal``, exact for inf and NaN, rounded as
+  the language's real type reads them);
+- the rule table's functions, the very ones the VM calls (``_rule_functions.h``):
+  ``rule_value`` (``easyad_<rule>_value``), ``rule_partial`` (``_d<k>``), ``rule_tangent``
+  (``_t<k>``);
+- the strong zero (``_helpers.h``): ``mul0`` (0 times anything is 0: an adjoint of 0 does
+  not turn inf or NaN partials into NaN; the rule table's own strings call ``mul0`` and
+  ``div0`` by name, rendered by ``_expr``);
+- the element types of memory (``types``) and of constants and accumulators (``real``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from easyad._csyntax import literal
+
+
+class Dialect:
+    """What a target language spells differently (see the module's docstring); the
+    renderers read these and nothing else of the language."""
+
+    name = ""
+    types: dict[Any, str] = {}     # numpy dtype -> element type in memory
+    real = "double"                # constants and accumulators
+    target = "c"                   # of _expr.render
+    literal_type = "double"        # how _csyntax.literal rounds a constant
+
+    def literal(self, value: float) -> str:
+        """A constant (inf, NaN included) as this language reads it back exactly."""
+        return literal(value, self.literal_type)
+
+    def rule_value(self, rule: str) -> str:
+        return f"easyad_{rule}_value"
+
+    def rule_partial(self, rule: str, k: int) -> str:
+        return f"easyad_{rule}_d{k}"
+
+    def rule_tangent(self, rule: str, k: int) -> str:
+        return f"easyad_{rule}_t{k}"
+
+    def mul0(self, a: str, b: str) -> str:
+        """``a * b`` with the strong zero (0 whatever the other factor)."""
+        return f"mul0({a}, {b})"
+
+    def zero_outside(self, inside: str, value: str, ctype: str) -> str:
+        """``value`` where the int ``inside`` holds, else 0 of ``ctype``."""
+        return f"({inside} ? {value} : ({ctype})0)"
+
+
+class CSpelling(Dialect):
+    """C for gcc: values in double, stored in their dtype."""
+
+    name = "c"
+    types = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
+             np.dtype(np.bool_): "unsigned char"}
+
+
+C = CSpelling()
