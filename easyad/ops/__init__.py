@@ -14,6 +14,7 @@ How to add an op: docs/internals.md ("How to add an op"); tests/test_add_an_op.p
 from easyad.ops._table import OPS, Op, get, register, unregister
 from easyad.ops._apply import OpStep, apply, batched, call
 from easyad.ops._builtin import cumsum, flip
+from easyad.ops import _structural  # noqa: F401  (reshape, transpose, sum, max, min)
 from easyad.ops._sorting import argmax, argmin, argsort, order_by, sort
 from easyad.ops._npfunctions import (broadcast_to, clip, cumprod, diag, diagonal,
                                      expand_dims, moveaxis, pad, prod, repeat, roll, split,

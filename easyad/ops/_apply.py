@@ -73,12 +73,14 @@ def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     data = be.op(op, params, bufs, shape, dtype)
     tape = common_tape(op.name, ops)
     inputs = tuple(o.index for o in ops)
+    number = shape == () and op.numbers
     if tape is None or all(i < 0 for i in inputs):
-        if shape == ():
+        if number:
             return record_scalar(cls, op.name, be, data, None, (), None)
         return record(cls, op.name, be, data, shape, dtype, None, (), None)
-    step = OpStep(op, params, cls, be, ops, data, shape, dtype)
-    if shape == ():
+    step = OpStep(op, params, cls, be, ops, data, shape, dtype) if op.step is None else \
+        op.step(params, cls, be, ops, bufs, data, shape, dtype)
+    if number:
         return record_scalar(cls, op.name, be, data, tape, inputs, step, step.graph)
     return record(cls, op.name, be, data, shape, dtype, tape, inputs, step, step.graph)
 
@@ -157,6 +159,9 @@ def _forward(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     values = [a._value if isinstance(a, TraceTensor) else a for a in args]
     tangents = [a._tangent if isinstance(a, TraceTensor) else None for a in args]
     out = apply(op, params, tuple(values))
+    # the jvp sees canonical parameters (axes made non-negative...), as the vjp does
+    _, params = op.rule(params, *(tuple(v.shape) if hasattr(v, "shape") else np.shape(v)
+                                  for v in values))
     full = tuple(t if t is not None else _zeros_like(v) for t, v in zip(tangents, values))
     if op.jvp is None:           # linear in its operands: the op of the tangents
         tangent = apply(op, params, full)

@@ -31,6 +31,7 @@ from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, Node, T, TensorBase, common_tape,
                                  fold, live_tape, operand, record, record_scalar, result_dtype,
                                  wrap)
+from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._numpy import _ERRSTATE, _IGNORE, NumpyBackend
 from easyad.tensor._steps import Step
 
@@ -124,24 +125,6 @@ def _buffer(be: Any, g: Any, dtype: Any) -> Any:
 
 # ---- reductions ----
 
-def _reduction(t: TensorBase, axis: Any, keepdims: bool, op: str
-               ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Any]:
-    if t._dtype == BOOL:
-        t = t.astype(np.float64)
-    axes = shapes.normalize_axes(op, axis, t.ndim)
-    kept = shapes.reduce(t._shape, axes, True)
-    out_shape = shapes.reduce(t._shape, axes, keepdims)
-    return axes, kept, out_shape, t
-
-
-def _finish(label: str, t: TensorBase, raw: Any, out_shape: tuple[int, ...], step: Step) -> Any:
-    be, tape = t._backend, live_tape(t)
-    if out_shape == ():
-        return record_scalar(type(t), label, be, raw, tape, (t._index,), step, step.graph)
-    return record(type(t), label, be, be.reshape(raw, out_shape), out_shape, t._dtype, tape,
-                  (t._index,), step, step.graph)
-
-
 # SumStep (the core's): its vjp off the numpy device, and its graph
 
 def _kept(step: Any, g: Any) -> Any:
@@ -158,7 +141,11 @@ def _sum_vjp(step: SumStep, g: Any) -> tuple[Any]:
 
 
 def _sum_graph(step: Any, tape: Any, index: int, g: Any) -> tuple[Any]:
-    return (_graph.broadcast(g, step.kept, step.shape, step.cls, step.be, step.dtype),)
+    # the table's vjp (easyad.ops' sum), on the adjoint made a tensor
+    g = _graph.as_tensor(g, step.cls, step.be, step.dtype)
+    axes = tuple(d for d, (k, n) in enumerate(zip(step.kept, step.shape)) if k != n)
+    return (TABLE_OPS["sum_vjp"](g, axes, ShapeDtype(step.shape, step.dtype),
+                                 ShapeDtype(step.kept, step.dtype)),)
 
 
 def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -173,10 +160,7 @@ def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
         raw = _own(be, np.ascontiguousarray(raw))
         return record(type(t), "sum", be, raw.reshape(out_shape) if keepdims else raw,
                       out_shape, t._dtype, t._tape, (t._index,), step, step.graph)
-    axes, kept, out_shape, t = _reduction(t, axis, keepdims, "sum")
-    raw = t._backend.reduce("sum", t._data, axes)
-    return _finish("sum", t, raw, out_shape, SumStep(type(t), t._backend, kept, t._shape,
-                                                     t._dtype))
+    return TABLE_OPS["sum"](t, axis, keepdims)      # the op table's sum
 
 
 def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -193,28 +177,36 @@ def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
 # ExtremeStep (the core's: max's or min's vjp, the adjoint to the operand's elements ``x``
 # equal to the result ``m``, split evenly among ties): its vjp and graph
 
-def _ties(step: ExtremeStep) -> Any:
-    """How many elements equal the result, per result (shape ``kept``)."""
-    be = step.be
-    (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": step.x, "m": step.m},
-                     step.shape, (step.dtype,))
-    return be.reshape(be.reduce("sum", ties, step.axes), step.kept)
+def _ties(be: Any, x: Any, m: Any, axes: tuple[int, ...], kept: tuple[int, ...],
+          shape: tuple[int, ...], dtype: Any) -> Any:
+    """How many elements of ``x`` equal the result ``m``, per result (shape ``kept``)."""
+    (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": x, "m": m}, shape, (dtype,))
+    return be.reshape(be.reduce("sum", ties, axes), kept)
+
+
+def extreme_share(be: Any, x: Any, m: Any, axes: tuple[int, ...], kept: tuple[int, ...],
+                  shape: tuple[int, ...], dtype: Any) -> Any:
+    """Each element's share of a max's or min's adjoint: 1/ties where ``x`` equals the
+    result ``m`` (of shape ``kept``), else 0 (a buffer; the table's vjp reads it)."""
+    n = _ties(be, x, m, axes, kept, shape, dtype)
+    (share,) = be.map("share", ("choose(x == m, 1.0 / n, 0.0)",), {"x": x, "m": m, "n": n},
+                      shape, (dtype,))
+    return share
 
 
 def _extreme_vjp(step: ExtremeStep, g: Any) -> tuple[Any]:
-    n = _ties(step)
+    n = _ties(step.be, step.x, step.m, step.axes, step.kept, step.shape, step.dtype)
     return tuple(step.be.map("share", ("choose(x == m, g / n, 0.0)",),
                              {"x": step.x, "m": step.m, "g": _kept(step, g), "n": n},
                              step.shape, (step.dtype,)))
 
 
 def _extreme_graph(step: ExtremeStep, tape: Any, index: int, g: Any) -> tuple[Any]:
-    # the share of each element is piecewise constant: a constant factor
-    n = _ties(step)
-    (share,) = step.be.map("share", ("choose(x == m, 1.0 / n, 0.0)",),
-                           {"x": step.x, "m": step.m, "n": n}, step.shape, (step.dtype,))
-    (spread,) = _sum_graph(step, tape, index, g)
-    return (spread * wrap(step.cls, step.be, share, step.shape, step.dtype),)
+    # the table's vjp (easyad.ops' max and min), on the values as constants (it reads them)
+    cls, be, dtype = step.cls, step.be, step.dtype
+    g = _graph.as_tensor(g, cls, be, dtype)
+    return (TABLE_OPS["extreme_vjp"](g, step.axes, wrap(cls, be, step.x, step.shape, dtype),
+                                     wrap(cls, be, step.m, step.kept, dtype)),)
 
 
 def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -230,13 +222,7 @@ def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = Fa
             return _scalar_result(t, op, float(raw.reshape(())), step)
         return record(type(t), op, be, raw.reshape(out_shape) if keepdims else raw,
                       out_shape, t._dtype, t._tape, (t._index,), step, step.graph)
-    axes, kept, out_shape, t = _reduction(t, axis, keepdims, op)
-    be, shape, dtype, x = t._backend, t._shape, t._dtype, t._data
-    if t.size == 0:
-        raise ValueError(f"{op} of an empty tensor (shape {shape}) has no value")
-    raw = be.reduce(op, x, axes)
-    step = ExtremeStep(type(t), be, kept, shape, dtype, x, be.reshape(raw, kept), axes)
-    return _finish(op, t, raw, out_shape, step)
+    return TABLE_OPS[op](t, axis, keepdims)      # the op table's max or min
 
 
 # ---- reshape, transpose ----
@@ -266,14 +252,11 @@ def reshape(t: T, new: Any) -> T:
         step = ReshapeStep(t._backend, shape)
         return record(type(t), "reshape", t._backend, t._data.reshape(new_shape), new_shape,
                       t._dtype, t._tape, (t._index,), step, step.graph)
-    new_shape = shapes.reshape(t._shape, new)
-    be = t._backend
-    step = ReshapeStep(be, t._shape)
-    return record(type(t), "reshape", be, be.reshape(t._data, new_shape), new_shape, t._dtype,
-                  live_tape(t), (t._index,), step, step.graph)
+    return TABLE_OPS["reshape"](t, new)          # the op table's reshape
 
 
-def _permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
+def permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
+    """``data`` (of ``shape``) with its axes permuted by ``perm``: one strided copy."""
     strides = shapes.contiguous_strides(shape)
     return be.strided(data, 0, tuple(shape[p] for p in perm), tuple(strides[p] for p in perm))
 
@@ -284,7 +267,7 @@ def _transpose_vjp(step: TransposeStep, g: Any) -> tuple[Any]:
     be = step.be
     if type(be) is NumpyBackend:    # strided's contiguous copy of the permuted view
         return (_own(be, g.reshape(step.out_shape).transpose(step.inverse).copy()),)
-    return (_permute(be, g, step.out_shape, step.inverse),)
+    return (permute(be, g, step.out_shape, step.inverse),)
 
 
 _SWAP = (1, 0)
@@ -297,14 +280,9 @@ def transpose(t: T, axes: Any) -> T:
         return record(type(t), "transpose", be, _own(be, t._data.T.copy()), (c, r), t._dtype,
                       t._tape, (t._index,), step, step.graph)
     perm = shapes.transpose(t._shape, axes)
-    be, shape = t._backend, t._shape
-    out_shape = tuple(shape[p] for p in perm)
-    inverse = tuple(int(i) for i in np.argsort(perm))
     if perm == tuple(range(len(perm))):
         return t
-    step = TransposeStep(be, out_shape, inverse)
-    return record(type(t), "transpose", be, _permute(be, t._data, shape, perm), out_shape, t._dtype,
-                  live_tape(t), (t._index,), step, step.graph)
+    return TABLE_OPS["transpose"](t, perm)       # the op table's transpose
 
 
 # ---- indexing ----

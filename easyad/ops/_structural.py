@@ -1,0 +1,216 @@
+"""The older structural ops, moved into the table: reshape, transpose, sum, max and min.
+
+Each is one registration. Their composites are the primitives the tensor layer always
+called (``reshape``, ``strided``, ``reduce``), and they run on the numpy device too
+(``composite_first``), so eager results, recorded programs and what those fuse into are
+what they were. The common cases on the numpy device never get here: the compiled core's
+fast paths (``_engine/structural.pxi``) and ``tensor._structural``'s run first and make
+the same steps as the ``step`` fields below (the core's step classes: the sweep's vjp on
+buffers, in C on the numpy device); those steps' ``graph`` (create_graph) is the table's
+``vjp``, reached through ``tensor._structural``'s services.
+
+- ``reshape``: linear; a 0-d result stays a tensor. Batching: the batch axis first only.
+- ``transpose``: linear; the axes a permutation (the rule makes ``None`` the reversal).
+- ``sum``: linear; its vjp broadcasts the adjoint back.
+- ``max``/``min``: the adjoint goes to the elements equal to the result, split evenly
+  among ties (docs/tensors.md); the jvp is the mean of the tied elements' tangents.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from easyad._core import ExtremeStep, ReshapeStep, SumStep, TransposeStep
+from easyad.ops._apply import apply
+from easyad.ops._builtin import _shifted
+from easyad.ops._table import Op, register
+from easyad.tensor import _graph, _structural
+from easyad.tensor import _shapes as shapes
+from easyad.tensor._base import wrap
+
+
+def _same_dtype(p: Any, dtype: Any) -> Any:
+    return dtype           # reshape and transpose keep bools bools
+
+
+# ---- reshape ----
+
+@dataclasses.dataclass(frozen=True)
+class ReshapeParams:
+    shape: tuple[int, ...]           # may hold one -1 (the rule works it out)
+
+
+def _reshape_rule(p: ReshapeParams, shape: tuple[int, ...]
+                  ) -> tuple[tuple[int, ...], ReshapeParams]:
+    new = shapes.reshape(shape, p.shape)
+    return new, ReshapeParams(new)
+
+
+def _reshape_batch(p: ReshapeParams, b: int) -> tuple[ReshapeParams, int]:
+    if b != 0:
+        raise NotImplementedError("reshape's batching rule takes the batch axis first "
+                                  "(batch_axis=0): move it there first")
+    return ReshapeParams((-1,) + p.shape), 0
+
+
+RESHAPE: Op = register(Op(
+    name="reshape", params=ReshapeParams, rule=_reshape_rule,
+    numpy=lambda p, x: np.reshape(x, p.shape),
+    vjp=lambda p, g, x, out: (g.reshape(x.shape),),
+    batch=_reshape_batch, dtype=_same_dtype,
+    composite=lambda be, p, buf: be.reshape(buf, p.shape), composite_first=True,
+    step=lambda p, cls, be, ops, bufs, out, shape, dtype: ReshapeStep(be, ops[0].shape),
+    linear=True, objects=True, numbers=False, doc="the elements in a new shape"))
+
+
+# ---- transpose ----
+
+@dataclasses.dataclass(frozen=True)
+class TransposeParams:
+    axes: tuple[int, ...] | None = None      # None: the axes reversed
+
+
+def _transpose_rule(p: TransposeParams, shape: tuple[int, ...]
+                    ) -> tuple[tuple[int, ...], TransposeParams]:
+    perm = shapes.transpose(shape, p.axes)
+    return tuple(shape[a] for a in perm), TransposeParams(perm)
+
+
+def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argsort(perm))
+
+
+def _transpose_batch(p: TransposeParams, b: int) -> tuple[TransposeParams, int]:
+    perm = [_shifted(a, b) for a in p.axes or ()]
+    perm.insert(b, b)              # the batch axis stays where it is
+    return TransposeParams(tuple(perm)), b
+
+
+TRANSPOSE: Op = register(Op(
+    name="transpose", params=TransposeParams, rule=_transpose_rule,
+    numpy=lambda p, x: np.transpose(x, p.axes),
+    vjp=lambda p, g, x, out: (g.transpose(_inverse(p.axes)),),
+    batch=_transpose_batch, dtype=_same_dtype,
+    composite=lambda be, p, buf: _structural.permute(be, buf, tuple(buf.shape), p.axes),
+    composite_first=True,
+    step=lambda p, cls, be, ops, bufs, out, shape, dtype: TransposeStep(be, shape,
+                                                                  _inverse(p.axes)),
+    linear=True, objects=True, numbers=False, doc="the axes permuted"))
+
+
+# ---- reductions: sum, max, min ----
+
+@dataclasses.dataclass(frozen=True)
+class ReduceParams:
+    axes: tuple[int, ...] | None = None      # None: every axis
+    keepdims: bool = False
+
+
+def _reduce_rule(name: str) -> Any:
+    def rule(p: ReduceParams, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ReduceParams]:
+        axes = shapes.normalize_axes(name, p.axes, len(shape))
+        if name != "sum" and 0 in shape:
+            raise ValueError(f"{name} of an empty tensor (shape {shape}) has no value")
+        return shapes.reduce(shape, axes, p.keepdims), ReduceParams(axes, p.keepdims)
+    return rule
+
+
+def _reduce_batch(p: ReduceParams, b: int) -> tuple[ReduceParams, int]:
+    axes = p.axes or ()
+    out = b if p.keepdims else b - sum(1 for a in axes if a < b)
+    return ReduceParams(tuple(_shifted(a, b) for a in axes), p.keepdims), out
+
+
+def _reduce_composite(kind: str) -> Any:
+    def composite(be: Any, p: ReduceParams, buf: Any) -> Any:
+        raw = be.reduce(kind, buf, p.axes)
+        shape = shapes.reduce(tuple(buf.shape), p.axes or (), p.keepdims)
+        return raw if shape == () else be.reshape(raw, shape)
+    return composite
+
+
+def _kept(p: ReduceParams, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shapes.reduce(shape, p.axes or (), True)
+
+
+def _sum_vjp(p: ReduceParams, g: Any, x: Any, out: Any) -> tuple[Any]:
+    return (_graph.broadcast(g, _kept(p, x.shape), x.shape, type(g), g._backend, x.dtype),)
+
+
+SUM: Op = register(Op(
+    name="sum", params=ReduceParams, rule=_reduce_rule("sum"),
+    numpy=lambda p, x: np.add.reduce(x, axis=p.axes, keepdims=p.keepdims),
+    vjp=_sum_vjp, batch=_reduce_batch,
+    composite=_reduce_composite("sum"), composite_first=True,
+    step=lambda p, cls, be, ops, bufs, out, shape, dtype: SumStep(
+        cls, be, _kept(p, ops[0].shape), ops[0].shape, dtype),
+    linear=True, objects=True, doc="sums along axes"))
+
+
+def _extreme_vjp(p: ReduceParams, g: Any, x: Any, out: Any) -> tuple[Any]:
+    # each element's share of the adjoint (1/ties where it equals the result, else 0) is
+    # piecewise constant: a constant factor of the broadcast adjoint
+    cls, be, dtype = type(g), g._backend, x.dtype
+    kept = _kept(p, x.shape)
+    m = out._data if hasattr(out, "_data") else be.full((), float(out), dtype)
+    if tuple(m.shape) != kept:
+        m = be.reshape(m, kept)
+    share = _structural.extreme_share(be, x._data, m, p.axes, kept, x.shape, dtype)
+    spread = _graph.broadcast(g, kept, x.shape, cls, be, dtype)
+    return (spread * wrap(cls, be, share, x.shape, dtype),)
+
+
+def _extreme_jvp(p: ReduceParams, tangents: tuple[Any], x: Any, out: Any) -> Any:
+    # the mean of the tangents of the elements equal to the result (the comparisons are
+    # of values: constant masks)
+    (dx,) = tangents
+    m = out.reshape(_kept(p, x.shape)) if hasattr(out, "reshape") else out
+    mask = _graph.where(x == m, 1.0, 0.0)
+    return (dx * mask).sum(axis=p.axes, keepdims=p.keepdims) / \
+        mask.sum(axis=p.axes, keepdims=p.keepdims)
+
+
+def _extreme_step(p: ReduceParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
+                  shape: tuple[int, ...], dtype: Any) -> Any:
+    kept = _kept(p, ops[0].shape)
+    return ExtremeStep(cls, be, kept, ops[0].shape, dtype, bufs[0], be.reshape(out, kept),
+                       p.axes)
+
+
+def _register_extreme(name: str, ufunc: Any) -> Op:
+    return register(Op(
+        name=name, params=ReduceParams, rule=_reduce_rule(name),
+        numpy=lambda p, x: ufunc.reduce(x, axis=p.axes, keepdims=p.keepdims),
+        vjp=_extreme_vjp, jvp=_extreme_jvp, batch=_reduce_batch,
+        composite=_reduce_composite(name), composite_first=True, step=_extreme_step,
+        doc=f"{name}ima along axes (the adjoint split among ties)"))
+
+
+MAX: Op = _register_extreme("max", np.maximum)
+MIN: Op = _register_extreme("min", np.minimum)
+
+
+# ---- the tensor layer's calls (it sits below the table: registered there) ----
+
+def _axes(axis: Any) -> Any:
+    if axis is None or type(axis) is tuple:
+        return axis
+    return (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+
+
+_structural.TABLE_OPS.update({
+    "reshape": lambda t, new: apply(RESHAPE, ReshapeParams(
+        (new,) if isinstance(new, (int, np.integer)) else tuple(new)), (t,)),
+    "transpose": lambda t, perm: apply(TRANSPOSE, TransposeParams(perm), (t,)),
+    "sum": lambda t, axis, keepdims: apply(SUM, ReduceParams(_axes(axis), bool(keepdims)),
+                                           (t,)),
+    "max": lambda t, axis, keepdims: apply(MAX, ReduceParams(_axes(axis), bool(keepdims)),
+                                           (t,)),
+    "min": lambda t, axis, keepdims: apply(MIN, ReduceParams(_axes(axis), bool(keepdims)),
+                                           (t,)),
+    "sum_vjp": lambda g, axes, x, out: SUM.vjp(ReduceParams(axes, True), g, x, out)[0],
+    "extreme_vjp": lambda g, axes, x, out: _extreme_vjp(ReduceParams(axes, True), g, x,
+                                                        out)[0],
+})

@@ -1,0 +1,88 @@
+"""The older structural ops moved into the op table (reshape, transpose, sum, max, min):
+each through every engine (``check_everywhere``), and max/min's tie rule everywhere."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import easyad as ad
+from easyad import ops
+
+from _op_engines import Case, check_everywhere
+from conftest import OPENCL
+
+CASES = {
+    "reshape": Case(ops.get("reshape"), lambda x: x.reshape(4, -1),
+                    lambda x: x.reshape(4, -1), lambda t: t.reshape(4, -1),
+                    (2, 3, 2), {"shape": (4, -1)}, batch_axis=0),
+    "transpose 3-d": Case(ops.get("transpose"), lambda x: x.transpose(2, 0, 1),
+                          lambda x: x.transpose(2, 0, 1), lambda t: t.permute(2, 0, 1),
+                          (2, 3, 2), {"axes": (2, 0, 1)}, batch_axis=1),
+    "sum axes keepdims": Case(ops.get("sum"), lambda x: x.sum(axis=(0, 2), keepdims=True),
+                              lambda x: x.sum(axis=(0, 2), keepdims=True),
+                              lambda t: t.sum(dim=(0, 2), keepdim=True),
+                              (2, 3, 2), {"axes": (0, 2), "keepdims": True}, batch_axis=1),
+    "max axis": Case(ops.get("max"), lambda x: x.max(axis=1), lambda x: x.max(axis=1),
+                     lambda t: torch.amax(t, dim=1), (3, 4), {"axes": (1,)}, batch_axis=0),
+    "min negative axis kept": Case(ops.get("min"), lambda x: x.min(axis=(-2,), keepdims=True),
+                                   lambda x: x.min(axis=(-2,), keepdims=True),
+                                   lambda t: torch.amin(t, dim=(0,), keepdim=True),
+                                   (2, 4), {"axes": (-2,), "keepdims": True}, batch_axis=2),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_op_in_every_engine(name):
+    check_everywhere(CASES[name])
+
+
+def test_ties_share_the_adjoint_evenly_in_every_engine():
+    """docs/tensors.md: a max's adjoint is split evenly among the tied elements; its
+    tangent is the mean of theirs. Eager (the core's fast path on numpy, the table on
+    OpenCL), the table's general path (tuple axes), replayed and forward mode."""
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]])
+    want = {"max": np.array([[0.0, 0.5, 0.5], [0.5, 0.5, 0.0]]),
+            "min": np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])}
+    for op, grad in want.items():
+        for axis in (1, (1,)):
+            def f(t, op=op, axis=axis):
+                return ad.sum(getattr(t, op)(axis=axis))
+            for device in ["numpy", *OPENCL]:
+                lst = ad.WengertList()
+                t = ad.Tensor.variable(x, lst, device=device)
+                d = f(t).derivatives(create_graph=True)
+                np.testing.assert_array_equal(d[t].value, grad, err_msg=f"{op} {device}")
+                F = ad.record(f, x, tensor=True, device=device)
+                np.testing.assert_array_equal(F.gradient(x), grad, err_msg=f"{op} replayed")
+            tangent = ad.TraceTensor.variable(x, np.arange(6.0).reshape(2, 3))
+            assert f(tangent).derivative == float(np.sum(grad * np.arange(6.0).reshape(2, 3)))
+
+
+def test_shape_rules_raise_before_any_kernel():
+    t = ad.Tensor.constant(np.zeros((2, 3)))
+    with pytest.raises(ad.ShapeError, match="cannot reshape"):
+        ops.call(ops.get("reshape"), (t,), {"shape": (4, 2)})
+    with pytest.raises(ad.ShapeError, match="not a permutation"):
+        ops.call(ops.get("transpose"), (t,), {"axes": (0, 0)})
+    with pytest.raises(ad.ShapeError, match="out of range"):
+        ops.call(ops.get("sum"), (t,), {"axes": (2,)})
+    with pytest.raises(ValueError, match="empty tensor"):
+        ops.call(ops.get("max"), (ad.Tensor.constant(np.zeros((0, 3))),), {"axes": (1,)})
+    with pytest.raises(TypeError, match="parameter 'keepdims' must be bool"):
+        ops.call(ops.get("sum"), (t,), {"keepdims": 1})
+    spec = ad.eval_shape(lambda z: z.transpose(1, 0, 2).reshape(6, -1).max(axis=0),
+                         ad.ShapeDtype((2, 3, 4), np.float32))
+    assert spec.shape == (4,) and spec.dtype == np.float32
+
+
+def test_reshape_and_transpose_keep_bools_and_zero_d_tensors():
+    mask = ad.Tensor.constant(np.array([[1.0, -1.0, 2.0]])) > 0.0
+    assert mask.dtype == np.bool_
+    assert mask.reshape(3, 1).dtype == np.bool_
+    assert mask.transpose(1, 0).dtype == np.bool_
+    one = ad.Tensor.variable(np.array([2.5]), ad.WengertList(), device=OPENCL[0]) \
+        if OPENCL else ad.Tensor.variable(np.array([2.5]), ad.WengertList())
+    zero_d = ops.call(ops.get("reshape"), (one,), {"shape": ()})
+    assert isinstance(zero_d, ad.Tensor) and zero_d.shape == ()
+    assert one.sum(axis=(0,)).number == 2.5          # a reduction's 0-d result: a number
