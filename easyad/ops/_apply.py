@@ -38,9 +38,13 @@ def call(op: Op, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def apply(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     """``op`` with parameters already bound (its vjps and jvps call this)."""
-    if any(isinstance(a, TraceTensor) for a in args):
-        return _forward(op, params, args)
-    if any(isinstance(a, TensorBase) for a in args):
+    tensors = False
+    for a in args:           # (a loop, not any(...): eager calls come through here)
+        if isinstance(a, TraceTensor):
+            return _forward(op, params, args)
+        if isinstance(a, TensorBase):
+            tensors = True
+    if tensors:
         return _tensors(op, params, args)
     if any(isinstance(a, np.ndarray) and a.dtype == object for a in args):
         return _objects(op, params, args)
@@ -56,7 +60,8 @@ def apply(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
 # ---- reverse mode (and every device, eval_shape, ad.record) ----
 
 def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
-    first = next(a for a in args if isinstance(a, TensorBase))
+    first = args[0] if isinstance(args[0], TensorBase) else \
+        next(a for a in args if isinstance(a, TensorBase))
     be, cls = first._backend, type(first)
     ops: list[Operand] = []
     for a in args:
@@ -65,16 +70,16 @@ def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
             raise TypeError(f"{op.name}: every operand must be an array or tensor, got "
                             f"{type(a).__name__}")
         ops.append(o)
-    shape, params = op.rule(params, *(o.shape for o in ops))
+    shape, params = op.rule(params, *[o.shape for o in ops])
     dtype = result_dtype(ops) if op.dtype is None else np.dtype(
-        op.dtype(params, *(o.dtype for o in ops)))
+        op.dtype(params, *[o.dtype for o in ops]))
     bufs = [o.data if o.dtype == dtype else      # every lowering sees one dtype
             be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0] for o in ops]
     data = be.op(op, params, bufs, shape, dtype)
     tape = common_tape(op.name, ops)
-    inputs = tuple(o.index for o in ops)
+    inputs = tuple([o.index for o in ops])
     number = shape == () and op.numbers
-    if tape is None or all(i < 0 for i in inputs):
+    if tape is None or max(inputs) < 0:
         if number:
             return record_scalar(cls, op.name, be, data, None, (), None)
         return record(cls, op.name, be, data, shape, dtype, None, (), None)

@@ -72,14 +72,27 @@ class TransposeParams:
     axes: tuple[int, ...] | None = None      # None: the axes reversed
 
 
+_PERMUTED: dict[tuple[Any, ...], Any] = {}     # the rule's answers, per call signature
+
+
 def _transpose_rule(p: TransposeParams, shape: tuple[int, ...]
                     ) -> tuple[tuple[int, ...], TransposeParams]:
-    perm = shapes.transpose(shape, p.axes)
-    return tuple(shape[a] for a in perm), TransposeParams(perm)
+    key = (shape, p.axes)
+    found = _PERMUTED.get(key)
+    if found is None:
+        perm = shapes.transpose(shape, p.axes)
+        found = (tuple(shape[a] for a in perm), TransposeParams(perm))
+        if len(_PERMUTED) > 4096:
+            _PERMUTED.clear()
+        _PERMUTED[key] = found
+    return found      # type: ignore[no-any-return]
 
 
 def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argsort(perm))
+    inverse = [0] * len(perm)
+    for k, a in enumerate(perm):
+        inverse[a] = k
+    return tuple(inverse)
 
 
 def _transpose_batch(p: TransposeParams, b: int) -> tuple[TransposeParams, int]:
@@ -108,12 +121,22 @@ class ReduceParams:
     keepdims: bool = False
 
 
+_REDUCED: dict[tuple[Any, ...], Any] = {}      # the rule's answers, per call signature
+
+
 def _reduce_rule(name: str) -> Any:
     def rule(p: ReduceParams, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ReduceParams]:
-        axes = shapes.normalize_axes(name, p.axes, len(shape))
-        if name != "sum" and 0 in shape:
-            raise ValueError(f"{name} of an empty tensor (shape {shape}) has no value")
-        return shapes.reduce(shape, axes, p.keepdims), ReduceParams(axes, p.keepdims)
+        key = (name, shape, p.axes, p.keepdims)
+        found = _REDUCED.get(key)
+        if found is None:
+            axes = shapes.normalize_axes(name, p.axes, len(shape))
+            if name != "sum" and 0 in shape:
+                raise ValueError(f"{name} of an empty tensor (shape {shape}) has no value")
+            found = (shapes.reduce(shape, axes, p.keepdims), ReduceParams(axes, p.keepdims))
+            if len(_REDUCED) > 4096:
+                _REDUCED.clear()
+            _REDUCED[key] = found
+        return found      # type: ignore[no-any-return]
     return rule
 
 
@@ -124,9 +147,11 @@ def _reduce_batch(p: ReduceParams, b: int) -> tuple[ReduceParams, int]:
 
 
 def _reduce_composite(kind: str) -> Any:
+    rule = _reduce_rule(kind)
+
     def composite(be: Any, p: ReduceParams, buf: Any) -> Any:
         raw = be.reduce(kind, buf, p.axes)
-        shape = shapes.reduce(tuple(buf.shape), p.axes or (), p.keepdims)
+        shape = rule(p, tuple(buf.shape))[0]
         return raw if shape == () else be.reshape(raw, shape)
     return composite
 
