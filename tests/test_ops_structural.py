@@ -1,5 +1,6 @@
-"""The older structural ops moved into the op table (reshape, transpose, sum, max, min):
-each through every engine (``check_everywhere``), and max/min's tie rule everywhere."""
+"""The older structural ops moved into the op table (reshape, transpose, sum, max, min,
+where): each through every engine (``check_everywhere``), max/min's tie rule everywhere,
+where's operands of every kind."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,6 +30,12 @@ CASES = {
                                    lambda x: x.min(axis=(-2,), keepdims=True),
                                    lambda t: torch.amin(t, dim=(0,), keepdim=True),
                                    (2, 4), {"axes": (-2,), "keepdims": True}, batch_axis=2),
+    # (0.2: no element crosses it between the point and the replay's, check_everywhere's
+    # x and x1 at seed 0, so the scalar recording's guards hold)
+    "where": Case(ops.get("where"), lambda x: ad.where(x > 0.2, x * x, x),
+                  lambda x: np.where(x > 0.2, x * x, x),
+                  lambda t: torch.where(t > 0.2, t * t, t), (2, 3), {},
+                  batch_axis=None),        # (ops.batched takes one operand)
 }
 
 
@@ -86,3 +93,26 @@ def test_reshape_and_transpose_keep_bools_and_zero_d_tensors():
     zero_d = ops.call(ops.get("reshape"), (one,), {"shape": ()})
     assert isinstance(zero_d, ad.Tensor) and zero_d.shape == ()
     assert one.sum(axis=(0,)).number == 2.5          # a reduction's 0-d result: a number
+
+
+def test_where_takes_numbers_records_and_array_conditions():
+    """where's operands keep their kinds: a scalar Record's adjoint is a number (the
+    count of elements it was chosen for), a float stays a literal, a numpy or list
+    condition is made bool; every device, eager and create_graph, by hand."""
+    x = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]])
+    for device in ["numpy", *OPENCL]:
+        lst = ad.WengertList()
+        t = ad.Tensor.variable(x, lst, device=device)
+        r = lst.variable(2.0)
+        y = ad.where(t > 0, t * t, r)
+        np.testing.assert_array_equal(y.value, np.where(x > 0, x * x, 2.0))
+        d = ad.sum(y).derivatives(create_graph=True)
+        np.testing.assert_array_equal(d[t].value, np.where(x > 0, 2 * x, 0.0))
+        assert d[r].number == 3.0
+        y32 = ad.where([[True, False, True]] * 2, t.astype(np.float32), 0.5)
+        assert y32.dtype == np.float32
+        np.testing.assert_array_equal(y32.value, np.where([[1, 0, 1]] * 2, x, 0.5))
+    spec = ad.eval_shape(lambda z: ad.where(z > 0, z, 0.0), ad.ShapeDtype((2, 3), np.float32))
+    assert spec.shape == (2, 3) and spec.dtype == np.float32
+    with pytest.raises(ad.ShapeError, match="where"):
+        ad.where(ad.Tensor.constant(x) > 0, ad.Tensor.constant(np.ones(4)), 0.0)

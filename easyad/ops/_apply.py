@@ -66,14 +66,14 @@ def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     ops: list[Operand] = []
     for a in args:
         o = operand(a, be)
-        if o is None or o.dtype is None:
+        if o is None or o.dtype is None and op.casts:
             raise TypeError(f"{op.name}: every operand must be an array or tensor, got "
                             f"{type(a).__name__}")
         ops.append(o)
     shape, params = op.rule(params, *[o.shape for o in ops])
     dtype = result_dtype(ops) if op.dtype is None else np.dtype(
         op.dtype(params, *[o.dtype for o in ops]))
-    bufs = [o.data if o.dtype == dtype else      # every lowering sees one dtype
+    bufs = [o.data if o.dtype == dtype or not op.casts else    # one dtype, if it casts
             be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0] for o in ops]
     data = be.op(op, params, bufs, shape, dtype)
     tape = common_tape(op.name, ops)

@@ -1,4 +1,5 @@
-"""The older structural ops, moved into the table: reshape, transpose, sum, max and min.
+"""The older structural ops, moved into the table: reshape, transpose, sum, max, min and
+where.
 
 Each is one registration. Their composites are the primitives the tensor layer always
 called (``reshape``, ``strided``, ``reduce``), and they run on the numpy device too
@@ -14,6 +15,10 @@ buffers, in C on the numpy device); those steps' ``graph`` (create_graph) is the
 - ``sum``: linear; its vjp broadcasts the adjoint back.
 - ``max``/``min``: the adjoint goes to the elements equal to the result, split evenly
   among ties (docs/tensors.md); the jvp is the mean of the tied elements' tangents.
+- ``where(c, a, b)``: ``a`` where the condition holds, else ``b``, broadcast; linear in
+  ``a`` and ``b`` (the condition is a constant). Its operands keep their dtypes
+  (``casts=False``): a bool condition, and numbers or scalar Records as literals of its
+  one map, as before.
 """
 from __future__ import annotations
 
@@ -25,10 +30,11 @@ import numpy as np
 from easyad._core import ExtremeStep, ReshapeStep, SumStep, TransposeStep
 from easyad.ops._apply import apply
 from easyad.ops._builtin import _shifted
-from easyad.ops._table import Op, register
+from easyad.ops._table import Op, get, register
 from easyad.tensor import _graph, _structural
+from easyad.tensor._structural import WhereStep
 from easyad.tensor import _shapes as shapes
-from easyad.tensor._base import wrap
+from easyad.tensor._base import BOOL, wrap
 
 
 def _same_dtype(p: Any, dtype: Any) -> Any:
@@ -187,14 +193,19 @@ def _extreme_vjp(p: ReduceParams, g: Any, x: Any, out: Any) -> tuple[Any]:
     return (spread * wrap(cls, be, share, x.shape, dtype),)
 
 
-def _extreme_jvp(p: ReduceParams, tangents: tuple[Any], x: Any, out: Any) -> Any:
-    # the mean of the tangents of the elements equal to the result (the comparisons are
-    # of values: constant masks)
-    (dx,) = tangents
-    m = out.reshape(_kept(p, x.shape)) if hasattr(out, "reshape") else out
-    mask = _graph.where(x == m, 1.0, 0.0)
-    return (dx * mask).sum(axis=p.axes, keepdims=p.keepdims) / \
-        mask.sum(axis=p.axes, keepdims=p.keepdims)
+def _extreme_jvp(name: str) -> Any:
+    def jvp(p: ReduceParams, tangents: tuple[Any], x: Any, out: Any) -> Any:
+        # the mean of the tangents of the elements equal to the result (the comparisons
+        # are of values: constant masks)
+        (dx,) = tangents
+        if hasattr(out, "reshape"):
+            m = out.reshape(_kept(p, x.shape))
+        else:       # a number, or a Trace (forward over forward): the result kept as a tensor
+            m = apply(get(name), ReduceParams(p.axes, True), (x,))
+        mask = _graph.where(x == m, 1.0, 0.0)
+        return (dx * mask).sum(axis=p.axes, keepdims=p.keepdims) / \
+            mask.sum(axis=p.axes, keepdims=p.keepdims)
+    return jvp
 
 
 def _extreme_step(p: ReduceParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
@@ -208,13 +219,81 @@ def _register_extreme(name: str, ufunc: Any) -> Op:
     return register(Op(
         name=name, params=ReduceParams, rule=_reduce_rule(name),
         numpy=lambda p, x: ufunc.reduce(x, axis=p.axes, keepdims=p.keepdims),
-        vjp=_extreme_vjp, jvp=_extreme_jvp, batch=_reduce_batch,
+        vjp=_extreme_vjp, jvp=_extreme_jvp(name), batch=_reduce_batch,
         composite=_reduce_composite(name), composite_first=True, step=_extreme_step,
         doc=f"{name}ima along axes (the adjoint split among ties)"))
 
 
 MAX: Op = _register_extreme("max", np.maximum)
 MIN: Op = _register_extreme("min", np.minimum)
+
+
+# ---- where ----
+
+@dataclasses.dataclass(frozen=True)
+class WhereParams:
+    pass                     # none: the operands' shapes say everything
+
+
+def _where_rule(p: WhereParams, c: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]
+                ) -> tuple[tuple[int, ...], WhereParams]:
+    return shapes.broadcast("where", c, a, b), p
+
+
+def _where_dtype(p: WhereParams, c: Any, a: Any, b: Any) -> Any:
+    # the values' common float dtype (numbers are weak; the condition has no say)
+    found = [d for d in (a, b) if d is not None and d != BOOL]
+    return np.result_type(*found) if found else np.dtype(np.float64)
+
+
+def _where_composite(be: Any, p: WhereParams, c: Any, a: Any, b: Any) -> Any:
+    shape = shapes.broadcast("where", *(tuple(getattr(v, "shape", ())) for v in (c, a, b)))
+    dtype = _where_dtype(p, None, getattr(a, "dtype", None), getattr(b, "dtype", None))
+    return be.map("where", ("choose(c, x, y)",), {"c": c, "x": a, "y": b}, shape, (dtype,))[0]
+
+
+def _number(v: Any) -> bool:
+    return not hasattr(v, "shape")        # a float or a scalar Record
+
+
+def _where_vjp(p: WhereParams, g: Any, c: Any, a: Any, b: Any, out: Any) -> tuple[Any, ...]:
+    return _where_cotangents(g, c, (True, True), (np.shape(a), np.shape(b)),
+                             (_number(a), _number(b)))
+
+
+def _where_cotangents(g: Any, c: Any, needs: tuple[bool, bool], targets: tuple[Any, Any],
+                      scalars: tuple[bool, bool]) -> tuple[Any, ...]:
+    # the adjoint where c holds to a, elsewhere to b, each summed back to its shape
+    cls, be, shape = type(c), c._backend, None
+    dtype = g.dtype if hasattr(g, "dtype") else np.dtype(np.float64)
+    g = _graph.as_tensor(g, cls, be, dtype)
+    shape = g.shape
+    zero = _graph.zeros(cls, be, (), g.dtype)
+    chosen = (apply(WHERE, WhereParams(), (c, g, zero)) if needs[0] else None,
+              apply(WHERE, WhereParams(), (c, zero, g)) if needs[1] else None)
+    return (None,) + tuple(_graph.fold(v, shape, target, scalar) if v is not None else None
+                           for v, target, scalar in zip(chosen, targets, scalars))
+
+
+def _where_jvp(p: WhereParams, tangents: tuple[Any, ...], c: Any, a: Any, b: Any,
+               out: Any) -> Any:
+    return apply(WHERE, p, (c, tangents[1], tangents[2]))
+
+
+def _where_step(p: WhereParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
+                shape: tuple[int, ...], dtype: Any) -> Any:
+    c, a, b = ops
+    return WhereStep(cls, be, shape, dtype, c.data, c.shape, (a.index >= 0, b.index >= 0),
+                     (a.shape, b.shape), (a.dtype is None, b.dtype is None))
+
+
+WHERE: Op = register(Op(
+    name="where", params=WhereParams, rule=_where_rule,
+    numpy=lambda p, c, a, b: np.where(c, a, b),
+    vjp=_where_vjp, jvp=_where_jvp, batch=lambda p, b: (p, b), dtype=_where_dtype,
+    composite=_where_composite, composite_first=True, step=_where_step,
+    objects=True, numbers=False, casts=False,
+    doc="a where the condition holds, else b"))
 
 
 # ---- the tensor layer's calls (it sits below the table: registered there) ----
@@ -235,6 +314,8 @@ _structural.TABLE_OPS.update({
                                            (t,)),
     "min": lambda t, axis, keepdims: apply(MIN, ReduceParams(_axes(axis), bool(keepdims)),
                                            (t,)),
+    "where": lambda c, a, b: apply(WHERE, WhereParams(), (c, a, b)),
+    "where_vjp": _where_cotangents,
     "sum_vjp": lambda g, axes, x, out: SUM.vjp(ReduceParams(axes, True), g, x, out)[0],
     "extreme_vjp": lambda g, axes, x, out: _extreme_vjp(ReduceParams(axes, True), g, x,
                                                         out)[0],

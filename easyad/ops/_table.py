@@ -37,7 +37,10 @@ An ``Op`` is one registration holding everything every engine needs:
   make) and whose ``graph`` calls ``vjp``. Without it the node's step is ``OpStep``,
   which runs ``vjp`` on constant tensors;
 - ``numbers``: a 0-d result of a tensor call is a number (a scalar Record or a float), as
-  a reduction's; False: a 0-d tensor (reshape, transpose).
+  a reduction's; False: a 0-d tensor (reshape, transpose);
+- ``casts``: the operands are cast to the result's dtype first. False (where): the
+  lowerings take them as they are, a bool condition and Python numbers or scalar
+  Records (given as floats) included.
 
 Who reads the table: ``easyad.ops._apply`` (the call: eager tensors of every device,
 reverse mode and create_graph, forward mode, ``eval_shape``, ``ad.record`` of tensor code,
@@ -78,6 +81,7 @@ class Op:
     objects: bool = False
     composite_first: bool = False
     numbers: bool = True
+    casts: bool = True
     doc: str = ""
 
     def __repr__(self) -> str:

@@ -671,16 +671,17 @@ def from_scalars(cls: type[T], be: Any, dtype: Any, items: list[Any],
     return record(cls, "from_scalars", be, data, shape, dtype, tape, inputs, step, step.graph)
 
 
-# ---- where ----
+# ---- where (the op table's; this is its step and its call's operands made ready) ----
 
 # the adjoints of where's operands
 _WHERE_VJP = ("choose(c, g, 0.0)", "choose(c, 0.0, g)")
 
 
 class WhereStep(Step):
-    """where's vjp: the adjoint where the condition ``cond`` (of shape ``c_shape``) holds
-    to the first operand, elsewhere to the second, each folded to its ``targets`` shape
-    (a float for ``scalars``) where it ``needs`` one."""
+    """where's vjp on buffers: the adjoint where the condition ``cond`` (of shape
+    ``c_shape``) holds to the first operand, elsewhere to the second, each folded to its
+    ``targets`` shape (a float for ``scalars``) where it ``needs`` one; none to the
+    condition. Its graph is the op table's vjp."""
 
     __slots__ = ("cls", "be", "shape", "dtype", "cond", "c_shape", "needs", "targets",
                  "scalars")
@@ -697,39 +698,20 @@ class WhereStep(Step):
         chosen = tuple(e for e, need in zip(_WHERE_VJP, needs) if need)
         outs = iter(be.map("where_vjp", chosen, {"c": self.cond, "g": g}, shape,
                            (self.dtype,) * len(chosen)))
-        return tuple(fold(be, next(outs), shape, target, scalar) if need else None
-                     for need, target, scalar in zip(needs, self.targets, self.scalars))
+        return (None,) + tuple(fold(be, next(outs), shape, target, scalar) if need else None
+                               for need, target, scalar in zip(needs, self.targets,
+                                                               self.scalars))
 
     def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-        cls, be = self.cls, self.be
-        c = wrap(cls, be, self.cond, self.c_shape, BOOL)
-        zero = _graph.zeros(cls, be, (), self.dtype)
-        chosen = (where(c, g, zero), where(c, zero, g))
-        return tuple(_graph.fold(v, self.shape, target, scalar) if need else None
-                     for v, need, target, scalar in zip(chosen, self.needs, self.targets,
-                                                        self.scalars))
+        c = wrap(self.cls, self.be, self.cond, self.c_shape, BOOL)
+        return TABLE_OPS["where_vjp"](g, c, self.needs, self.targets, self.scalars)
 
 
 def where(condition: Any, a: Any, b: Any) -> Any:
-    first = next(v for v in (condition, a, b) if isinstance(v, TensorBase))
-    be, cls = first._backend, type(first)
-    if isinstance(condition, TensorBase):
-        C = _tensor_operand(condition, be)
-    else:
+    if not isinstance(condition, TensorBase):
         c = np.asarray(condition)
-        C = _tensor_operand(c.astype(bool) if c.dtype != bool else c, be)
-    A, B = _tensor_operand(a, be), _tensor_operand(b, be)
-    shape = shapes.broadcast("where", C.shape, A.shape, B.shape)
-    dtype = result_dtype([A, B])
-    tape = common_tape("where", [A, B])
-    (out,) = be.map("where", ("choose(c, x, y)",), {"c": C.data, "x": A.data, "y": B.data},
-                    shape, (dtype,))
-    if tape is None or not (A.needs_adjoint or B.needs_adjoint):
-        return wrap(cls, be, out, shape, dtype)
-    step = WhereStep(cls, be, shape, dtype, C.data, C.shape, (A.needs_adjoint, B.needs_adjoint),
-                     (A.shape, B.shape), (A.dtype is None, B.dtype is None))
-    return record(cls, "where", be, out, shape, dtype, tape, (A.index, B.index), step,
-                  step.graph)
+        condition = c.astype(bool) if c.dtype != bool else c
+    return TABLE_OPS["where"](condition, a, b)      # the op table's where
 
 
 # the compiled core's fast paths (_engine/structural.pxi) come here for everything else
