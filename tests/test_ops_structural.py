@@ -1,6 +1,6 @@
 """The older structural ops moved into the op table (reshape, transpose, sum, max, min,
-where): each through every engine (``check_everywhere``), max/min's tie rule everywhere,
-where's operands of every kind."""
+where, getitem and put, matmul): each through every engine (``check_everywhere``),
+max/min's tie rule everywhere, where's operands and getitem's indices of every kind."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,6 +36,22 @@ CASES = {
                   lambda x: np.where(x > 0.2, x * x, x),
                   lambda t: torch.where(t > 0.2, t * t, t), (2, 3), {},
                   batch_axis=None),        # (ops.batched takes one operand)
+    "getitem basic": Case(ops.get("getitem"), lambda x: x[1:, ::2], lambda x: x[1:, ::2],
+                          lambda t: t[1:, ::2], (3, 4),
+                          {"key": (slice(1, None), slice(None, None, 2))}, batch_axis=0),
+    "getitem take": Case(ops.get("getitem"), lambda x: x[[0, 2, 0], 1],
+                         lambda x: x[[0, 2, 0], 1], lambda t: t[[0, 2, 0], 1], (3, 4),
+                         {"key": ([0, 2, 0], 1)}, batch_axis=0),
+    "put": Case(ops.get("put"),
+                lambda x: ops.call(ops.get("put"), (x,), {"shape": (4, 3), "key": slice(1, 3)}),
+                lambda x: np.pad(x, ((1, 1), (0, 0))),
+                lambda t: torch.nn.functional.pad(t, (0, 0, 1, 1)), (2, 3), {},
+                batch_axis=None),          # (no batching rule: the shape is a parameter)
+    "matmul broadcast batch": Case(ops.get("matmul"), lambda x: x @ x[0], lambda x: x @ x[0],
+                                   lambda t: t @ t[0], (2, 3, 3), {},
+                                   batch_axis=None),   # (ops.batched takes one operand)
+    "matmul vector": Case(ops.get("matmul"), lambda x: x[:, 0] @ x, lambda x: x[:, 0] @ x,
+                          lambda t: t[:, 0] @ t, (3, 3), {}, batch_axis=None),
 }
 
 
@@ -116,3 +132,29 @@ def test_where_takes_numbers_records_and_array_conditions():
     assert spec.shape == (2, 3) and spec.dtype == np.float32
     with pytest.raises(ad.ShapeError, match="where"):
         ad.where(ad.Tensor.constant(x) > 0, ad.Tensor.constant(np.ones(4)), 0.0)
+
+
+def test_getitem_of_every_kind_of_index_and_its_adjoint():
+    """Ints, slices, None, Ellipsis, negative steps, integer arrays with repeats, masks:
+    the value is numpy's, the adjoint adds up at repeated elements (np.add.at by hand),
+    eager on every device and replayed."""
+    x = np.arange(24.0).reshape(2, 3, 4) / 7.0
+    keys = [(1, slice(None, None, -1), None, 2), (Ellipsis, 1), ([1, 1, 0], slice(1, 3)),
+            (slice(None), [2, 0, 2], [3, 3, 0]), x[..., 0] > 1.0, -1]
+    for key in keys:
+        want = np.zeros_like(x)
+        np.add.at(want, key, 1.0)
+        for device in ["numpy", *OPENCL]:
+            lst = ad.WengertList()
+            t = ad.Tensor.variable(x, lst, device=device)
+            y = t[key]
+            np.testing.assert_array_equal(y.value, x[key], err_msg=f"{key} {device}")
+            np.testing.assert_array_equal(ad.sum(y).derivatives()[t], want)
+            F = ad.record(lambda z, key=key: ad.sum(z[key] * 1.0), x, tensor=True,
+                          device=device)
+            np.testing.assert_array_equal(F.gradient(x), want, err_msg=f"replayed {key}")
+    with pytest.raises(IndexError, match="out of bounds"):
+        ad.Tensor.constant(x)[:, 3]
+    with pytest.raises(ValueError, match="put: an operand of shape"):
+        ops.call(ops.get("put"), (ad.Tensor.constant(np.ones(3)),), {"shape": (4,),
+                                                                     "key": slice(0, 2)})

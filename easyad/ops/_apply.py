@@ -22,8 +22,8 @@ from easyad._core import Record, Trace
 from easyad.errors import ShapeError
 from easyad.ops._table import Op
 from easyad.tensor import _graph
-from easyad.tensor._base import (ObjectArrayOperand, Operand, TensorBase, common_tape, operand,
-                                 record, record_scalar, result_dtype, wrap)
+from easyad.tensor._base import (BOOL, ObjectArrayOperand, Operand, TensorBase, common_tape,
+                                 operand, record, record_scalar, result_dtype, wrap)
 from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
@@ -76,9 +76,11 @@ def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     bufs = [o.data if o.dtype == dtype or not op.casts else    # one dtype, if it casts
             be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0] for o in ops]
     data = be.op(op, params, bufs, shape, dtype)
+    if op.saves:                       # (result, buffers the composite made for the step)
+        data, bufs = data if isinstance(data, tuple) else (data, None)
     tape = common_tape(op.name, ops)
     inputs = tuple([o.index for o in ops])
-    number = shape == () and op.numbers
+    number = shape == () and op.numbers and dtype != BOOL    # (a number is a float)
     if tape is None or max(inputs) < 0:
         if number:
             return record_scalar(cls, op.name, be, data, None, (), None)

@@ -1,5 +1,5 @@
 """The older structural ops, moved into the table: reshape, transpose, sum, max, min and
-where.
+where, getitem (and put, its adjoint) and matmul.
 
 Each is one registration. Their composites are the primitives the tensor layer always
 called (``reshape``, ``strided``, ``reduce``), and they run on the numpy device too
@@ -19,20 +19,26 @@ buffers, in C on the numpy device); those steps' ``graph`` (create_graph) is the
   ``a`` and ``b`` (the condition is a constant). Its operands keep their dtypes
   (``casts=False``): a bool condition, and numbers or scalar Records as literals of its
   one map, as before.
+- ``getitem``: a basic index (ints, slices, None, Ellipsis: one strided copy) or an
+  advanced one (integer arrays, masks: a take of the flat elements); its vjp is ``put``
+  (the adjoint written into zeros, repeated elements adding up), whose vjp is getitem.
+- ``matmul``: numpy's, batched and broadcast; its vjp is two matmuls folded back to the
+  operands' shapes.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 
-from easyad._core import ExtremeStep, ReshapeStep, SumStep, TransposeStep
+from easyad._core import ExtremeStep, MatmulStep, ReshapeStep, SumStep, TransposeStep
 from easyad.ops._apply import apply
 from easyad.ops._builtin import _shifted
 from easyad.ops._table import Op, get, register
 from easyad.tensor import _graph, _structural
-from easyad.tensor._structural import WhereStep
+from easyad.tensor._table_steps import PutStep, SliceStep, TakeStep, WhereStep
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import BOOL, wrap
 
@@ -296,6 +302,188 @@ WHERE: Op = register(Op(
     doc="a where the condition holds, else b"))
 
 
+# ---- getitem (basic indexing and integer-array takes) and put, its adjoint ----
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GetitemParams:
+    key: Any                     # ints, slices, None, Ellipsis, integer or bool arrays
+    basic: Any = None            # canonical: (offset, shape, strides) of a basic index
+    index: Any = None            # canonical: the flat elements an advanced index takes
+
+
+def _indexed(shape: tuple[int, ...], key: Any) -> tuple[Any, Any, tuple[int, ...]]:
+    """(basic, index, the part's shape) of ``key`` on an operand of ``shape``."""
+    basic = shapes.basic_index(shape, key)
+    if basic is not None:
+        return basic, None, basic[1]
+    index = shapes.advanced_index(shape, key)
+    return None, index, index.shape
+
+
+def _getitem_rule(p: GetitemParams, shape: tuple[int, ...]
+                  ) -> tuple[tuple[int, ...], GetitemParams]:
+    basic, index, part = _indexed(shape, p.key)
+    return part, GetitemParams(p.key, basic, index)
+
+
+def _getitem_composite(be: Any, p: GetitemParams, buf: Any) -> Any:
+    if p.basic is not None:            # a strided view's copy: fuses in recorded programs
+        offset, part, strides = p.basic
+        return be.strided(buf, offset, part, strides)
+    return be.reshape(be.take(buf, p.index.reshape(-1)), p.index.shape)
+
+
+def _unique(index: Any) -> bool:
+    return bool(np.unique(index).size == index.size)
+
+
+def _getitem_step(p: GetitemParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
+                  shape: tuple[int, ...], dtype: Any) -> Any:
+    x = ops[0]
+    if p.basic is not None:
+        offset, part, strides = p.basic
+        return SliceStep(cls, be, x.shape, dtype, p.key, offset, part, strides)
+    return TakeStep(cls, be, x.shape, dtype, p.key, p.index, _unique(p.index))
+
+
+def _getitem_batch(p: GetitemParams, b: int) -> tuple[GetitemParams, int]:
+    if b != 0:
+        raise NotImplementedError("getitem's batching rule takes the batch axis first "
+                                  "(batch_axis=0): move it there first")
+    key = p.key if isinstance(p.key, tuple) else (p.key,)
+    return GetitemParams((slice(None),) + key), 0
+
+
+GETITEM: Op = register(Op(
+    name="getitem", params=GetitemParams, rule=_getitem_rule,
+    numpy=lambda p, x: x[p.key],
+    vjp=lambda p, g, x, out: (apply(PUT, PutParams(tuple(x.shape), p.key), (g,)),),
+    batch=_getitem_batch, dtype=_same_dtype,
+    composite=_getitem_composite, composite_first=True, step=_getitem_step,
+    linear=True, objects=True, doc="the elements at an index (basic, or integer arrays)"))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PutParams:
+    shape: tuple[int, ...]       # the result's: zeros of it, the operand added at ``key``
+    key: Any
+    basic: Any = None            # canonical, as getitem's
+    index: Any = None
+
+
+def _put_rule(p: PutParams, shape: tuple[int, ...]) -> tuple[tuple[int, ...], PutParams]:
+    basic, index, part = _indexed(p.shape, p.key)
+    if tuple(shape) != part:
+        raise ValueError(f"put: an operand of shape {shape} for the part {part} that index "
+                         f"{p.key!r} picks of shape {p.shape}")
+    return p.shape, PutParams(p.shape, p.key, basic, index)
+
+
+def _put_composite(be: Any, p: PutParams, g: Any) -> Any:
+    if p.basic is not None:
+        offset, part, strides = p.basic
+        return be.assemble(p.shape, g.dtype, [(offset, part, strides, g)])
+    return be.scatter_add(p.shape, g.dtype, p.index, g, _unique(p.index))
+
+
+def _put_numpy(p: PutParams, g: Any) -> Any:
+    out = np.zeros(p.shape, dtype=g.dtype)
+    np.add.at(out, p.key, g)            # repeated indices add up
+    return out
+
+
+PUT: Op = register(Op(
+    name="put", params=PutParams, rule=_put_rule, numpy=_put_numpy,
+    vjp=lambda p, g, x, out: (apply(GETITEM, GetitemParams(p.key), (g,)),),
+    dtype=_same_dtype, composite=_put_composite, composite_first=True,
+    step=lambda p, cls, be, ops, bufs, out, shape, dtype: PutStep(
+        be, p.key, p.basic, p.index, ops[0].shape),
+    linear=True, objects=True, numbers=False,
+    doc="zeros with the operand added at an index (getitem's adjoint)"))
+
+
+# ---- matmul ----
+
+@dataclasses.dataclass(frozen=True)
+class MatmulParams:
+    pass                     # none: the operands' shapes say everything
+
+
+def _geometry(sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[Any, ...]:
+    """(a2, b2, batch, (m, k, n)): the operands as matrices (a vector made one) and the
+    broadcast batch of (m, k) @ (k, n)."""
+    a2 = (1,) + sa if len(sa) == 1 else sa
+    b2 = sb + (1,) if len(sb) == 1 else sb
+    return a2, b2, shapes.broadcast("matmul", a2[:-2], b2[:-2]), (a2[-2], a2[-1], b2[-1])
+
+
+def _batched(be: Any, buf: Any, full: tuple[int, ...], batch: tuple[int, ...]) -> Any:
+    return _structural.as_batched(be, be.reshape(buf, full), full, batch)
+
+
+def _matmul_composite(be: Any, p: MatmulParams, a: Any, b: Any) -> Any:
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    a2, b2, batch, _ = _geometry(sa, sb)
+    a3, b3 = _batched(be, a, a2, batch), _batched(be, b, b2, batch)
+    return be.reshape(be.matmul(a3, b3), shapes.matmul(sa, sb)), (a3, b3)   # (saves)
+
+
+def _matmul_step(p: MatmulParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
+                 shape: tuple[int, ...], dtype: Any) -> Any:
+    # the core's step (its numpy sweep in C) keeps each operand as the backend's matmul
+    # took it, where the other one needs an adjoint
+    # (``bufs``: the composite's batched operands, saved; None from eval_shape)
+    A, B = ops
+    a2, b2, batch, (m, k, n) = _geometry(A.shape, B.shape)
+    nb = math.prod(batch)
+    if bufs is None:
+        bufs = (_batched(be, ops[0].data, a2, batch), _batched(be, ops[1].data, b2, batch))
+    a3, b3 = bufs
+    return MatmulStep(cls, be, dtype, batch, a2, b2, (m, k, n),
+                      (nb if math.prod(a2[:-2]) != 1 else 1, m, k),
+                      a3 if B.index >= 0 else None, b3 if A.index >= 0 else None,
+                      ((A.data, A.shape, A.dtype, A.index), (B.data, B.shape, B.dtype, B.index)))
+
+
+def _swap_last(t: Any) -> Any:
+    perm = tuple(range(t.ndim - 2)) + (t.ndim - 1, t.ndim - 2)
+    return apply(TRANSPOSE, TransposeParams(perm), (t,))
+
+
+def _matmul_cotangents(g: Any, a: Any, b: Any, needs: tuple[bool, bool]) -> tuple[Any, Any]:
+    # g (m, n) @ b^T to a, a^T @ g to b, batched, summed back over broadcast batch axes
+    a2, b2, batch, (m, k, n) = _geometry(tuple(a.shape), tuple(b.shape))
+    g2 = g.reshape(batch + (m, n))
+    ga = gb = None
+    if needs[0]:
+        ga = _graph.fold(apply(MATMUL, MatmulParams(), (g2, _swap_last(b.reshape(b2)))),
+                         batch + (m, k), a2).reshape(a.shape)
+    if needs[1]:
+        gb = _graph.fold(apply(MATMUL, MatmulParams(), (_swap_last(a.reshape(a2)), g2)),
+                         batch + (k, n), b2).reshape(b.shape)
+    return ga, gb
+
+
+def _matmul_jvp(p: MatmulParams, tangents: tuple[Any, Any], a: Any, b: Any, out: Any) -> Any:
+    return apply(MATMUL, p, (tangents[0], b)) + apply(MATMUL, p, (a, tangents[1]))
+
+
+def _matmul_batch(p: MatmulParams, axis: int) -> tuple[MatmulParams, int]:
+    if axis != 0:
+        raise NotImplementedError("matmul's batching rule takes the batch axis first "
+                                  "(batch_axis=0) on operands of two axes or more")
+    return p, 0
+
+
+MATMUL: Op = register(Op(
+    name="matmul", params=MatmulParams, rule=lambda p, a, b: (shapes.matmul(a, b), p),
+    numpy=lambda p, a, b: np.matmul(a, b),
+    vjp=lambda p, g, a, b, out: _matmul_cotangents(g, a, b, (True, True)),
+    jvp=_matmul_jvp, batch=_matmul_batch,
+    composite=_matmul_composite, composite_first=True, step=_matmul_step, saves=True,
+    objects=True, doc="numpy's matmul (batched, broadcast)"))
+
+
 # ---- the tensor layer's calls (it sits below the table: registered there) ----
 
 def _axes(axis: Any) -> Any:
@@ -315,6 +503,10 @@ _structural.TABLE_OPS.update({
     "min": lambda t, axis, keepdims: apply(MIN, ReduceParams(_axes(axis), bool(keepdims)),
                                            (t,)),
     "where": lambda c, a, b: apply(WHERE, WhereParams(), (c, a, b)),
+    "getitem": lambda t, key: apply(GETITEM, GetitemParams(key), (t,)),
+    "matmul": lambda a, b: apply(MATMUL, MatmulParams(), (a, b)),
+    "matmul_vjp": _matmul_cotangents,
+    "put": lambda g, shape, key: apply(PUT, PutParams(tuple(shape), key), (g,)),
     "where_vjp": _where_cotangents,
     "sum_vjp": lambda g, axes, x, out: SUM.vjp(ReduceParams(axes, True), g, x, out)[0],
     "extreme_vjp": lambda g, axes, x, out: _extreme_vjp(ReduceParams(axes, True), g, x,

@@ -40,7 +40,11 @@ An ``Op`` is one registration holding everything every engine needs:
   a reduction's; False: a 0-d tensor (reshape, transpose);
 - ``casts``: the operands are cast to the result's dtype first. False (where): the
   lowerings take them as they are, a bool condition and Python numbers or scalar
-  Records (given as floats) included.
+  Records (given as floats) included;
+- ``saves``: the composite returns ``(result, saved)``, buffers it made on the way that
+  the node's step keeps (matmul's operands as the backend's matmul took them), which
+  ``step`` then gets as ``bufs`` (None where no composite ran: eval_shape), so recorded
+  programs hold each of them once.
 
 Who reads the table: ``easyad.ops._apply`` (the call: eager tensors of every device,
 reverse mode and create_graph, forward mode, ``eval_shape``, ``ad.record`` of tensor code,
@@ -82,6 +86,7 @@ class Op:
     composite_first: bool = False
     numbers: bool = True
     casts: bool = True
+    saves: bool = False
     doc: str = ""
 
     def __repr__(self) -> str:
@@ -132,7 +137,7 @@ class Op:
 def _checked(op: str, name: str, value: Any, hint: Any) -> Any:
     """``value`` as the parameter's declared type (numpy ints as ints, lists as tuples),
     or a TypeError naming the op, the parameter and what it takes."""
-    if type(value) is hint:           # the common case: already an int, a bool...
+    if type(value) is hint or hint is Any:   # the common case: already an int, a bool...
         return value
     origin = typing.get_origin(hint)
     options = typing.get_args(hint) if origin in (typing.Union, getattr(

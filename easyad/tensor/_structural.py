@@ -28,12 +28,12 @@ from easyad._core import (ExtremeStep, KeySliceStep, MatmulStep, Record, Reshape
 from easyad.errors import TapeMismatchError
 from easyad.tensor import _blas, _graph
 from easyad.tensor import _shapes as shapes
-from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, Node, T, TensorBase, common_tape,
-                                 fold, live_tape, operand, record, record_scalar, result_dtype,
-                                 wrap)
+from easyad.tensor._base import (FLOAT32, FLOAT64, Node, T, TensorBase, fold, record, wrap)
 from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._numpy import _ERRSTATE, _IGNORE, NumpyBackend
 from easyad.tensor._steps import Step
+from easyad.tensor._table_steps import (TABLE_OPS, PutStep, SliceStep, TakeStep,  # noqa: F401
+                                        WhereStep, _buffer, put)
 
 
 # ---- fast paths: the numpy backend, a float tensor, the common arguments ----
@@ -109,18 +109,6 @@ def _own(be: Any, raw: Any) -> Any:
     if be.tracking:
         be._track(raw)
     return raw
-
-
-def _tensor_operand(t: Any, be: Any) -> Any:
-    o = operand(t, be)
-    if o is None:
-        raise TypeError(f"expected a Tensor, array or number, got {type(t).__name__}")
-    return o
-
-
-def _buffer(be: Any, g: Any, dtype: Any) -> Any:
-    """The adjoint of a single-number output (a float) as a 0-d buffer; buffers pass."""
-    return be.full((), g, dtype) if isinstance(g, float) else g
 
 
 # ---- reductions ----
@@ -299,53 +287,6 @@ def _index_key(key: Any) -> Any:
     return key
 
 
-class _IndexStep(Step):
-    """getitem's vjp: the adjoint written into zeros of the operand's ``shape`` at ``key``;
-    recorded, that is ``put``."""
-
-    __slots__ = ("cls", "be", "shape", "dtype", "key")
-    cls: type
-    be: Any
-    shape: tuple[int, ...]
-    dtype: Any
-    key: Any
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (put(_graph.as_tensor(g, self.cls, self.be, self.dtype), self.shape, self.key),)
-
-
-class SliceStep(_IndexStep):
-    """getitem's vjp for a basic index: the part at ``offset`` with ``strides``."""
-
-    __slots__ = ("offset", "out_shape", "strides")
-
-    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any, key: Any,
-                 offset: int, out_shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
-        self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
-        self.offset, self.out_shape, self.strides = offset, out_shape, strides
-
-    def __call__(self, g: Any) -> tuple[Any]:
-        g = _buffer(self.be, g, self.dtype)
-        return (self.be.assemble(self.shape, self.dtype,
-                                 [(self.offset, self.out_shape, self.strides, g)]),)
-
-
-class TakeStep(_IndexStep):
-    """getitem's vjp for an advanced index: the flat element ``index`` (``unique``: no
-    element twice)."""
-
-    __slots__ = ("index", "unique")
-
-    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any, key: Any,
-                 index: np.ndarray, unique: bool) -> None:
-        self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
-        self.index, self.unique = index, unique
-
-    def __call__(self, g: Any) -> tuple[Any]:
-        g = _buffer(self.be, g, self.dtype)
-        return (self.be.scatter_add(self.shape, self.dtype, self.index, g, self.unique),)
-
-
 # the numpy backend's step for an index of ints and slices (``_simple_key``) is the core's
 # KeySliceStep: the adjoint written into zeros at ``key`` by numpy's own basic indexing
 # (the same elements as SliceStep's assemble at the index's offset and strides)
@@ -391,67 +332,12 @@ def getitem(t: TensorBase, key: Any) -> Any:
             out = _own(be, view.copy())
             return record(type(t), "getitem", be, out, out.shape, t._dtype, t._tape,
                           (t._index,), step, step.graph)
-    key = _index_key(key)
-    be, shape, dtype, tape = t._backend, t._shape, t._dtype, live_tape(t)
-    basic = shapes.basic_index(shape, key)
-    step: _IndexStep
-    if basic is not None:
-        offset, out_shape, strides = basic
-        out = be.strided(t._data, offset, out_shape, strides)
-        step = SliceStep(type(t), be, shape, dtype, key, offset, out_shape, strides)
-    else:
-        index = shapes.advanced_index(shape, key)
-        out_shape = index.shape
-        out = be.reshape(be.take(t._data, index.reshape(-1)), out_shape)
-        step = TakeStep(type(t), be, shape, dtype, key, index,
-                        np.unique(index).size == index.size)
-    if out_shape == () and dtype != BOOL:
-        return record_scalar(type(t), "getitem", be, out, tape, (t._index,), step, step.graph)
-    return record(type(t), "getitem", be, out, out_shape, dtype, tape, (t._index,), step,
-                  step.graph)
-
-
-class PutStep(Step):
-    """put's vjp: the adjoint at ``key`` (getitem again), of the part's shape
-    ``g_shape``: the ``basic`` index's (offset, shape, strides), else the flat element
-    ``index``."""
-
-    __slots__ = ("be", "key", "basic", "index", "g_shape")
-
-    def __init__(self, be: Any, key: Any, basic: Any, index: Any,
-                 g_shape: tuple[int, ...]) -> None:
-        self.be, self.key, self.basic, self.index, self.g_shape = be, key, basic, index, g_shape
-
-    def __call__(self, a: Any) -> tuple[Any]:
-        be = self.be
-        if self.basic is not None:
-            offset, part, strides = self.basic
-            return (be.strided(a, offset, part, strides),)
-        return (be.reshape(be.take(a, self.index.reshape(-1)), self.g_shape),)
-
-    def graph(self, tape: Any, index: int, a: Any) -> tuple[Any]:
-        return (a[self.key],)
-
-
-def put(g: T, shape: tuple[int, ...], key: Any) -> T:
-    """Zeros of ``shape`` with ``g`` added at ``t[key]`` (repeated indices add up):
-    getitem's adjoint, recorded, whose own adjoint is getitem again."""
-    be, dtype, tape = g._backend, g._dtype, live_tape(g)
-    basic = shapes.basic_index(shape, key)
-    index = None
-    if basic is not None:
-        offset, part, strides = basic
-        out = be.assemble(shape, dtype, [(offset, part, strides, g._data)])
-    else:
-        index = shapes.advanced_index(shape, key)
-        out = be.scatter_add(shape, dtype, index, g._data, np.unique(index).size == index.size)
-    step = PutStep(be, key, basic, index, g._shape)
-    return record(type(g), "put", be, out, shape, dtype, tape, (g._index,), step, step.graph)
+    return TABLE_OPS["getitem"](t, _index_key(key))      # the op table's getitem
 
 
 # ---- matmul ----
 
-def _as_batched(be: Any, data: Any, shape: tuple[int, ...], batch: tuple[int, ...]) -> Any:
+def as_batched(be: Any, data: Any, shape: tuple[int, ...], batch: tuple[int, ...]) -> Any:
     """``data`` (shape batch' + (R, C)) as (B or 1, R, C) for the backend's matmul."""
     rows, cols = shape[-2:]
     own = shape[:-2]
@@ -493,19 +379,14 @@ def _matmul_vjp(step: MatmulStep, g: Any) -> tuple[Any, Any]:
 
 
 def _matmul_graph(step: MatmulStep, tape: Any, index: int, g: Any) -> tuple[Any, Any]:
-    cls, be, dtype, batch, (m, k, n) = step.cls, step.be, step.dtype, step.batch, step.mkn
-    (_, a_full, _, a_entry), (_, b_full, _, b_entry) = step.parts
+    # the table's vjp (easyad.ops' matmul) on the operands' recorded tensors
+    cls, be, dtype = step.cls, step.be, step.dtype
+    (_, _, _, a_entry), (_, _, _, b_entry) = step.parts
     a, b = (_graph.handle(cls, be, d, s, dtype, tape, i) if dt is not None
             else _graph.as_tensor(_graph.handle(cls, be, d, s, None, tape, i), cls, be, dtype)
             for d, s, dt, i in step.parts)
-    a, b = a.reshape(step.a2), b.reshape(step.b2)
-    g2 = _graph.as_tensor(g, cls, be, dtype).reshape(batch + (m, n))
-    ga = gb = None
-    if a_entry >= 0:
-        ga = _graph.fold(g2 @ _swap_last(b), batch + (m, k), step.a2).reshape(a_full)
-    if b_entry >= 0:
-        gb = _graph.fold(_swap_last(a) @ g2, batch + (k, n), step.b2).reshape(b_full)
-    return ga, gb
+    g = _graph.as_tensor(g, cls, be, dtype)
+    return TABLE_OPS["matmul_vjp"](g, a, b, (a_entry >= 0, b_entry >= 0))
 
 
 _MATMUL_SHAPES: dict[tuple[Any, ...], Any] = {}
@@ -577,51 +458,12 @@ def matmul(a: Any, b: Any) -> Any:
         out = _fast_matmul(a, b)
         if out is not None:
             return out
-    first = a if isinstance(a, TensorBase) else b
-    be, cls = first._backend, type(first)
-    A, B = operand(a, be), operand(b, be)
-    if A is None or B is None:
-        return NotImplemented
-    out_shape = shapes.matmul(A.shape, B.shape)
-    dtype = result_dtype([A, B])
-    tape = common_tape("matmul", [A, B])
-    a2 = (1,) + A.shape if len(A.shape) == 1 else A.shape
-    b2 = B.shape + (1,) if len(B.shape) == 1 else B.shape
-    batch = shapes.broadcast("matmul", a2[:-2], b2[:-2])
-    (m, k), n = a2[-2:], b2[-1]
-    adata, bdata = (o.data if o.dtype == dtype else
-                    be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0]
-                    for o in (A, B))
-    A3 = _as_batched(be, be.reshape(adata, a2), a2, batch)
-    B3 = _as_batched(be, be.reshape(bdata, b2), b2, batch)
-    out = be.matmul(A3, B3)
-    nb = math.prod(batch)
-    result = be.reshape(out, out_shape)
-    if (tape is None or not (A.needs_adjoint or B.needs_adjoint)) and out_shape:
-        return wrap(cls, be, result, out_shape, dtype)
-    step = MatmulStep(cls, be, dtype, batch, a2, b2, (m, k, n),
-                      (nb if math.prod(a2[:-2]) != 1 else 1, m, k),
-                      A3 if B.needs_adjoint else None, B3 if A.needs_adjoint else None,
-                      ((A.data, A.shape, A.dtype, A.index), (B.data, B.shape, B.dtype, B.index)))
-    if out_shape == ():
-        return record_scalar(cls, "matmul", be, result, tape, (A.index, B.index), step,
-                             step.graph)
-    return record(cls, "matmul", be, result, out_shape, dtype, tape, (A.index, B.index), step,
-                  step.graph)
-
-
-def _swap_last(t: Any) -> Any:
-    """``t`` with its last two axes swapped (recorded)."""
-    perm = tuple(range(t.ndim - 2)) + (t.ndim - 1, t.ndim - 2)
-    return t.transpose(perm)
+    if type(a).__name__ == "TraceTensor" or type(b).__name__ == "TraceTensor":
+        return NotImplemented               # forward mode: TraceTensor's own
+    return TABLE_OPS["matmul"](a, b)         # the op table's matmul
 
 
 # ---- joins ----
-
-# the op table's ops this layer calls (easyad.ops sits above the tensor layer and registers
-# them here when it is imported, as easyad's __init__ does: no import goes upward)
-TABLE_OPS: dict[str, Any] = {}
-
 
 def stack(tensors: Any, axis: int = 0) -> Any:
     tensors = list(tensors)
@@ -671,41 +513,7 @@ def from_scalars(cls: type[T], be: Any, dtype: Any, items: list[Any],
     return record(cls, "from_scalars", be, data, shape, dtype, tape, inputs, step, step.graph)
 
 
-# ---- where (the op table's; this is its step and its call's operands made ready) ----
-
-# the adjoints of where's operands
-_WHERE_VJP = ("choose(c, g, 0.0)", "choose(c, 0.0, g)")
-
-
-class WhereStep(Step):
-    """where's vjp on buffers: the adjoint where the condition ``cond`` (of shape
-    ``c_shape``) holds to the first operand, elsewhere to the second, each folded to its
-    ``targets`` shape (a float for ``scalars``) where it ``needs`` one; none to the
-    condition. Its graph is the op table's vjp."""
-
-    __slots__ = ("cls", "be", "shape", "dtype", "cond", "c_shape", "needs", "targets",
-                 "scalars")
-
-    def __init__(self, cls: type[TensorBase], be: Any, shape: tuple[int, ...], dtype: Any,
-                 cond: Any, c_shape: tuple[int, ...], needs: tuple[bool, bool],
-                 targets: tuple[Any, Any], scalars: tuple[bool, bool]) -> None:
-        self.cls, self.be, self.shape, self.dtype = cls, be, shape, dtype
-        self.cond, self.c_shape, self.needs, self.targets, self.scalars = \
-            cond, c_shape, needs, targets, scalars
-
-    def __call__(self, g: Any) -> tuple[Any, ...]:
-        be, shape, needs = self.be, self.shape, self.needs
-        chosen = tuple(e for e, need in zip(_WHERE_VJP, needs) if need)
-        outs = iter(be.map("where_vjp", chosen, {"c": self.cond, "g": g}, shape,
-                           (self.dtype,) * len(chosen)))
-        return (None,) + tuple(fold(be, next(outs), shape, target, scalar) if need else None
-                               for need, target, scalar in zip(needs, self.targets,
-                                                               self.scalars))
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-        c = wrap(self.cls, self.be, self.cond, self.c_shape, BOOL)
-        return TABLE_OPS["where_vjp"](g, c, self.needs, self.targets, self.scalars)
-
+# ---- where (the op table's: its call's condition made ready) ----
 
 def where(condition: Any, a: Any, b: Any) -> Any:
     if not isinstance(condition, TensorBase):
