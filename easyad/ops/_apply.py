@@ -22,8 +22,9 @@ from easyad._core import Record, Trace
 from easyad.errors import ShapeError
 from easyad.ops._table import Op
 from easyad.tensor import _graph
-from easyad.tensor._base import (BOOL, ObjectArrayOperand, Operand, TensorBase, common_tape,
-                                 operand, record, record_scalar, result_dtype, wrap)
+from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, ObjectArrayOperand, Operand,
+                                 TensorBase, common_tape, operand, record, record_scalar,
+                                 result_dtype, wrap)
 from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
@@ -71,16 +72,21 @@ def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
                             f"{type(a).__name__}")
         ops.append(o)
     shape, params = op.rule(params, *[o.shape for o in ops])
-    dtype = result_dtype(ops) if op.dtype is None else np.dtype(
-        op.dtype(params, *[o.dtype for o in ops]))
-    bufs = [o.data if o.dtype == dtype or not op.casts else    # one dtype, if it casts
+    if op.dtype is not None:
+        dtype = np.dtype(op.dtype(params, *[o.dtype for o in ops]))
+    elif len(ops) == 1 and (ops[0].dtype is FLOAT64 or ops[0].dtype is FLOAT32):
+        dtype = ops[0].dtype            # (the common case, without result_type)
+    else:
+        dtype = result_dtype(ops)
+    # (``is`` first: comparing numpy dtypes by == costs a microsecond)
+    bufs = [o.data if o.dtype is dtype or not op.casts or o.dtype == dtype else
             be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0] for o in ops]
     data = be.op(op, params, bufs, shape, dtype)
     if op.saves:                       # (result, buffers the composite made for the step)
         data, bufs = data if isinstance(data, tuple) else (data, None)
     tape = common_tape(op.name, ops)
     inputs = tuple([o.index for o in ops])
-    number = shape == () and op.numbers and dtype != BOOL    # (a number is a float)
+    number = shape == () and op.numbers and dtype is not BOOL    # (a number is a float)
     if tape is None or max(inputs) < 0:
         if number:
             return record_scalar(cls, op.name, be, data, None, (), None)

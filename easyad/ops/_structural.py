@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from easyad._core import ExtremeStep, MatmulStep, ReshapeStep, SumStep, TransposeStep
-from easyad.ops._apply import apply
+from easyad.ops._apply import _tensors, apply
 from easyad.ops._builtin import _shifted
 from easyad.ops._table import Op, get, register
 from easyad.tensor import _graph, _structural
@@ -168,8 +168,19 @@ def _reduce_composite(kind: str) -> Any:
     return composite
 
 
+_KEPT: dict[tuple[Any, ...], tuple[int, ...]] = {}
+
+
 def _kept(p: ReduceParams, shape: tuple[int, ...]) -> tuple[int, ...]:
-    return shapes.reduce(shape, p.axes or (), True)
+    """``shape`` reduced over the axes with them kept (1), per signature."""
+    key = (shape, p.axes)
+    found = _KEPT.get(key)
+    if found is None:
+        found = shapes.reduce(shape, p.axes or (), True)
+        if len(_KEPT) > 4096:
+            _KEPT.clear()
+        _KEPT[key] = found
+    return found
 
 
 def _sum_vjp(p: ReduceParams, g: Any, x: Any, out: Any) -> tuple[Any]:
@@ -241,19 +252,41 @@ class WhereParams:
     pass                     # none: the operands' shapes say everything
 
 
+_WHERE_SHAPES: dict[tuple[Any, ...], tuple[int, ...]] = {}     # broadcasts, per signature
+
+
+def _where_shape(c: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]
+                 ) -> tuple[int, ...]:
+    key = (c, a, b)
+    found = _WHERE_SHAPES.get(key)
+    if found is None:
+        found = shapes.broadcast("where", c, a, b)
+        if len(_WHERE_SHAPES) > 4096:
+            _WHERE_SHAPES.clear()
+        _WHERE_SHAPES[key] = found
+    return found
+
+
 def _where_rule(p: WhereParams, c: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]
                 ) -> tuple[tuple[int, ...], WhereParams]:
-    return shapes.broadcast("where", c, a, b), p
+    return _where_shape(c, a, b), p
 
 
 def _where_dtype(p: WhereParams, c: Any, a: Any, b: Any) -> Any:
     # the values' common float dtype (numbers are weak; the condition has no say)
+    if a is None or a is BOOL:
+        a = b
+    elif b is None or b is BOOL:
+        b = a
+    if a is b and a is not None and a is not BOOL:
+        return a
     found = [d for d in (a, b) if d is not None and d != BOOL]
     return np.result_type(*found) if found else np.dtype(np.float64)
 
 
 def _where_composite(be: Any, p: WhereParams, c: Any, a: Any, b: Any) -> Any:
-    shape = shapes.broadcast("where", *(tuple(getattr(v, "shape", ())) for v in (c, a, b)))
+    shape = _where_shape(tuple(c.shape), tuple(a.shape) if hasattr(a, "shape") else (),
+                         tuple(b.shape) if hasattr(b, "shape") else ())
     dtype = _where_dtype(p, None, getattr(a, "dtype", None), getattr(b, "dtype", None))
     return be.map("where", ("choose(c, x, y)",), {"c": c, "x": a, "y": b}, shape, (dtype,))[0]
 
@@ -492,6 +525,8 @@ def _axes(axis: Any) -> Any:
     return (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
 
 
+_NO_PARAMS, _MATMUL_PARAMS = WhereParams(), MatmulParams()
+
 _structural.TABLE_OPS.update({
     "reshape": lambda t, new: apply(RESHAPE, ReshapeParams(
         (new,) if isinstance(new, (int, np.integer)) else tuple(new)), (t,)),
@@ -502,12 +537,13 @@ _structural.TABLE_OPS.update({
                                            (t,)),
     "min": lambda t, axis, keepdims: apply(MIN, ReduceParams(_axes(axis), bool(keepdims)),
                                            (t,)),
-    "where": lambda c, a, b: apply(WHERE, WhereParams(), (c, a, b)),
-    "getitem": lambda t, key: apply(GETITEM, GetitemParams(key), (t,)),
-    "matmul": lambda a, b: apply(MATMUL, MatmulParams(), (a, b)),
+    # (the tensor layer calls these with Tensors only, never TraceTensors: no dispatch)
+    "where": lambda c, a, b: _tensors(WHERE, _NO_PARAMS, (c, a, b)),
+    "where_vjp": _where_cotangents,
+    "getitem": lambda t, key: _tensors(GETITEM, GetitemParams(key), (t,)),
+    "matmul": lambda a, b: _tensors(MATMUL, _MATMUL_PARAMS, (a, b)),
     "matmul_vjp": _matmul_cotangents,
     "put": lambda g, shape, key: apply(PUT, PutParams(tuple(shape), key), (g,)),
-    "where_vjp": _where_cotangents,
     "sum_vjp": lambda g, axes, x, out: SUM.vjp(ReduceParams(axes, True), g, x, out)[0],
     "extreme_vjp": lambda g, axes, x, out: _extreme_vjp(ReduceParams(axes, True), g, x,
                                                         out)[0],

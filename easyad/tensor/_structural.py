@@ -1,19 +1,21 @@
-"""Tensor operations that are not elementwise rules: reductions, matmul, reshape and
-transpose, indexing, stack and where (those not yet in the op table, ``easyad.ops``:
-concatenate is there, and stack is its call on operands given a new axis).
+"""The structural tensor operations' entry points: sum, mean, max, min, reshape,
+transpose, indexing, matmul, where, stack and from_scalars.
 
-Each asks ``_shapes`` for its output shape first (ShapeError before any kernel), runs the
-backend's kernels, and records one node whose vjp is the operation's adjoint, as data: a
-step (``_steps.Step``) per operation kind holding what the adjoint reads. A sum's is a
-broadcast (``SumStep``), a max's splits the adjoint evenly among ties (``ExtremeStep``), a
-slice's writes the adjoint into zeros (``SliceStep``, ``TakeStep``), matmul's is two
-matmuls (``MatmulStep``). The backends (``_numpy.py``, ``_opencl.py``) provide only the
-primitive kernels named here (map, reduce, matmul, strided, assemble, take, scatter_add).
+All but mean (sum times a constant), stack (concatenate, on operands given a new axis)
+and from_scalars are ops of the op table (``easyad.ops``, its ``_structural`` module: the
+shape rule, vjp, jvp, batching rule and lowerings, each said once). This module keeps
+what sits in front of the table and below it:
 
-The common cases on the numpy device run in the compiled core (``_engine/structural.pxi``:
-``Tensor.sum`` is ``_core.tensor_sum``, and so on), which comes here (services registered
-at the end) for everything else; the steps it makes are the core's cdef classes, whose
-methods that are not worth C (other devices, the graphs) are the functions here.
+- the fast paths for the common cases on the numpy device (a live float tensor, the
+  simplest arguments), after the compiled core's own (``_engine/structural.pxi``:
+  ``Tensor.sum`` is ``_core.tensor_sum``, and so on, which comes here through the
+  services registered at the end). They make the same steps as the table's and give the
+  same bits (tests/test_tensor_structural_fast.py, tests/test_structural_core.py);
+- everything else goes to the table through ``TABLE_OPS`` (``easyad.ops`` sits above
+  this layer and fills it when imported: no import goes upward);
+- the core's step classes' methods not worth C (other devices' vjps), their graphs,
+  which call the table's vjps, and the helpers the table's lowerings call here
+  (``permute``, ``as_batched``, ``extreme_share``).
 """
 from __future__ import annotations
 
