@@ -158,3 +158,24 @@ def test_getitem_of_every_kind_of_index_and_its_adjoint():
     with pytest.raises(ValueError, match="put: an operand of shape"):
         ops.call(ops.get("put"), (ad.Tensor.constant(np.ones(3)),), {"shape": (4,),
                                                                      "key": slice(0, 2)})
+
+
+def test_batching_rules_of_the_ops_with_several_operands():
+    """where's and matmul's batching rules (ops.batched takes one operand): every operand
+    given a batch axis first, one call equals the loop over the slices (numpy lowering
+    and eager tensors)."""
+    rng = np.random.default_rng(3)
+    calls = {"where": (rng.normal(size=(3, 2, 4)) > 0, rng.normal(size=(3, 2, 4)),
+                       rng.normal(size=(3, 1, 4))),
+             "matmul": (rng.normal(size=(3, 2, 4)), rng.normal(size=(3, 4, 5)))}
+    reference = {"where": np.where, "matmul": np.matmul}
+    for name, operands in calls.items():
+        op = ops.get(name)
+        params, out_axis = op.batch(op.bind({}), 0)
+        assert out_axis == 0
+        want = np.stack([reference[name](*(v[k] for v in operands)) for k in range(3)])
+        np.testing.assert_array_equal(ops.apply(op, params, operands), want)
+        tensors = tuple(ad.Tensor.constant(v) if v.dtype != bool else v for v in operands)
+        np.testing.assert_array_equal(ops.apply(op, params, tensors).value, want)
+    with pytest.raises(NotImplementedError, match="batch axis first"):
+        ops.get("matmul").batch(ops.get("matmul").bind({}), 1)
