@@ -2,7 +2,9 @@
 ``easyad._rules`` holds the elementwise functions), and the interpreters that run a call
 of one on whatever its operands are. ``_table``: the ``Op`` record, ``register``, the
 lowering chooser; ``_apply``: the call (forward, reverse, every device, eval_shape,
-ad.record, object arrays of scalars, batching); ``_builtin``: the ops themselves;
+ad.record, object arrays of scalars, batching); ``_builtin``: flip, cumsum,
+concatenate; ``_structural``: reshape, transpose, sum, max, min, where, getitem, put and
+matmul (the tensor layer's older operations, moved in);
 ``_linalg``, ``_linalg_spectral``: linear algebra (registered when ``easyad.linalg``, their
 public face, is imported, which ``import easyad`` does);
 ``_sorting``: sort and order_by (table ops), argsort/argmax/argmin; ``_npfunctions`` and
@@ -14,6 +16,7 @@ How to add an op: docs/internals.md ("How to add an op"); tests/test_add_an_op.p
 from easyad.ops._table import OPS, Op, get, register, unregister
 from easyad.ops._apply import OpStep, apply, batched, call
 from easyad.ops._builtin import cumsum, flip
+from easyad.ops import _structural  # noqa: F401  (reshape, transpose, sum, max, min)
 from easyad.ops._sorting import argmax, argmin, argsort, order_by, sort
 from easyad.ops._npfunctions import (broadcast_to, clip, cumprod, diag, diagonal,
                                      expand_dims, moveaxis, pad, prod, repeat, roll, split,

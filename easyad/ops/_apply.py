@@ -22,8 +22,9 @@ from easyad._core import Record, Trace
 from easyad.errors import ShapeError
 from easyad.ops._table import Op
 from easyad.tensor import _graph
-from easyad.tensor._base import (ObjectArrayOperand, Operand, TensorBase, common_tape, operand,
-                                 record, record_scalar, result_dtype, wrap)
+from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, ObjectArrayOperand, Operand,
+                                 TensorBase, common_tape, operand, record, record_scalar,
+                                 result_dtype, wrap)
 from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
@@ -38,9 +39,13 @@ def call(op: Op, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def apply(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     """``op`` with parameters already bound (its vjps and jvps call this)."""
-    if any(isinstance(a, TraceTensor) for a in args):
-        return _forward(op, params, args)
-    if any(isinstance(a, TensorBase) for a in args):
+    tensors = False
+    for a in args:           # (a loop, not any(...): eager calls come through here)
+        if isinstance(a, TraceTensor):
+            return _forward(op, params, args)
+        if isinstance(a, TensorBase):
+            tensors = True
+    if tensors:
         return _tensors(op, params, args)
     if any(isinstance(a, np.ndarray) and a.dtype == object for a in args):
         return _objects(op, params, args)
@@ -56,29 +61,39 @@ def apply(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
 # ---- reverse mode (and every device, eval_shape, ad.record) ----
 
 def _tensors(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
-    first = next(a for a in args if isinstance(a, TensorBase))
+    first = args[0] if isinstance(args[0], TensorBase) else \
+        next(a for a in args if isinstance(a, TensorBase))
     be, cls = first._backend, type(first)
     ops: list[Operand] = []
     for a in args:
         o = operand(a, be)
-        if o is None or o.dtype is None:
+        if o is None or o.dtype is None and op.casts:
             raise TypeError(f"{op.name}: every operand must be an array or tensor, got "
                             f"{type(a).__name__}")
         ops.append(o)
-    shape, params = op.rule(params, *(o.shape for o in ops))
-    dtype = result_dtype(ops) if op.dtype is None else np.dtype(
-        op.dtype(params, *(o.dtype for o in ops)))
-    bufs = [o.data if o.dtype == dtype else      # every lowering sees one dtype
+    shape, params = op.rule(params, *[o.shape for o in ops])
+    if op.dtype is not None:
+        dtype = np.dtype(op.dtype(params, *[o.dtype for o in ops]))
+    elif len(ops) == 1 and (ops[0].dtype is FLOAT64 or ops[0].dtype is FLOAT32):
+        dtype = ops[0].dtype            # (the common case, without result_type)
+    else:
+        dtype = result_dtype(ops)
+    # (``is`` first: comparing numpy dtypes by == costs a microsecond)
+    bufs = [o.data if o.dtype is dtype or not op.casts or o.dtype == dtype else
             be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0] for o in ops]
     data = be.op(op, params, bufs, shape, dtype)
+    if op.saves:                       # (result, buffers the composite made for the step)
+        data, bufs = data if isinstance(data, tuple) else (data, None)
     tape = common_tape(op.name, ops)
-    inputs = tuple(o.index for o in ops)
-    if tape is None or all(i < 0 for i in inputs):
-        if shape == ():
+    inputs = tuple([o.index for o in ops])
+    number = shape == () and op.numbers and dtype is not BOOL    # (a number is a float)
+    if tape is None or max(inputs) < 0:
+        if number:
             return record_scalar(cls, op.name, be, data, None, (), None)
         return record(cls, op.name, be, data, shape, dtype, None, (), None)
-    step = OpStep(op, params, cls, be, ops, data, shape, dtype)
-    if shape == ():
+    step = OpStep(op, params, cls, be, ops, data, shape, dtype) if op.step is None else \
+        op.step(params, cls, be, ops, bufs, data, shape, dtype)
+    if number:
         return record_scalar(cls, op.name, be, data, tape, inputs, step, step.graph)
     return record(cls, op.name, be, data, shape, dtype, tape, inputs, step, step.graph)
 
@@ -157,6 +172,9 @@ def _forward(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     values = [a._value if isinstance(a, TraceTensor) else a for a in args]
     tangents = [a._tangent if isinstance(a, TraceTensor) else None for a in args]
     out = apply(op, params, tuple(values))
+    # the jvp sees canonical parameters (axes made non-negative...), as the vjp does
+    _, params = op.rule(params, *(tuple(v.shape) if hasattr(v, "shape") else np.shape(v)
+                                  for v in values))
     full = tuple(t if t is not None else _zeros_like(v) for t, v in zip(tangents, values))
     if op.jvp is None:           # linear in its operands: the op of the tangents
         tangent = apply(op, params, full)

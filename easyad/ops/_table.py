@@ -27,7 +27,24 @@ An ``Op`` is one registration holding everything every engine needs:
 - ``sample(rng, dtype) -> (operands, params)``: a small call, with which a child process
   builds, runs and checks the OpenCL kernel against the numpy lowering before any process
   of the user's builds it (``tensor/_proofs``: a driver that crashes on it takes only the
-  child down, and the op then runs on the host).
+  child down, and the op then runs on the host);
+- ``composite_first``: the composite runs on the numpy device too (its primitives are that
+  backend's own kernels: the older structural ops, whose eager results stay bit for bit);
+  ``numpy`` is then the reference and the object arrays' form;
+- ``step(params, cls, be, operands, bufs, out, shape, dtype) -> Step``: the node's step, whose
+  call is the vjp lowered to backend buffers (the sweep's fast form: for the older
+  structural ops a step class of the compiled core, the same one their C fast paths
+  make) and whose ``graph`` calls ``vjp``. Without it the node's step is ``OpStep``,
+  which runs ``vjp`` on constant tensors;
+- ``numbers``: a 0-d result of a tensor call is a number (a scalar Record or a float), as
+  a reduction's; False: a 0-d tensor (reshape, transpose);
+- ``casts``: the operands are cast to the result's dtype first. False (where): the
+  lowerings take them as they are, a bool condition and Python numbers or scalar
+  Records (given as floats) included;
+- ``saves``: the composite returns ``(result, saved)``, buffers it made on the way that
+  the node's step keeps (matmul's operands as the backend's matmul took them), which
+  ``step`` then gets as ``bufs`` (None where no composite ran: eval_shape), so recorded
+  programs hold each of them once.
 
 Who reads the table: ``easyad.ops._apply`` (the call: eager tensors of every device,
 reverse mode and create_graph, forward mode, ``eval_shape``, ``ad.record`` of tensor code,
@@ -63,8 +80,13 @@ class Op:
     composite: Callable[..., Any] | None = None
     dtype: Callable[..., Any] | None = None
     sample: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]] | None = None
+    step: Callable[..., Any] | None = None
     linear: bool = False
     objects: bool = False
+    composite_first: bool = False
+    numbers: bool = True
+    casts: bool = True
+    saves: bool = False
     doc: str = ""
 
     def __repr__(self) -> str:
@@ -81,7 +103,7 @@ class Op:
         kind = be.kind
         if kind == "opencl" and self.opencl is not None and be.proven_op(self, dtype):
             return self.opencl(be, params, *bufs)
-        if kind != "numpy" and self.composite is not None:
+        if self.composite is not None and (kind != "numpy" or self.composite_first):
             return self.composite(be, params, *bufs)
         hosts = bufs if kind == "numpy" else [np.asarray(be.to_numpy(b)) for b in bufs]
         made = self.numpy(params, *hosts)
@@ -115,7 +137,7 @@ class Op:
 def _checked(op: str, name: str, value: Any, hint: Any) -> Any:
     """``value`` as the parameter's declared type (numpy ints as ints, lists as tuples),
     or a TypeError naming the op, the parameter and what it takes."""
-    if type(value) is hint:           # the common case: already an int, a bool...
+    if type(value) is hint or hint is Any:   # the common case: already an int, a bool...
         return value
     origin = typing.get_origin(hint)
     options = typing.get_args(hint) if origin in (typing.Union, getattr(

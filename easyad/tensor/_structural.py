@@ -1,19 +1,21 @@
-"""Tensor operations that are not elementwise rules: reductions, matmul, reshape and
-transpose, indexing, stack and where (those not yet in the op table, ``easyad.ops``:
-concatenate is there, and stack is its call on operands given a new axis).
+"""The structural tensor operations' entry points: sum, mean, max, min, reshape,
+transpose, indexing, matmul, where, stack and from_scalars.
 
-Each asks ``_shapes`` for its output shape first (ShapeError before any kernel), runs the
-backend's kernels, and records one node whose vjp is the operation's adjoint, as data: a
-step (``_steps.Step``) per operation kind holding what the adjoint reads. A sum's is a
-broadcast (``SumStep``), a max's splits the adjoint evenly among ties (``ExtremeStep``), a
-slice's writes the adjoint into zeros (``SliceStep``, ``TakeStep``), matmul's is two
-matmuls (``MatmulStep``). The backends (``_numpy.py``, ``_opencl.py``) provide only the
-primitive kernels named here (map, reduce, matmul, strided, assemble, take, scatter_add).
+All but mean (sum times a constant), stack (concatenate, on operands given a new axis)
+and from_scalars are ops of the op table (``easyad.ops``, its ``_structural`` module: the
+shape rule, vjp, jvp, batching rule and lowerings, each said once). This module keeps
+what sits in front of the table and below it:
 
-The common cases on the numpy device run in the compiled core (``_engine/structural.pxi``:
-``Tensor.sum`` is ``_core.tensor_sum``, and so on), which comes here (services registered
-at the end) for everything else; the steps it makes are the core's cdef classes, whose
-methods that are not worth C (other devices, the graphs) are the functions here.
+- the fast paths for the common cases on the numpy device (a live float tensor, the
+  simplest arguments), after the compiled core's own (``_engine/structural.pxi``:
+  ``Tensor.sum`` is ``_core.tensor_sum``, and so on, which comes here through the
+  services registered at the end). They make the same steps as the table's and give the
+  same bits (tests/test_tensor_structural_fast.py, tests/test_structural_core.py);
+- everything else goes to the table through ``TABLE_OPS`` (``easyad.ops`` sits above
+  this layer and fills it when imported: no import goes upward);
+- the core's step classes' methods not worth C (other devices' vjps), their graphs,
+  which call the table's vjps, and the helpers the table's lowerings call here
+  (``permute``, ``as_batched``, ``extreme_share``).
 """
 from __future__ import annotations
 
@@ -28,11 +30,12 @@ from easyad._core import (ExtremeStep, KeySliceStep, MatmulStep, Record, Reshape
 from easyad.errors import TapeMismatchError
 from easyad.tensor import _blas, _graph
 from easyad.tensor import _shapes as shapes
-from easyad.tensor._base import (BOOL, FLOAT32, FLOAT64, Node, T, TensorBase, common_tape,
-                                 fold, live_tape, operand, record, record_scalar, result_dtype,
-                                 wrap)
+from easyad.tensor._base import (FLOAT32, FLOAT64, Node, T, TensorBase, fold, record, wrap)
+from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._numpy import _ERRSTATE, _IGNORE, NumpyBackend
 from easyad.tensor._steps import Step
+from easyad.tensor._table_steps import (TABLE_OPS, PutStep, SliceStep, TakeStep,  # noqa: F401
+                                        WhereStep, _buffer, put)
 
 
 # ---- fast paths: the numpy backend, a float tensor, the common arguments ----
@@ -110,37 +113,7 @@ def _own(be: Any, raw: Any) -> Any:
     return raw
 
 
-def _tensor_operand(t: Any, be: Any) -> Any:
-    o = operand(t, be)
-    if o is None:
-        raise TypeError(f"expected a Tensor, array or number, got {type(t).__name__}")
-    return o
-
-
-def _buffer(be: Any, g: Any, dtype: Any) -> Any:
-    """The adjoint of a single-number output (a float) as a 0-d buffer; buffers pass."""
-    return be.full((), g, dtype) if isinstance(g, float) else g
-
-
 # ---- reductions ----
-
-def _reduction(t: TensorBase, axis: Any, keepdims: bool, op: str
-               ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Any]:
-    if t._dtype == BOOL:
-        t = t.astype(np.float64)
-    axes = shapes.normalize_axes(op, axis, t.ndim)
-    kept = shapes.reduce(t._shape, axes, True)
-    out_shape = shapes.reduce(t._shape, axes, keepdims)
-    return axes, kept, out_shape, t
-
-
-def _finish(label: str, t: TensorBase, raw: Any, out_shape: tuple[int, ...], step: Step) -> Any:
-    be, tape = t._backend, live_tape(t)
-    if out_shape == ():
-        return record_scalar(type(t), label, be, raw, tape, (t._index,), step, step.graph)
-    return record(type(t), label, be, be.reshape(raw, out_shape), out_shape, t._dtype, tape,
-                  (t._index,), step, step.graph)
-
 
 # SumStep (the core's): its vjp off the numpy device, and its graph
 
@@ -158,7 +131,11 @@ def _sum_vjp(step: SumStep, g: Any) -> tuple[Any]:
 
 
 def _sum_graph(step: Any, tape: Any, index: int, g: Any) -> tuple[Any]:
-    return (_graph.broadcast(g, step.kept, step.shape, step.cls, step.be, step.dtype),)
+    # the table's vjp (easyad.ops' sum), on the adjoint made a tensor
+    g = _graph.as_tensor(g, step.cls, step.be, step.dtype)
+    axes = tuple(d for d, (k, n) in enumerate(zip(step.kept, step.shape)) if k != n)
+    return (TABLE_OPS["sum_vjp"](g, axes, ShapeDtype(step.shape, step.dtype),
+                                 ShapeDtype(step.kept, step.dtype)),)
 
 
 def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -173,10 +150,7 @@ def reduce_sum(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
         raw = _own(be, np.ascontiguousarray(raw))
         return record(type(t), "sum", be, raw.reshape(out_shape) if keepdims else raw,
                       out_shape, t._dtype, t._tape, (t._index,), step, step.graph)
-    axes, kept, out_shape, t = _reduction(t, axis, keepdims, "sum")
-    raw = t._backend.reduce("sum", t._data, axes)
-    return _finish("sum", t, raw, out_shape, SumStep(type(t), t._backend, kept, t._shape,
-                                                     t._dtype))
+    return TABLE_OPS["sum"](t, axis, keepdims)      # the op table's sum
 
 
 def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -193,28 +167,36 @@ def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
 # ExtremeStep (the core's: max's or min's vjp, the adjoint to the operand's elements ``x``
 # equal to the result ``m``, split evenly among ties): its vjp and graph
 
-def _ties(step: ExtremeStep) -> Any:
-    """How many elements equal the result, per result (shape ``kept``)."""
-    be = step.be
-    (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": step.x, "m": step.m},
-                     step.shape, (step.dtype,))
-    return be.reshape(be.reduce("sum", ties, step.axes), step.kept)
+def _ties(be: Any, x: Any, m: Any, axes: tuple[int, ...], kept: tuple[int, ...],
+          shape: tuple[int, ...], dtype: Any) -> Any:
+    """How many elements of ``x`` equal the result ``m``, per result (shape ``kept``)."""
+    (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": x, "m": m}, shape, (dtype,))
+    return be.reshape(be.reduce("sum", ties, axes), kept)
+
+
+def extreme_share(be: Any, x: Any, m: Any, axes: tuple[int, ...], kept: tuple[int, ...],
+                  shape: tuple[int, ...], dtype: Any) -> Any:
+    """Each element's share of a max's or min's adjoint: 1/ties where ``x`` equals the
+    result ``m`` (of shape ``kept``), else 0 (a buffer; the table's vjp reads it)."""
+    n = _ties(be, x, m, axes, kept, shape, dtype)
+    (share,) = be.map("share", ("choose(x == m, 1.0 / n, 0.0)",), {"x": x, "m": m, "n": n},
+                      shape, (dtype,))
+    return share
 
 
 def _extreme_vjp(step: ExtremeStep, g: Any) -> tuple[Any]:
-    n = _ties(step)
+    n = _ties(step.be, step.x, step.m, step.axes, step.kept, step.shape, step.dtype)
     return tuple(step.be.map("share", ("choose(x == m, g / n, 0.0)",),
                              {"x": step.x, "m": step.m, "g": _kept(step, g), "n": n},
                              step.shape, (step.dtype,)))
 
 
 def _extreme_graph(step: ExtremeStep, tape: Any, index: int, g: Any) -> tuple[Any]:
-    # the share of each element is piecewise constant: a constant factor
-    n = _ties(step)
-    (share,) = step.be.map("share", ("choose(x == m, 1.0 / n, 0.0)",),
-                           {"x": step.x, "m": step.m, "n": n}, step.shape, (step.dtype,))
-    (spread,) = _sum_graph(step, tape, index, g)
-    return (spread * wrap(step.cls, step.be, share, step.shape, step.dtype),)
+    # the table's vjp (easyad.ops' max and min), on the values as constants (it reads them)
+    cls, be, dtype = step.cls, step.be, step.dtype
+    g = _graph.as_tensor(g, cls, be, dtype)
+    return (TABLE_OPS["extreme_vjp"](g, step.axes, wrap(cls, be, step.x, step.shape, dtype),
+                                     wrap(cls, be, step.m, step.kept, dtype)),)
 
 
 def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
@@ -230,13 +212,7 @@ def reduce_extreme(op: str, t: TensorBase, axis: Any = None, keepdims: bool = Fa
             return _scalar_result(t, op, float(raw.reshape(())), step)
         return record(type(t), op, be, raw.reshape(out_shape) if keepdims else raw,
                       out_shape, t._dtype, t._tape, (t._index,), step, step.graph)
-    axes, kept, out_shape, t = _reduction(t, axis, keepdims, op)
-    be, shape, dtype, x = t._backend, t._shape, t._dtype, t._data
-    if t.size == 0:
-        raise ValueError(f"{op} of an empty tensor (shape {shape}) has no value")
-    raw = be.reduce(op, x, axes)
-    step = ExtremeStep(type(t), be, kept, shape, dtype, x, be.reshape(raw, kept), axes)
-    return _finish(op, t, raw, out_shape, step)
+    return TABLE_OPS[op](t, axis, keepdims)      # the op table's max or min
 
 
 # ---- reshape, transpose ----
@@ -266,14 +242,11 @@ def reshape(t: T, new: Any) -> T:
         step = ReshapeStep(t._backend, shape)
         return record(type(t), "reshape", t._backend, t._data.reshape(new_shape), new_shape,
                       t._dtype, t._tape, (t._index,), step, step.graph)
-    new_shape = shapes.reshape(t._shape, new)
-    be = t._backend
-    step = ReshapeStep(be, t._shape)
-    return record(type(t), "reshape", be, be.reshape(t._data, new_shape), new_shape, t._dtype,
-                  live_tape(t), (t._index,), step, step.graph)
+    return TABLE_OPS["reshape"](t, new)          # the op table's reshape
 
 
-def _permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
+def permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
+    """``data`` (of ``shape``) with its axes permuted by ``perm``: one strided copy."""
     strides = shapes.contiguous_strides(shape)
     return be.strided(data, 0, tuple(shape[p] for p in perm), tuple(strides[p] for p in perm))
 
@@ -284,7 +257,7 @@ def _transpose_vjp(step: TransposeStep, g: Any) -> tuple[Any]:
     be = step.be
     if type(be) is NumpyBackend:    # strided's contiguous copy of the permuted view
         return (_own(be, g.reshape(step.out_shape).transpose(step.inverse).copy()),)
-    return (_permute(be, g, step.out_shape, step.inverse),)
+    return (permute(be, g, step.out_shape, step.inverse),)
 
 
 _SWAP = (1, 0)
@@ -297,14 +270,9 @@ def transpose(t: T, axes: Any) -> T:
         return record(type(t), "transpose", be, _own(be, t._data.T.copy()), (c, r), t._dtype,
                       t._tape, (t._index,), step, step.graph)
     perm = shapes.transpose(t._shape, axes)
-    be, shape = t._backend, t._shape
-    out_shape = tuple(shape[p] for p in perm)
-    inverse = tuple(int(i) for i in np.argsort(perm))
     if perm == tuple(range(len(perm))):
         return t
-    step = TransposeStep(be, out_shape, inverse)
-    return record(type(t), "transpose", be, _permute(be, t._data, shape, perm), out_shape, t._dtype,
-                  live_tape(t), (t._index,), step, step.graph)
+    return TABLE_OPS["transpose"](t, perm)       # the op table's transpose
 
 
 # ---- indexing ----
@@ -319,53 +287,6 @@ def _index_key(key: Any) -> Any:
     if isinstance(key, list):
         return np.asarray(key)
     return key
-
-
-class _IndexStep(Step):
-    """getitem's vjp: the adjoint written into zeros of the operand's ``shape`` at ``key``;
-    recorded, that is ``put``."""
-
-    __slots__ = ("cls", "be", "shape", "dtype", "key")
-    cls: type
-    be: Any
-    shape: tuple[int, ...]
-    dtype: Any
-    key: Any
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any]:
-        return (put(_graph.as_tensor(g, self.cls, self.be, self.dtype), self.shape, self.key),)
-
-
-class SliceStep(_IndexStep):
-    """getitem's vjp for a basic index: the part at ``offset`` with ``strides``."""
-
-    __slots__ = ("offset", "out_shape", "strides")
-
-    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any, key: Any,
-                 offset: int, out_shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
-        self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
-        self.offset, self.out_shape, self.strides = offset, out_shape, strides
-
-    def __call__(self, g: Any) -> tuple[Any]:
-        g = _buffer(self.be, g, self.dtype)
-        return (self.be.assemble(self.shape, self.dtype,
-                                 [(self.offset, self.out_shape, self.strides, g)]),)
-
-
-class TakeStep(_IndexStep):
-    """getitem's vjp for an advanced index: the flat element ``index`` (``unique``: no
-    element twice)."""
-
-    __slots__ = ("index", "unique")
-
-    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any, key: Any,
-                 index: np.ndarray, unique: bool) -> None:
-        self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
-        self.index, self.unique = index, unique
-
-    def __call__(self, g: Any) -> tuple[Any]:
-        g = _buffer(self.be, g, self.dtype)
-        return (self.be.scatter_add(self.shape, self.dtype, self.index, g, self.unique),)
 
 
 # the numpy backend's step for an index of ints and slices (``_simple_key``) is the core's
@@ -413,67 +334,25 @@ def getitem(t: TensorBase, key: Any) -> Any:
             out = _own(be, view.copy())
             return record(type(t), "getitem", be, out, out.shape, t._dtype, t._tape,
                           (t._index,), step, step.graph)
-    key = _index_key(key)
-    be, shape, dtype, tape = t._backend, t._shape, t._dtype, live_tape(t)
-    basic = shapes.basic_index(shape, key)
-    step: _IndexStep
-    if basic is not None:
-        offset, out_shape, strides = basic
-        out = be.strided(t._data, offset, out_shape, strides)
-        step = SliceStep(type(t), be, shape, dtype, key, offset, out_shape, strides)
-    else:
-        index = shapes.advanced_index(shape, key)
-        out_shape = index.shape
-        out = be.reshape(be.take(t._data, index.reshape(-1)), out_shape)
-        step = TakeStep(type(t), be, shape, dtype, key, index,
-                        np.unique(index).size == index.size)
-    if out_shape == () and dtype != BOOL:
-        return record_scalar(type(t), "getitem", be, out, tape, (t._index,), step, step.graph)
-    return record(type(t), "getitem", be, out, out_shape, dtype, tape, (t._index,), step,
-                  step.graph)
-
-
-class PutStep(Step):
-    """put's vjp: the adjoint at ``key`` (getitem again), of the part's shape
-    ``g_shape``: the ``basic`` index's (offset, shape, strides), else the flat element
-    ``index``."""
-
-    __slots__ = ("be", "key", "basic", "index", "g_shape")
-
-    def __init__(self, be: Any, key: Any, basic: Any, index: Any,
-                 g_shape: tuple[int, ...]) -> None:
-        self.be, self.key, self.basic, self.index, self.g_shape = be, key, basic, index, g_shape
-
-    def __call__(self, a: Any) -> tuple[Any]:
-        be = self.be
-        if self.basic is not None:
-            offset, part, strides = self.basic
-            return (be.strided(a, offset, part, strides),)
-        return (be.reshape(be.take(a, self.index.reshape(-1)), self.g_shape),)
-
-    def graph(self, tape: Any, index: int, a: Any) -> tuple[Any]:
-        return (a[self.key],)
-
-
-def put(g: T, shape: tuple[int, ...], key: Any) -> T:
-    """Zeros of ``shape`` with ``g`` added at ``t[key]`` (repeated indices add up):
-    getitem's adjoint, recorded, whose own adjoint is getitem again."""
-    be, dtype, tape = g._backend, g._dtype, live_tape(g)
-    basic = shapes.basic_index(shape, key)
-    index = None
-    if basic is not None:
-        offset, part, strides = basic
-        out = be.assemble(shape, dtype, [(offset, part, strides, g._data)])
-    else:
-        index = shapes.advanced_index(shape, key)
-        out = be.scatter_add(shape, dtype, index, g._data, np.unique(index).size == index.size)
-    step = PutStep(be, key, basic, index, g._shape)
-    return record(type(g), "put", be, out, shape, dtype, tape, (g._index,), step, step.graph)
+        key = _index_key(key)
+        if shapes.basic_index(shape, key) is None:
+            # an integer-array take: the table's composite and step (TakeStep), called
+            # directly (the table's call costs a few microseconds more than the take)
+            be, index = t._backend, shapes.advanced_index(shape, key)
+            out = be.reshape(be.take(t._data, index.reshape(-1)), index.shape)
+            step = TakeStep(type(t), be, shape, t._dtype, key, index,
+                            np.unique(index).size == index.size)
+            if index.shape == ():
+                return _scalar_result(t, "getitem", float(out), step)
+            return record(type(t), "getitem", be, out, index.shape, t._dtype, t._tape,
+                          (t._index,), step, step.graph)
+        return TABLE_OPS["getitem"](t, key)      # the op table's getitem
+    return TABLE_OPS["getitem"](t, _index_key(key))
 
 
 # ---- matmul ----
 
-def _as_batched(be: Any, data: Any, shape: tuple[int, ...], batch: tuple[int, ...]) -> Any:
+def as_batched(be: Any, data: Any, shape: tuple[int, ...], batch: tuple[int, ...]) -> Any:
     """``data`` (shape batch' + (R, C)) as (B or 1, R, C) for the backend's matmul."""
     rows, cols = shape[-2:]
     own = shape[:-2]
@@ -515,19 +394,14 @@ def _matmul_vjp(step: MatmulStep, g: Any) -> tuple[Any, Any]:
 
 
 def _matmul_graph(step: MatmulStep, tape: Any, index: int, g: Any) -> tuple[Any, Any]:
-    cls, be, dtype, batch, (m, k, n) = step.cls, step.be, step.dtype, step.batch, step.mkn
-    (_, a_full, _, a_entry), (_, b_full, _, b_entry) = step.parts
+    # the table's vjp (easyad.ops' matmul) on the operands' recorded tensors
+    cls, be, dtype = step.cls, step.be, step.dtype
+    (_, _, _, a_entry), (_, _, _, b_entry) = step.parts
     a, b = (_graph.handle(cls, be, d, s, dtype, tape, i) if dt is not None
             else _graph.as_tensor(_graph.handle(cls, be, d, s, None, tape, i), cls, be, dtype)
             for d, s, dt, i in step.parts)
-    a, b = a.reshape(step.a2), b.reshape(step.b2)
-    g2 = _graph.as_tensor(g, cls, be, dtype).reshape(batch + (m, n))
-    ga = gb = None
-    if a_entry >= 0:
-        ga = _graph.fold(g2 @ _swap_last(b), batch + (m, k), step.a2).reshape(a_full)
-    if b_entry >= 0:
-        gb = _graph.fold(_swap_last(a) @ g2, batch + (k, n), step.b2).reshape(b_full)
-    return ga, gb
+    g = _graph.as_tensor(g, cls, be, dtype)
+    return TABLE_OPS["matmul_vjp"](g, a, b, (a_entry >= 0, b_entry >= 0))
 
 
 _MATMUL_SHAPES: dict[tuple[Any, ...], Any] = {}
@@ -599,51 +473,12 @@ def matmul(a: Any, b: Any) -> Any:
         out = _fast_matmul(a, b)
         if out is not None:
             return out
-    first = a if isinstance(a, TensorBase) else b
-    be, cls = first._backend, type(first)
-    A, B = operand(a, be), operand(b, be)
-    if A is None or B is None:
-        return NotImplemented
-    out_shape = shapes.matmul(A.shape, B.shape)
-    dtype = result_dtype([A, B])
-    tape = common_tape("matmul", [A, B])
-    a2 = (1,) + A.shape if len(A.shape) == 1 else A.shape
-    b2 = B.shape + (1,) if len(B.shape) == 1 else B.shape
-    batch = shapes.broadcast("matmul", a2[:-2], b2[:-2])
-    (m, k), n = a2[-2:], b2[-1]
-    adata, bdata = (o.data if o.dtype == dtype else
-                    be.map("astype", ("x",), {"x": o.data}, o.shape, (dtype,))[0]
-                    for o in (A, B))
-    A3 = _as_batched(be, be.reshape(adata, a2), a2, batch)
-    B3 = _as_batched(be, be.reshape(bdata, b2), b2, batch)
-    out = be.matmul(A3, B3)
-    nb = math.prod(batch)
-    result = be.reshape(out, out_shape)
-    if (tape is None or not (A.needs_adjoint or B.needs_adjoint)) and out_shape:
-        return wrap(cls, be, result, out_shape, dtype)
-    step = MatmulStep(cls, be, dtype, batch, a2, b2, (m, k, n),
-                      (nb if math.prod(a2[:-2]) != 1 else 1, m, k),
-                      A3 if B.needs_adjoint else None, B3 if A.needs_adjoint else None,
-                      ((A.data, A.shape, A.dtype, A.index), (B.data, B.shape, B.dtype, B.index)))
-    if out_shape == ():
-        return record_scalar(cls, "matmul", be, result, tape, (A.index, B.index), step,
-                             step.graph)
-    return record(cls, "matmul", be, result, out_shape, dtype, tape, (A.index, B.index), step,
-                  step.graph)
-
-
-def _swap_last(t: Any) -> Any:
-    """``t`` with its last two axes swapped (recorded)."""
-    perm = tuple(range(t.ndim - 2)) + (t.ndim - 1, t.ndim - 2)
-    return t.transpose(perm)
+    if type(a).__name__ == "TraceTensor" or type(b).__name__ == "TraceTensor":
+        return NotImplemented               # forward mode: TraceTensor's own
+    return TABLE_OPS["matmul"](a, b)         # the op table's matmul
 
 
 # ---- joins ----
-
-# the op table's ops this layer calls (easyad.ops sits above the tensor layer and registers
-# them here when it is imported, as easyad's __init__ does: no import goes upward)
-TABLE_OPS: dict[str, Any] = {}
-
 
 def stack(tensors: Any, axis: int = 0) -> Any:
     tensors = list(tensors)
@@ -693,65 +528,13 @@ def from_scalars(cls: type[T], be: Any, dtype: Any, items: list[Any],
     return record(cls, "from_scalars", be, data, shape, dtype, tape, inputs, step, step.graph)
 
 
-# ---- where ----
-
-# the adjoints of where's operands
-_WHERE_VJP = ("choose(c, g, 0.0)", "choose(c, 0.0, g)")
-
-
-class WhereStep(Step):
-    """where's vjp: the adjoint where the condition ``cond`` (of shape ``c_shape``) holds
-    to the first operand, elsewhere to the second, each folded to its ``targets`` shape
-    (a float for ``scalars``) where it ``needs`` one."""
-
-    __slots__ = ("cls", "be", "shape", "dtype", "cond", "c_shape", "needs", "targets",
-                 "scalars")
-
-    def __init__(self, cls: type[TensorBase], be: Any, shape: tuple[int, ...], dtype: Any,
-                 cond: Any, c_shape: tuple[int, ...], needs: tuple[bool, bool],
-                 targets: tuple[Any, Any], scalars: tuple[bool, bool]) -> None:
-        self.cls, self.be, self.shape, self.dtype = cls, be, shape, dtype
-        self.cond, self.c_shape, self.needs, self.targets, self.scalars = \
-            cond, c_shape, needs, targets, scalars
-
-    def __call__(self, g: Any) -> tuple[Any, ...]:
-        be, shape, needs = self.be, self.shape, self.needs
-        chosen = tuple(e for e, need in zip(_WHERE_VJP, needs) if need)
-        outs = iter(be.map("where_vjp", chosen, {"c": self.cond, "g": g}, shape,
-                           (self.dtype,) * len(chosen)))
-        return tuple(fold(be, next(outs), shape, target, scalar) if need else None
-                     for need, target, scalar in zip(needs, self.targets, self.scalars))
-
-    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
-        cls, be = self.cls, self.be
-        c = wrap(cls, be, self.cond, self.c_shape, BOOL)
-        zero = _graph.zeros(cls, be, (), self.dtype)
-        chosen = (where(c, g, zero), where(c, zero, g))
-        return tuple(_graph.fold(v, self.shape, target, scalar) if need else None
-                     for v, need, target, scalar in zip(chosen, self.needs, self.targets,
-                                                        self.scalars))
-
+# ---- where (the op table's: its call's condition made ready) ----
 
 def where(condition: Any, a: Any, b: Any) -> Any:
-    first = next(v for v in (condition, a, b) if isinstance(v, TensorBase))
-    be, cls = first._backend, type(first)
-    if isinstance(condition, TensorBase):
-        C = _tensor_operand(condition, be)
-    else:
+    if not isinstance(condition, TensorBase):
         c = np.asarray(condition)
-        C = _tensor_operand(c.astype(bool) if c.dtype != bool else c, be)
-    A, B = _tensor_operand(a, be), _tensor_operand(b, be)
-    shape = shapes.broadcast("where", C.shape, A.shape, B.shape)
-    dtype = result_dtype([A, B])
-    tape = common_tape("where", [A, B])
-    (out,) = be.map("where", ("choose(c, x, y)",), {"c": C.data, "x": A.data, "y": B.data},
-                    shape, (dtype,))
-    if tape is None or not (A.needs_adjoint or B.needs_adjoint):
-        return wrap(cls, be, out, shape, dtype)
-    step = WhereStep(cls, be, shape, dtype, C.data, C.shape, (A.needs_adjoint, B.needs_adjoint),
-                     (A.shape, B.shape), (A.dtype is None, B.dtype is None))
-    return record(cls, "where", be, out, shape, dtype, tape, (A.index, B.index), step,
-                  step.graph)
+        condition = c.astype(bool) if c.dtype != bool else c
+    return TABLE_OPS["where"](condition, a, b)      # the op table's where
 
 
 # the compiled core's fast paths (_engine/structural.pxi) come here for everything else

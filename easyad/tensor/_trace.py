@@ -144,21 +144,27 @@ class TraceTensor(RuleMethods):
             return TraceTensor._of(v, t)
         return _scalar(v, t)
 
+    # the op table's ops (easyad.ops: each one's jvp, or for a linear op the op itself
+    # on the tangent), called through the tensor layer's TABLE_OPS
     def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return self._both(lambda a: a.sum(axis=axis, keepdims=keepdims))
+        return _structural.TABLE_OPS["sum"](self, axis, keepdims)
 
     def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
         return self._both(lambda a: a.mean(axis=axis, keepdims=keepdims))
 
     def reshape(self, *shape: Any) -> "TraceTensor":
-        return self._both(lambda a: a.reshape(*shape))  # type: ignore[no-any-return]
+        new = shape[0] if len(shape) == 1 else shape
+        return _structural.TABLE_OPS["reshape"](self, new)  # type: ignore[no-any-return]
 
     def transpose(self, *axes: Any) -> "TraceTensor":
-        return self._both(lambda a: a.transpose(*axes))  # type: ignore[no-any-return]
+        perm = shapes.transpose(self.shape, axes)
+        if perm == tuple(range(len(perm))):
+            return self
+        return _structural.TABLE_OPS["transpose"](self, perm)  # type: ignore[no-any-return]
 
     @property
     def T(self) -> "TraceTensor":
-        return self._both(lambda a: a.T)  # type: ignore[no-any-return]
+        return self.transpose()
 
     def __getitem__(self, key: Any) -> Any:
         traces = self._traces
@@ -178,23 +184,11 @@ class TraceTensor(RuleMethods):
     def __iter__(self) -> Any:
         return (self[i] for i in range(len(self)))
 
-    def _extreme(self, op: str, axis: Any, keepdims: bool) -> Any:
-        # the tangent of a max is the mean of the tangents of the tied maximal elements
-        v = self._value
-        m = getattr(v, op)(axis=axis, keepdims=True)
-        mask = _structural.where(v == m, 1.0, 0.0)      # (comparisons: of the values)
-        t = (self._tangent * mask).sum(axis=axis, keepdims=keepdims) / \
-            mask.sum(axis=axis, keepdims=keepdims)
-        value = getattr(v, op)(axis=axis, keepdims=keepdims)
-        if isinstance(value, _PARTS):
-            return TraceTensor._of(value, t)
-        return _scalar(value, t)
-
     def max(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return self._extreme("max", axis, keepdims)
+        return _structural.TABLE_OPS["max"](self, axis, keepdims)
 
     def min(self, axis: Any = None, keepdims: bool = False) -> Any:
-        return self._extreme("min", axis, keepdims)
+        return _structural.TABLE_OPS["min"](self, axis, keepdims)
 
     amax, amin = max, min
 
