@@ -55,6 +55,7 @@ import numpy as np
 from easyad import _pool
 from easyad.compiler.tape import library as c_library
 from easyad._core import _point_at, _segment_call, _segments_batch
+from easyad.compiler.program import softmax_c
 from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
 from easyad.compiler.optimiser import optimise_program
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
@@ -71,7 +72,8 @@ class FusedProgram:
     ``BoundProgram.run`` (numpy arrays in, new numpy arrays out)."""
 
     def __init__(self, plan: Plan, library: Any, be: Any, on_guard: Any,
-                 stored: set[int], source: str) -> None:
+                 stored: set[int], source: str,
+                 lowered: tuple[dict[int, Any], list[np.ndarray]] = ({}, [])) -> None:
         p = plan.program
         self.plan, self.source, self.be = plan, source, be
         self.n_slots = len(p.shapes)
@@ -80,15 +82,22 @@ class FusedProgram:
         self._lock = threading.Lock()
         # the slots written in C and read after: a fresh array for outputs, else workspace
         fresh = {plan.r(o) for o in plan.outputs}
+        # Python steps with a C lowering (softmax_c: cross-entropy) write into buffers too
+        in_c, extra = lowered
+        self.lowered = in_c
         made_in_python = {plan.r(o) for kind, item in plan.schedule if kind == "py"
-                          for o in item.outs}
+                          and id(item) not in in_c for o in item.outs}
         stored = {s for s in stored if s not in made_in_python and p.dtypes[s] is not None}
+        stored |= {o for step in in_c.values() for o in step.writes}
         self.made_in_python = made_in_python
-        self.base: list[Any] = [None] * (self.n_slots + len(plan.aux))
+        self.base: list[Any] = [None] * (self.n_slots + len(plan.aux) + len(extra))
         for i, v in p.constants.items():
             if p.dtypes[i] is not None:
                 self.base[i] = np.ascontiguousarray(v)
-        self.base[self.n_slots:] = plan.aux
+        self.base[self.n_slots:] = list(plan.aux) + extra
+        for kind, item in plan.schedule:      # a lowered forward's saved workspace
+            if kind == "py" and "saved" in getattr(in_c.get(id(item)), "extra", {}):
+                self.base[item.outs[1]] = in_c[id(item)].extra["saved"]
         self.in_place = _written_in_place(plan)
         self.fresh = sorted(s for s in stored if s in fresh and s not in p.inputs
                             and s not in p.constants and s not in self.in_place)
@@ -123,6 +132,9 @@ class FusedProgram:
                 address = ctypes.cast(fn, ctypes.c_void_p).value
                 n_segment += 1
                 self.steps.append((address, release, (), ()))
+            elif id(item) in in_c:
+                fn = getattr(library, in_c[id(item)].name)
+                self.steps.append((ctypes.cast(fn, ctypes.c_void_p).value, False, (), ()))
             else:
                 aliases = tuple(i for i in item.ins if type(i) is int and plan.r(i) != i)
                 self.steps.append((None, step(item, be, on_guard), aliases, item.outs))
@@ -134,8 +146,9 @@ class FusedProgram:
     def batchable(self) -> bool:
         """Whether the program runs at many points in one C loop (``run_batch``): every
         step generated C, nothing written in place, every output made fresh in C."""
-        fresh = set(self.fresh)
+        fresh = set(self.fresh)      # (lowered steps keep one workspace: not per thread)
         return all(fn is not None for fn, *_ in self.steps) and not self.in_place \
+            and not self.lowered \
             and all(self.plan.r(o) in fresh for o in self.outputs)
 
     def run_batch(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
@@ -295,7 +308,9 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     plan.workspace = {s for s in stored if s not in {plan.r(o) for o in outputs}
                       and s not in made_in_python and program.dtypes[s] is not None}
     renderer = Renderer(plan, stored, CDialect())
-    source = c_header() + [renderer.render(seg, k) for k, seg in enumerate(segments)]
+    lowered = softmax_c.lower(plan, len(program.shapes) + len(plan.aux))
+    source = c_header() + [renderer.render(seg, k) for k, seg in enumerate(segments)] \
+        + [step.text for step in lowered[0].values()]
     text = "\n".join(source)
     extra = ("-fopenmp-simd", "-Wl,-z,defs") + (("-DEASYAD_VECTOR_MATH",) if libmvec_functions()
                                                  else ())
@@ -303,4 +318,4 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     library = None if path is None else c_library.load(path, purpose="tensor")
     if library is None:
         return None
-    return FusedProgram(plan, library, be, on_guard, stored, text)
+    return FusedProgram(plan, library, be, on_guard, stored, text, lowered)
