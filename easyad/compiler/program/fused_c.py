@@ -31,8 +31,9 @@
 - **Signs of zero** (``_zero_signs``): a ``+ 0.0`` (which makes -0 into +0, as eager
   execution's strong zeros and adjoint sums do) is left out where no reader can tell -0
   from +0: Rosenbrock's gradient loop keeps one of six, the same bits out.
-- **Python steps**: matmul and ``linear`` (BLAS through numpy), the cross-entropy kernels
-  and guards, as ``_program.step`` runs them.
+- **Python steps**: matmul and ``linear`` (BLAS through numpy) and guards, as
+  ``_program.step`` runs them. ``cross_entropy`` and its vjp are C functions of the same
+  library (``softmax_c``), called from the pointer table like segments.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
   groups get workspace buffers, shared between values whose lives (in groups) do not
   overlap; results are new arrays each call.
