@@ -1,7 +1,8 @@
 """cross_entropy and its vjp as generated C in the fused numpy program
-(``compiler/program/softmax_c.py``): the same loss, gradient and SGD step as the numpy
-kernels (``fuse=False``) and as torch.func, non-finite logits as numpy gives them, and the
-steps that cannot be lowered left to numpy."""
+(``compiler/program/softmax_c.py``), linear's products into buffers made once
+(``blas_steps.py``): the same loss, gradient and SGD step as the numpy kernels
+(``fuse=False``) and as torch.func, non-finite logits as numpy gives them, the steps that
+cannot be lowered left to numpy, outputs never in a reused buffer."""
 from __future__ import annotations
 
 import gc
@@ -61,6 +62,9 @@ def test_sgd_step_matches_numpy_kernels_and_torch(dtype, rtol):
             assert a[k].dtype == dtype
     lowered = [len(fp.lowered) for fp in _fused_programs(fused)]
     assert lowered == [2], "the cross-entropy and its vjp are C steps"
+    (fp,) = _fused_programs(fused)        # the products into buffers made once
+    assert [run.__module__.rsplit(".", 1)[1] for fn, run, *_ in fp.steps if fn is None] \
+        == ["blas_steps"] * 4
     value, grad = fused.value_and_gradient(params, x, y)
     want_value, want_grad = _torch_loss_grad(params, x, y)
     assert value == pytest.approx(want_value, rel=rtol)
@@ -111,3 +115,22 @@ def test_forward_alone_and_targets_out_of_range():
                           ce.outs)
         assert not softmax_c.lowerable(bad, p)
     assert isinstance(p, Program) and len(fp.lowered) == 1
+
+
+def test_linear_output_is_a_new_array_each_call():
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    x1, x2 = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+
+    def f(x, w, b):
+        h = nn.functional.linear(x, w, b)
+        return h, ad.sum(ad.tanh(nn.functional.linear(h, w[:, :3], b)))
+    F = ad.record(f, x1, w, b)
+    h1, v1 = F(x1, w, b)
+    h2, v2 = F(x2, w, b)
+    np.testing.assert_allclose(h1, x1 @ w.T + b, rtol=1e-14)
+    np.testing.assert_allclose(h2, x2 @ w.T + b, rtol=1e-14)
+    assert v1 == pytest.approx(np.tanh((x1 @ w.T + b) @ w[:, :3].T + b).sum(), rel=1e-13)
+    (fp,) = _fused_programs(F)
+    assert [run.__module__.rsplit(".", 1)[1] for fn, run, *_ in fp.steps if fn is None] \
+        == ["_program", "blas_steps"], "the output's product stays the backend's"

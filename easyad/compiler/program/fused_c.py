@@ -56,7 +56,7 @@ import numpy as np
 from easyad import _pool
 from easyad.compiler.tape import library as c_library
 from easyad._core import _point_at, _segment_call, _segments_batch
-from easyad.compiler.program import softmax_c
+from easyad.compiler.program import blas_steps, softmax_c
 from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
 from easyad.compiler.optimiser import optimise_program
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
@@ -138,7 +138,12 @@ class FusedProgram:
                 self.steps.append((ctypes.cast(fn, ctypes.c_void_p).value, False, (), ()))
             else:
                 aliases = tuple(i for i in item.ins if type(i) is int and plan.r(i) != i)
-                self.steps.append((None, step(item, be, on_guard), aliases, item.outs))
+                ready = blas_steps.prepare(item, plan, fresh) if be.kind == "numpy" else None
+                if ready is not None:      # into buffers made once (no output among them)
+                    for o, buffer in ready[1].items():
+                        self.base[o] = buffer
+                self.steps.append((None, ready[0] if ready else step(item, be, on_guard),
+                                   aliases, item.outs))
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         with self._lock:
