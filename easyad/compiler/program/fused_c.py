@@ -105,6 +105,8 @@ class FusedProgram:
         work = sorted(s for s in stored if s not in fresh and s not in p.inputs
                       and s not in p.constants)
         self.work = work          # written by the C between calls: per thread in a batch
+        self._made = set(self.fresh) | made_in_python | self.in_place.keys()   # new per call
+        self._result_specs = [(plan.r(o), p.shapes[o]) for o in plan.outputs]
         self._tables: list[tuple[np.ndarray, list[np.ndarray]]] = []
         shared = share_buffers(plan, work)
         for s in work:
@@ -258,8 +260,16 @@ class FusedProgram:
                     if not a.flags.c_contiguous:
                         a = arrays[s] = np.ascontiguousarray(a)
                     _point_at(pointers, s, a)
-        return _results(plan, arrays, set(self.fresh) | self.made_in_python
-                        | self.in_place.keys(), np.array)
+        fresh, out = set(self._made), []
+        # the outputs: those made new by this call as they are, others (workspace, an input,
+        # a constant) copied
+        for root, shape in self._result_specs:
+            a = arrays[root]
+            if root not in fresh:
+                a = arrays[root] = np.array(a)
+                fresh.add(root)
+            out.append(a.reshape(shape))
+        return out
 
 
 def _written_in_place(plan: Plan) -> dict[int, int]:
@@ -280,20 +290,6 @@ def _written_in_place(plan: Plan) -> dict[int, int]:
             if not any(target in plan.memory_reads(i) for i in reads):
                 found[plan.r(ins.outs[0])] = target
     return found
-
-
-def _results(plan: Plan, arrays: list[Any], fresh: set[int], copy: Any) -> list[Any]:
-    """The outputs' buffers: those made new by this call as they are, others (workspace,
-    an input, a constant) by ``copy``."""
-    out = []
-    for s in plan.outputs:
-        root = plan.r(s)
-        a = arrays[root]
-        if root not in fresh:
-            a = arrays[root] = copy(a)
-            fresh.add(root)
-        out.append(a.reshape(plan.program.shapes[s]))
-    return out
 
 
 def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
