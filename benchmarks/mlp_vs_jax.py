@@ -5,6 +5,7 @@
     python benchmarks/mlp_vs_jax.py --blas-threads 2 --xla-threads 2
     python benchmarks/mlp_vs_jax.py --variants           # other ways of timing each step
     python benchmarks/mlp_vs_jax.py --matmul             # the step's bare products, each side
+    python benchmarks/mlp_vs_jax.py --before             # + the step with numpy's cross-entropy
 
 The model is the MNIST-shaped MLP 784-128-10 with tanh, softmax cross-entropy on class
 indices, plain SGD. easyad's side uses only the public API the README shows: an
@@ -37,6 +38,8 @@ machine the wall clock favours a step that sleeps while its work runs on another
 (jax's) over one that never waits (easyad's), so compare CPU times there.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import argparse
 import os
@@ -145,6 +148,21 @@ def easyad_steps(model: nn.Sequential, x: np.ndarray, y: np.ndarray) -> tuple[di
         "easyad lazy": lambda: F.sgd_step(named, x, y, lr=LR, lazy=True),
     }
     return steps, record_s
+
+
+def numpy_cross_entropy_step(init: str, x: np.ndarray, y: np.ndarray, dtype: type) -> Any:
+    """easyad's step on its own model with the cross-entropy left to numpy steps between
+    the generated C, as before ``softmax_c`` (its ``lower`` made to lower nothing while
+    the program is bound), for a before/after in one run (``--before``)."""
+    from easyad.compiler.program import softmax_c
+    model = make_model(dtype, init)
+    real = softmax_c.lower
+    softmax_c.lower = lambda plan, first: ({}, [])
+    try:
+        steps, _ = easyad_steps(model, x, y)
+    finally:
+        softmax_c.lower = real
+    return steps["easyad"]
 
 
 def jax_steps(jax, state: dict, x: np.ndarray, y: np.ndarray) -> tuple[dict, float, dict]:
@@ -332,6 +350,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="also time the other ways of timing a step (see the docstring)")
     parser.add_argument("--matmul", action="store_true",
                         help="time the step's bare products instead of the step")
+    parser.add_argument("--before", action="store_true",
+                        help="also time the step as before compiler/program/softmax_c.py "
+                             "(the cross-entropy and its gradient by numpy between the C)")
     args = parser.parse_args(argv)
     jax = _jax()
     print(f"cores {sorted(os.sched_getaffinity(0))}, batch {args.batch}, BLAS threads "
@@ -361,6 +382,9 @@ def main(argv: list[str] | None = None) -> None:
                     1e-9 if dtype is np.float64 else 1e-4)
         keep = ("easyad", "jax.jit") if not args.variants else tuple(e_steps) + tuple(j_steps)
         variants = {k: v for k, v in {**e_steps, **j_steps}.items() if k in keep}
+        if args.before:
+            variants["easyad, CE by numpy"] = numpy_cross_entropy_step(args.init, x, y,
+                                                                       dtype)
         per_call = measure(variants, args.rounds, args.seconds)
         print(f"\n{name}: record + first call {record_s:.3f} s, jax compile {compile_s:.3f} s\n")
         print("\n".join(report(per_call, "jax.jit")))

@@ -286,7 +286,7 @@ class TensorFunction(TensorBatches):
                                   self._backend)
                 continue
             new = self._host(new)
-            if not np.may_share_memory(leaf, new):    # not written in place: copied
+            if new.base is not leaf and not np.may_share_memory(leaf, new):   # not in place
                 np.copyto(leaf, new.reshape(leaf.shape))
         if lazy:      # (a Tensor of the program's output buffer, new at each call)
             loss = self._backend.reshape(out[0], ())

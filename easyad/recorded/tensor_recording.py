@@ -91,6 +91,11 @@ class _Static:
 
     def same(self, other: Any) -> bool:
         a = self.value
+        if type(a) is np.ndarray and type(other) is np.ndarray and a.dtype == other.dtype \
+                and a.dtype.kind in "biu" and a.shape == other.shape:
+            # integer labels at each step: equal values are equal bytes (no NaN, no -0),
+            # ~20x cheaper than array_equal's conversions
+            return a.tobytes() == other.tobytes()
         if isinstance(a, np.ndarray) or isinstance(other, np.ndarray):
             return bool(np.array_equal(np.asarray(a), np.asarray(other)))
         if a is other:

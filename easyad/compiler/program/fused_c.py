@@ -31,8 +31,9 @@
 - **Signs of zero** (``_zero_signs``): a ``+ 0.0`` (which makes -0 into +0, as eager
   execution's strong zeros and adjoint sums do) is left out where no reader can tell -0
   from +0: Rosenbrock's gradient loop keeps one of six, the same bits out.
-- **Python steps**: matmul and ``linear`` (BLAS through numpy), the cross-entropy kernels
-  and guards, as ``_program.step`` runs them.
+- **Python steps**: matmul and ``linear`` (BLAS through numpy) and guards, as
+  ``_program.step`` runs them. ``cross_entropy`` and its vjp are C functions of the same
+  library (``softmax_c``), called from the pointer table like segments.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
   groups get workspace buffers, shared between values whose lives (in groups) do not
   overlap; results are new arrays each call.
@@ -55,6 +56,7 @@ import numpy as np
 from easyad import _pool
 from easyad.compiler.tape import library as c_library
 from easyad._core import _point_at, _segment_call, _segments_batch
+from easyad.compiler.program import blas_steps, softmax_c
 from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
 from easyad.compiler.optimiser import optimise_program
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
@@ -71,7 +73,8 @@ class FusedProgram:
     ``BoundProgram.run`` (numpy arrays in, new numpy arrays out)."""
 
     def __init__(self, plan: Plan, library: Any, be: Any, on_guard: Any,
-                 stored: set[int], source: str) -> None:
+                 stored: set[int], source: str,
+                 lowered: tuple[dict[int, Any], list[np.ndarray]] = ({}, [])) -> None:
         p = plan.program
         self.plan, self.source, self.be = plan, source, be
         self.n_slots = len(p.shapes)
@@ -80,21 +83,30 @@ class FusedProgram:
         self._lock = threading.Lock()
         # the slots written in C and read after: a fresh array for outputs, else workspace
         fresh = {plan.r(o) for o in plan.outputs}
+        # Python steps with a C lowering (softmax_c: cross-entropy) write into buffers too
+        in_c, extra = lowered
+        self.lowered = in_c
         made_in_python = {plan.r(o) for kind, item in plan.schedule if kind == "py"
-                          for o in item.outs}
+                          and id(item) not in in_c for o in item.outs}
         stored = {s for s in stored if s not in made_in_python and p.dtypes[s] is not None}
+        stored |= {o for step in in_c.values() for o in step.writes}
         self.made_in_python = made_in_python
-        self.base: list[Any] = [None] * (self.n_slots + len(plan.aux))
+        self.base: list[Any] = [None] * (self.n_slots + len(plan.aux) + len(extra))
         for i, v in p.constants.items():
             if p.dtypes[i] is not None:
                 self.base[i] = np.ascontiguousarray(v)
-        self.base[self.n_slots:] = plan.aux
+        self.base[self.n_slots:] = list(plan.aux) + extra
+        for kind, item in plan.schedule:      # a lowered forward's saved workspace
+            if kind == "py" and "saved" in getattr(in_c.get(id(item)), "extra", {}):
+                self.base[item.outs[1]] = in_c[id(item)].extra["saved"]
         self.in_place = _written_in_place(plan)
         self.fresh = sorted(s for s in stored if s in fresh and s not in p.inputs
                             and s not in p.constants and s not in self.in_place)
         work = sorted(s for s in stored if s not in fresh and s not in p.inputs
                       and s not in p.constants)
         self.work = work          # written by the C between calls: per thread in a batch
+        self._made = set(self.fresh) | made_in_python | self.in_place.keys()   # new per call
+        self._result_specs = [(plan.r(o), p.shapes[o]) for o in plan.outputs]
         self._tables: list[tuple[np.ndarray, list[np.ndarray]]] = []
         shared = share_buffers(plan, work)
         for s in work:
@@ -123,9 +135,17 @@ class FusedProgram:
                 address = ctypes.cast(fn, ctypes.c_void_p).value
                 n_segment += 1
                 self.steps.append((address, release, (), ()))
+            elif id(item) in in_c:
+                fn = getattr(library, in_c[id(item)].name)
+                self.steps.append((ctypes.cast(fn, ctypes.c_void_p).value, False, (), ()))
             else:
                 aliases = tuple(i for i in item.ins if type(i) is int and plan.r(i) != i)
-                self.steps.append((None, step(item, be, on_guard), aliases, item.outs))
+                ready = blas_steps.prepare(item, plan, fresh) if be.kind == "numpy" else None
+                if ready is not None:      # into buffers made once (no output among them)
+                    for o, buffer in ready[1].items():
+                        self.base[o] = buffer
+                self.steps.append((None, ready[0] if ready else step(item, be, on_guard),
+                                   aliases, item.outs))
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         with self._lock:
@@ -134,8 +154,9 @@ class FusedProgram:
     def batchable(self) -> bool:
         """Whether the program runs at many points in one C loop (``run_batch``): every
         step generated C, nothing written in place, every output made fresh in C."""
-        fresh = set(self.fresh)
+        fresh = set(self.fresh)      # (lowered steps keep one workspace: not per thread)
         return all(fn is not None for fn, *_ in self.steps) and not self.in_place \
+            and not self.lowered \
             and all(self.plan.r(o) in fresh for o in self.outputs)
 
     def run_batch(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
@@ -239,8 +260,16 @@ class FusedProgram:
                     if not a.flags.c_contiguous:
                         a = arrays[s] = np.ascontiguousarray(a)
                     _point_at(pointers, s, a)
-        return _results(plan, arrays, set(self.fresh) | self.made_in_python
-                        | self.in_place.keys(), np.array)
+        fresh, out = set(self._made), []
+        # the outputs: those made new by this call as they are, others (workspace, an input,
+        # a constant) copied
+        for root, shape in self._result_specs:
+            a = arrays[root]
+            if root not in fresh:
+                a = arrays[root] = np.array(a)
+                fresh.add(root)
+            out.append(a.reshape(shape))
+        return out
 
 
 def _written_in_place(plan: Plan) -> dict[int, int]:
@@ -263,20 +292,6 @@ def _written_in_place(plan: Plan) -> dict[int, int]:
     return found
 
 
-def _results(plan: Plan, arrays: list[Any], fresh: set[int], copy: Any) -> list[Any]:
-    """The outputs' buffers: those made new by this call as they are, others (workspace,
-    an input, a constant) by ``copy``."""
-    out = []
-    for s in plan.outputs:
-        root = plan.r(s)
-        a = arrays[root]
-        if root not in fresh:
-            a = arrays[root] = copy(a)
-            fresh.add(root)
-        out.append(a.reshape(plan.program.shapes[s]))
-    return out
-
-
 def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
           ) -> FusedProgram | None:
     """The fused, compiled program for ``outputs`` on the numpy backend ``be``; None when
@@ -295,7 +310,9 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     plan.workspace = {s for s in stored if s not in {plan.r(o) for o in outputs}
                       and s not in made_in_python and program.dtypes[s] is not None}
     renderer = Renderer(plan, stored, CDialect())
-    source = c_header() + [renderer.render(seg, k) for k, seg in enumerate(segments)]
+    lowered = softmax_c.lower(plan, len(program.shapes) + len(plan.aux))
+    source = c_header() + [renderer.render(seg, k) for k, seg in enumerate(segments)] \
+        + [step.text for step in lowered[0].values()]
     text = "\n".join(source)
     extra = ("-fopenmp-simd", "-Wl,-z,defs") + (("-DEASYAD_VECTOR_MATH",) if libmvec_functions()
                                                  else ())
@@ -303,4 +320,4 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     library = None if path is None else c_library.load(path, purpose="tensor")
     if library is None:
         return None
-    return FusedProgram(plan, library, be, on_guard, stored, text)
+    return FusedProgram(plan, library, be, on_guard, stored, text, lowered)

@@ -223,7 +223,7 @@ class FusedCLProgram:
             raise _translate(be, "replay of a recorded program", error) from None
         out = []
         fresh = set(self._fresh_results)
-        for root, shape in self._results:      # as fused_c._results, no needless views
+        for root, shape in self._results:      # (no needless views)
             a = arrays[root]
             if root not in fresh:        # workspace, an input, a constant: a copy
                 a = arrays[root] = a.copy()
