@@ -105,6 +105,8 @@ def test_gradient_and_hessian_with_zeros_inf_nan(loss, special):
     for device in ["numpy", *OPENCL[:1]]:
         lst = ad.WengertList()
         t = ad.Tensor.variable(x, lst, device=device)
+        # the sweep's step (on the numpy device: the vjp in numpy) and create_graph's vjp
+        _same(np.asarray(ours(t).derivatives()[t]), g_ref, f"{device} sweep's gradient")
         d = ours(t).derivatives(create_graph=True)[t]
         _same(d.value, g_ref, f"{device} gradient")
         if special in ("one zero", "two zeros"):        # the Hessian: create_graph, by rows
@@ -118,6 +120,33 @@ def test_gradient_and_hessian_with_zeros_inf_nan(loss, special):
         _same(np.asarray(ad.hessian(ours)(x)).reshape(x.size, -1), h_ref, "scalar Hessian")
 
 
+@pytest.mark.parametrize("shape, axis", [((3, 4, 5), (0, 2)), ((2, 300), 1), ((7,), None)])
+def test_sweep_steps_on_larger_operands(shape, axis):
+    # the numpy sweep's blocked recurrence and transposed lines, against torch
+    x = np.random.default_rng(2).uniform(-1.5, 1.5, size=shape)
+    x.reshape(-1)[[1, 5]] = 0.0
+    tx = torch.tensor(x, requires_grad=True)
+    for name in ("prod", "cumprod"):
+        if name == "cumprod" and isinstance(axis, tuple):
+            continue
+        lst = ad.WengertList()
+        t = ad.Tensor.variable(x, lst)
+        y = getattr(ad, name)(t, axis=axis)
+        w = np.random.default_rng(4).normal(size=np.shape(y.value if hasattr(y, "value")
+                                                          else y))
+        ours = ad.sum(y * w).derivatives()[t]
+        if name == "prod" and isinstance(axis, tuple):      # (torch.prod takes one axis)
+            ty = torch.prod(torch.prod(tx, axis[1]), axis[0])
+        elif name == "prod":
+            ty = torch.prod(tx) if axis is None else torch.prod(tx, axis)
+        else:
+            ty = torch.cumprod(tx.reshape(-1) if axis is None else tx, 0 if axis is None
+                               else axis)
+        (theirs,) = torch.autograd.grad((ty * torch.tensor(w)).sum(), tx)
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-11, atol=1e-12,
+                                   err_msg=name)
+
+
 def test_recurrence_rounds_match_the_loop():
     rng = np.random.default_rng(5)
     a, b = rng.uniform(-1.1, 1.1, size=(3, 1000)), rng.normal(size=(3, 1000))
@@ -126,10 +155,11 @@ def test_recurrence_rounds_match_the_loop():
 
 
 def test_recurrence_falls_back_to_the_loop_when_the_rounds_overflow():
-    # the doubling rounds multiply a_1 a_2 (1e400: inf) though b_0 = 0 keeps the loop finite
-    a = np.array([1.0, 1e200, 1e200, 0.5])
-    b = np.array([0.0, 0.0, 1.0, 1.0])
-    np.testing.assert_array_equal(recurrence(a, b), [0.0, 0.0, 1.0, 1.5])
+    # the blocks' coefficient products overflow (1e200 * 1e200) though b = 0 there keeps
+    # the loop finite: o_k = 0 up to 49, then k - 49
+    a, b = np.ones(200), np.zeros(200)
+    a[1:40], b[50:] = 1e200, 1.0
+    np.testing.assert_array_equal(recurrence(a, b), np.maximum(np.arange(200.0) - 49, 0))
 
 
 def test_numpy_functions_dispatch_and_bad_input():

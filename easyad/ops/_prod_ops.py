@@ -23,11 +23,12 @@ Exact where elements are zero: no derivative divides by ``x``.
   ``recurrence(a, db + da shift(o))``. Its own derivatives are recurrences: every order.
 
 ``shift`` moves the elements one place on along the axis, the first place filled (0, or
-1 for ``Y``). numpy has no scan of a linear recurrence: its lowering doubles the span
-(log2(n) rounds of whole-array products, ``(A, B) o (A', B') = (A A', A B' + B)``), and a
-result with a value that is not finite is computed again by the element-by-element
-loop (the rounds multiply coefficients the loop never does, which may overflow; with inf
-or NaN among the operands, the loop's answer is the one given). OpenCL:
+1 for ``Y``). numpy has no scan of a linear recurrence: its lowering runs the loop in
+blocks of 32 places, all blocks at once, then the recurrence of the blocks' ends (with
+each block's product of coefficients), then carries each block's start in; a result with
+a value that is not finite is computed again by the plain loop (the block products
+multiply coefficients the loop never does, which may overflow; with inf or NaN among the
+operands the loop's answer is the one given). OpenCL:
 one work-item per line, in order, for all three.
 """
 from __future__ import annotations
@@ -38,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from easyad.ops._apply import apply
+from easyad.ops._apply import OpStep, apply
 from easyad.ops._builtin import FLIP, FlipParams, _axis, _shifted
 from easyad.ops._structural import ReduceParams, _reduce_batch, _reduce_rule
-from easyad.ops._table import Op, register
+from easyad.ops._table import Op, get, register
 from easyad.tensor import _generic
 
 
@@ -79,6 +80,65 @@ def _lines(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
     return (math.prod(shape) // n if n else 0), n, inner
 
 
+class HostStep(OpStep):
+    """prod's and cumprod's node: on host buffers (the numpy device) the vjp computed
+    straight in numpy (``host_vjp``: the same formulas, no easyad operations in between);
+    elsewhere, and for create_graph, the op's vjp as any OpStep."""
+
+    __slots__ = ()
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        x, shape, dtype, index = self.operands[0]
+        if not isinstance(x, np.ndarray) or x.dtype == object or \
+                not isinstance(self.data, (np.ndarray, float, np.floating)):
+            return super().__call__(g)
+        if index < 0:
+            return (None,)
+        ct = _HOST_VJP[self.op.name](self.params, np.asarray(g, dtype=dtype), x,
+                                     np.asarray(self.data))
+        return (np.ascontiguousarray(ct, dtype=dtype),)
+
+
+def _host_step(name: str) -> Any:
+    return lambda p, cls, be, ops, bufs, out, shape, dtype: HostStep(
+        get(name), p, cls, be, ops, out, shape, dtype)
+
+
+def _exclusive(line: np.ndarray) -> np.ndarray:
+    """The products of the earlier elements along the last axis (1 at the start)."""
+    out = np.empty_like(line)
+    out[..., 0] = 1.0
+    np.cumprod(line[..., :-1], axis=-1, out=out[..., 1:])
+    return out
+
+
+def _prod_host_vjp(p: Any, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    axes = p.axes or ()
+    if x.size == 0:
+        return np.zeros_like(x)
+    rest = tuple(k for k in range(x.ndim) if k not in axes)
+    moved = np.transpose(x, rest + axes)
+    line = moved.reshape(moved.shape[:len(rest)] + (-1,))
+    both = _exclusive(line) * _exclusive(line[..., ::-1])[..., ::-1]
+    both = np.transpose(both.reshape(moved.shape), np.argsort(rest + axes))
+    return both * g.reshape(_kept_shape(p, x.shape))
+
+
+def _cumprod_host_vjp(p: Any, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    if x.shape[p.axis] == 0:
+        return np.zeros_like(x)
+    xl, yl, gl = (np.moveaxis(v, p.axis, -1) for v in (x, out, g))
+    coeff = np.empty_like(xl)
+    coeff[..., 0] = 0.0
+    coeff[..., 1:] = xl[..., :0:-1]
+    last = AxisParams(x.ndim - 1)
+    back = _recurrence_numpy(last, coeff, np.ascontiguousarray(gl[..., ::-1]))[..., ::-1]
+    shifted = np.empty_like(yl)
+    shifted[..., 0] = 1.0
+    shifted[..., 1:] = yl[..., :-1]
+    return np.moveaxis(shifted * back, -1, p.axis)
+
+
 # ---- recurrence ----
 
 @dataclasses.dataclass(frozen=True)
@@ -104,23 +164,43 @@ def _recurrence_loop(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
     return out
 
 
+_BLOCK = 32
+
+
+def _scan_last(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The recurrence along the last axis, in blocks: the loop inside every block at once
+    (``_BLOCK`` steps over all blocks), then the blocks' ends (a recurrence over blocks,
+    with each block's coefficient product), then each block's start carried in."""
+    n = a.shape[-1]
+    if n <= 2 * _BLOCK:
+        return _recurrence_loop(a, b, a.ndim - 1)
+    nb = -(-n // _BLOCK)
+    lead = a.shape[:-1]
+    if nb * _BLOCK != n:             # padded at the end: later places change no earlier one
+        pad = [(0, 0)] * (a.ndim - 1) + [(0, nb * _BLOCK - n)]
+        a, b = np.pad(a, pad), np.pad(b, pad)
+    blocks_a = a.reshape(*lead, nb, _BLOCK)
+    out = np.array(b, copy=True).reshape(*lead, nb, _BLOCK)
+    for k in range(1, _BLOCK):
+        out[..., k] += blocks_a[..., k] * out[..., k - 1]
+    coeff = np.cumprod(blocks_a, axis=-1)      # a block's start's factor at each place
+    ends = _scan_last(coeff[..., -1], out[..., -1])
+    out[..., 1:, :] += coeff[..., 1:, :] * ends[..., :-1, None]
+    return out.reshape(*lead, nb * _BLOCK)[..., :n]
+
+
 def _recurrence_numpy(p: AxisParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype == object or b.dtype == object:     # Records, Traces: the loop, n products
         return _recurrence_loop(np.asarray(a, dtype=object), np.asarray(b, dtype=object),
                                 p.axis)
-    ax, n = p.axis, a.shape[p.axis]
-    big, acc = a.copy(), np.array(b, copy=True)
-    span = 1
+    dtype = np.result_type(a, b)
     with np.errstate(over="ignore", invalid="ignore"):
-        while span < n:          # acc_k: the recurrence over the last 2*span terms
-            late, early = _line(ax, a.ndim, span, None), _line(ax, a.ndim, 0, n - span)
-            acc[late] = acc[late] + big[late] * acc[early]
-            big[late] = big[late] * big[early]
-            span *= 2
-    bad = ~np.isfinite(acc)
-    if bad.any():               # the rounds' coefficient products may overflow: redo the loop
-        acc = _recurrence_loop(a, b, ax)
-    return acc
+        out = np.moveaxis(_scan_last(np.moveaxis(a, p.axis, -1).astype(dtype, copy=False),
+                                     np.moveaxis(b, p.axis, -1).astype(dtype, copy=False)),
+                          -1, p.axis)
+    if not np.isfinite(out).all():    # the blocks' products may overflow: the plain loop
+        out = _recurrence_loop(a, b, p.axis)
+    return np.ascontiguousarray(out)
 
 
 def _recurrence_from_end(a: Any, h: Any, axis: int) -> Any:
@@ -239,7 +319,7 @@ CUMPROD: Op = register(Op(
     numpy=lambda p, x: np.cumprod(x, axis=p.axis),
     vjp=_cumprod_vjp, jvp=_cumprod_jvp,
     batch=lambda p, b: (AxisParams(_shifted(p.axis, b)), b),
-    opencl=_cumprod_opencl, objects=True,
+    opencl=_cumprod_opencl, objects=True, step=_host_step("cumprod"),
     sample=lambda rng, dtype: ((rng.uniform(0.5, 1.5, size=(3, 70, 5)).astype(dtype),),
                                {"axis": 1}),
     doc="running products along an axis"))
@@ -335,7 +415,9 @@ PROD: Op = register(Op(
     name="prod", params=ReduceParams, rule=_prod_rule,
     numpy=lambda p, x: np.multiply.reduce(x, axis=p.axes, keepdims=p.keepdims),
     vjp=_prod_vjp, jvp=_prod_jvp, batch=_reduce_batch,
-    opencl=_prod_opencl, objects=True,
+    opencl=_prod_opencl, objects=True, step=_host_step("prod"),
     sample=lambda rng, dtype: ((rng.uniform(0.5, 1.5, size=(3, 70, 5)).astype(dtype),),
                                {"axes": (0, 2), "keepdims": False}),
     doc="products along axes (derivatives exact with zeros)"))
+
+_HOST_VJP = {"prod": _prod_host_vjp, "cumprod": _cumprod_host_vjp}
