@@ -120,7 +120,8 @@ def test_gradient_and_hessian_with_zeros_inf_nan(loss, special):
         _same(np.asarray(ad.hessian(ours)(x)).reshape(x.size, -1), h_ref, "scalar Hessian")
 
 
-@pytest.mark.parametrize("shape, axis", [((3, 4, 5), (0, 2)), ((2, 300), 1), ((7,), None)])
+@pytest.mark.parametrize("shape, axis", [((3, 4, 5), (0, 2)), ((2, 300), 1), ((2, 1500), 1),
+                                         ((7,), None)])
 def test_sweep_steps_on_larger_operands(shape, axis):
     # the numpy sweep's blocked recurrence and transposed lines, against torch
     x = np.random.default_rng(2).uniform(-1.5, 1.5, size=shape)
@@ -149,17 +150,19 @@ def test_sweep_steps_on_larger_operands(shape, axis):
 
 def test_recurrence_rounds_match_the_loop():
     rng = np.random.default_rng(5)
-    a, b = rng.uniform(-1.1, 1.1, size=(3, 1000)), rng.normal(size=(3, 1000))
-    np.testing.assert_allclose(recurrence(a, b, axis=1), _numpy_recurrence(a, b, 1),
-                               rtol=1e-12, atol=1e-12)
+    for n in (1000, 3000):               # doubling rounds; blocks (3000: one padded)
+        a, b = rng.uniform(-1.1, 1.1, size=(3, n)), rng.normal(size=(3, n))
+        np.testing.assert_allclose(recurrence(a, b, axis=1), _numpy_recurrence(a, b, 1),
+                                   rtol=1e-12, atol=1e-12)
 
 
 def test_recurrence_falls_back_to_the_loop_when_the_rounds_overflow():
-    # the blocks' coefficient products overflow (1e200 * 1e200) though b = 0 there keeps
-    # the loop finite: o_k = 0 up to 49, then k - 49
-    a, b = np.ones(200), np.zeros(200)
-    a[1:40], b[50:] = 1e200, 1.0
-    np.testing.assert_array_equal(recurrence(a, b), np.maximum(np.arange(200.0) - 49, 0))
+    # the coefficient products overflow (1e200 * 1e200) though b = 0 there keeps the
+    # loop finite: o_k = 0 up to 49, then k - 49 (doubling rounds: 200; blocks: 2000)
+    for n in (200, 2000):
+        a, b = np.ones(n), np.zeros(n)
+        a[1:40], b[50:] = 1e200, 1.0
+        np.testing.assert_array_equal(recurrence(a, b), np.maximum(np.arange(n) - 49.0, 0))
 
 
 def test_numpy_functions_dispatch_and_bad_input():

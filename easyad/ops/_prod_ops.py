@@ -23,10 +23,11 @@ Exact where elements are zero: no derivative divides by ``x``.
   ``recurrence(a, db + da shift(o))``. Its own derivatives are recurrences: every order.
 
 ``shift`` moves the elements one place on along the axis, the first place filled (0, or
-1 for ``Y``). numpy has no scan of a linear recurrence: its lowering runs the loop in
-blocks of 32 places, all blocks at once, then the recurrence of the blocks' ends (with
+1 for ``Y``). numpy has no scan of a linear recurrence: its lowering doubles the span
+(log2(n) rounds) on lines of up to 1024, and on longer ones runs the loop in blocks of
+32 places, all blocks at once, then the recurrence of the blocks' ends (with
 each block's product of coefficients), then carries each block's start in; a result with
-a value that is not finite is computed again by the plain loop (the block products
+a value that is not finite is computed again by the plain loop (the rounds and blocks
 multiply coefficients the loop never does, which may overflow; with inf or NaN among the
 operands the loop's answer is the one given). OpenCL:
 one work-item per line, in order, for all three.
@@ -167,13 +168,26 @@ def _recurrence_loop(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
 _BLOCK = 32
 
 
+def _doubling(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # log2(n) rounds: after one, o_k covers the last 2*span terms (coefficients' products
+    # in `big`): (A, B) after (A', B') is (A A', A B' + B)
+    n, span = a.shape[-1], 1
+    big, acc = a.copy(), b.copy()
+    while span < n:
+        acc[..., span:] = acc[..., span:] + big[..., span:] * acc[..., :n - span]
+        big[..., span:] = big[..., span:] * big[..., :n - span]
+        span *= 2
+    return acc
+
+
 def _scan_last(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The recurrence along the last axis, in blocks: the loop inside every block at once
+    """The recurrence along the last axis. Short lines: doubling rounds (fewer numpy calls);
+    long ones in blocks (fewer passes over memory): the loop inside every block at once
     (``_BLOCK`` steps over all blocks), then the blocks' ends (a recurrence over blocks,
     with each block's coefficient product), then each block's start carried in."""
     n = a.shape[-1]
-    if n <= 2 * _BLOCK:
-        return _recurrence_loop(a, b, a.ndim - 1)
+    if n <= 1024:
+        return _doubling(a, b)
     nb = -(-n // _BLOCK)
     lead = a.shape[:-1]
     if nb * _BLOCK != n:             # padded at the end: later places change no earlier one
