@@ -118,26 +118,30 @@ def _prod_host_vjp(p: Any, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.
     if x.size == 0:
         return np.zeros_like(x)
     rest = tuple(k for k in range(x.ndim) if k not in axes)
-    moved = np.transpose(x, rest + axes)
+    order = rest + axes
+    moved = x if order == tuple(range(x.ndim)) else np.transpose(x, order)
     line = moved.reshape(moved.shape[:len(rest)] + (-1,))
-    both = _exclusive(line) * _exclusive(line[..., ::-1])[..., ::-1]
-    both = np.transpose(both.reshape(moved.shape), np.argsort(rest + axes))
+    both = (_exclusive(line) * _exclusive(line[..., ::-1])[..., ::-1]).reshape(moved.shape)
+    if moved is not x:
+        both = np.transpose(both, np.argsort(order))
     return both * g.reshape(_kept_shape(p, x.shape))
 
 
 def _cumprod_host_vjp(p: Any, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     if x.shape[p.axis] == 0:
         return np.zeros_like(x)
-    xl, yl, gl = (np.moveaxis(v, p.axis, -1) for v in (x, out, g))
-    coeff = np.empty_like(xl)
+    last = p.axis == x.ndim - 1
+    if not last:
+        x, out, g = (np.moveaxis(v, p.axis, -1) for v in (x, out, g))
+    coeff = np.empty_like(x)
     coeff[..., 0] = 0.0
-    coeff[..., 1:] = xl[..., :0:-1]
-    last = AxisParams(x.ndim - 1)
-    back = _recurrence_numpy(last, coeff, np.ascontiguousarray(gl[..., ::-1]))[..., ::-1]
-    shifted = np.empty_like(yl)
+    coeff[..., 1:] = x[..., :0:-1]
+    back = _recurrence_last(coeff, g[..., ::-1])[..., ::-1]
+    shifted = np.empty_like(out)
     shifted[..., 0] = 1.0
-    shifted[..., 1:] = yl[..., :-1]
-    return np.moveaxis(shifted * back, -1, p.axis)
+    shifted[..., 1:] = out[..., :-1]
+    ct = shifted * back
+    return ct if last else np.moveaxis(ct, -1, p.axis)
 
 
 # ---- recurrence ----
@@ -203,18 +207,25 @@ def _scan_last(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out.reshape(*lead, nb * _BLOCK)[..., :n]
 
 
+def _recurrence_last(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The recurrence of float arrays along their last axis (a new array)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = _scan_last(a, b)
+    if not np.isfinite(out).all():    # the rounds' or blocks' products may overflow: the loop
+        out = _recurrence_loop(a, b, a.ndim - 1)
+    return out
+
+
 def _recurrence_numpy(p: AxisParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype == object or b.dtype == object:     # Records, Traces: the loop, n products
         return _recurrence_loop(np.asarray(a, dtype=object), np.asarray(b, dtype=object),
                                 p.axis)
     dtype = np.result_type(a, b)
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = np.moveaxis(_scan_last(np.moveaxis(a, p.axis, -1).astype(dtype, copy=False),
-                                     np.moveaxis(b, p.axis, -1).astype(dtype, copy=False)),
-                          -1, p.axis)
-    if not np.isfinite(out).all():    # the blocks' products may overflow: the plain loop
-        out = _recurrence_loop(a, b, p.axis)
-    return np.ascontiguousarray(out)
+    a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
+    if p.axis == a.ndim - 1:
+        return _recurrence_last(a, b)
+    out = _recurrence_last(np.moveaxis(a, p.axis, -1), np.moveaxis(b, p.axis, -1))
+    return np.ascontiguousarray(np.moveaxis(out, -1, p.axis))
 
 
 def _recurrence_from_end(a: Any, h: Any, axis: int) -> Any:
