@@ -24,7 +24,7 @@ Exact where elements are zero: no derivative divides by ``x``.
 
 ``shift`` moves the elements one place on along the axis, the first place filled (0, or
 1 for ``Y``). numpy has no scan of a linear recurrence: its lowering doubles the span
-(log2(n) rounds) on lines of up to 1024, and on longer ones runs the loop in blocks of
+(log2(n) rounds) on up to 8192 elements, and on more runs the loop in blocks of
 32 places, all blocks at once, then the recurrence of the blocks' ends (with
 each block's product of coefficients), then carries each block's start in; a result with
 a value that is not finite is computed again by the plain loop (the rounds and blocks
@@ -185,13 +185,18 @@ def _doubling(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _scan_last(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The recurrence along the last axis. Short lines: doubling rounds (fewer numpy calls);
-    long ones in blocks (fewer passes over memory): the loop inside every block at once
-    (``_BLOCK`` steps over all blocks), then the blocks' ends (a recurrence over blocks,
-    with each block's coefficient product), then each block's start carried in."""
+    """The recurrence along the last axis. Small arrays: doubling rounds (fewer numpy
+    calls); large ones in blocks (fewer passes over memory): the loop inside every block
+    at once (``_BLOCK`` steps over all blocks), then the blocks' ends (a recurrence over
+    blocks, with each block's coefficient product), then each block's start carried in."""
     n = a.shape[-1]
-    if n <= 1024:
+    if n <= 2 * _BLOCK or a.size <= 8192:
         return _doubling(a, b)
+    return _blocks(a, b)
+
+
+def _blocks(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    n = a.shape[-1]
     nb = -(-n // _BLOCK)
     lead = a.shape[:-1]
     if nb * _BLOCK != n:             # padded at the end: later places change no earlier one
