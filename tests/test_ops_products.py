@@ -9,6 +9,7 @@ import torch
 from torch.func import grad, hessian
 
 import easyad as ad
+from easyad.errors import ShapeError
 from easyad import ops
 from easyad.ops._prod_ops import RECURRENCE, AxisParams, recurrence
 
@@ -170,10 +171,19 @@ def test_numpy_functions_dispatch_and_bad_input():
     t = ad.Tensor.constant(x)
     assert np.prod(t) == 24.0
     np.testing.assert_array_equal(np.cumprod(t, axis=1).value, np.cumprod(x, axis=1))
-    with pytest.raises(np.exceptions.AxisError, match="axis 2 is out of bounds"):
+    with pytest.raises(np.exceptions.AxisError, match="cumprod: axis 2 is out of bounds"):
         ad.cumprod(t, axis=2)
-    with pytest.raises(ValueError, match="repeated"):
+    with pytest.raises(ShapeError, match="prod: axis -3 is out of range"):   # (as sum's)
+        ad.prod(t, axis=-3)
+    with pytest.raises(ValueError, match="prod.*repeated"):
         ad.prod(t, axis=(1, -1))
+    with pytest.raises(TypeError, match="parameter 'axis' must be int"):
+        ad.cumprod(t, axis=1.5)
+    # the empty product is 1 and its gradient empty, as numpy's and torch's
+    e = ad.Tensor.variable(np.zeros((2, 0)), ad.WengertList())
+    y = ad.prod(e, axis=1)
+    np.testing.assert_array_equal(y.value, [1.0, 1.0])
+    assert ad.sum(y).derivatives()[e].shape == (2, 0)
     with pytest.raises(ValueError, match="differs from the terms' shape"):
         recurrence(t, t[:, :1], axis=1)
     with pytest.raises(TypeError, match="not supported on easyad tensors"):

@@ -42,9 +42,10 @@ import numpy as np
 
 from easyad.ops._apply import OpStep, apply
 from easyad.ops._builtin import FLIP, FlipParams, _axis, _shifted
-from easyad.ops._structural import ReduceParams, _reduce_batch, _reduce_rule
+from easyad.ops._structural import ReduceParams, _reduce_batch
 from easyad.ops._table import Op, get, register
 from easyad.tensor import _generic
+from easyad.tensor import _shapes as shapes
 
 
 def _line(axis: int, ndim: int, start: int | None, stop: int | None) -> tuple:
@@ -438,7 +439,11 @@ def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-_prod_rule = _reduce_rule("sum")      # the shapes of a sum: an empty product is 1
+def _prod_rule(p: ReduceParams, shape: tuple[int, ...]
+               ) -> tuple[tuple[int, ...], ReduceParams]:
+    # a sum's shapes (an empty product is 1, as an empty sum is 0)
+    axes = shapes.normalize_axes("prod", p.axes, len(shape))
+    return shapes.reduce(shape, axes, p.keepdims), ReduceParams(axes, p.keepdims)
 
 
 PROD: Op = register(Op(
