@@ -188,3 +188,19 @@ def test_numpy_functions_dispatch_and_bad_input():
         recurrence(t, t[:, :1], axis=1)
     with pytest.raises(TypeError, match="not supported on easyad tensors"):
         np.prod(t, dtype=np.float32)
+
+
+def test_float32_keeps_its_dtype_on_every_device():
+    x = np.array([[1.5, 0.0, -2.0], [0.5, 3.0, 1.25]], dtype=np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    (g_prod,) = torch.autograd.grad(torch.prod(tx, 1).sum(), tx)
+    (g_cum,) = torch.autograd.grad(torch.cumprod(tx, 1).sum(), tx)
+    for device in ["numpy", *OPENCL]:
+        t = ad.Tensor.variable(x, ad.WengertList(), device=device)
+        for y, ref, g in ((ad.prod(t, axis=1), np.prod(x, 1), g_prod),
+                          (ad.cumprod(t, axis=1), np.cumprod(x, 1), g_cum)):
+            assert y.dtype is np.dtype(np.float32), device
+            np.testing.assert_allclose(y.value, ref, rtol=1e-6, err_msg=device)
+            d = ad.sum(y).derivatives()[t]
+            assert np.asarray(d).dtype == np.float32, device
+            np.testing.assert_allclose(d, g.numpy(), rtol=1e-6, err_msg=device)
