@@ -7,7 +7,8 @@ concatenate; ``_structural``: reshape, transpose, sum, max, min, where, getitem,
 matmul (the tensor layer's older operations, moved in);
 ``_linalg``, ``_linalg_spectral``: linear algebra (registered when ``easyad.linalg``, their
 public face, is imported, which ``import easyad`` does);
-``_sorting``: sort and order_by (table ops), argsort/argmax/argmin; ``_npfunctions`` and
+``_sorting``: sort and order_by (table ops), argsort/argmax/argmin; ``_prod_ops``: prod,
+cumprod and recurrence (table ops, which ``_npfunctions``' prod/cumprod call); ``_npfunctions`` and
 ``_products``: numpy's reductions, shape functions and products on tensors, composed of
 easyad operations (no table entry: every engine differentiates the pieces).
 

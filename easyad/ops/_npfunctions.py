@@ -11,9 +11,9 @@ with no vjp of its own. Plain numeric arrays and numbers go to numpy itself.
   where; the tensor is then one gather (``x.reshape(-1)[positions]``), whose vjp adds the
   adjoints back. Places numpy fills with a constant (pad, diag of a vector) point one past
   the end, at the constant appended to the elements.
-- *Products by halving* (prod, cumprod): pairwise products of slices, log2(n) levels. No
-  division anywhere, so the derivative with a zero among the factors is exact: the
-  product of the other factors (0/0 never appears), and higher orders follow.
+- *Products* (prod, cumprod): the op table's ``prod`` and ``cumprod`` (``_prod_ops``:
+  numpy and OpenCL lowerings, vjp and jvp with no division, so the derivative with a zero
+  among the factors is exact, the product of the other factors, to any order).
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ import numpy as np
 
 from easyad._core import where
 from easyad._generated.functions import sqrt
+from easyad.ops import _prod_ops
+from easyad.ops._apply import call
 from easyad.tensor import _generic
 from easyad.tensor._generic import NUMPY_FUNCTIONS, _is_tensor
 
@@ -71,33 +73,14 @@ def _dtype(x: Any) -> Any:
     return x.dtype if x.dtype != object else np.float64
 
 
-def _axis_slice(ndim: int, axis: int, start: int | None, stop: int | None) -> tuple:
-    return (slice(None),) * axis + (slice(start, stop),)
-
-
 # ---- reductions ----
-
-def _one_axis(x: Any, axis: Any) -> tuple[Any, int, tuple[int, ...]]:
-    """``x`` with the reduced ``axis`` (None, an int or a tuple) made one last axis, that
-    axis, and the shape ``keepdims`` gives."""
-    ndim = x.ndim
-    axes = tuple(range(ndim)) if axis is None else tuple(sorted(_axes(axis, ndim, "prod")))
-    if len(set(axes)) != len(axes):
-        raise ValueError(f"prod: an axis is repeated in {axis}")
-    kept = tuple(1 if k in axes else n for k, n in enumerate(x.shape))
-    rest = [k for k in range(ndim) if k not in axes]
-    if list(axes) != list(range(ndim - len(axes), ndim)):
-        x = x.transpose(*rest, *axes)
-    n = math.prod(x.shape[len(rest):])
-    return x.reshape(*x.shape[:len(rest)], n), len(rest), kept
-
 
 def prod(x: Any, axis: Any = None, dtype: Any = None, out: Any = None,
          keepdims: bool = False, initial: Any = None, where: Any = None) -> Any:
     """The product of the elements over ``axis`` (all of them by default), as
     ``numpy.prod``. The derivative with respect to an element is the product of the other
-    elements, also where one of them is zero (pairwise products, no division: exact, and
-    to any order).
+    elements, also where one of them is zero (prefix and suffix products, no division:
+    exact, and to any order).
 
     >>> import numpy as np, easyad as ad
     >>> lst = ad.WengertList()
@@ -109,28 +92,15 @@ def prod(x: Any, axis: Any = None, dtype: Any = None, out: Any = None,
     _refuse("prod", dtype=dtype, out=out, initial=initial, where=where)
     if not traced(x):
         return np.prod(x, axis=axis, keepdims=keepdims)
-    x, last, kept = _one_axis(_array(x), axis)
-    n = x.shape[last]
-    if n == 0:
-        x = _generic.sum(x, axis=last, keepdims=True) + 1.0       # the empty product
-    while n > 1:                     # pair the first half with the second, odd one kept
-        half = n // 2
-        y = x[_axis_slice(x.ndim, last, 0, half)] * \
-            x[_axis_slice(x.ndim, last, half, 2 * half)]
-        if n % 2:
-            y = _generic.concatenate([y, x[_axis_slice(x.ndim, last, 2 * half, n)]],
-                                     axis=last)
-        x, n = y, half + n % 2
-    if keepdims:
-        return x.reshape(kept)
-    # one number comes back as the engines' scalar (a Record, a Trace), as ad.sum's does
-    return x.reshape(x.shape[:last]) if last else x.reshape(-1)[0]
+    axes = None if axis is None else \
+        (tuple(axis) if isinstance(axis, (tuple, list)) else (axis,))
+    return call(_prod_ops.PROD, (_array(x),), {"axes": axes, "keepdims": bool(keepdims)})
 
 
 def cumprod(x: Any, axis: int | None = None, dtype: Any = None, out: Any = None) -> Any:
     """The running products of ``x`` along ``axis`` (None: of the flattened ``x``), as
-    ``numpy.cumprod``; derivatives exact with zeros (log2(n) rounds of products of
-    shifted slices, no division).
+    ``numpy.cumprod``; derivatives exact with zeros (running products and a linear
+    recurrence from the end, no division).
 
     >>> import numpy as np, easyad as ad
     >>> ad.cumprod(ad.Tensor.constant(np.array([1.0, 2.0, 0.0, 4.0]))).value.tolist()
@@ -142,15 +112,7 @@ def cumprod(x: Any, axis: int | None = None, dtype: Any = None, out: Any = None)
     x = _array(x)
     if axis is None:
         x, axis = x.reshape(-1), 0
-    axis = _normalized(axis, x.ndim, "cumprod")
-    n, shift = x.shape[axis], 1
-    while shift < n:                 # each place times the running product `shift` back
-        head = x[_axis_slice(x.ndim, axis, 0, shift)]
-        tail = x[_axis_slice(x.ndim, axis, shift, None)] * \
-            x[_axis_slice(x.ndim, axis, 0, n - shift)]
-        x = _generic.concatenate([head, tail], axis=axis)
-        shift *= 2
-    return x
+    return call(_prod_ops.CUMPROD, (x,), {"axis": axis})
 
 
 def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: float = 0,
