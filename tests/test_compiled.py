@@ -369,6 +369,32 @@ def test_random_programs_hessians_and_hvps_compiled_equal_the_vm(seed):
     assert used >= 4
 
 
+def test_second_order_c_is_a_step_per_rule_and_tables_of_rows():
+    """compile(hessian=True)'s C stays small, since gcc's time grows with it (a ~340-entry
+    program took 12-18 s of gcc as a statement and a K-direction loop per entry): one
+    tangent step function per (rule, operands needed), called once per entry, and the
+    adjoints' tangents as loops over tables of rows. (That it gives the VM's bits:
+    test_random_programs_hessians_and_hvps_compiled_equal_the_vm.)"""
+    import re
+
+    from easyad import _core
+    n = 7
+    F = ad.record(random_program(0, n), np.random.default_rng(300).uniform(-1, 1, n))
+    layout = _core._Replayer(F.tape, list(F.inputs), list(F.outputs))._layout()
+    source = tape_compiler.render(layout, "test", np.eye(n))
+    second = source[source.index("/* second order"):]
+    hessian = second[:second.index("static EASYAD_CUT void hvp0(")]
+    defined = re.findall(r"void (hessian_t\d+_\d)\(", hessian)
+    called = re.findall(r"^    (hessian_t\d+_\d)\(dv \+ \d+, p0 \+ \d+, ", hessian, re.M)
+    assert len(defined) == len(set(defined)) >= 10 and set(called) == set(defined)
+    assert len(called) >= 150                     # the entries: a call each
+    assert len(re.findall(r"static const int32_t R\d+\[", hessian)) >= 1
+    # K-direction loops: a few per step function and table, not one per entry
+    loops = hessian.count(f"for (k = 0; k < {n}; k++)")
+    assert loops <= len(defined) + 3 * hessian.count("static const int32_t R") + 2 * n + 40
+    assert len(second) < 150_000
+
+
 @needs_cc
 @pytest.mark.parametrize("n", [2, 10, 40])
 def test_rosenbrock_hessians_sparse_and_dense_compiled(n):
