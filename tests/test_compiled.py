@@ -188,8 +188,8 @@ def test_strong_zero_selects_kinks_and_live_errors():
 def test_non_finite_values_of_checked_entries_are_the_vms_to_judge(tmp_path, monkeypatch):
     """The C flags every non-finite value of an entry with an error policy, and the VM tells
     an error (raised) from a value of an inf operand (returned): both in a run long enough
-    to be a loop and in entries written one by one; the C includes no more than the rules'
-    functions (not the sweeps of _ops.h)."""
+    to be a loop and in entries written one by one; the C holds no more than the rule
+    functions it calls (not the table's header, nor the sweeps of _ops.h)."""
     monkeypatch.setenv("EASYAD_CACHE_DIR", str(tmp_path))
 
     def f(x):      # logs of 40 inputs (a loop), then one more log of their sum (one entry)
@@ -211,8 +211,11 @@ def test_non_finite_values_of_checked_entries_are_the_vms_to_judge(tmp_path, mon
     assert same(C.gradient(x), F.gradient(x)) and C(x) == F(x)
     [source] = (tmp_path / "compiled").glob("*.c")
     text = source.read_text()
-    assert '#include "_rule_functions.h"' in text and "_ops.h\"" not in text
-    assert "easyad_rule_status" not in text
+    # only the rule functions it calls, copied in: no header of the table, no sweeps
+    assert "_rule_functions.h\"" not in text and "_ops.h\"" not in text
+    assert "easyad_rule_status" not in text and "easyad_sin_value" not in text
+    assert "easyad_log_value(double x, double y) {" in text
+    assert "easyad_log_d0(double x, double y, double z) {" in text
 
 
 @needs_cc
@@ -369,6 +372,32 @@ def test_random_programs_hessians_and_hvps_compiled_equal_the_vm(seed):
     assert used >= 4
 
 
+def test_second_order_c_is_a_step_per_rule_and_tables_of_rows():
+    """compile(hessian=True)'s C stays small, since gcc's time grows with it (a ~340-entry
+    program took 12-18 s of gcc as a statement and a K-direction loop per entry): one
+    tangent step function per (rule, operands needed), called once per entry, and the
+    adjoints' tangents as loops over tables of rows. (That it gives the VM's bits:
+    test_random_programs_hessians_and_hvps_compiled_equal_the_vm.)"""
+    import re
+
+    from easyad import _core
+    n = 7
+    F = ad.record(random_program(0, n), np.random.default_rng(300).uniform(-1, 1, n))
+    layout = _core._Replayer(F.tape, list(F.inputs), list(F.outputs))._layout()
+    source = tape_compiler.render(layout, "test", np.eye(n))
+    second = source[source.index("/* second order"):]
+    hessian = second[:second.index("static EASYAD_CUT void hvp0(")]
+    defined = re.findall(r"void (hessian_t\d+_\d)\(", hessian)
+    called = re.findall(r"^    (hessian_t\d+_\d)\(dv \+ \d+, p0 \+ \d+, ", hessian, re.M)
+    assert len(defined) == len(set(defined)) >= 10 and set(called) == set(defined)
+    assert len(called) >= 150                     # the entries: a call each
+    assert len(re.findall(r"static const int32_t R\d+\[", hessian)) >= 1
+    # K-direction loops: a few per step function and table, not one per entry
+    loops = hessian.count(f"for (k = 0; k < {n}; k++)")
+    assert loops <= len(defined) + 3 * hessian.count("static const int32_t R") + 2 * n + 40
+    assert len(second) < 150_000
+
+
 @needs_cc
 @pytest.mark.parametrize("n", [2, 10, 40])
 def test_rosenbrock_hessians_sparse_and_dense_compiled(n):
@@ -453,3 +482,63 @@ def test_gradient_into_a_preallocated_array_and_bound_calls():
     call = R.bind_gradient(x, g)
     call()
     assert g.tolist() == [-1.0, 1.0]
+
+
+def test_prelude_copies_the_rule_functions_called_and_falls_back_to_the_headers():
+    from easyad.compiler.tape import prelude as P
+    body = "static int fwd0(double* v) { v[1] = easyad_sin_value(v[0], 0.0); return 0; }\n"
+    text = P.prelude(body)
+    assert "easyad_sin_value(double x, double y) {" in text and "double sin(double);" in text
+    assert "easyad_cos_value" not in text and "easyad_sin_d0" not in text
+    assert "_rule_functions.h" not in text.split("#else")[0]
+    # a name nothing here declares (a new rule's libm function): the headers themselves
+    assert P.prelude(body.replace("easyad_sin_value", "lgamma")) == P.HEADERS
+
+
+@needs_cc
+def test_prelude_declarations_are_maths_and_the_code_is_the_same(tmp_path, monkeypatch):
+    """The declarations in place of <math.h> agree with it (gcc refuses conflicting types),
+    every function of the rule table is covered (no fallback), and a program compiled
+    with the prelude is the same assembly as with the headers."""
+    import re
+
+    from easyad import _core, _rules
+    from easyad.compiler.tape import prelude as P
+    from easyad.compiler.tape import renderer
+    cc = tape_compiler.compiler()
+    every = "".join(f"double f_{r.name}_{kind}(double x) {{ return "
+                    f"easyad_{r.name}_{kind}(x, x{', x' * (kind != 'value')}"
+                    f"{', x, x, x' * kind.startswith('t')}); }}\n"
+                    for r in _rules.RULES for kind in ("value", "d0", "t0")
+                    if not (kind == "t0" and r.name in ("stop_gradient",)))
+    text = P.prelude(every)
+    assert text != P.HEADERS
+    decl = tmp_path / "decl.c"
+    # <math.h>, then the prelude's declarations of the same functions (its macros are
+    # glibc's spelling, redefined here without a warning only where spelled alike)
+    decl.write_text("#include <math.h>\n#undef isnan\n#undef isinf\n#undef isfinite\n"
+                    "#undef NAN\n#undef INFINITY\n" + "\n".join(P.DECLARED.values()) + "\n"
+                    + text + every)
+    done = subprocess.run([*cc, "-fsyntax-only", "-std=gnu99", "-Werror", str(decl)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    n = 7
+    F = ad.record(random_program(2, n), np.random.default_rng(302).uniform(-1, 1, n))
+    layout = _core._Replayer(F.tape, list(F.inputs), list(F.outputs))._layout()
+    mine = renderer.render(layout, "t")
+    monkeypatch.setattr(renderer, "prelude", lambda body: P.HEADERS)
+    headers = renderer.render(layout, "t")
+    assert P.HEADERS not in mine and P.HEADERS in headers
+    folder = os.path.dirname(ad.__file__)
+    assembly = []
+    for name, text in (("mine.c", mine), ("headers.c", headers)):
+        (tmp_path / name).write_text(text)
+        done = subprocess.run([*cc, "-O3", "-S", "-std=gnu99", "-w", "-ffp-contract=off",
+                               "-fno-math-errno", "-fno-trapping-math", f"-I{folder}",
+                               f"-I{os.path.join(folder, '_generated')}", name, "-o", "-"],
+                              cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        # function labels count the functions parsed (the headers have more)
+        assembly.append([re.sub(r"\.LF[BE]\d+", ".LF", x)
+                         for x in done.stdout.splitlines() if ".file" not in x])
+    assert len(assembly[0]) > 500 and assembly[0] == assembly[1]

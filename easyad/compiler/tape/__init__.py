@@ -33,6 +33,9 @@ numbers are the VM's bit for bit. The modules, in order:
   flagged point is the VM's to handle (it raises only for live entries, re-records or
   masks), so the compiled code never answers differently. ``render_second`` appends
   the Hessian's and HVP's forward-over-reverse sweeps.
+- ``prelude``: what the C starts with: the rule functions it calls, copied from
+  ``_rule_functions.h``, and libm's functions declared (not ``<math.h>``): a small
+  program's compile is mostly gcc's start and parsing.
 - ``library``: compile, cache, verify and load (``build``, ``load``, ``compiler``), shared
   with the tensor program's compiler.
 """

@@ -37,7 +37,7 @@ from easyad import _cache
 from easyad._version import __version__
 from easyad.errors import CompilerWarning
 
-_FORMAT = 3                       # bump when the rendered C changes meaning (3: no rows loop)
+_FORMAT = 4                       # bump when the rendered C changes meaning (4: 2nd-order steps)
 # No flag changes a result: no fused multiply-adds (-ffp-contract=off), no reassociation;
 # vector instructions round as scalar ones do, and libm is called as the VM calls it.
 # -march=native: AVX2/AVX-512 loops (2x faster than SSE2 here); the cache key then holds

@@ -13,15 +13,14 @@ from easyad.compiler.tape.layout import (KEEP_HELPER, Layout, chunks, gather,
                                          output_ancestors, pow_exponent)
 from easyad.compiler.tape.opcodes import (COMPARE_OPS, GUARD_OPS, RULE_OF, RULE_OPCODE,
                                           SELECT_OP)
+from easyad.compiler.tape.prelude import prelude
 from easyad.compiler.tape.second_order_renderer import render_second
 
-# What the C includes: only the rules' functions (not _ops.h's sweeps, five times their size,
-# which gcc would parse for every program), and no libc header beyond the smallest (gcc's
-# builtins for memcpy and memset): a small program's compile time is mostly parsing
-PRELUDE = """#include <math.h>
-#include <stddef.h>
+# What the C includes: the rule functions it calls and libm's declarations (``prelude``),
+# no libc header beyond the smallest (gcc's builtins for memcpy and memset): a small
+# program's compile time is mostly parsing
+PRELUDE = """#include <stddef.h>
 #include <stdint.h>
-#include "_rule_functions.h"
 #if defined(__GNUC__)
 #define memcpy __builtin_memcpy
 #define memset __builtin_memset
@@ -127,7 +126,8 @@ int easyad_native_gradient(const double* restrict x, double* restrict out,
 """)
     if seeds is not None or hvp:
         out.append(render_second(layout, seeds, len(rparts)))
-    return "".join(out)
+    body = "".join(out[2:])
+    return "".join(out[:2]) + prelude(body) + body
 
 
 _FREE = frozenset(RULE_OPCODE[k] for k in ("add", "sub", "neg"))
