@@ -35,7 +35,6 @@ _CHECKS = {
     rules.NO_CHECK: "return 0",
     rules.MATH: "return _check_math(x, y, z, False)",
     rules.MATH_OVERFLOW: "return _check_math(x, y, z, True)",
-    rules.GAMMA: "return _check_math(x, y, z, not (x <= 0.0 and x == floor(x)))",
     rules.DIVISION: "return _check_division(y)",
     rules.POWER: "return _check_power(x, y, z, operator)",
 }
@@ -158,7 +157,6 @@ _C_STATUS = {
     rules.NO_CHECK: "EASYAD_OK",
     rules.MATH: "easyad_status_math(x, y, z, 0)",
     rules.MATH_OVERFLOW: "easyad_status_math(x, y, z, 1)",
-    rules.GAMMA: "easyad_status_math(x, y, z, !(x <= 0.0 && x == floor(x)))",
     rules.DIVISION: "easyad_status_division(y)",
     rules.POWER: "easyad_status_power(x, y, z)",
 }

@@ -35,8 +35,9 @@ from easyad._core import Comparison
 # their __all__: rendered from easyad/_rules.py at build time (codegen/api.py)
 from easyad._generated import functions as _functions
 from easyad._generated.functions import *  # noqa: F403
-# registered with the core, which calls up to them: lst.to_dot(), create_graph=True
-from easyad import _higher, dot  # noqa: F401
+# registered with the core, which calls up to them: lst.to_dot(), create_graph=True,
+# numpy's ufuncs on Traces and Records
+from easyad import _higher, _ufuncs, dot  # noqa: F401
 from easyad.anomaly import detect_anomaly
 from easyad.checks import check_gradients
 from easyad.errors import (

@@ -122,6 +122,9 @@ static inline double easyad_fn_hypot(double x, double y) {
  * Over real_t like the rest, so OpenCL kernels (double or float) run the same algorithms.
  * tests/test_special_rows.py checks them against scipy and numpy on wide ranges. */
 
+/* log|gamma(x)| (the row gammaln): C99's and OpenCL's lgamma; inf at the poles */
+#define gammaln(x) lgamma(x)
+
 /* the share of a in fmax(a, b) (fmax's and fmin's partials): 1 where a wins, 0 where b
  * wins, 1/2 at a tie; a NaN operand loses (fmax ignores it); NaN when both are NaN */
 static inline real_t easyad_fn_pick(real_t a, real_t b) {

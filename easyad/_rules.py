@@ -28,8 +28,6 @@ MATH = "math"            # like the math module: NaN from non-NaN input -> Value
 MATH_OVERFLOW = "math_overflow"  # same, but inf from finite input -> OverflowError
 DIVISION = "division"    # division by zero -> ZeroDivisionError
 POWER = "power"          # float ** / math.pow rules (zero base, negative base, overflow)
-GAMMA = "gamma"          # math.lgamma's: a pole (0, -1, -2...) -> ValueError, overflow of
-                         # a finite input -> OverflowError
 
 # Helpers the expressions may call besides math.h: name -> meaning (every target defines them).
 HELPERS = {
@@ -192,7 +190,7 @@ STOP_GRADIENT = Rule("stop_gradient", "stop_gradient(x)", ("0.0",), NO_CHECK,
 # After stop_gradient, so the opcodes above keep their numbers. scipy.special's names are
 # the rows' names or aliases, so scipy's ufuncs on easyad numbers dispatch to them
 # (``__array_ufunc__``); their C is in _helpers.h where math.h lacks the function.
-# Errors: the math-module names (lgamma, erfc) raise as math does; scipy's and numpy's
+# Errors: erfc (a math-module name) raises as math does (never); scipy's and numpy's
 # functions give IEEE values (inf, NaN) as scipy and numpy do (NO_CHECK).
 SPECIAL_UNARY_RULES: tuple[Rule, ...] = (
     Rule("erfc", "erfc(x)", (f"-{_TWO_OVER_SQRT_PI} * exp(-x * x)",),
@@ -204,10 +202,11 @@ SPECIAL_UNARY_RULES: tuple[Rule, ...] = (
     Rule("logit", "logit(x)", ("1.0 / (x * (1.0 - x))",), NO_CHECK, ((0.0, 1.0),),
          doc="log(x / (1 - x)), the inverse of expit; -inf at 0, inf at 1", numpy=None,
          sympy="log(x / (1 - x))"),
-    # log|gamma(x)|, C's lgamma: poles (0, -1, -2...) raise like math.lgamma
-    Rule("lgamma", "lgamma(x)", ("digamma(x)",), GAMMA, (POSITIVE,), aliases=("gammaln",),
-         doc="log of the absolute value of the gamma function", numpy=None,
-         sympy="loggamma"),
+    # log|gamma(x)|, C's lgamma (not named lgamma: Python's math.lgamma is CPython's own
+    # algorithm, an ulp apart, and raises at the poles where scipy gives inf)
+    Rule("gammaln", "gammaln(x)", ("digamma(x)",), NO_CHECK, (POSITIVE,),
+         doc="log of the absolute value of the gamma function; inf at the poles",
+         numpy=None, torch="lgamma", sympy="loggamma"),
     # every derivative through polygamma: digamma' = polygamma(1, x), polygamma's own
     # x-partial is polygamma(n + 1, x), so any order (Taylor mode too) is one more call
     Rule("digamma", "digamma(x)", ("polygamma(1.0, x)",), NO_CHECK, (POSITIVE,),
