@@ -94,6 +94,7 @@ from easyad.ops import (  # noqa: E402  numpy's functions on tensors
 
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
+from easyad import scipy  # noqa: E402  (SciPy with easyad's derivatives)
 
 from easyad._version import __version__ as __version__  # noqa: E402  (re-exported)
 
@@ -116,6 +117,8 @@ __all__ = [
     "cumsum", "flip",
     # differentiable linear algebra (a subpackage, as nn)
     "linalg",
+    # SciPy with easyad's derivatives: minimize, least_squares, ode_jacobian, special
+    "scipy",
     # numpy's functions on tensors (easyad/ops/_sorting.py, _npfunctions.py, _products.py)
     "argmax", "argmin", "argsort", "broadcast_to", "clip", "cumprod", "diag", "diagonal",
     "einsum", "expand_dims", "inner", "kron", "moveaxis", "order_by", "outer", "pad",
