@@ -78,12 +78,9 @@ def minimize(fun: Callable[..., Any], x0: Any, args: tuple[Any, ...] = (),
     F, shape = rec.F, rec.shape
 
     def value_and_gradient(x: np.ndarray) -> tuple[float, np.ndarray]:
-        value, gradient = F.value_and_gradient(x)
-        value = np.asarray(value, dtype=np.float64)
-        if value.size != 1:
-            raise ValueError(f"minimize's fun must return one number, got shape "
-                             f"{value.shape}")
-        return float(value.reshape(())), np.asarray(gradient, dtype=np.float64).ravel()
+        value, gradient = F.value_and_gradient(x)   # raises for a function of many outputs
+        return float(np.asarray(value).reshape(())), \
+            np.asarray(gradient, dtype=np.float64).ravel()
 
     name = (method or "").lower()
     if name in _HESSP_METHODS:
