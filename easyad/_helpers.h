@@ -122,8 +122,12 @@ static inline double easyad_fn_hypot(double x, double y) {
  * Over real_t like the rest, so OpenCL kernels (double or float) run the same algorithms.
  * tests/test_special_rows.py checks them against scipy and numpy on wide ranges. */
 
-/* log|gamma(x)| (the row gammaln): C99's and OpenCL's lgamma; inf at the poles */
-#define gammaln(x) lgamma(x)
+/* log|gamma(x)| (the row gammaln): C99's and OpenCL's lgamma; inf at the poles, and -inf
+ * at -inf as scipy (lgamma gives inf there) */
+static inline real_t easyad_fn_gammaln(real_t x) {
+    return x == -(real_t)INFINITY ? x : lgamma(x);
+}
+#define gammaln easyad_fn_gammaln
 
 /* the share of a in fmax(a, b) (fmax's and fmin's partials): 1 where a wins, 0 where b
  * wins, 1/2 at a tie; a NaN operand loses (fmax ignores it); NaN when both are NaN */
@@ -195,11 +199,10 @@ static inline real_t easyad_fn_logaddexp2(real_t x, real_t y) {
 }
 #define logaddexp2 easyad_fn_logaddexp2
 
-/* cot(pi x) from x's fractional part (exact), so large |x| loses nothing to pi x */
+/* cot(pi x) from x minus the nearest integer (exact, and x itself for |x| < 1/2, tiny x
+ * too), so large |x| loses nothing to pi x */
 static inline real_t easyad_cotpi(real_t x) {
-    real_t r = x - floor(x);
-    if (r > (real_t)0.5) r -= (real_t)1;
-    r *= (real_t)3.141592653589793;
+    real_t r = (x - floor(x + (real_t)0.5)) * (real_t)3.141592653589793;
     return cos(r) / sin(r);
 }
 

@@ -209,8 +209,10 @@ SPECIAL_UNARY_RULES: tuple[Rule, ...] = (
          numpy=None, torch="lgamma", sympy="loggamma"),
     # every derivative through polygamma: digamma' = polygamma(1, x), polygamma's own
     # x-partial is polygamma(n + 1, x), so any order (Taylor mode too) is one more call
+    # torch=None: torch's digamma' (its trigamma) is good to ~1e-9 only; sympy checks it
     Rule("digamma", "digamma(x)", ("polygamma(1.0, x)",), NO_CHECK, (POSITIVE,),
-         aliases=("psi",), doc="the digamma function gamma'(x) / gamma(x)", numpy=None),
+         aliases=("psi",), doc="the digamma function gamma'(x) / gamma(x)", numpy=None,
+         torch=None),
 )
 SPECIAL_BINARY_RULES: tuple[Rule, ...] = (
     # n is an integer order: rounded to the nearest (floor(n + 1/2)), so the value is
@@ -234,10 +236,11 @@ SPECIAL_BINARY_RULES: tuple[Rule, ...] = (
                                             f"expit((y - x) * {_LN2})"), NO_CHECK,
          (REAL, REAL), doc="log2(2**x + 2**y) without overflow",
          sympy="log(2**x + 2**y) / log(2)"),
-    # d/dx = +-1 by the sign bits (also at x = +-0); d/dy = 0 (flat but at y = 0's jump)
-    Rule("copysign", "copysign(x, y)", ("copysign(1.0, x) * copysign(1.0, y)", "0.0"),
+    # |x| with y's sign bit: d/dx = sign(x) times y's sign (0 at x = 0, abs's subgradient);
+    # d/dy = 0 (flat but for the jump at y = 0)
+    Rule("copysign", "copysign(x, y)", ("sign(x) * copysign(1.0, y)", "0.0"),
          NO_CHECK, (REAL, REAL), doc="|x| with the sign of y",
-         sympy="Abs(x) * sign(y)"),
+         sympy="Piecewise((Abs(x), y >= 0), (-Abs(x), True))"),
     # numpy's fmax/fmin: a NaN operand is ignored; at a tie the first operand (its sign of
     # zero) and the derivative split 1/2 each, as maximum's (docs/conventions.md)
     Rule("fmax", "fmax(x, y)", ("pick(x, y)", "pick(y, x)"), NO_CHECK, (REAL, REAL),
