@@ -33,7 +33,7 @@ $(VENV)/.deps-run: pyproject.toml | $(BIN)/python
 $(VENV)/.deps-test: pyproject.toml Makefile $(VENV)/.deps-run
 	@echo "easyad: installing the test references and tools (sympy, scipy, PyTorch, ruff, sphinx, tqdm) into $(VENV) (once, a few minutes) ..."
 	$(PIP) pytest hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
-	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm
+	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm sphinx-mathjax-offline
 	touch $@
 
 # codegen (codegen/ -> easyad/_generated/) + cythonize + compile, each step only when its

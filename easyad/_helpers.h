@@ -199,11 +199,14 @@ static inline real_t easyad_fn_logaddexp2(real_t x, real_t y) {
 }
 #define logaddexp2 easyad_fn_logaddexp2
 
-/* cot(pi x) from x minus the nearest integer (exact, and x itself for |x| < 1/2, tiny x
- * too), so large |x| loses nothing to pi x */
+/* cot(pi x) from r = x minus the nearest integer (exact; x itself for |x| < 1/2, tiny x
+ * too), so large |x| loses nothing to pi x; for |r| > 1/4 as tan(pi (1/2 - |r|)), whose
+ * argument is exact too, so the zero of cot at r = 1/2 keeps its relative accuracy */
 static inline real_t easyad_cotpi(real_t x) {
-    real_t r = (x - floor(x + (real_t)0.5)) * (real_t)3.141592653589793;
-    return cos(r) / sin(r);
+    real_t r = x - floor(x + (real_t)0.5), s = fabs(r), c;
+    c = s > (real_t)0.25 ? tan((real_t)3.141592653589793 * ((real_t)0.5 - s))
+                         : (real_t)1 / tan((real_t)3.141592653589793 * s);
+    return r < (real_t)0 ? -c : c;
 }
 
 /* digamma: the recurrence psi(x) = psi(x + 1) - 1/x up to x >= 10, then the asymptotic
@@ -261,8 +264,9 @@ static inline real_t easyad_hurwitz(real_t s, real_t a) {
 /* polygamma(n, x), the n-th derivative of digamma; n rounded to the nearest integer
  * (floor(n + 1/2)), NaN for n < 0. n >= 1: (-1)^(n+1) n! zeta(n + 1, x); x < 0 by the
  * reflection psi^(n)(x) = (-1)^n psi^(n)(1 - x) - pi^(n+1) cot^(n)(pi x), with the n-th
- * derivative of cot a polynomial in cot (P' = -(1 + c^2) dP/dc, up to n = 40; beyond,
- * the direct sum). As scipy: (-1)^(n+1) inf at 0 and the negative integers, 0 at inf. */
+ * derivative of cot a polynomial in cot (P' = -(1 + c^2) dP/dc; n <= 170, past which n!
+ * overflows: the direct sum from x < 0 would cancel its terms near 0 away). As scipy:
+ * (-1)^(n+1) inf at 0 and the negative integers, 0 at inf. */
 static inline real_t easyad_fn_polygamma(real_t order, real_t x) {
     real_t n = floor(order + (real_t)0.5), fact = (real_t)1, sign, k;
     if (n != n || x != x) return n + x;
@@ -273,10 +277,10 @@ static inline real_t easyad_fn_polygamma(real_t order, real_t x) {
     if (x == (real_t)INFINITY) return (real_t)0;
     if (x == -(real_t)INFINITY) return (real_t)NAN;
     if (x <= (real_t)0 && x == floor(x)) return sign * (real_t)INFINITY;
-    if (x < (real_t)0 && n <= (real_t)40) {
-        real_t coef[42], c = easyad_cotpi(x), poly = (real_t)0, pin = (real_t)1, d;
+    if (x < (real_t)0 && n <= (real_t)170) {
+        real_t coef[172], c = easyad_cotpi(x), poly = (real_t)0, pin = (real_t)1, d;
         int m, i, top = (int)n;
-        for (i = 0; i < 42; i++) coef[i] = (real_t)0;
+        for (i = 0; i < 172; i++) coef[i] = (real_t)0;
         coef[1] = (real_t)1;                       /* P_0(c) = c */
         for (m = 0; m < top; m++) {                /* P_m has degree m + 1 */
             real_t prev = (real_t)0, cur;

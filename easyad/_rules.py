@@ -239,7 +239,7 @@ SPECIAL_BINARY_RULES: tuple[Rule, ...] = (
     # |x| with y's sign bit: d/dx = sign(x) times y's sign (0 at x = 0, abs's subgradient);
     # d/dy = 0 (flat but for the jump at y = 0)
     Rule("copysign", "copysign(x, y)", ("sign(x) * copysign(1.0, y)", "0.0"),
-         NO_CHECK, (REAL, REAL), doc="|x| with the sign of y",
+         NO_CHECK, (REAL, REAL), doc="abs(x) with the sign of y",
          sympy="Piecewise((Abs(x), y >= 0), (-Abs(x), True))"),
     # numpy's fmax/fmin: a NaN operand is ignored; at a tie the first operand (its sign of
     # zero) and the derivative split 1/2 each, as maximum's (docs/conventions.md)
