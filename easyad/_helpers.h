@@ -122,12 +122,9 @@ static inline double easyad_fn_hypot(double x, double y) {
  * Over real_t like the rest, so OpenCL kernels (double or float) run the same algorithms.
  * tests/test_special_rows.py checks them against scipy and numpy on wide ranges. */
 
-/* log|gamma(x)| (the row gammaln): C99's and OpenCL's lgamma; inf at the poles, and -inf
- * at -inf as scipy (lgamma gives inf there) */
-static inline real_t easyad_fn_gammaln(real_t x) {
-    return x == -(real_t)INFINITY ? x : lgamma(x);
-}
-#define gammaln easyad_fn_gammaln
+/* log|gamma(x)| (the row gammaln): C99's and OpenCL's lgamma, inf at the poles and at
+ * -inf (scipy gives -inf there; torch and C99 inf) */
+#define gammaln(x) lgamma(x)
 
 /* the share of a in fmax(a, b) (fmax's and fmin's partials): 1 where a wins, 0 where b
  * wins, 1/2 at a tie; a NaN operand loses (fmax ignores it); NaN when both are NaN */

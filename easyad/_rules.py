@@ -227,7 +227,7 @@ SPECIAL_BINARY_RULES: tuple[Rule, ...] = (
          doc="x * log(y), 0 where x == 0", numpy=None, sympy="x * log(y)"),
     Rule("xlog1py", "xlog1py(x, y)", ("log1p(y)", "div0(x, 1.0 + y)"), NO_CHECK,
          (REAL, (-1.0, inf)), doc="x * log1p(y), 0 where x == 0", numpy=None,
-         torch="x * log1p(y)", sympy="x * log(1 + y)"),
+         torch="special.xlog1py(x, y)", sympy="x * log(1 + y)"),
     # the partials are softmax weights: 1/2 each at a tie, never overflowing
     Rule("logaddexp", "logaddexp(x, y)", ("expit(x - y)", "expit(y - x)"), NO_CHECK,
          (REAL, REAL), doc="log(exp(x) + exp(y)) without overflow",

@@ -152,12 +152,10 @@ def numpy_reference(rule: _rules.Rule, xs: tuple[np.ndarray, ...]) -> np.ndarray
     with np.errstate(all="ignore"):
         if name is not None:
             return np.asarray(getattr(np, name)(*xs), dtype=np.float64)
-        # scipy.special's ufunc of the row's name (expit, gammaln, xlog1py...): scipy's
-        # conventions (xlog1py(0, y) = 0), where torch's spelling may lack them
-        import scipy.special
-        special = getattr(scipy.special, rule.name, None)
-        if isinstance(special, np.ufunc) and special.nin == rule.arity:
-            return np.asarray(special(*xs), dtype=np.float64)
+        if rule.spelling("torch") is None:
+            # scipy.special's ufunc of the row's name (digamma: torch's is not accurate)
+            import scipy.special
+            return np.asarray(getattr(scipy.special, rule.name)(*xs), dtype=np.float64)
     import torch
     return torch_values(rule, [torch.from_numpy(np.array(x, np.float64)) for x in xs]
                         ).numpy()

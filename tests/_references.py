@@ -146,7 +146,9 @@ def _pick(a, b):
 # numpy's fmax, fmin and logaddexp are the same algorithms, bit for bit
 PY_NAMESPACE.update(
     expit=_library(_special.expit, True), logit=_library(_special.logit, True),
-    gammaln=_library(_special.gammaln, True), digamma=_library(_special.psi, True),
+    # gammaln(-inf): inf as C99's lgamma and torch (scipy: -inf)
+    gammaln=_library(lambda x: np.inf if x == -np.inf else _special.gammaln(x), True),
+    digamma=_library(_special.psi, True),
     polygamma=_library(lambda n, x: _special.polygamma(math.floor(n + 0.5), x), True),
     xlogy=_library(_special.xlogy, True), xlog1py=_library(_special.xlog1py, True),
     erfc=_library(math.erfc, True), logaddexp=_library(np.logaddexp, True),
