@@ -6,7 +6,7 @@
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench); prints
 #                only: `make bench-write` also rewrites the committed benchmarks/results/*.md
 #   make examples  the nn examples (regression, classifier, replayed training), plots in
-#                  examples/out/
+#                  examples/out/; the SciPy fits (examples/scientific.py)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -69,6 +69,7 @@ examples: build $(VENV)/.examples
 	$(BIN)/python examples/regression.py --out examples/out
 	$(BIN)/python examples/classifier.py --out examples/out
 	$(BIN)/python examples/replayed_training.py
+	$(BIN)/python examples/scientific.py
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml

@@ -145,3 +145,17 @@ def test_solve_ivp_jacobian_by_argnums(method):
     assert ours.success and ref.success
     np.testing.assert_allclose(ours.y[:, -1], ref.y[:, -1], rtol=1e-4, atol=1e-6)
     assert ours.njev > 0
+
+
+def test_the_scientific_example_runs(capsys):
+    # examples/scientific.py (make examples): an ODE fit by least_squares through a
+    # Runge-Kutta in Python, a gamma MLE with the Hessian against the Fisher information
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "scientific.py"
+    spec = importlib.util.spec_from_file_location("example_scientific", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--seed", "4"])
+    out = capsys.readouterr().out
+    assert "logistic ODE fit" in out and "gamma MLE" in out
