@@ -245,3 +245,13 @@ def test_opencl_helpers_match_scipy(opencl_device):
         # the gradient's kernel: digamma' = polygamma(1, x)
         g = ad.sum(ad.digamma(X)).derivatives()[X]
         close(g, sp.polygamma(1, x), rtol * 10)
+
+
+def test_the_scientific_page_lists_every_new_row():
+    import pathlib
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "scientific.md"
+            ).read_text()
+    for rule in _rules.SPECIAL_UNARY_RULES + _rules.SPECIAL_BINARY_RULES:
+        assert f"`{rule.name}" in text, rule.name
+        for alias in rule.aliases:
+            assert f"alias `{alias}`" in text, alias
