@@ -29,8 +29,9 @@ def _functions(with_scipy: bool) -> dict[Any, Any]:
     found: dict[Any, Any] = {}
     special = sys.modules.get("scipy.special") if with_scipy else None
     for rule in rules.RULES:
-        if not rule.generic:
-            continue          # operators: numpy's object loop calls them
+        if not rule.generic or rule.stops_gradient:
+            continue          # operators: numpy's object loop calls them; np.positive
+            #                   computes stop_gradient's value but passes derivatives
         function = getattr(_core, rule.name)
         spelling = rule.spelling("numpy")
         if spelling is not None and isinstance(getattr(np, spelling, None), np.ufunc):

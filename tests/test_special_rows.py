@@ -211,6 +211,8 @@ def test_numpy_and_scipy_ufuncs_dispatch_to_the_rows():
     # an ndarray among the operands: elementwise, an object array of Traces
     out = np.logaddexp(np.array([0.0, 1.0]), t)
     assert out.dtype == object and out[1].number == np.logaddexp(1.0, 0.3)
+    # np.positive computes stop_gradient's value, but is +x: its derivative passes
+    assert np.positive(t).derivative == 1.0
     # other ufuncs still run numpy's loops over objects, as before
     assert np.sin(t).number == math.sin(0.3) and bool(np.less(t, 1.0))
     assert (np.float64(2.0) * t).derivative == 2.0

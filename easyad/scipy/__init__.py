@@ -82,7 +82,7 @@ def minimize(fun: Callable[..., Any], x0: Any, args: tuple[Any, ...] = (),
         return float(np.asarray(value).reshape(())), \
             np.asarray(gradient, dtype=np.float64).ravel()
 
-    name = (method or "").lower()
+    name = method.lower() if isinstance(method, str) else ""   # (or a callable)
     if name in _HESSP_METHODS:
         kwargs["hessp"] = lambda x, v: np.asarray(F.hvp(x, v), dtype=np.float64).ravel()
     elif name in _HESS_METHODS:
