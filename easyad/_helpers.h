@@ -267,7 +267,9 @@ static inline real_t easyad_hurwitz(real_t s, real_t a) {
 static inline real_t easyad_fn_polygamma(real_t order, real_t x) {
     real_t n = floor(order + (real_t)0.5), fact = (real_t)1, sign, k;
     if (n != n || x != x) return n + x;
-    if (n < (real_t)0) return (real_t)NAN;
+    /* n! overflows double past 170: NaN rather than an inf/0 guess (and the loops below
+     * stay bounded for any n, inf included) */
+    if (n < (real_t)0 || n > (real_t)170) return (real_t)NAN;
     if (n == (real_t)0) return easyad_fn_digamma(x);
     for (k = (real_t)2; k <= n; k += (real_t)1) fact *= k;
     sign = floor(n / (real_t)2) * (real_t)2 == n ? (real_t)-1 : (real_t)1;  /* (-1)^(n+1) */
