@@ -6,7 +6,7 @@
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench); prints
 #                only: `make bench-write` also rewrites the committed benchmarks/results/*.md
 #   make examples  the nn examples (regression, classifier, replayed training), plots in
-#                  examples/out/
+#                  examples/out/; the SciPy fits (examples/scientific.py)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -33,7 +33,7 @@ $(VENV)/.deps-run: pyproject.toml | $(BIN)/python
 $(VENV)/.deps-test: pyproject.toml Makefile $(VENV)/.deps-run
 	@echo "easyad: installing the test references and tools (sympy, scipy, PyTorch, ruff, sphinx, tqdm) into $(VENV) (once, a few minutes) ..."
 	$(PIP) pytest pytest-xdist hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
-	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm
+	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm sphinx-mathjax-offline
 	touch $@
 
 # codegen (codegen/ -> easyad/_generated/) + cythonize + compile, each step only when its
@@ -72,6 +72,7 @@ examples: build $(VENV)/.examples
 	$(BIN)/python examples/regression.py --out examples/out
 	$(BIN)/python examples/classifier.py --out examples/out
 	$(BIN)/python examples/replayed_training.py
+	$(BIN)/python examples/scientific.py
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml

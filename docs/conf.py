@@ -8,6 +8,7 @@ napoleon). Adding a page: a ``docs/NAME.md`` file and its entry in ``index.md``'
 from __future__ import annotations
 
 import pathlib
+import importlib.util
 import sys
 
 DOCS = pathlib.Path(__file__).resolve().parent
@@ -30,6 +31,12 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
 ]
+# MathJax offline: the package sphinx-mathjax-offline (PyPI; the docs extra and `make docs`
+# install it) copies MathJax into _static and points mathjax_path there, so the built
+# site loads no script from a CDN (tests/test_docs_site.py checks). Without it the
+# formulas come from the CDN, as Sphinx's default, and need a network to render.
+if importlib.util.find_spec("sphinx-mathjax-offline") is not None:
+    extensions.append("sphinx-mathjax-offline")
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 exclude_patterns = ["_build", "_generated", "scripts", "README.md", "Thumbs.db", ".DS_Store"]

@@ -36,8 +36,9 @@ from easyad._core import Comparison
 # their __all__: rendered from easyad/_rules.py at build time (codegen/api.py)
 from easyad._generated import functions as _functions
 from easyad._generated.functions import *  # noqa: F403
-# registered with the core, which calls up to them: lst.to_dot(), create_graph=True
-from easyad import _higher, dot  # noqa: F401
+# registered with the core, which calls up to them: lst.to_dot(), create_graph=True,
+# numpy's ufuncs on Traces and Records
+from easyad import _higher, _ufuncs, dot  # noqa: F401
 from easyad.anomaly import detect_anomaly
 from easyad.checks import check_gradients
 from easyad.errors import (
@@ -94,6 +95,7 @@ from easyad.ops import (  # noqa: E402  numpy's functions on tensors
 
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
+from easyad import scipy  # noqa: E402  (SciPy with easyad's derivatives)
 
 from easyad._version import __version__ as __version__  # noqa: E402  (re-exported)
 
@@ -116,6 +118,8 @@ __all__ = [
     "cumsum", "flip",
     # differentiable linear algebra (a subpackage, as nn)
     "linalg",
+    # SciPy with easyad's derivatives: minimize, least_squares, ode_jacobian, special
+    "scipy",
     # numpy's functions on tensors (easyad/ops/_sorting.py, _npfunctions.py, _products.py)
     "argmax", "argmin", "argsort", "broadcast_to", "clip", "cumprod", "diag", "diagonal",
     "einsum", "expand_dims", "inner", "kron", "moveaxis", "order_by", "outer", "pad",

@@ -124,7 +124,11 @@ def _binary_fallback(function, str name, str numpy_name, x, y):
         ufunc = getattr(np, numpy_name, None) if numpy_name and not objects else None
         if ufunc is not None:
             return ufunc(x, y)
-        return np.frompyfunc(function, 2, 1)(x, y)
+        result = np.frompyfunc(function, 2, 1)(x, y)
+        if objects:
+            return result
+        dtype = np.result_type(x, y)    # float arrays stay float (float32 too), as unary
+        return result.astype(dtype if dtype.kind == "f" else np.float64)
     method = getattr(type(x), name, None)
     if method is not None:
         result = method(x, y)

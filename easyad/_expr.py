@@ -250,7 +250,7 @@ def helpers_used(rule: rules.Rule) -> frozenset[str]:
 # ---- symbolic tangents (second-order sweeps) ----
 
 ZERO, ONE = Num(0.0), Num(1.0)
-_PIECEWISE_CONSTANT = frozenset({"sign", "heaviside"})  # derivative 0 almost everywhere
+_PIECEWISE_CONSTANT = frozenset({"sign", "heaviside", "pick"})  # derivative 0 almost everywhere
 
 
 def _is(node: Node, v: float) -> bool:

@@ -12,7 +12,8 @@ check that they agree):
 - ``series_namespace(is_zero)``: the generic one with strong zeros judged by ``is_zero``
   (Taylor mode: a whole series that is 0 contributes nothing);
 - ``numpy_namespace()``: arrays (the numpy tensor backend): table calls go to numpy's
-  ufunc named by each row (``Rule.numpy``), helpers elementwise with ``np.where``.
+  ufunc named by each row (``Rule.numpy``), or where numpy has none to the table's C
+  (``_core._rule_values``), helpers elementwise with ``np.where``.
 
 Names a table call may have come from ``_expr.call_rules`` (a row whose value is a bare
 call, like ``fabs(x)`` for abs); the expressions are rendered by ``_expr``.
@@ -56,6 +57,20 @@ def _sign(t: Any) -> float:
 def _heaviside(t: Any) -> float:
     v = number_of(t)
     return 1.0 if v > 0 else (0.0 if v < 0 else (0.5 if v == 0 else v))
+
+
+def _pick(a: Any, b: Any) -> float:
+    # fmax's share of a (_helpers.h): piecewise constant, a plain float
+    va, vb = number_of(a), number_of(b)
+    if va > vb:
+        return 1.0
+    if va < vb:
+        return 0.0
+    if va == vb:
+        return 0.5
+    if va != va and vb != vb:
+        return va
+    return 1.0 if vb != vb else 0.0
 
 
 def _mul0(a: Any, b: Any) -> Any:
@@ -107,12 +122,30 @@ def _np_choose(c: Any, a: Any, b: Any) -> Any:
     return np.where(c, a, b)
 
 
-def _vectorized(function: Any) -> Any:
-    ufunc = np.frompyfunc(function, 1, 1)
+def _np_pick(a: Any, b: Any) -> Any:
+    a, b = np.asarray(a), np.asarray(b)
+    nan_a, nan_b = a != a, b != b
+    with np.errstate(invalid="ignore"):
+        share = np.where(a > b, 1.0, np.where(a < b, 0.0, 0.5))
+    share = np.where(nan_a | nan_b, np.where(nan_a & nan_b, np.nan, np.where(nan_b, 1.0, 0.0)),
+                     share)
+    dtype = np.result_type(a, b)
+    return share.astype(dtype) if dtype.kind == "f" else share
 
-    def apply(x: Any) -> Any:
-        x = np.asarray(x)
-        return np.asarray(ufunc(x)).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+def _rule_arrays(rule: rules.Rule, function: Any) -> Any:
+    """A row numpy has no ufunc for, on arrays: the table's C over float64 (the values
+    the replay sweeps give, IEEE inf and NaN where math would raise), in the inputs'
+    float dtype; object arrays (Records, Traces) element by element through ``function``."""
+    opcode, ufunc = rules.OPCODES[rule.name], np.frompyfunc(function, rule.arity, 1)
+
+    def apply(*args: Any) -> Any:
+        arrays = [np.asarray(a) for a in args]
+        if any(a.dtype.kind not in "biuf" for a in arrays):
+            return ufunc(*arrays)
+        out = _core._rule_values(opcode, *arrays)
+        dtype = np.result_type(*arrays)
+        return out.astype(dtype) if dtype.kind == "f" and dtype != out.dtype else out
     return apply
 
 
@@ -124,7 +157,7 @@ def generic_namespace() -> Mapping[str, Any]:
     import easyad._core as core
 
     ns: dict[str, Any] = {"sign": _sign, "heaviside": _heaviside, "mul0": _mul0,
-                          "div0": _div0}
+                          "div0": _div0, "pick": _pick}
     for name, rule in _expr.call_rules().items():
         ns[name] = getattr(core, rule.name)
     return ns
@@ -178,11 +211,11 @@ def series_namespace(is_zero: Callable[[Any], bool]) -> Mapping[str, Any]:
 @functools.lru_cache(maxsize=1)
 def numpy_namespace() -> Mapping[str, Any]:
     """Every name a rule expression calls, as numpy functions on arrays: the ufunc each row
-    names (``Rule.numpy``); where numpy has none, math's scalar function elementwise, or
-    for a name math lacks too (C's comes from _helpers.h) easyad's own on floats."""
+    names (``Rule.numpy``); where numpy has none, the table's C on float arrays (the
+    generic function on object arrays)."""
     ns: dict[str, Any] = {"sign": np.sign, "heaviside": _np_heaviside, "mul0": _np_mul0,
                           "div0": _np_div0, "maximum": np.maximum, "minimum": np.minimum,
-                          "choose": _np_choose}
+                          "choose": _np_choose, "pick": _np_pick}
     for name, rule in _expr.call_rules().items():
         if name in ns:
             continue
@@ -190,9 +223,9 @@ def numpy_namespace() -> Mapping[str, Any]:
         if spelling is not None:
             ns[name] = getattr(np, spelling)
         else:   # numpy has no ufunc (erf, or a row whose C comes from _helpers.h):
-            # math's function elementwise, else the core's generic function on floats
+            # the table's C on float arrays, the generic function on object arrays
             import easyad._core as core
-            ns[name] = _vectorized(getattr(math, name, None) or getattr(core, rule.name))
+            ns[name] = _rule_arrays(rule, getattr(core, rule.name))
     return ns
 
 

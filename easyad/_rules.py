@@ -37,6 +37,8 @@ HELPERS = {
     "div0": "div0(a, b): a/b, but 0 when a is 0 (0/0 counts as 0)",
     "maximum": "maximum(a, b): the larger, NaN if either is NaN (numpy's rule)",
     "minimum": "minimum(a, b): the smaller, NaN if either is NaN",
+    "pick": "pick(a, b): the share of a in fmax(a, b): 1 where a > b or only b is NaN, 0 "
+            "where a < b or only a is NaN, 1/2 at a tie, NaN where both are NaN",
 }
 
 
@@ -72,6 +74,10 @@ class Rule:
     # (stop_gradient): references that differentiate the value (finite differences,
     # sympy, torch's autograd of the value) do not apply to it
     stops_gradient: bool = False
+    # True for a row whose first input is an integer order (polygamma's n): rounded to the
+    # nearest integer, so the value is flat in it (partial 0); references that
+    # differentiate the value in it do not apply
+    integer_order: bool = False
 
     @property
     def arity(self) -> int:
@@ -180,11 +186,77 @@ STOP_GRADIENT = Rule("stop_gradient", "stop_gradient(x)", ("0.0",), NO_CHECK,
                      aliases=("detach",), doc="x as a constant: no derivative flows through it",
                      numpy="positive", torch="detach", sympy=None, stops_gradient=True)
 
-RULES: tuple[Rule, ...] = UNARY_RULES + BINARY_RULES + (STOP_GRADIENT,)
+# ---- SciPy's special functions and numpy's other float ufuncs (issue 26) ----
+# After stop_gradient, so the opcodes above keep their numbers. scipy.special's names are
+# the rows' names or aliases, so scipy's ufuncs on easyad numbers dispatch to them
+# (``__array_ufunc__``); their C is in _helpers.h where math.h lacks the function.
+# Errors: erfc (a math-module name) raises as math does (never); scipy's and numpy's
+# functions give IEEE values (inf, NaN) as scipy and numpy do (NO_CHECK).
+SPECIAL_UNARY_RULES: tuple[Rule, ...] = (
+    Rule("erfc", "erfc(x)", (f"-{_TWO_OVER_SQRT_PI} * exp(-x * x)",),
+         doc="complementary error function 1 - erf(x), accurate for large x", numpy=None),
+    # expit(x) expit(-x), not z (1 - z): 1 - z is 0 for x > 37 while the slope is e^-x
+    Rule("expit", "expit(x)", ("expit(x) * expit(-x)",), NO_CHECK,
+         doc="the logistic function 1 / (1 + exp(-x)), without overflow", numpy=None,
+         torch="sigmoid", sympy="1 / (1 + exp(-x))"),
+    Rule("logit", "logit(x)", ("1.0 / (x * (1.0 - x))",), NO_CHECK, ((0.0, 1.0),),
+         doc="log(x / (1 - x)), the inverse of expit; -inf at 0, inf at 1", numpy=None,
+         sympy="log(x / (1 - x))"),
+    # log|gamma(x)|, C's lgamma (not named lgamma: Python's math.lgamma is CPython's own
+    # algorithm, an ulp apart, and raises at the poles where scipy gives inf)
+    Rule("gammaln", "gammaln(x)", ("digamma(x)",), NO_CHECK, (POSITIVE,),
+         doc="log of the absolute value of the gamma function; inf at the poles",
+         numpy=None, torch="lgamma", sympy="loggamma"),
+    # every derivative through polygamma: digamma' = polygamma(1, x), polygamma's own
+    # x-partial is polygamma(n + 1, x), so any order (Taylor mode too) is one more call
+    # torch=None: torch's digamma' (its trigamma) is good to ~1e-9 only; sympy checks it
+    Rule("digamma", "digamma(x)", ("polygamma(1.0, x)",), NO_CHECK, (POSITIVE,),
+         aliases=("psi",), doc="the digamma function gamma'(x) / gamma(x)", numpy=None,
+         torch=None),
+)
+SPECIAL_BINARY_RULES: tuple[Rule, ...] = (
+    # n is an integer order: rounded to the nearest (floor(n + 1/2)), so the value is
+    # flat in n (partial 0); ad.scipy.special.polygamma refuses a non-integer n
+    Rule("polygamma", "polygamma(x, y)", ("0.0", "polygamma(x + 1.0, y)"), NO_CHECK,
+         ((0.6, 4.4), POSITIVE), integer_order=True,
+         doc="the n-th derivative of digamma, polygamma(n, x) (n rounded to an integer)",
+         numpy=None, torch=None, sympy="polygamma(floor(x + 0.5), y)"),
+    # 0 where x == 0 (y not NaN), as scipy; d/dx = log(y) there too (the limit from
+    # either side), d/dy = x / y with 0/0 = 0 (div0: flat in y along x = 0)
+    Rule("xlogy", "xlogy(x, y)", ("log(y)", "div0(x, y)"), NO_CHECK, (REAL, POSITIVE),
+         doc="x * log(y), 0 where x == 0", numpy=None, sympy="x * log(y)"),
+    Rule("xlog1py", "xlog1py(x, y)", ("log1p(y)", "div0(x, 1.0 + y)"), NO_CHECK,
+         (REAL, (-1.0, inf)), doc="x * log1p(y), 0 where x == 0", numpy=None,
+         torch="special.xlog1py(x, y)", sympy="x * log(1 + y)"),
+    # the partials are softmax weights: 1/2 each at a tie, never overflowing
+    Rule("logaddexp", "logaddexp(x, y)", ("expit(x - y)", "expit(y - x)"), NO_CHECK,
+         (REAL, REAL), doc="log(exp(x) + exp(y)) without overflow",
+         sympy="log(exp(x) + exp(y))"),
+    Rule("logaddexp2", "logaddexp2(x, y)", (f"expit((x - y) * {_LN2})",
+                                            f"expit((y - x) * {_LN2})"), NO_CHECK,
+         (REAL, REAL), doc="log2(2**x + 2**y) without overflow",
+         sympy="log(2**x + 2**y) / log(2)"),
+    # |x| with y's sign bit: d/dx = sign(x) times y's sign (0 at x = 0, abs's subgradient);
+    # d/dy = 0 (flat but for the jump at y = 0)
+    Rule("copysign", "copysign(x, y)", ("sign(x) * copysign(1.0, y)", "0.0"),
+         NO_CHECK, (REAL, REAL), doc="abs(x) with the sign of y",
+         sympy="Piecewise((Abs(x), y >= 0), (-Abs(x), True))"),
+    # numpy's fmax/fmin: a NaN operand is ignored; at a tie the first operand (its sign of
+    # zero) and the derivative split 1/2 each, as maximum's (docs/conventions.md)
+    Rule("fmax", "fmax(x, y)", ("pick(x, y)", "pick(y, x)"), NO_CHECK, (REAL, REAL),
+         doc="larger of x and y, ignoring a NaN; ties split the derivative", sympy="Max"),
+    Rule("fmin", "fmin(x, y)", ("pick(-x, -y)", "pick(-y, -x)"), NO_CHECK, (REAL, REAL),
+         doc="smaller of x and y, ignoring a NaN; ties split the derivative", sympy="Min"),
+)
+
+RULES: tuple[Rule, ...] = (UNARY_RULES + BINARY_RULES + (STOP_GRADIENT,)
+                           + SPECIAL_UNARY_RULES + SPECIAL_BINARY_RULES)
 RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
-# The rows whose partials are their value's derivatives (all but stop_gradient): the ones
-# references that differentiate the value (finite differences, sympy, torch) can check.
-DIFFERENTIATED_RULES: tuple[Rule, ...] = tuple(r for r in RULES if not r.stops_gradient)
+# The rows whose partials are their value's derivatives in every input (all but
+# stop_gradient and polygamma): the ones references that differentiate the value (finite
+# differences, sympy, torch) can check.
+DIFFERENTIATED_RULES: tuple[Rule, ...] = tuple(
+    r for r in RULES if not r.stops_gradient and not r.integer_order)
 
 # Structural opcodes: tape entries that are not a rule row. Then the rules, in table order.
 # A comparison is recorded with its outcome as the entry's value; it becomes a guard when

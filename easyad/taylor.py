@@ -445,11 +445,27 @@ def _binary_method(rule: _rules.Rule, name: str) -> Callable[[Taylor, object], T
     return method
 
 
+def _reflected_method(rule: _rules.Rule) -> Callable[[Taylor, object], Taylor]:
+    # ad.<rule>(number, series): the generic function asks the second operand for
+    # _r<name> (polygamma(1.0, x) in digamma's partial, on a series x)
+    def method(self: Taylor, other: object) -> Taylor:
+        a = self._operand(other)
+        if a is None:
+            raise TypeError(f"{rule.name}() of a Taylor takes a number or a Taylor, "
+                            f"got {type(other).__name__}")
+        return self._apply(rule.name, (self._of(a), self))
+
+    method.__name__ = method.__qualname__ = f"_r{rule.name}"
+    return method
+
+
 for _rule in _rules.RULES:
     if _rule.generic:  # not an operator-only row
         for _name in (_rule.name, *_rule.aliases):
             setattr(Taylor, _name, (_unary_method if _rule.arity == 1 else _binary_method)(
                 _rule, _name))
+        if _rule.arity == 2 and _rule.name != "pow":
+            setattr(Taylor, f"_r{_rule.name}", _reflected_method(_rule))
 del _rule, _name
 
 

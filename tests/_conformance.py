@@ -152,6 +152,10 @@ def numpy_reference(rule: _rules.Rule, xs: tuple[np.ndarray, ...]) -> np.ndarray
     with np.errstate(all="ignore"):
         if name is not None:
             return np.asarray(getattr(np, name)(*xs), dtype=np.float64)
+        if rule.spelling("torch") is None:
+            # scipy.special's ufunc of the row's name (digamma: torch's is not accurate)
+            import scipy.special
+            return np.asarray(getattr(scipy.special, rule.name)(*xs), dtype=np.float64)
     import torch
     return torch_values(rule, [torch.from_numpy(np.array(x, np.float64)) for x in xs]
                         ).numpy()
@@ -456,8 +460,15 @@ def _derivative_lines(rule: _rules.Rule, s: Samples, trace: Result, expr: Any,
     # extreme magnitudes torch's own formulas underflow: atan2's gives 0 at 1e-300)
     fine = np.array([r is None for r in trace.raised]) & (np.abs(s.xs[0]) > 1e-100) & \
         (np.abs(s.xs[0]) < 1e100)
+    if rule.name in _TORCH_TIES_DIFFER:
+        fine &= ~s.ties
     lines += _check_torch_gradients(rule, s, trace, o | (s.ties & fine))
     return lines
+
+
+# torch gives fmax's and fmin's whole derivative to the first operand at a tie; easyad
+# splits it, as for maximum and minimum (docs/conventions.md)
+_TORCH_TIES_DIFFER = frozenset({"fmax", "fmin"})
 
 
 def _check_torch_gradients(rule: _rules.Rule, s: Samples, trace: Result,

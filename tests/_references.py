@@ -15,6 +15,7 @@ import operator
 import zlib
 
 import numpy as np
+import scipy.special as _special
 import sympy as sp
 
 from easyad._expr import call_rules
@@ -113,6 +114,48 @@ PY_NAMESPACE = {name: getattr(math, name) for name in dir(math) if not name.star
 PY_NAMESPACE.update(PY_HELPERS)
 
 
+class Approximate(float):
+    """A reference value from another implementation (scipy's) of a function that no
+    Python module computes as C's libm or easyad's helper does (gammaln: glibc's lgamma
+    against cephes; digamma): equal to within ``rtol`` relative plus ``atol``, not bit
+    for bit. Tests that compare bits read these two fields."""
+
+    rtol = 1e-13
+    atol = 1e-15
+
+
+def _library(f, approximate=False):
+    # a scipy or numpy ufunc on floats: IEEE values (inf, NaN) and no exception
+    def call(*args):
+        with np.errstate(all="ignore"):
+            v = float(f(*args))
+        return Approximate(v) if approximate and math.isfinite(v) else v
+    return call
+
+
+def _pick(a, b):
+    # fmax's share of a (_rules.HELPERS): 1 where a wins or only b is NaN, 1/2 at a tie
+    if a != a or b != b:
+        return a if a != a and b != b else (1.0 if b != b else 0.0)
+    return 1.0 if a > b else (0.0 if a < b else 0.5)
+
+
+# the rows of scipy.special and numpy's float ufuncs, by scipy and numpy (not easyad):
+# scipy's formulas differ from the helpers' in the last bit (logit near 1/2, expit below
+# 0, cephes' lgamma), and CPython's erfc from libm's, so those compare to a tolerance;
+# numpy's fmax, fmin and logaddexp are the same algorithms, bit for bit
+PY_NAMESPACE.update(
+    expit=_library(_special.expit, True), logit=_library(_special.logit, True),
+    # gammaln(-inf): inf as C99's lgamma and torch (scipy: -inf)
+    gammaln=_library(lambda x: np.inf if x == -np.inf else _special.gammaln(x), True),
+    digamma=_library(_special.psi, True),
+    polygamma=_library(lambda n, x: _special.polygamma(math.floor(n + 0.5), x), True),
+    xlogy=_library(_special.xlogy, True), xlog1py=_library(_special.xlog1py, True),
+    erfc=_library(math.erfc, True), logaddexp=_library(np.logaddexp, True),
+    logaddexp2=_library(np.logaddexp2, True), fmax=_library(np.fmax),
+    fmin=_library(np.fmin), pick=_pick)
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled(text: str):
     return compile(text, text, "eval")
@@ -166,6 +209,7 @@ SYMPY_NAMESPACE = {
     "heaviside": sp.Heaviside,
     "mul0": lambda a, b: a * b,
     "div0": lambda a, b: a / b,
+    "pick": lambda a, b: sp.Heaviside(a - b),
 }
 
 
@@ -228,7 +272,9 @@ def smooth_points(rule: Rule) -> tuple[tuple[float, ...], ...]:
 # numpy float64 versions of the table's functions: partials evaluated without exceptions
 # (inf/NaN instead), to tell where a rule's partials are finite.
 NP_NAMESPACE = {name: getattr(np, name) for name in PY_NAMESPACE if hasattr(np, name)}
-NP_NAMESPACE.update(PY_HELPERS, erf=math.erf, pow=np.power, fabs=np.fabs)
+NP_NAMESPACE.update(PY_HELPERS, erf=math.erf, pow=np.power, fabs=np.fabs, pick=_pick,
+                    expit=_special.expit, digamma=_special.psi, erfc=_special.erfc,
+                    polygamma=lambda n, x: _special.polygamma(np.floor(n + 0.5), x))
 
 
 def partial_values(rule: Rule, args: tuple[float, ...], value: float) -> list[float]:

@@ -63,6 +63,8 @@ CONTRACT = {
     "nn", "optim", "random",
     # differentiable linear algebra (issue 26): a subpackage
     "linalg",
+    # SciPy with easyad's derivatives (issue 26): a subpackage
+    "scipy",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {rule.name for rule in _rules.RULES if not rule.generic}

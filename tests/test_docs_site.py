@@ -7,6 +7,7 @@ reads the results files.
 from __future__ import annotations
 
 import html
+import importlib.util
 import re
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import easyad as ad
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order", "tensors",
-         "linalg",
+         "linalg", "scientific",
          "nn",
          "record-replay", "user-operations", "errors", "conventions", "performance", "api",
          "internals"]
@@ -96,3 +97,18 @@ def test_benchmark_plot_script_reads_the_results(tmp_path):
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert out.stat().st_size > 1000
+
+
+def test_the_site_loads_no_external_script(site):
+    """Math renders offline: MathJax from the site's own _static (sphinx-mathjax-offline),
+    and no page loads a script from elsewhere."""
+    if importlib.util.find_spec("sphinx-mathjax-offline") is None:
+        pytest.skip("sphinx-mathjax-offline is not installed (pip install "
+                    "sphinx-mathjax-offline, or make docs): MathJax comes from a CDN")
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    external = []
+    for page in site.glob("*.html"):
+        for src in re.findall(r'<script[^>]*\bsrc="([^"]+)"', page.read_text()):
+            if re.match(r"(https?:)?//", src):
+                external.append((page.name, src))
+    assert not external, external

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+import scipy.special as special
+
 import pytest
 
 from easyad import _expr
@@ -18,6 +21,13 @@ PY.update(sign=lambda t: math.copysign(1.0, t) if t else t,
           tmul=lambda t, e: 0.0 if t == 0.0 or e == 0.0 else t * e,
           div0=lambda a, b: 0.0 if a == 0.0 else a / b, fabs=abs, pow=math.pow,
           maximum=max, minimum=min, stop_gradient=lambda t: t)   # (_helpers.h: x itself)
+# the rows of scipy.special and numpy's float ufuncs, by scipy and numpy
+PY.update({name: (lambda f: lambda *a: float(f(*a)))(f) for name, f in (
+    ("expit", special.expit), ("logit", special.logit), ("gammaln", special.gammaln),
+    ("digamma", special.psi), ("polygamma", lambda n, x: special.polygamma(round(n), x)),
+    ("xlogy", special.xlogy), ("xlog1py", special.xlog1py), ("logaddexp", np.logaddexp),
+    ("logaddexp2", np.logaddexp2), ("fmax", np.fmax), ("fmin", np.fmin))},
+          pick=lambda a, b: 1.0 if a > b else (0.0 if a < b else 0.5))
 
 
 def evaluate(text: str, **names: float) -> float:

@@ -140,7 +140,8 @@ def test_pow_at_integer_exponents_opencl(n, opencl_device):
 
 def _point(rule):
     return {"asin": (0.3,), "acos": (0.3,), "atanh": (0.3,), "acosh": (1.7,), "log": (0.7,),
-            "log2": (0.7,), "log10": (0.7,), "sqrt": (0.7,), "pow": (0.7, 1.3)}.get(
+            "log2": (0.7,), "log10": (0.7,), "sqrt": (0.7,), "pow": (0.7, 1.3),
+            "xlogy": (0.7, 1.3), "xlog1py": (0.7, 1.3)}.get(
         rule.name, (0.7, -1.3)[:rule.arity] if rule.name != "cbrt" else (-0.7,))
 
 

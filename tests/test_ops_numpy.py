@@ -136,6 +136,16 @@ LIGHT = {
                              lambda t: torch.einsum("ij,ij->", t, t)),
     "einsum sum out one operand's index": (lambda x: ad.einsum("ij,k->jk", x, x[0]),
                                            lambda t: torch.einsum("ij,k->jk", t, t[0])),
+    # '...' as numpy aligns it: from the right, a shorter operand's axes broadcast
+    "einsum ellipsis batch": (lambda x: ad.einsum("...ij,...kj->...ik", x.reshape(3, 2, 2),
+                                                  x.reshape(3, 2, 2)),
+                              lambda t: torch.einsum("...ij,...kj->...ik", t.reshape(3, 2, 2),
+                                                     t.reshape(3, 2, 2))),
+    "einsum ellipsis broadcast": (lambda x: ad.einsum("...j,j->...", x.reshape(3, 2, 2), x[0, :2]),
+                                  lambda t: torch.einsum("...j,j->...", t.reshape(3, 2, 2),
+                                                         t[0, :2])),
+    "einsum ellipsis implicit": (lambda x: ad.einsum("i...,i...", x, x[::-1]),
+                                 lambda t: torch.einsum("i...,i...", t, t.flip(0))),
     "diag of a vector": (lambda x: ad.diag(x[1], -1), lambda t: torch.diag(t[1], -1)),
     "diag of a matrix": (lambda x: ad.diag(x, 1), lambda t: torch.diag(t, 1)),
     "tril": (lambda x: ad.tril(x, 1), lambda t: torch.tril(t, 1)),
@@ -316,8 +326,8 @@ def test_unsupported_arguments_are_refused_by_name():
         ad.prod(t, dtype=np.float32)
     with pytest.raises(ValueError, match="mode 'reflect' is not supported"):
         ad.pad(t, 1, mode="reflect")
-    with pytest.raises(ValueError, match=r"'\.\.\.' \(ellipsis\) is not supported"):
-        ad.einsum("...i,...i", t, t)
+    with pytest.raises(ValueError, match=r"'\.\.\.' at most once per operand"):
+        ad.einsum("...i...,...i", t, t)
     with pytest.raises(ValueError, match="repeated within one operand"):
         ad.einsum("ii->i", ad.Tensor.constant(np.eye(2)))
     with pytest.raises(ValueError, match="names 2 operand"):

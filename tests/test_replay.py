@@ -265,16 +265,18 @@ def _bounded(t, domain):
     return 0.5 * (lo + hi) + 0.45 * (hi - lo) * t
 
 
-def random_program(seed, n):
-    """A generic f of n inputs: every rule of the table on bounded arguments, constants in
-    both operand places, selects and their comparisons, and a loop (long runs of one
-    opcode, a chain of sums) so the replay layout has real reordering to do."""
+def random_program(seed, n, table=None):
+    """A generic f of n inputs: every rule of the table (or of ``table``) on bounded
+    arguments, constants in both operand places, selects and their comparisons, and a
+    loop (long runs of one opcode, a chain of sums) so the replay layout has real
+    reordering to do."""
     from easyad import _rules as rules
+    # (not stop_gradient: differences of the gradient would see the stopped values)
+    table = rules.DIFFERENTIATED_RULES if table is None else table
     plan = np.random.default_rng(seed)
     steps = []
     for _ in range(60):
-        # (not stop_gradient: differences of the gradient would see the stopped values)
-        rule = rules.DIFFERENTIATED_RULES[plan.integers(len(rules.DIFFERENTIATED_RULES))]
+        rule = table[plan.integers(len(table))]
         operands = plan.integers(0, 10**6, size=2)
         constant = [plan.random() < 0.2, plan.random() < 0.2]
         steps.append((rule, operands, constant, float(plan.uniform(-0.9, 0.9)),

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import easyad as ad
 from _references import (
     RULES,
+    Approximate,
     UNARY,
     appliers,
     central_difference,
@@ -60,6 +61,8 @@ def same_float(a, b, signed_zero: bool = True) -> bool:
     unless signed_zero is False."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
+    if isinstance(b, Approximate):    # scipy's value of a function libm computes otherwise
+        return abs(a - b) <= b.atol + b.rtol * abs(b)
     return a == b and (not signed_zero or math.copysign(1.0, a) == math.copysign(1.0, b))
 
 
@@ -145,7 +148,8 @@ def same_outcome(a, b, signed_zero: bool = True) -> bool:
         return False
     if a[0] == "raises":
         return a[1] is b[1] or (a[1] is ad.PowDomainError and issubclass(a[1], b[1]))
-    return same_float(float(a[1]), float(b[1]), signed_zero)
+    return same_float(float(a[1]), b[1] if isinstance(b[1], Approximate) else float(b[1]),
+                      signed_zero)
 
 
 # ---- 1. sample points ----------------------------------------------------------------------
@@ -355,6 +359,9 @@ def test_numpy_arrays_go_elementwise(rule):
         if ufunc is not None:
             np.testing.assert_array_equal(result, ufunc(*call))
             np.testing.assert_allclose(result, elementwise, rtol=8 * EPS, atol=0)
+        elif isinstance(math_value(rule, *points[0, 0]), Approximate):   # scipy's value
+            np.testing.assert_allclose(result, elementwise, rtol=Approximate.rtol,
+                                       atol=Approximate.atol)
         else:
             np.testing.assert_array_equal(result, elementwise)
     if rule.arity == 1:
@@ -446,7 +453,9 @@ def _object_array(mode, values):
 
 
 @pytest.mark.parametrize("mode", ["Trace", "Record"])
-@pytest.mark.parametrize("rule", [r for r in RULES if _numpy_ufunc(r)], ids=rule_id)
+@pytest.mark.parametrize("rule", [r for r in RULES if _numpy_ufunc(r) and any(
+    "O" in t for t in _numpy_ufunc(r).types)], ids=rule_id)   # (logaddexp, copysign: no
+# loop over objects in numpy; on object arrays ad.<name>: tests/test_special_rows.py)
 def test_numpy_ufuncs_on_object_arrays(rule, mode):
     """numpy's ufunc (np.sin, np.arcsinh, np.arctan2...) on an object array of Traces or
     Records calls their methods: the same numbers and derivatives as ad.<name> per element."""

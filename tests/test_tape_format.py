@@ -16,7 +16,7 @@ import pytest
 
 import easyad as ad
 from easyad import _core
-from easyad._rules import STRUCTURAL_OPCODES
+from easyad._rules import OPCODE_NAMES, STRUCTURAL_OPCODES
 from easyad.replay import _file_digest
 
 X = np.array([1.0, 2.0])
@@ -51,7 +51,8 @@ def write(path, fields, fix_checksum=True):
 # ---- items 1 and 3: damaged operands and opcodes ----
 
 @pytest.mark.parametrize("field, value", [("arg0", 10**9), ("arg1", 2**31 - 1),
-                                          ("arg0", 4), ("arg1", -2), ("ops", 50),
+                                          ("arg0", 4), ("arg1", -2),
+                                          ("ops", len(OPCODE_NAMES)),  # the first unknown
                                           ("ops", 200), ("ops", 255)])
 def test_damaged_entry_raises_naming_field_entry_and_value(saved, tmp_path, field, value):
     # item 1 (a segfault before), item 3 (silently wrong before: an unknown opcode, or an

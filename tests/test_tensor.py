@@ -83,11 +83,19 @@ def sample(rng, domain, shape):
 _TORCH = {"neg": torch.neg, "cbrt": lambda x: torch.sign(x) * torch.abs(x) ** (1.0 / 3.0),
           "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
 UNARY = [r for r in _rules.DIFFERENTIATED_RULES if r.arity == 1]
-BINARY = [r for r in _rules.RULES if r.arity == 2]
+# (polygamma's integer order has no torch tensor form: tests/test_special_rows.py)
+BINARY = [r for r in _rules.RULES if r.arity == 2 and not r.integer_order]
 
 
 def torch_function(rule):
-    return _TORCH.get(rule.name) or getattr(torch, rule.name)
+    """torch's function of the row: its spelling (a name or an expression in x, y), or
+    torch's function of the row's name (digamma: accurate to 1e-9, enough here)."""
+    if rule.name in _TORCH:
+        return _TORCH[rule.name]
+    spelling = rule.spelling("torch") or rule.name
+    if spelling.isidentifier():
+        return getattr(torch, spelling)
+    return lambda *args: eval(spelling, vars(torch), dict(zip("xy", args)))  # noqa: S307
 
 
 def easyad_function(rule):

@@ -79,3 +79,28 @@ _mul0_ufunc = cnp.PyUFunc_FromFuncAndData(
 _div0_ufunc = cnp.PyUFunc_FromFuncAndData(
     _div0_loops, _ufunc_data, _ufunc_types, 2, 2, 1, cnp.PyUFunc_None, b"div0",
     b"div0(a, b): a / b, but 0 where a is 0", 0)
+
+
+# ---- a rule's values on float64 arrays, as the replay sweeps compute them ----
+# numpy's meaning of a row numpy has no ufunc for (erf, expit, digamma...): the table's C,
+# IEEE values (inf, NaN) and no Python error, as numpy's own ufuncs give on arrays.
+def _rule_values(int op, x, y=0.0):
+    """Opcode ``op``'s value on float64 arrays ``x`` (and ``y``), broadcast together."""
+    cdef cnp.ndarray xa, ya, out, p0, p1
+    cdef long n
+    xb, yb = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+    shape = xb.shape
+    xa = np.ascontiguousarray(xb)
+    ya = np.ascontiguousarray(yb)
+    out = np.empty(shape, dtype=np.float64)
+    n = xa.size
+    if n == 0:
+        return out
+    p0 = np.empty(n, dtype=np.float64)   # the loop writes (zero) partials it is not asked for
+    p1 = np.empty(n, dtype=np.float64)
+    with nogil:
+        easyad_rule_eval_affine(op, n, <const double*>cnp.PyArray_DATA(xa), 1,
+                                <const double*>cnp.PyArray_DATA(ya), 1,
+                                <double*>cnp.PyArray_DATA(out), <double*>cnp.PyArray_DATA(p0),
+                                <double*>cnp.PyArray_DATA(p1), 0, 0)
+    return out

@@ -130,11 +130,41 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
 
 # ---- einsum ----
 
+def _expand_ellipsis(text: str, ndims: list[int]) -> str:
+    """``text`` with each ``...`` replaced by letters of its own (unused capitals), as
+    numpy aligns them: from the right, an operand with fewer broadcast axes taking the
+    last ones; the implicit output puts them first."""
+    lhs, arrow, out = text.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != len(ndims):
+        raise ValueError(f"einsum: {text!r} names {len(inputs)} operand(s), "
+                         f"{len(ndims)} given")
+    ranks = []
+    for term, ndim in zip(inputs, ndims):
+        if term.count("...") > 1 or term.replace("...", "").count(".") \
+                or (term.count(".") and "..." not in term):
+            raise ValueError(f"einsum: '...' at most once per operand, got {term!r}")
+        rank = ndim - len(term.replace("...", "")) if "..." in term else 0
+        if rank < 0:
+            raise ValueError(f"einsum: operand of {ndim} axes named {term!r}")
+        ranks.append(rank)
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in text]
+    width = max(ranks, default=0)
+    if width > len(free):
+        raise ValueError(f"einsum: '...' covers {width} axes, more than easyad names")
+    letters = "".join(free[:width])
+    inputs = [t.replace("...", letters[width - r:]) for t, r in zip(inputs, ranks)]
+    if not arrow:        # numpy's implicit output: the broadcast axes, then the rest
+        seen = "".join(inputs)
+        rest = "".join(sorted(c for c in set(seen) if seen.count(c) == 1 and c not in letters))
+        return ",".join(inputs) + "->" + letters + rest
+    if out.count("...") > 1:
+        raise ValueError(f"einsum: '...' at most once in the output, got {out!r}")
+    return ",".join(inputs) + "->" + out.replace("...", letters)
+
+
 def _parse(subscripts: str, count: int) -> tuple[list[str], str]:
     text = subscripts.replace(" ", "")
-    if "." in text:
-        raise ValueError("einsum: '...' (ellipsis) is not supported on easyad tensors; "
-                         "name every axis with a letter")
     lhs, arrow, out = text.partition("->")
     inputs = lhs.split(",")
     if len(inputs) != count:
@@ -190,7 +220,8 @@ def _pair(a: Any, ta: str, b: Any, tb: str, needed: set[str],
 def einsum(subscripts: str, *operands: Any, out: Any = None, optimize: Any = False) -> Any:
     """``numpy.einsum`` with explicit or implicit output: sums of products named by index
     letters, as batched matmuls (any number of operands, contracted two at a time, left to
-    right). Not supported: ``...`` and an index repeated within one operand.
+    right); ``...`` as numpy aligns it (broadcast axes of equal lengths). Not supported: an
+    index repeated within one operand.
 
     >>> import numpy as np, easyad as ad
     >>> a = ad.Tensor.constant(np.arange(6.0).reshape(2, 3))
@@ -204,8 +235,10 @@ def einsum(subscripts: str, *operands: Any, out: Any = None, optimize: Any = Fal
                         "the interleaved form einsum(a, [0, 1], ...) is not supported")
     if not traced(*operands):
         return np.einsum(subscripts, *operands, optimize=optimize)
-    terms, output = _parse(subscripts, len(operands))
     xs = [_array(x) for x in operands]
+    if "." in subscripts:
+        subscripts = _expand_ellipsis(subscripts.replace(" ", ""), [x.ndim for x in xs])
+    terms, output = _parse(subscripts, len(operands))
     sizes: dict[str, int] = {}
     for x, term in zip(xs, terms):
         if x.ndim != len(term):

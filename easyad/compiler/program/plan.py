@@ -403,7 +403,7 @@ def stored_slots(plan: Plan, outputs: Sequence[int]) -> set[int]:
 # The strong zeros are not selections here: mul0 and div0, and the tests of a value's
 # kind that their recorded forms make (u == 0.0, u - u == 0.0, u == u) only decide between
 # a product and the zero it is next to.
-_SELECTING_CALLS = frozenset({"sign", "heaviside", "maximum", "minimum"})
+_SELECTING_CALLS = frozenset({"sign", "heaviside", "maximum", "minimum", "pick", "fmax", "fmin"})
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 
 
