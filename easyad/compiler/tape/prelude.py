@@ -14,8 +14,8 @@ import re
 
 from easyad.compiler.tape import library
 
-_UNARY = ("sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh exp expm1 log log2 "
-          "log10 log1p sqrt cbrt fabs erf erfc floor ceil trunc round").split()
+_UNARY = ("sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh exp exp2 expm1 log "
+          "log2 log10 log1p sqrt cbrt fabs erf erfc lgamma floor ceil trunc round").split()
 _BINARY = "pow atan2 hypot fmod copysign fmax fmin".split()
 DECLARED = {**{f: f"double {f}(double);" for f in _UNARY},
             **{f: f"double {f}(double, double);" for f in _BINARY},
