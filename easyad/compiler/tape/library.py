@@ -37,13 +37,21 @@ from easyad import _cache
 from easyad._version import __version__
 from easyad.errors import CompilerWarning
 
-_FORMAT = 4                       # bump when the rendered C changes meaning (4: 2nd-order steps)
+_FORMAT = 5                       # bump when the rendered C changes meaning (5: no libm folds)
 # No flag changes a result: no fused multiply-adds (-ffp-contract=off), no reassociation;
 # vector instructions round as scalar ones do, and libm is called as the VM calls it.
 # -march=native: AVX2/AVX-512 loops (2x faster than SSE2 here); the cache key then holds
 # the CPU's flags, and where the compiler refuses it the build is tried without.
+# -fno-builtin-<f>: gcc evaluates libm's functions of constants itself, correctly rounded
+# (MPFR), where glibc's run-time result may be an ulp away: a value reaching tanh through a
+# select with a constant operand (fmin(x, c): gcc threads the branch where it is c) came
+# out an ulp from the VM's. Only functions that libm does not round correctly are listed
+# (sqrt, fabs, floor... stay builtins: their folds are exact).
+_NOT_FOLDED = ("sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh exp exp2 expm1 "
+               "log log2 log10 log1p cbrt erf erfc lgamma tgamma pow atan2 hypot").split()
 _FLAGS = ("-fPIC", "-shared", "-fno-trapping-math", "-fno-math-errno", "-ffp-contract=off",
-          "-fno-tree-slp-vectorize", "-std=gnu99", "-w")
+          "-fno-tree-slp-vectorize", "-std=gnu99", "-w",
+          *(f"-fno-builtin-{f}" for f in _NOT_FOLDED))
 _NATIVE = "-march=native"
 _BIG = 30_000                     # entries from which -O1 (compile time) replaces -O3
 _EASYAD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
