@@ -1,0 +1,339 @@
+"""``ad.scan`` and ``ad.fori_loop``: loops whose backward sweep runs binomial checkpointing.
+
+``checkpoints=None`` (or ``"all"``) records every step on the caller's list, as a Python
+loop would: the reference. ``checkpoints=c`` (an int >= 1, or ``"sqrt"`` for
+ceil(sqrt(steps))) records the whole loop as ONE node (``checkpoint.attach``): the
+forward run evaluates the steps on constants and keeps only the snapshots revolve's
+first sweep takes (``checkpoint_revolve.spine``); the backward sweep runs the optimal
+schedule (``checkpoint_revolve.reverse``), recording each step again on a small list of
+its own, sweeping it and dropping it. At most ``c`` carries are held at once (plus the
+one being advanced) and each step runs at most ``r + 1`` times un-recorded, r the
+smallest integer with C(c + r, c) >= steps: 10^5 steps with c = 100 take r = 3.
+
+The carry is a structure (tuples, lists, dicts) of Records, float Tensors (one device),
+floats and anything else (ints, strings: passed along, no derivative); its structure
+must not change between steps. Parameters that the body reads and that need a
+derivative go in the carry: a closure over a recorded value raises (see ``checkpoint``).
+Forward mode, ``ad.eval_shape`` and ``ad.record`` of tensor code run the plain loop.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from easyad._core import Record, WengertList
+from easyad.tensor import Tensor
+from easyad.tensor._base import wrap
+from easyad.transforms import checkpoint_revolve as revolve
+from easyad.transforms.checkpoint import (active, attach, bypassed, closure_error, constant,
+                                          cotangent, flatten, one_tape, pairing, recorded,
+                                          unflatten, variable)
+
+_Step = Callable[[Any, Any, int], tuple[Any, Any]]
+
+
+def scan(body: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any = None,
+         length: int | None = None, checkpoints: int | str | None = None) -> tuple[Any, Any]:
+    """``carry, y_i = body(carry, x_i)`` for each row ``x_i`` of ``xs``; returns the final
+    carry and the ``y_i`` stacked (Tensors; None when body gives None).
+
+    ``xs``: a structure of arrays or Tensors sharing their first axis (the steps), or
+    None with ``length``. ``checkpoints``: None/"all" records every step; an int c >= 1
+    or "sqrt" runs Griewank's binomial checkpointing in the backward sweep with at most
+    c carries held (docs/checkpointing.md).
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> def body(c, x):
+    ...     u, k = c
+    ...     return (u + 0.01 * ad.sin(k * u), k), None
+    >>> lst = ad.WengertList()
+    >>> u0, k = lst.variable(1.0), lst.variable(2.0)
+    >>> (u, _), _ = ad.scan(body, (u0, k), length=1000, checkpoints=10)
+    >>> plain = ad.scan(body, (u0, k), length=1000)[0][0]
+    >>> d, e = u.derivatives(), plain.derivatives()
+    >>> abs(d[u0] - e[u0]) < 1e-12 and abs(d[k] - e[k]) < 1e-12
+    True
+    """
+    xl, xt = _xs_leaves(xs)
+    n = _length(xl, length)
+
+    def step(c: Any, row: Any, i: int) -> tuple[Any, Any]:
+        out = body(c, row)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError(f"ad.scan: body must return (carry, y), got "
+                            f"{type(out).__name__}")
+        return out
+    return _loop("ad.scan", step, carry, n, xl, xt, checkpoints)
+
+
+def fori_loop(lower: int, upper: int, body: Callable[[int, Any], Any], init: Any,
+              checkpoints: int | str | None = None) -> Any:
+    """``carry = body(i, carry)`` for i in range(lower, upper); returns the final carry
+    (``checkpoints`` as in ``ad.scan``).
+
+    Examples
+    --------
+    >>> import easyad as ad
+    >>> lst = ad.WengertList()
+    >>> x = lst.variable(0.5)
+    >>> y = ad.fori_loop(0, 100, lambda i, c: c - 0.1 * c * c, x, checkpoints=4)
+    >>> y2 = ad.fori_loop(0, 100, lambda i, c: c - 0.1 * c * c, x)
+    >>> abs(y.derivatives()[x] - y2.derivatives()[x]) < 1e-12
+    True
+    """
+    if not all(isinstance(v, (int, np.integer)) for v in (lower, upper)):
+        raise TypeError(f"ad.fori_loop: lower and upper must be ints, got "
+                        f"{type(lower).__name__} and {type(upper).__name__}")
+    lower, upper = int(lower), int(upper)
+
+    def step(c: Any, row: Any, i: int) -> tuple[Any, Any]:
+        return body(lower + i, c), None
+    return _loop("ad.fori_loop", step, init, max(upper - lower, 0), [], None,
+                 checkpoints)[0]
+
+
+# ---- the steps' rows ----
+
+def _xs_leaves(xs: Any) -> tuple[list[Any], Any]:
+    if xs is None:
+        return [], None
+    leaves, tree = flatten(xs)
+    if tree.kind == "objects" or any(c.kind == "objects" for c in tree.children):
+        raise TypeError("ad.scan: xs holds an object array (of Records); pass a Tensor "
+                        "(ad.Tensor.variable, or ad.stack of the Records' tensors)")
+    out = []
+    for v in leaves:
+        if isinstance(v, (Tensor, np.ndarray)):
+            out.append(v)
+        elif isinstance(v, (list, tuple, float, int)):
+            out.append(np.asarray(v, dtype=np.float64))
+        else:
+            raise TypeError(f"ad.scan: xs leaves must be arrays or Tensors, got "
+                            f"{type(v).__name__}")
+    return out, tree
+
+
+def _length(leaves: list[Any], length: int | None) -> int:
+    sizes = {int(v.shape[0]) for v in leaves if len(v.shape) > 0}
+    if any(len(v.shape) == 0 for v in leaves):
+        raise ValueError("ad.scan: every leaf of xs needs a first axis (the steps)")
+    if len(sizes) > 1:
+        raise ValueError(f"ad.scan: the leaves of xs have different lengths {sorted(sizes)}")
+    if length is not None:
+        if not isinstance(length, (int, np.integer)) or length < 0:
+            raise ValueError(f"ad.scan: length must be an int >= 0, got {length!r}")
+        if sizes and sizes != {int(length)}:
+            raise ValueError(f"ad.scan: length={length} but xs has {sizes.pop()} rows")
+        return int(length)
+    if not sizes:
+        raise ValueError("ad.scan: give xs or length (the number of steps)")
+    return sizes.pop()
+
+
+def _row(leaf: Any, i: int) -> Any:
+    r = leaf[i]
+    return float(r) if isinstance(r, np.floating) else r
+
+
+def _rows(xl: list[Any], xt: Any, i: int) -> Any:
+    return None if xt is None else unflatten(xt, [_row(v, i) for v in xl])
+
+
+def _snapshots(checkpoints: int | str | None, n: int, what: str) -> int | None:
+    if checkpoints is None or checkpoints == "all":
+        return None
+    if checkpoints == "sqrt":
+        return max(1, math.ceil(math.sqrt(n)))
+    if isinstance(checkpoints, bool) or not isinstance(checkpoints, (int, np.integer)) \
+            or checkpoints < 1:
+        raise ValueError(f"{what}: checkpoints must be None, 'all', 'sqrt' or an int >= 1 "
+                         f"(the most carries held at once), got {checkpoints!r}")
+    return int(checkpoints)
+
+
+# ---- the loop ----
+
+def _loop(what: str, step: _Step, carry: Any, n: int, xl: list[Any], xt: Any,
+          checkpoints: int | str | None) -> tuple[Any, Any]:
+    snaps = _snapshots(checkpoints, n, what)
+    leaves, tree = flatten(carry)
+    everything = leaves + xl
+    tape = None if any(bypassed(v) for v in everything) else one_tape(everything, what)
+    if snaps is None or tape is None or n == 0:
+        return _plain(what, step, carry, tree, n, xl, xt)
+    return _Checkpointed(what, step, tree, n, xl, xt, snaps).run(tape, leaves, xl)
+
+
+def _plain(what: str, step: _Step, carry: Any, tree: Any, n: int, xl: list[Any],
+           xt: Any) -> tuple[Any, Any]:
+    ys: list[Any] = []
+    for i in range(n):
+        carry, y = step(carry, _rows(xl, xt, i), i)
+        _same(what, tree, flatten(carry)[1])
+        ys.append(y)
+    if not ys or all(y is None for y in ys):
+        return carry, None
+    y_tree = flatten(ys[0])[1]
+    columns = list(zip(*(flatten(y)[0] for y in ys)))
+    return carry, unflatten(y_tree, [_stack(list(c)) for c in columns])
+
+
+def _same(what: str, tree: Any, again: Any) -> None:
+    if again != tree:
+        raise ValueError(f"{what}: the body returned a carry of another structure than it "
+                         f"was given; keep the carry's structure the same at every step")
+
+
+def _stack(column: list[Any]) -> Any:
+    """One y leaf over the steps: a Tensor (recorded when a step's was), or an array."""
+    if any(isinstance(v, Tensor) for v in column):
+        from easyad.tensor._generic import stack
+        return stack(column)
+    if any(type(v) is Record and v.tape is not None for v in column):
+        from easyad.tensor._custom import _pack
+        return _pack(np.array(column, dtype=object))
+    return np.array([v.number if type(v) is Record else v for v in column])
+
+
+class _Checkpointed:
+    """One checkpointed run: the constants' forward run and the node's vjp. Holds the
+    body, the xs' constant values and the snapshots, never the caller's list."""
+
+    def __init__(self, what: str, step: _Step, tree: Any, n: int, xl: list[Any], xt: Any,
+                 snaps: int) -> None:
+        self.what, self.step, self.tree, self.n, self.snaps = what, step, tree, n, snaps
+        self.xt = xt
+        self.xc = [constant(v) for v in xl]              # the rows' values
+        self.x_in = [k for k, v in enumerate(xl) if recorded(v)]
+        self.stored: dict[int, list[Any]] = {}
+        self.first: list[Any] = []
+        self.y_tree: Any = None
+        self.y_kinds: list[str] = []
+        self.final_kinds: list[bool] = []
+        self.c_in: list[int] = []
+
+    def advance(self, state: list[Any], i: int, j: int) -> list[Any]:
+        for k in range(i, j):
+            state = self.forward(state, k)[0]
+        return state
+
+    def forward(self, state: list[Any], i: int) -> tuple[list[Any], Any]:
+        new, y = self.step(unflatten(self.tree, state), _rows(self.xc, self.xt, i), i)
+        leaves, again = flatten(new)
+        _same(self.what, self.tree, again)
+        return leaves, y
+
+    def run(self, tape: Any, leaves: list[Any], xl: list[Any]) -> tuple[Any, Any]:
+        state = self.first = [constant(v) for v in leaves]
+        keep = set(revolve.spine(self.n, self.snaps))
+        before = len(tape)
+        ys: list[Any] = []
+        for i in range(self.n):
+            state, y = self.forward(state, i)
+            if i + 1 in keep:
+                self.stored[i + 1] = state
+            ys.append(y)
+        if len(tape) != before or any(recorded(v) for v in state):
+            raise closure_error(self.what)
+        self.final_kinds = [active(v) for v in state]
+        outs = [v for v in state if active(v)]
+        stacked = self._ys(ys)
+        if any(recorded(v) for v in stacked if isinstance(v, Tensor)):
+            raise closure_error(self.what)
+        y_out = [v for v, kind in zip(stacked, self.y_kinds) if kind != "static"]
+        c_in = [k for k, v in enumerate(leaves) if recorded(v)]
+        inputs = [leaves[k] for k in c_in] + [xl[k] for k in self.x_in]
+        self.c_in = c_in
+        done = attach(self.what, tape, inputs, outs + y_out, self.vjp)
+        final, it = list(state), iter(done)
+        for k, v in enumerate(state):
+            if active(v):
+                final[k] = next(it)
+        result = [next(it) if kind != "static" else v for v, kind in zip(stacked, self.y_kinds)]
+        ys_out = None if self.y_tree is None else unflatten(self.y_tree, result)
+        return unflatten(self.tree, final), ys_out
+
+    def _ys(self, ys: list[Any]) -> list[Any]:
+        if not ys or all(y is None for y in ys):
+            return []
+        leaves0, self.y_tree = flatten(ys[0])
+        columns = list(zip(*(flatten(y)[0] for y in ys)))
+        out = []
+        for column in columns:
+            if any(isinstance(v, Tensor) for v in column):
+                from easyad.tensor._generic import stack
+                out.append(stack(list(column)))
+                self.y_kinds.append("tensor")
+            elif any(type(v) is Record for v in column):
+                out.append(Tensor.constant(np.array([float(v.number) if type(v) is Record
+                                                     else float(v) for v in column])))
+                self.y_kinds.append("numbers")
+            else:
+                out.append(np.array(column))
+                self.y_kinds.append("static")
+        return out
+
+    # ---- the backward sweep ----
+    def vjp(self, gs: list[Any]) -> list[Any]:
+        state_count = sum(1 for v in self.final_kinds if v)
+        g_state, g_ys = gs[:state_count], gs[state_count:]
+        it = iter(g_state)
+        adjoint = [next(it) if a else None for a in self.final_kinds]
+        rows: dict[int, list[Any]] = {k: [None] * self.n for k in self.x_in}
+        y_rows = [g.value if isinstance(g, Tensor) and g.ndim == 1 else g for g in g_ys]
+
+        def reverse_step(state: list[Any], i: int, adj: list[Any]) -> list[Any]:
+            inner = WengertList()
+            vs = [variable(v, inner) for v in state]
+            x_leaves = [_row(v, i) for v in self.xc]
+            for k in self.x_in:
+                x_leaves[k] = variable(x_leaves[k], inner)
+            row = None if self.xt is None else unflatten(self.xt, x_leaves)
+            new, y = self.step(unflatten(self.tree, vs), row, i)
+            leaves, again = flatten(new)
+            _same(self.what, self.tree, again)
+            outs, gv = list(leaves), list(adj)
+            if y_rows:
+                ly = [v for v, kind in zip(flatten(y)[0], self.y_kinds) if kind != "static"]
+                outs += ly
+                gv += [float(g[i]) if isinstance(g, np.ndarray) else g[i] for g in y_rows]
+            total = pairing(outs, gv)
+            d = total.derivatives() if type(total) is Record and total.tape is inner \
+                else None
+            for k in self.x_in:
+                rows[k][i] = cotangent(x_leaves[k], d)
+            return [cotangent(v, d) for v in vs]
+        stored = self.stored
+        first = revolve.reverse(self.n, self.snaps, self.first, stored, self.advance,
+                                reverse_step, adjoint)
+        result = [first[k] for k in self.c_in]
+        for k in self.x_in:
+            result.append(_stacked_rows(rows[k], self.xc[k]))
+        return result
+
+
+def _stacked_rows(rows: list[Any], like: Any) -> Any:
+    """The cotangent of an xs leaf from its rows' (floats, Tensors or None)."""
+    if like.ndim == 1:
+        values = np.array([0.0 if r is None else float(r) for r in rows])
+        return Tensor.constant(values, device=like.device, dtype=like.dtype)
+    zero = None
+    parts = []
+    for r in rows:
+        if r is None:
+            if zero is None:
+                zero = wrap(Tensor, like._backend, like._backend.full(like.shape[1:], 0.0,
+                                                                      like.dtype),
+                            like.shape[1:], like.dtype)
+            r = zero
+        parts.append(r)
+    from easyad.tensor._generic import stack
+    return stack(parts)
+
+
+__all__ = ["fori_loop", "scan"]
