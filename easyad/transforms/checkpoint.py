@@ -115,9 +115,15 @@ def constant(v: Any) -> Any:
     return v
 
 
+def number(v: Any) -> bool:
+    """A Record or a float: run on constants, an operation of recorded values can give
+    a float (the sum of a constant Tensor) where recorded it gives a Record."""
+    return type(v) is Record or isinstance(v, (float, np.floating))
+
+
 def active(v: Any) -> bool:
-    """An output that carries a derivative when recorded: a Record or a float Tensor."""
-    return type(v) is Record or isinstance(v, Tensor) and v.dtype.kind == "f"
+    """An output that may carry a derivative when recorded: a number or a float Tensor."""
+    return number(v) or isinstance(v, Tensor) and v.dtype.kind == "f"
 
 
 def variable(v: Any, inner: WengertList) -> Any:
@@ -243,16 +249,16 @@ def attach(label: str, tape: Any, inputs: list[Any], outputs: list[Any],
     ``tape`` on ``inputs`` (recorded leaves) whose vjp is ``vjp(cotangents per output)
     -> cotangents per input``; returns the recorded outputs (slices of the node)."""
     be = backend_of(list(inputs) + list(outputs), label)
-    wide = any(type(o) is Record or o.dtype == np.float64 for o in outputs)
+    wide = any(number(o) or o.dtype == np.float64 for o in outputs)
     dtype = np.dtype(np.float64 if wide or not outputs else np.float32)
     layout: list[tuple[int, tuple[int, ...] | None]] = []
     pieces: list[Any] = []
     numbers: list[float] = []
     offset = 0
     for o in outputs:
-        if type(o) is Record:
+        if number(o):
             layout.append((offset, None))
-            numbers.append(o.number)
+            numbers.append(o.number if type(o) is Record else float(o))
             offset += 1
         else:
             if numbers:

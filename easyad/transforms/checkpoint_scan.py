@@ -28,9 +28,9 @@ from easyad._core import Record, WengertList
 from easyad.tensor import Tensor
 from easyad.tensor._base import wrap
 from easyad.transforms import checkpoint_revolve as revolve
-from easyad.transforms.checkpoint import (active, attach, bypassed, closure_error, constant,
-                                          cotangent, flatten, one_tape, pairing, recorded,
-                                          unflatten, variable)
+from easyad.transforms.checkpoint import (active, attach, backend_of, bypassed,
+                                          closure_error, constant, cotangent, flatten, number,
+                                          one_tape, pairing, recorded, unflatten, variable)
 
 _Step = Callable[[Any, Any, int], tuple[Any, Any]]
 
@@ -242,7 +242,8 @@ class _Checkpointed:
             raise closure_error(self.what)
         self.final_kinds = [active(v) for v in state]
         outs = [v for v in state if active(v)]
-        stacked = self._ys(ys)
+        device = backend_of(leaves + xl + state, self.what).device
+        stacked = self._ys(ys, device)
         if any(recorded(v) for v in stacked if isinstance(v, Tensor)):
             raise closure_error(self.what)
         y_out = [v for v, kind in zip(stacked, self.y_kinds) if kind != "static"]
@@ -258,7 +259,7 @@ class _Checkpointed:
         ys_out = None if self.y_tree is None else unflatten(self.y_tree, result)
         return unflatten(self.tree, final), ys_out
 
-    def _ys(self, ys: list[Any]) -> list[Any]:
+    def _ys(self, ys: list[Any], device: Any) -> list[Any]:
         if not ys or all(y is None for y in ys):
             return []
         leaves0, self.y_tree = flatten(ys[0])
@@ -269,9 +270,10 @@ class _Checkpointed:
                 from easyad.tensor._generic import stack
                 out.append(stack(list(column)))
                 self.y_kinds.append("tensor")
-            elif any(type(v) is Record for v in column):
+            elif all(number(v) for v in column):
                 out.append(Tensor.constant(np.array([float(v.number) if type(v) is Record
-                                                     else float(v) for v in column])))
+                                                     else float(v) for v in column]),
+                                           device=device))
                 self.y_kinds.append("numbers")
             else:
                 out.append(np.array(column))
