@@ -186,10 +186,9 @@ def closure_error(what: str) -> ValueError:
 def _no_graph(tape: Any, index: int, g: Any) -> Any:
     raise NotImplementedError(
         "create_graph=True (reverse over reverse: Hessians, gradients of gradients) does "
-        "not go through ad.checkpoint or a checkpointed ad.scan/ad.fori_loop: call the "
-        "function without ad.checkpoint (checkpoints=None for loops), or take second "
-        "derivatives in forward-over-reverse mode (ad.hessian, ad.hvp), which run the "
-        "function as it is")
+        "not go through ad.checkpoint or a checkpointed ad.scan/ad.fori_loop (its node "
+        "keeps no recorded vjp): for second derivatives call the function without "
+        "ad.checkpoint (checkpoints=None for loops)")
 
 
 # ---- the node ----
