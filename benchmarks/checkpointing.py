@@ -21,8 +21,9 @@ so that the machine's load hits them alike):
 Time: wall time of one value-and-gradient call (for jax the compiled function's second
 call: compile time is reported apart). Memory: the child's peak resident set size
 (``ru_maxrss``) minus its resident size just before the call, after imports and (jax)
-compilation (for jax: before the first call, which the peak then includes); plus, for easyad, the outer WengertList's bytes, and for jax XLA's
-``temp_size_in_bytes`` of the compiled function. The gradients must agree with plain
+compilation (for jax before the first call, which the peak then includes); plus, for
+easyad, the outer WengertList's bytes, and for jax XLA's ``temp_size_in_bytes`` of the
+compiled function. The gradients must agree with plain
 taping (easyad: 1e-12 relative; jax: 1e-9, other operation order). Medians and
 quartiles over rounds; the machine is shared with other work (say so with the figures).
 """
