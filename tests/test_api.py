@@ -65,6 +65,8 @@ CONTRACT = {
     "linalg",
     # SciPy with easyad's derivatives (issue 26): a subpackage
     "scipy",
+    # checkpointing (issue 27, easyad/transforms/checkpoint*.py)
+    "checkpoint", "scan", "fori_loop",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {rule.name for rule in _rules.RULES if not rule.generic}
