@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,53 +42,53 @@ from easyad.tensor._base import record as record_node
 from easyad.tensor._steps import Step
 
 # ---- structures: tuples, lists, dicts, object arrays (their elements are leaves) ----
+# A structure's shape is plain tuples (built and compared in C: a loop flattens its carry
+# at every step): None for a leaf, ("tuple" | "list", children), ("dict", keys,
+# children), ("objects", shape, size).
+
+LEAF = None
 
 
-@dataclass(frozen=True)
-class Tree:
-    kind: str                           # leaf, tuple, list, dict, objects
-    children: tuple[Tree, ...] = ()
-    keys: tuple[Any, ...] = ()          # a dict's keys; an object array's shape
-
-
-LEAF = Tree("leaf")
-
-
-def flatten(x: Any) -> tuple[list[Any], Tree]:
+def flatten(x: Any) -> tuple[list[Any], Any]:
     leaves: list[Any] = []
     return leaves, _visit(x, leaves)
 
 
-def _visit(v: Any, leaves: list[Any]) -> Tree:
-    if isinstance(v, dict):
+def _visit(v: Any, leaves: list[Any]) -> Any:
+    t = type(v)
+    if t is tuple or t is list:
+        return ("tuple" if t is tuple else "list", tuple([_visit(i, leaves) for i in v]))
+    if t is dict or isinstance(v, dict):
         keys = tuple(v)
-        return Tree("dict", tuple(_visit(v[k], leaves) for k in keys), keys)
-    if isinstance(v, (tuple, list)):
-        kind = "tuple" if isinstance(v, tuple) else "list"
-        return Tree(kind, tuple(_visit(item, leaves) for item in v))
-    if isinstance(v, np.ndarray) and v.dtype == object:
+        return ("dict", keys, tuple([_visit(v[k], leaves) for k in keys]))
+    if isinstance(v, (tuple, list)):                  # subclasses: rebuilt as the base
+        return ("tuple" if isinstance(v, tuple) else "list",
+                tuple([_visit(i, leaves) for i in v]))
+    if t is np.ndarray and v.dtype == object:
         leaves.extend(v.reshape(-1).tolist())
-        return Tree("objects", (LEAF,) * v.size, v.shape)
+        return ("objects", v.shape, v.size)
     leaves.append(v)
     return LEAF
 
 
-def unflatten(tree: Tree, leaves: list[Any]) -> Any:
+def unflatten(tree: Any, leaves: list[Any]) -> Any:
     return _build(tree, iter(leaves))
 
 
-def _build(t: Tree, items: Any) -> Any:
-    if t.kind == "leaf":
+def _build(t: Any, items: Any) -> Any:
+    if t is None:
         return next(items)
-    if t.kind == "objects":
-        out = np.empty(len(t.children), dtype=object)
-        for i in range(len(t.children)):
-            out[i] = next(items)
-        return out.reshape(t.keys)
-    built = [_build(c, items) for c in t.children]
-    if t.kind == "dict":
-        return dict(zip(t.keys, built))
-    return tuple(built) if t.kind == "tuple" else built
+    kind = t[0]
+    if kind == "tuple":
+        return tuple([_build(c, items) for c in t[1]])
+    if kind == "list":
+        return [_build(c, items) for c in t[1]]
+    if kind == "dict":
+        return dict(zip(t[1], [_build(c, items) for c in t[2]]))
+    out = np.empty(t[2], dtype=object)
+    for i in range(t[2]):
+        out[i] = next(items)
+    return out.reshape(t[1])
 
 
 # ---- leaves ----
@@ -343,8 +342,8 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
     return checkpointed
 
 
-def _recompute(f: Callable[..., Any], tree: Tree, consts: list[Any], which: list[int],
-               out_tree: Tree, live: list[int]) -> Callable[[list[Any]], list[Any]]:
+def _recompute(f: Callable[..., Any], tree: Any, consts: list[Any], which: list[int],
+               out_tree: Any, live: list[int]) -> Callable[[list[Any]], list[Any]]:
     # holds the inputs' values (constants), never the outer list: a node that points
     # back at its own list is a reference cycle
     def vjp(gs: list[Any]) -> list[Any]:

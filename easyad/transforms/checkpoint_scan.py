@@ -33,6 +33,7 @@ from easyad.transforms.checkpoint import (active, attach, backend_of, bypassed,
                                           one_tape, pairing, recorded, unflatten, variable)
 
 _Step = Callable[[Any, Any, int], tuple[Any, Any]]
+_NO_XS = ("no xs",)      # the structure of xs when there is none (a single leaf's: None)
 
 
 def scan(body: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any = None,
@@ -93,7 +94,7 @@ def fori_loop(lower: int, upper: int, body: Callable[[int, Any], Any], init: Any
 
     def step(c: Any, row: Any, i: int) -> tuple[Any, Any]:
         return body(lower + i, c), None
-    return _loop("ad.fori_loop", step, init, max(upper - lower, 0), [], None,
+    return _loop("ad.fori_loop", step, init, max(upper - lower, 0), [], _NO_XS,
                  checkpoints)[0]
 
 
@@ -101,9 +102,9 @@ def fori_loop(lower: int, upper: int, body: Callable[[int, Any], Any], init: Any
 
 def _xs_leaves(xs: Any) -> tuple[list[Any], Any]:
     if xs is None:
-        return [], None
+        return [], _NO_XS
     leaves, tree = flatten(xs)
-    if tree.kind == "objects" or any(c.kind == "objects" for c in tree.children):
+    if _has_objects(tree):
         raise TypeError("ad.scan: xs holds an object array (of Records); pass a Tensor "
                         "(ad.Tensor.variable, or ad.stack of the Records' tensors)")
     out = []
@@ -116,6 +117,12 @@ def _xs_leaves(xs: Any) -> tuple[list[Any], Any]:
             raise TypeError(f"ad.scan: xs leaves must be arrays or Tensors, got "
                             f"{type(v).__name__}")
     return out, tree
+
+
+def _has_objects(t: Any) -> bool:
+    if t is None:
+        return False
+    return t[0] == "objects" or any(_has_objects(c) for c in t[-1])
 
 
 def _length(leaves: list[Any], length: int | None) -> int:
@@ -141,7 +148,7 @@ def _row(leaf: Any, i: int) -> Any:
 
 
 def _rows(xl: list[Any], xt: Any, i: int) -> Any:
-    return None if xt is None else unflatten(xt, [_row(v, i) for v in xl])
+    return None if xt is _NO_XS else unflatten(xt, [_row(v, i) for v in xl])
 
 
 def _snapshots(checkpoints: int | str | None, n: int, what: str) -> int | None:
@@ -210,39 +217,42 @@ class _Checkpointed:
         self.xt = xt
         self.xc = [constant(v) for v in xl]              # the rows' values
         self.x_in = [k for k, v in enumerate(xl) if recorded(v)]
-        self.stored: dict[int, list[Any]] = {}
-        self.first: list[Any] = []
-        self.y_tree: Any = None
+        self.stored: dict[int, Any] = {}
+        self.first: Any = None
+        self.y_tree: Any = _NO_XS          # no ys (a single leaf's tree is None)
         self.y_kinds: list[str] = []
         self.final_kinds: list[bool] = []
         self.c_in: list[int] = []
 
-    def advance(self, state: list[Any], i: int, j: int) -> list[Any]:
+    # the states are carries as the body takes them (structures of constants): the
+    # un-recorded steps flatten nothing; each step's structure is checked when it is
+    # recorded (every step is, once), and the first one at once
+    def advance(self, state: Any, i: int, j: int) -> Any:
+        step, xc, xt = self.step, self.xc, self.xt
         for k in range(i, j):
-            state = self.forward(state, k)[0]
+            state = step(state, _rows(xc, xt, k), k)[0]
         return state
 
-    def forward(self, state: list[Any], i: int) -> tuple[list[Any], Any]:
-        new, y = self.step(unflatten(self.tree, state), _rows(self.xc, self.xt, i), i)
-        leaves, again = flatten(new)
-        _same(self.what, self.tree, again)
-        return leaves, y
-
     def run(self, tape: Any, leaves: list[Any], xl: list[Any]) -> tuple[Any, Any]:
-        state = self.first = [constant(v) for v in leaves]
+        state = self.first = unflatten(self.tree, [constant(v) for v in leaves])
         keep = set(revolve.spine(self.n, self.snaps))
         before = len(tape)
         ys: list[Any] = []
+        step, xc, xt = self.step, self.xc, self.xt
         for i in range(self.n):
-            state, y = self.forward(state, i)
+            state, y = step(state, _rows(xc, xt, i), i)
+            if i == 0:
+                _same(self.what, self.tree, flatten(state)[1])
             if i + 1 in keep:
                 self.stored[i + 1] = state
             ys.append(y)
-        if len(tape) != before or any(recorded(v) for v in state):
+        last, again = flatten(state)
+        _same(self.what, self.tree, again)
+        if len(tape) != before or any(recorded(v) for v in last):
             raise closure_error(self.what)
-        self.final_kinds = [active(v) for v in state]
-        outs = [v for v in state if active(v)]
-        device = backend_of(leaves + xl + state, self.what).device
+        self.final_kinds = [active(v) for v in last]
+        outs = [v for v in last if active(v)]
+        device = backend_of(leaves + xl + last, self.what).device
         stacked = self._ys(ys, device)
         if any(recorded(v) for v in stacked if isinstance(v, Tensor)):
             raise closure_error(self.what)
@@ -251,12 +261,12 @@ class _Checkpointed:
         inputs = [leaves[k] for k in c_in] + [xl[k] for k in self.x_in]
         self.c_in = c_in
         done = attach(self.what, tape, inputs, outs + y_out, self.vjp)
-        final, it = list(state), iter(done)
-        for k, v in enumerate(state):
+        final, it = list(last), iter(done)
+        for k, v in enumerate(last):
             if active(v):
                 final[k] = next(it)
         result = [next(it) if kind != "static" else v for v, kind in zip(stacked, self.y_kinds)]
-        ys_out = None if self.y_tree is None else unflatten(self.y_tree, result)
+        ys_out = None if self.y_tree is _NO_XS else unflatten(self.y_tree, result)
         return unflatten(self.tree, final), ys_out
 
     def _ys(self, ys: list[Any], device: Any) -> list[Any]:
@@ -289,13 +299,13 @@ class _Checkpointed:
         rows: dict[int, list[Any]] = {k: [None] * self.n for k in self.x_in}
         y_rows = [g.value if isinstance(g, Tensor) and g.ndim == 1 else g for g in g_ys]
 
-        def reverse_step(state: list[Any], i: int, adj: list[Any]) -> list[Any]:
+        def reverse_step(state: Any, i: int, adj: list[Any]) -> list[Any]:
             inner = WengertList()
-            vs = [variable(v, inner) for v in state]
+            vs = [variable(v, inner) for v in flatten(state)[0]]
             x_leaves = [_row(v, i) for v in self.xc]
             for k in self.x_in:
                 x_leaves[k] = variable(x_leaves[k], inner)
-            row = None if self.xt is None else unflatten(self.xt, x_leaves)
+            row = None if self.xt is _NO_XS else unflatten(self.xt, x_leaves)
             new, y = self.step(unflatten(self.tree, vs), row, i)
             leaves, again = flatten(new)
             _same(self.what, self.tree, again)
