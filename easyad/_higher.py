@@ -24,14 +24,16 @@ def _add(a: Any, b: Any) -> Any:
     return b if a is None else a + b
 
 
-def backward_graph(z: Record, seed: float = 1.0) -> GraphDerivatives:
+def backward_graph(z: Record, seed: float = 1.0, stop: int = 0) -> GraphDerivatives:
+    # stop: entries below it are not expanded (their adjoints are collected): a node's
+    # recorded vjp sweeps only what it recorded (transforms/checkpoint.py)
     tape = z.tape
     if tape is None:
         return GraphDerivatives(None, {}, 0)
     view = TapeView(tape)  # a snapshot: the sweep appends to the list as it goes
     compiled = derivative_rules()    # plain-number partials as the sweeps: NaN, no raise
     adjoints: dict[int, Any] = {z.index: seed}
-    for i in range(z.index, -1, -1):
+    for i in range(z.index, stop - 1, -1):
         g = adjoints.get(i)
         if g is None or (isinstance(g, float) and g == 0.0):
             continue

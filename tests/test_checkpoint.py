@@ -333,9 +333,38 @@ def test_closure_over_a_recorded_value_raises():
     ad.fori_loop(0, 5, lambda i, c: c * k, x)         # plain taping: closures are fine
 
 
-def test_create_graph_raises_and_names_the_way_out():
-    with pytest.raises(NotImplementedError, match="without ad.checkpoint"):
-        ad.hessian(lambda z: ad.sum(ad.checkpoint(ad.sin)(z)))(np.array([1.0, 2.0]))
+def test_second_derivatives_through_checkpoint_against_torch():
+    torch = pytest.importorskip("torch")
+    from torch.func import hessian
+    w = np.array([[1.0, 2.0, 0.0], [0.5, -1.0, 0.3]])
+
+    def make(tanh, sum_, wrap):
+        block = wrap(lambda x, y: (tanh(w_of(x) @ x) * y, y * y))
+
+        def h(z):
+            a, b = block(z[:3], z[3])
+            return sum_(a * a) * b + z[0] ** 3
+        return h
+    w_of = lambda x: torch.tensor(w) if isinstance(x, torch.Tensor) else ad.Tensor.constant(w)  # noqa: E731
+    z = np.array([0.3, 0.7, -0.2, 1.3])
+    got = ad.hessian(make(ad.tanh, ad.sum, ad.checkpoint))(z)
+    plain = ad.hessian(make(ad.tanh, ad.sum, lambda f: f))(z)
+    ref = hessian(make(torch.tanh, torch.sum, lambda f: f))(torch.tensor(z)).numpy()
+    np.testing.assert_allclose(got, plain, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-13)
+
+
+def test_second_derivatives_through_a_checkpointed_loop():
+    def g(checkpoints):
+        def f(z):
+            c, ys = ad.scan(lambda c, x: (c * 1.1 + ad.sin(c) * x, ad.sum(c * c)), z,
+                            np.linspace(0.1, 1.0, 9), checkpoints=checkpoints)
+            return ad.sum(c ** 2) + ad.sum(ys)
+        return f
+    z = np.array([1.0, 2.0])
+    np.testing.assert_allclose(ad.hessian(g(3))(z), ad.hessian(g(None))(z), rtol=1e-12)
+    v = np.array([1.0, 0.5])
+    np.testing.assert_allclose(ad.hvp(g(2), z, v), ad.hvp(g(None), z, v), rtol=1e-12)
 
 
 def test_bad_arguments_raise():

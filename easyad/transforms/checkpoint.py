@@ -16,8 +16,10 @@ Modes other than a recorded backward sweep (see docs/checkpointing.md):
 - forward mode (Traces, TraceTensors, nested Traces, Taylor series), shape tracing
   (``ad.eval_shape``), ``ad.record`` of tensor code, and calls on constants: ``f`` runs
   as it is (forward mode keeps no tape, so there is nothing to save);
-- ``create_graph=True`` through the node (Hessians by reverse over reverse) raises
-  NotImplementedError naming ``ad.checkpoint``;
+- ``create_graph=True`` through the node (``ad.hessian``, ``ad.hvp``, gradients of
+  gradients): the node's recorded vjp (``RecordedVjp``) records f again on the outer
+  list and sweeps only that recording, so second derivatives are exact; the
+  recomputation then stays on the list (no memory saved for second order);
 - a closure over a recorded value of the outer list would be recorded outside the
   node and its derivative lost: detected (the list grows while f runs on constants, or
   an output is recorded), it raises ValueError asking to pass the value as an argument.
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from easyad._core import NestedTrace, Record, Trace, WengertList
+from easyad._higher import backward_graph
 from easyad.errors import TapeMismatchError
 from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor import _devices
@@ -182,14 +185,6 @@ def closure_error(what: str) -> ValueError:
         f"ad.fori_loop: in the carry)")
 
 
-def _no_graph(tape: Any, index: int, g: Any) -> Any:
-    raise NotImplementedError(
-        "create_graph=True (reverse over reverse: Hessians, gradients of gradients) does "
-        "not go through ad.checkpoint or a checkpointed ad.scan/ad.fori_loop (its node "
-        "keeps no recorded vjp): for second derivatives call the function without "
-        "ad.checkpoint (checkpoints=None for loops)")
-
-
 # ---- the node ----
 
 def backend_of(values: list[Any], what: str) -> Any:
@@ -241,11 +236,46 @@ class CheckpointStep(Step):
         return tuple(result)
 
 
+class RecordedVjp:
+    """The node's vjp in recorded operations (``create_graph``): ``recompute(inputs)``
+    records the function again on the list from the node's inputs (handles of their
+    entries) and gives the outputs; ``<g, outputs>`` is swept with create_graph down to
+    where that recording began only (``backward_graph``'s ``stop``), so the cotangents
+    are recorded functions of the inputs and of ``g``, second derivatives included.
+    (The recomputation stays on the list: reverse over reverse keeps it all anyway.)"""
+
+    __slots__ = ("recompute", "values", "layout", "dtype")
+
+    def __init__(self, recompute: Callable[[list[Any]], list[Any]], values: list[Any],
+                 layout: list[tuple[int, tuple[int, ...] | None]], dtype: Any) -> None:
+        self.recompute, self.values, self.layout, self.dtype = recompute, values, layout, dtype
+
+    def __call__(self, tape: Any, index: int, g: Any) -> tuple[Any, ...]:
+        inputs = tape._node(index).inputs
+        handles = [tape._record_at(j) if not isinstance(v, Tensor) else
+                   wrap(Tensor, v._backend, v._data, v.shape, v.dtype, tape,
+                        tape._record_at(j)) for v, j in zip(self.values, inputs)]
+        if not isinstance(g, Tensor):
+            size = sum(1 if s is None else int(np.prod(s)) for _, s in self.layout)
+            g = Tensor.constant(np.broadcast_to(np.asarray(g, dtype=self.dtype), (size,)))
+        gs = [g[o] if shape is None else g[o:o + int(np.prod(shape))].reshape(shape)
+              for o, shape in self.layout]
+        start = len(tape)
+        total = pairing(self.recompute(handles), gs)
+        if not recorded(total):
+            return (None,) * len(inputs)
+        d = backward_graph(total, 1.0, stop=start)
+        return tuple(d._adjoint(j) for j in inputs)
+
+
 def attach(label: str, tape: Any, inputs: list[Any], outputs: list[Any],
-           vjp: Callable[[list[Any]], list[Any]]) -> list[Any]:
+           vjp: Callable[[list[Any]], list[Any]],
+           recompute: Callable[[list[Any]], list[Any]]) -> list[Any]:
     """Record ``outputs`` (constant Records and Tensors: their values) as one node of
     ``tape`` on ``inputs`` (recorded leaves) whose vjp is ``vjp(cotangents per output)
-    -> cotangents per input``; returns the recorded outputs (slices of the node)."""
+    -> cotangents per input``, and whose recorded vjp (create_graph) runs
+    ``recompute(inputs) -> outputs`` on the list; returns the recorded outputs (slices
+    of the node)."""
     be = backend_of(list(inputs) + list(outputs), label)
     wide = any(number(o) or o.dtype == np.float64 for o in outputs)
     dtype = np.dtype(np.float64 if wide or not outputs else np.float32)
@@ -271,8 +301,10 @@ def attach(label: str, tape: Any, inputs: list[Any], outputs: list[Any],
     metas = [None if type(v) is Record else (v.shape, v.dtype) for v in inputs]
     step = CheckpointStep(vjp, be, dtype, layout, metas)
     index = tuple(v.index if type(v) is Record else v._index for v in inputs)
+    graph = RecordedVjp(recompute, [v.detach() if isinstance(v, Tensor) else None
+                                     for v in inputs], layout, dtype)
     node = record_node(Tensor, label, be, packed._data, (offset,), dtype, tape, index, step,
-                       _no_graph)
+                       graph)
     result: list[Any] = []
     for o, (at, shape) in zip(outputs, layout):
         if shape is None:
@@ -298,8 +330,9 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
     sweeps it and drops it (f runs twice in all). Arguments and results are structures
     (tuples, lists, dicts, object arrays of Records) of Records, Tensors (numpy or
     OpenCL, one device per call) and anything else (passed as it is). Forward mode and
-    calls on constants run f as it is; create_graph through it raises; a closure over a
-    recorded value raises ValueError. See docs/checkpointing.md.
+    calls on constants run f as it is; ``create_graph=True`` (Hessians) records f again
+    on the list (exact, no memory saved); a closure over a recorded value raises
+    ValueError. See docs/checkpointing.md.
 
     Examples
     --------
@@ -335,7 +368,8 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         live = [k for k, v in enumerate(out_leaves) if active(v)]
         vjp = _recompute(f, tree, consts, which, out_tree, live)
         outs = attach("checkpoint", tape, [leaves[k] for k in which],
-                      [out_leaves[k] for k in live], vjp)
+                      [out_leaves[k] for k in live], vjp,
+                      _again(f, tree, consts, which, out_tree, live))
         for k, o in zip(live, outs):
             out_leaves[k] = o
         return unflatten(out_tree, out_leaves)
@@ -360,6 +394,22 @@ def _recompute(f: Callable[..., Any], tree: Any, consts: list[Any], which: list[
         d = total.derivatives() if type(total) is Record and total.tape is inner else None
         return [cotangent(xs[k], d) for k in which]
     return vjp
+
+
+def _again(f: Callable[..., Any], tree: Any, consts: list[Any], which: list[int],
+           out_tree: Any, live: list[int]) -> Callable[[list[Any]], list[Any]]:
+    """f on handles of the node's inputs, recorded on the list (create_graph)."""
+    def recompute(handles: list[Any]) -> list[Any]:
+        xs = list(consts)
+        for k, h in zip(which, handles):
+            xs[k] = h
+        a, kw = unflatten(tree, xs)
+        outs, again = flatten(f(*a, **kw))
+        if again != out_tree:
+            raise ValueError("ad.checkpoint: the function returned a different structure "
+                             "when recomputed; it must be deterministic")
+        return [outs[k] for k in live]
+    return recompute
 
 
 __all__ = ["checkpoint"]

@@ -14,7 +14,9 @@ The carry is a structure (tuples, lists, dicts) of Records, float Tensors (one d
 floats and anything else (ints, strings: passed along, no derivative); its structure
 must not change between steps. Parameters that the body reads and that need a
 derivative go in the carry: a closure over a recorded value raises (see ``checkpoint``).
-Forward mode, ``ad.eval_shape`` and ``ad.record`` of tensor code run the plain loop.
+Forward mode, ``ad.eval_shape`` and ``ad.record`` of tensor code run the plain loop;
+``create_graph=True`` through a checkpointed loop records the plain loop on the list in
+the backward sweep (exact second derivatives, no memory saved).
 """
 from __future__ import annotations
 
@@ -260,7 +262,7 @@ class _Checkpointed:
         c_in = [k for k, v in enumerate(leaves) if recorded(v)]
         inputs = [leaves[k] for k in c_in] + [xl[k] for k in self.x_in]
         self.c_in = c_in
-        done = attach(self.what, tape, inputs, outs + y_out, self.vjp)
+        done = attach(self.what, tape, inputs, outs + y_out, self.vjp, self.again)
         final, it = list(last), iter(done)
         for k, v in enumerate(last):
             if active(v):
@@ -268,6 +270,21 @@ class _Checkpointed:
         result = [next(it) if kind != "static" else v for v, kind in zip(stacked, self.y_kinds)]
         ys_out = None if self.y_tree is _NO_XS else unflatten(self.y_tree, result)
         return unflatten(self.tree, final), ys_out
+
+    def again(self, handles: list[Any]) -> list[Any]:
+        """The plain loop on handles of the node's inputs, recorded (create_graph)."""
+        leaves = flatten(self.first)[0]
+        for k, h in zip(self.c_in, handles):
+            leaves[k] = h
+        xl = list(self.xc)
+        for k, h in zip(self.x_in, handles[len(self.c_in):]):
+            xl[k] = h
+        carry, ys = _plain(self.what, self.step, unflatten(self.tree, leaves), self.tree,
+                           self.n, xl, self.xt)
+        outs = [v for v, a in zip(flatten(carry)[0], self.final_kinds) if a]
+        if self.y_kinds:
+            outs += [v for v, kind in zip(flatten(ys)[0], self.y_kinds) if kind != "static"]
+        return outs
 
     def _ys(self, ys: list[Any], device: Any) -> list[Any]:
         if not ys or all(y is None for y in ys):
