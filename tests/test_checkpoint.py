@@ -228,6 +228,21 @@ def test_scan_tensors_against_torch():
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-12, atol=1e-14)
 
 
+def test_scan_array_xs_and_one_number_per_step():
+    def run(checkpoints):
+        lst = ad.WengertList()
+        x = lst.variable(0.3)
+        c, ys = ad.scan(lambda c, t: (c + 0.1 * ad.sin(c * t), c * t), x,
+                        np.linspace(0.0, 1.0, 20), checkpoints=checkpoints)
+        loss = c + ad.sum(ys * ys)
+        return loss.number, loss.derivatives()[x], np.asarray(ys.value)
+    plain = run(None)
+    for snaps in (1, 4):
+        value, d, ys = run(snaps)
+        assert value == plain[0] and d == plain[1]
+        np.testing.assert_array_equal(ys, plain[2])
+
+
 def test_fori_loop_passes_the_index():
     def body(i, c):
         return c + ad.sin(c * i)
