@@ -399,3 +399,15 @@ def test_bad_arguments_raise():
         ad.scan(lambda c, x: c, x, length=3)
     with pytest.raises(TypeError, match="must be ints"):
         ad.fori_loop(0.0, 5, lambda i, c: c, x)
+
+
+def test_record_of_tensor_code_and_eval_shape_run_f_inline():
+    f = lambda x: ad.sum(ad.checkpoint(lambda t: ad.sin(t) * t)(x))  # noqa: E731
+    g = lambda x: ad.sum(ad.fori_loop(0, 5, lambda i, c: ad.sin(c) * 0.5 + c, x,  # noqa: E731
+                                      checkpoints=2))
+    x = np.array([0.4, 0.5, 0.6])
+    for h in (f, g):
+        replayed = ad.record(h, np.array([0.1, 0.2, 0.3]), tensor=True).gradient(x)
+        np.testing.assert_allclose(replayed, ad.grad(h)(x), rtol=1e-14)
+    np.testing.assert_allclose(ad.grad(f)(x), np.sin(x) + x * np.cos(x), rtol=1e-15)
+    assert ad.eval_shape(f, ad.ShapeDtype((3,), np.float64)).shape == ()

@@ -132,8 +132,8 @@ def variable(v: Any, inner: WengertList) -> Any:
     """A constant's value as a variable of ``inner`` (numbers and float Tensors)."""
     if type(v) is Record:
         return inner.variable(v.number)
-    if type(v) is float:
-        return inner.variable(v)
+    if isinstance(v, (float, np.floating)):
+        return inner.variable(float(v))
     if isinstance(v, Tensor) and v.dtype.kind == "f":
         return Tensor.variable(v._data, inner, device=v.device, dtype=v.dtype)
     return v
