@@ -411,3 +411,32 @@ def test_record_of_tensor_code_and_eval_shape_run_f_inline():
         np.testing.assert_allclose(replayed, ad.grad(h)(x), rtol=1e-14)
     np.testing.assert_allclose(ad.grad(f)(x), np.sin(x) + x * np.cos(x), rtol=1e-15)
     assert ad.eval_shape(f, ad.ShapeDtype((3,), np.float64)).shape == ()
+
+
+def test_scan_memory_is_bounded_by_the_snapshots():
+    import tracemalloc
+    size, steps, snaps = 20_000, 120, 4            # one carry: 160 kB
+    chunk = 8 * size
+
+    def body(c, _):
+        return c * 0.99 + 0.01 * ad.sin(c), None
+
+    def peaks(checkpoints):
+        lst = ad.WengertList()
+        x = ad.Tensor.variable(np.linspace(0.0, 1.0, size), lst)
+        tracemalloc.start()
+        y, _ = ad.scan(body, x, length=steps, checkpoints=checkpoints)
+        loss = ad.sum(y * y)
+        forward = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        d = loss.derivatives()
+        backward = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return forward, backward, d[x]
+    plain_forward, _, plain = peaks(None)
+    forward, backward, got = peaks(snaps)
+    np.testing.assert_array_equal(got, plain)
+    assert plain_forward > steps * chunk            # every step's values on the tape
+    # at most `snaps` carries kept, plus one step's recording, its sweep and adjoints
+    assert forward < (snaps + 6) * chunk and backward < (snaps + 16) * chunk, \
+        (forward / chunk, backward / chunk)
