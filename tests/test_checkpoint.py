@@ -440,3 +440,11 @@ def test_scan_memory_is_bounded_by_the_snapshots():
     # at most `snaps` carries kept, plus one step's recording, its sweep and adjoints
     assert forward < (snaps + 6) * chunk and backward < (snaps + 16) * chunk, \
         (forward / chunk, backward / chunk)
+
+
+def test_record_of_scalar_code_says_to_record_tensor_code():
+    f = lambda x: ad.checkpoint(lambda a, b: a * ad.sin(b))(x[0], x[1])  # noqa: E731
+    with pytest.raises(TypeError, match="tensor operations"):
+        ad.record(f, [1.0, 2.0])
+    got = ad.record(f, [1.0, 2.0], tensor=True).gradient(np.array([1.0, 2.0]))
+    np.testing.assert_allclose(got, [np.sin(2.0), np.cos(2.0)], rtol=1e-15)
