@@ -448,3 +448,18 @@ def test_record_of_scalar_code_says_to_record_tensor_code():
         ad.record(f, [1.0, 2.0])
     got = ad.record(f, [1.0, 2.0], tensor=True).gradient(np.array([1.0, 2.0]))
     np.testing.assert_allclose(got, [np.sin(2.0), np.cos(2.0)], rtol=1e-15)
+
+
+def test_generated_structure_functions_match_the_generic_ones():
+    from easyad.transforms.checkpoint import compiled, flatten, unflatten
+    cases = [((1.0, 2.0), (3.0, [4.0, 5.0], {"k": 6.0, 2: 7.0})), 1.0, [1.0], (1.0,), (), {}]
+    for x in cases:
+        leaves, tree = flatten(x)
+        shape = compiled(tree)
+        assert shape.leaves(x) == leaves
+        rebuilt = shape.build(leaves)
+        assert rebuilt == unflatten(tree, leaves) == x and type(rebuilt) is type(x)
+    shape = compiled(flatten(((1.0, 2.0), 3.0))[1])
+    for other in [((1.0, 2.0, 3.0), 3.0), ([1.0, 2.0], 3.0), ((1.0, 2.0), (3.0,)), 1.0]:
+        assert shape.leaves(other) is None
+    assert compiled(flatten(np.array([ad.Record.constant(1.0)], dtype=object))[1]) is None

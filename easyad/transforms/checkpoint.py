@@ -94,6 +94,75 @@ def _build(t: Any, items: Any) -> Any:
     return out.reshape(t[1])
 
 
+class Compiled:
+    """``flatten`` and ``unflatten`` for one structure, as generated functions (a loop
+    flattens its carry at every step): ``leaves(x)`` is None when ``x`` has another
+    structure (then ``flatten`` says which), ``build(leaves)`` the structure again."""
+
+    def __init__(self, tree: Any) -> None:
+        lines: list[str] = []
+        out = self._visit(tree, "x", lines, [0])
+        # a leaf turned into a container is another structure too
+        lines += [f"if isinstance({e}, C): return None" for e in out]
+        body = "\n    ".join(lines)
+        code = (f"def leaves(x):\n    {body}\n    return [{', '.join(out)}]\n"
+                f"def build(v):\n    return {self._build(tree, iter(range(len(out))))}\n")
+        names: dict[str, Any] = {"C": (tuple, list, dict)}
+        exec(compile(code, "<easyad checkpoint structure>", "exec"), names)
+        self.leaves: Callable[[Any], list[Any] | None] = names["leaves"]
+        self.build: Callable[[list[Any]], Any] = names["build"]
+        self.tree = tree
+
+    def _visit(self, t: Any, name: str, lines: list[str], counter: list[int]) -> list[str]:
+        if t is None:
+            return [name]
+        kind = t[0]
+        if kind == "objects":
+            raise _Generic
+        if kind == "dict":
+            lines.append(f"if type({name}) is not dict or tuple({name}) != {t[1]!r}: "
+                         f"return None")
+            items = [(f"{name}[{k!r}]", c) for k, c in zip(t[1], t[2])]
+        else:
+            lines.append(f"if type({name}) is not {kind} or len({name}) != {len(t[1])}: "
+                         f"return None")
+            items = [(f"{name}[{i}]", c) for i, c in enumerate(t[1])]
+        out: list[str] = []
+        for expr, c in items:
+            if c is None:
+                out.append(expr)
+                continue
+            counter[0] += 1
+            local = f"n{counter[0]}"
+            lines.append(f"{local} = {expr}")
+            out += self._visit(c, local, lines, counter)
+        return out
+
+    def _build(self, t: Any, index: Any) -> str:
+        if t is None:
+            return f"v[{next(index)}]"
+        if t[0] == "dict":
+            return "{" + ", ".join(f"{k!r}: {self._build(c, index)}"
+                                   for k, c in zip(t[1], t[2])) + "}"
+        items = [self._build(c, index) for c in t[1]]
+        if t[0] == "list":
+            return "[" + ", ".join(items) + "]"
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+class _Generic(Exception):
+    """A structure the generated functions do not handle (object arrays)."""
+
+
+def compiled(tree: Any) -> Any:
+    """``Compiled(tree)``, or None for structures with object arrays (or dict keys
+    that do not print as literals): the generic functions then."""
+    try:
+        return Compiled(tree)
+    except (_Generic, SyntaxError):
+        return None
+
+
 # ---- leaves ----
 
 def bypassed(v: Any) -> bool:

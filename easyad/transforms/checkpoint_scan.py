@@ -31,8 +31,9 @@ from easyad.tensor import Tensor
 from easyad.tensor._base import wrap
 from easyad.transforms import checkpoint_revolve as revolve
 from easyad.transforms.checkpoint import (active, attach, backend_of, bypassed,
-                                          closure_error, constant, cotangent, flatten, number,
-                                          one_tape, pairing, recorded, unflatten, variable)
+                                          closure_error, compiled, constant, cotangent,
+                                          flatten, number, one_tape, pairing, recorded,
+                                          unflatten, variable)
 
 _Step = Callable[[Any, Any, int], tuple[Any, Any]]
 _NO_XS = ("no xs",)      # the structure of xs when there is none (a single leaf's: None)
@@ -150,7 +151,7 @@ def _row(leaf: Any, i: int) -> Any:
 
 
 def _rows(xl: list[Any], xt: Any, i: int) -> Any:
-    return None if xt is _NO_XS else unflatten(xt, [_row(v, i) for v in xl])
+    return None if xt is _NO_XS else xt.build([_row(v, i) for v in xl])
 
 
 def _snapshots(checkpoints: int | str | None, n: int, what: str) -> int | None:
@@ -171,19 +172,22 @@ def _loop(what: str, step: _Step, carry: Any, n: int, xl: list[Any], xt: Any,
           checkpoints: int | str | None) -> tuple[Any, Any]:
     snaps = _snapshots(checkpoints, n, what)
     leaves, tree = flatten(carry)
+    shape = _Shape(tree, what)
+    if xt is not _NO_XS:
+        xt = _Shape(xt, what)
     everything = leaves + xl
     tape = None if any(bypassed(v) for v in everything) else one_tape(everything, what)
     if snaps is None or tape is None or n == 0:
-        return _plain(what, step, carry, tree, n, xl, xt)
-    return _Checkpointed(what, step, tree, n, xl, xt, snaps).run(tape, leaves, xl)
+        return _plain(step, carry, shape, n, xl, xt)
+    return _Checkpointed(what, step, shape, n, xl, xt, snaps).run(tape, leaves, xl)
 
 
-def _plain(what: str, step: _Step, carry: Any, tree: Any, n: int, xl: list[Any],
+def _plain(step: _Step, carry: Any, shape: _Shape, n: int, xl: list[Any],
            xt: Any) -> tuple[Any, Any]:
     ys: list[Any] = []
     for i in range(n):
         carry, y = step(carry, _rows(xl, xt, i), i)
-        _same(what, tree, flatten(carry)[1])
+        shape.leaves(carry)                     # the structure checked
         ys.append(y)
     if not ys or all(y is None for y in ys):
         return carry, None
@@ -192,10 +196,28 @@ def _plain(what: str, step: _Step, carry: Any, tree: Any, n: int, xl: list[Any],
     return carry, unflatten(y_tree, [_stack(list(c)) for c in columns])
 
 
-def _same(what: str, tree: Any, again: Any) -> None:
-    if again != tree:
-        raise ValueError(f"{what}: the body returned a carry of another structure than it "
-                         f"was given; keep the carry's structure the same at every step")
+class _Shape:
+    """A carry's structure: ``leaves(x)`` (checked: ValueError for another structure)
+    and ``build(leaves)``, by generated functions where ``compiled`` makes them."""
+
+    def __init__(self, tree: Any, what: str) -> None:
+        self.tree, self.what, self.fast = tree, what, compiled(tree)
+
+    def leaves(self, x: Any) -> list[Any]:
+        if self.fast is not None:
+            found = self.fast.leaves(x)
+            if found is not None:
+                return found
+        leaves, again = flatten(x)          # a subclass of tuple, or another structure
+        if again != self.tree:
+            raise ValueError(f"{self.what}: the body returned a carry of another structure "
+                             f"than it was given; keep the carry's structure the same at "
+                             f"every step")
+        return leaves
+
+    def build(self, leaves: list[Any]) -> Any:
+        return self.fast.build(leaves) if self.fast is not None else \
+            unflatten(self.tree, leaves)
 
 
 def _stack(column: list[Any]) -> Any:
@@ -213,9 +235,9 @@ class _Checkpointed:
     """One checkpointed run: the constants' forward run and the node's vjp. Holds the
     body, the xs' constant values and the snapshots, never the caller's list."""
 
-    def __init__(self, what: str, step: _Step, tree: Any, n: int, xl: list[Any], xt: Any,
-                 snaps: int) -> None:
-        self.what, self.step, self.tree, self.n, self.snaps = what, step, tree, n, snaps
+    def __init__(self, what: str, step: _Step, shape: _Shape, n: int, xl: list[Any],
+                 xt: Any, snaps: int) -> None:
+        self.what, self.step, self.shape, self.n, self.snaps = what, step, shape, n, snaps
         self.xt = xt
         self.xc = [constant(v) for v in xl]              # the rows' values
         self.x_in = [k for k, v in enumerate(xl) if recorded(v)]
@@ -236,7 +258,7 @@ class _Checkpointed:
         return state
 
     def run(self, tape: Any, leaves: list[Any], xl: list[Any]) -> tuple[Any, Any]:
-        state = self.first = unflatten(self.tree, [constant(v) for v in leaves])
+        state = self.first = self.shape.build([constant(v) for v in leaves])
         keep = set(revolve.spine(self.n, self.snaps))
         before = len(tape)
         ys: list[Any] = []
@@ -244,12 +266,11 @@ class _Checkpointed:
         for i in range(self.n):
             state, y = step(state, _rows(xc, xt, i), i)
             if i == 0:
-                _same(self.what, self.tree, flatten(state)[1])
+                self.shape.leaves(state)
             if i + 1 in keep:
                 self.stored[i + 1] = state
             ys.append(y)
-        last, again = flatten(state)
-        _same(self.what, self.tree, again)
+        last = self.shape.leaves(state)
         if len(tape) != before or any(recorded(v) for v in last):
             raise closure_error(self.what)
         self.final_kinds = [active(v) for v in last]
@@ -269,19 +290,19 @@ class _Checkpointed:
                 final[k] = next(it)
         result = [next(it) if kind != "static" else v for v, kind in zip(stacked, self.y_kinds)]
         ys_out = None if self.y_tree is _NO_XS else unflatten(self.y_tree, result)
-        return unflatten(self.tree, final), ys_out
+        return self.shape.build(final), ys_out
 
     def again(self, handles: list[Any]) -> list[Any]:
         """The plain loop on handles of the node's inputs, recorded (create_graph)."""
-        leaves = flatten(self.first)[0]
+        leaves = self.shape.leaves(self.first)
         for k, h in zip(self.c_in, handles):
             leaves[k] = h
         xl = list(self.xc)
         for k, h in zip(self.x_in, handles[len(self.c_in):]):
             xl[k] = h
-        carry, ys = _plain(self.what, self.step, unflatten(self.tree, leaves), self.tree,
-                           self.n, xl, self.xt)
-        outs = [v for v, a in zip(flatten(carry)[0], self.final_kinds) if a]
+        carry, ys = _plain(self.step, self.shape.build(leaves), self.shape, self.n, xl,
+                           self.xt)
+        outs = [v for v, a in zip(self.shape.leaves(carry), self.final_kinds) if a]
         if self.y_kinds:
             outs += [v for v, kind in zip(flatten(ys)[0], self.y_kinds) if kind != "static"]
         return outs
@@ -318,14 +339,13 @@ class _Checkpointed:
 
         def reverse_step(state: Any, i: int, adj: list[Any]) -> list[Any]:
             inner = WengertList()
-            vs = [variable(v, inner) for v in flatten(state)[0]]
+            vs = [variable(v, inner) for v in self.shape.leaves(state)]
             x_leaves = [_row(v, i) for v in self.xc]
             for k in self.x_in:
                 x_leaves[k] = variable(x_leaves[k], inner)
-            row = None if self.xt is _NO_XS else unflatten(self.xt, x_leaves)
-            new, y = self.step(unflatten(self.tree, vs), row, i)
-            leaves, again = flatten(new)
-            _same(self.what, self.tree, again)
+            row = None if self.xt is _NO_XS else self.xt.build(x_leaves)
+            new, y = self.step(self.shape.build(vs), row, i)
+            leaves = self.shape.leaves(new)
             outs, gv = list(leaves), list(adj)
             if y_rows:
                 ly = [v for v, kind in zip(flatten(y)[0], self.y_kinds) if kind != "static"]
