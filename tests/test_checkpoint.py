@@ -463,3 +463,24 @@ def test_generated_structure_functions_match_the_generic_ones():
     for other in [((1.0, 2.0, 3.0), 3.0), ([1.0, 2.0], 3.0), ((1.0, 2.0), (3.0,)), 1.0]:
         assert shape.leaves(other) is None
     assert compiled(flatten(np.array([ad.Record.constant(1.0)], dtype=object))[1]) is None
+
+
+def test_a_transform_inside_the_checkpointed_function():
+    # ad.grad inside f gives a plain array on constants and a recorded Tensor on
+    # recorded inputs: both count as f's output (no derivative dropped)
+    inner = lambda y: ad.grad(lambda z: ad.sum(ad.sin(z) * z))(y)  # noqa: E731
+    x0 = np.array([0.3, 0.5])
+    want = ad.grad(lambda x: ad.sum(inner(x) ** 2))(x0)
+    np.testing.assert_allclose(ad.grad(lambda x: ad.sum(ad.checkpoint(inner)(x) ** 2))(x0),
+                               want, rtol=1e-14)
+    lst = ad.WengertList()
+    x = ad.Tensor.variable(x0, lst)
+    np.testing.assert_allclose(ad.sum(ad.checkpoint(inner)(x) ** 2).derivatives()[x], want,
+                               rtol=1e-14)
+    grads = []
+    for snaps in (None, 2):
+        lst = ad.WengertList()
+        x = ad.Tensor.variable(x0, lst)
+        _, ys = ad.scan(lambda c, _: (c * 0.9, inner(c)), x, length=4, checkpoints=snaps)
+        grads.append(ad.sum(ys ** 2).derivatives()[x])
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-14)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _levels
 from easyad._core import NestedTrace, Record, Trace, WengertList
 from easyad._higher import backward_graph
 from easyad.errors import TapeMismatchError
@@ -192,9 +193,16 @@ def number(v: Any) -> bool:
     return type(v) is Record or isinstance(v, (float, np.floating))
 
 
+def floats(v: Any) -> bool:
+    """A float numpy array: run on constants, a transform inside f (``ad.grad``) gives
+    one where, recorded, it gives a recorded Tensor."""
+    return type(v) is np.ndarray and v.dtype.kind == "f"
+
+
 def active(v: Any) -> bool:
-    """An output that may carry a derivative when recorded: a number or a float Tensor."""
-    return number(v) or isinstance(v, Tensor) and v.dtype.kind == "f"
+    """An output that may carry a derivative when recorded: a number, a float Tensor or
+    a float array."""
+    return number(v) or isinstance(v, Tensor) and v.dtype.kind == "f" or floats(v)
 
 
 def variable(v: Any, inner: WengertList) -> Any:
@@ -205,6 +213,8 @@ def variable(v: Any, inner: WengertList) -> Any:
         return inner.variable(float(v))
     if isinstance(v, Tensor) and v.dtype.kind == "f":
         return Tensor.variable(v._data, inner, device=v.device, dtype=v.dtype)
+    if floats(v):
+        return Tensor.variable(v, inner)
     return v
 
 
@@ -244,6 +254,13 @@ def one_tape(leaves: list[Any], what: str) -> Any:
                 raise TapeMismatchError(f"{what} got recorded values of two different lists "
                                         f"({tape!r} and {v.tape!r}); record on one list")
     return tape
+
+
+def own_lists() -> Any:
+    """While f runs on constants or on its own list: a transform inside f (ad.grad)
+    records on a list of its own or its inputs', not on the list of a transform open
+    around the call (which would look like a closure)."""
+    return _levels.opened(_levels.LEVEL.get()[0], None)
 
 
 def closure_error(what: str) -> ValueError:
@@ -362,6 +379,8 @@ def attach(label: str, tape: Any, inputs: list[Any], outputs: list[Any],
                 pieces.append(Tensor.constant(np.array(numbers), device=be.device, dtype=dtype))
                 numbers = []
             layout.append((offset, o.shape))
+            if floats(o):
+                o = Tensor.constant(o, device=be.device)
             pieces.append(o.reshape(-1).astype(dtype))
             offset += o.size
     if numbers or not pieces:
@@ -431,7 +450,8 @@ def checkpoint(f: Callable[..., Any]) -> Callable[..., Any]:
         consts = [constant(v) for v in leaves]
         before = len(tape)
         a, kw = unflatten(tree, consts)
-        out_leaves, out_tree = flatten(f(*a, **kw))
+        with own_lists():
+            out_leaves, out_tree = flatten(f(*a, **kw))
         if len(tape) != before or any(recorded(v) for v in out_leaves):
             raise closure_error("ad.checkpoint")
         live = [k for k, v in enumerate(out_leaves) if active(v)]
@@ -455,7 +475,8 @@ def _recompute(f: Callable[..., Any], tree: Any, consts: list[Any], which: list[
         for k in which:
             xs[k] = variable(consts[k], inner)
         a, kw = unflatten(tree, xs)
-        outs, again = flatten(f(*a, **kw))
+        with own_lists():
+            outs, again = flatten(f(*a, **kw))
         if again != out_tree:
             raise ValueError("ad.checkpoint: the function returned a different structure "
                              "when recomputed; it must be deterministic")

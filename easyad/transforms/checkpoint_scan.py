@@ -32,8 +32,8 @@ from easyad.tensor._base import wrap
 from easyad.transforms import checkpoint_revolve as revolve
 from easyad.transforms.checkpoint import (active, attach, backend_of, bypassed,
                                           closure_error, compiled, constant, cotangent,
-                                          flatten, number, one_tape, pairing, recorded,
-                                          unflatten, variable)
+                                          flatten, floats, number, one_tape, own_lists,
+                                          pairing, recorded, unflatten, variable)
 
 _Step = Callable[[Any, Any, int], tuple[Any, Any]]
 _NO_XS = ("no xs",)      # the structure of xs when there is none (a single leaf's: None)
@@ -179,7 +179,8 @@ def _loop(what: str, step: _Step, carry: Any, n: int, xl: list[Any], xt: Any,
     tape = None if any(bypassed(v) for v in everything) else one_tape(everything, what)
     if snaps is None or tape is None or n == 0:
         return _plain(step, carry, shape, n, xl, xt)
-    return _Checkpointed(what, step, shape, n, xl, xt, snaps).run(tape, leaves, xl)
+    with own_lists():
+        return _Checkpointed(what, step, shape, n, xl, xt, snaps).run(tape, leaves, xl)
 
 
 def _plain(step: _Step, carry: Any, shape: _Shape, n: int, xl: list[Any],
@@ -318,6 +319,9 @@ class _Checkpointed:
                 from easyad.tensor._generic import stack
                 out.append(stack(list(column)))
                 self.y_kinds.append("tensor")
+            elif all(floats(v) for v in column):     # a transform's result, say
+                out.append(Tensor.constant(np.stack(column), device=device))
+                self.y_kinds.append("tensor")
             elif all(number(v) for v in column):
                 out.append(Tensor.constant(np.array([float(v.number) if type(v) is Record
                                                      else float(v) for v in column]),
@@ -330,6 +334,10 @@ class _Checkpointed:
 
     # ---- the backward sweep ----
     def vjp(self, gs: list[Any]) -> list[Any]:
+        with own_lists():
+            return self._vjp(gs)
+
+    def _vjp(self, gs: list[Any]) -> list[Any]:
         state_count = sum(1 for v in self.final_kinds if v)
         g_state, g_ys = gs[:state_count], gs[state_count:]
         it = iter(g_state)
