@@ -45,6 +45,7 @@ from easyad.errors import (
     AnomalyError,
     BranchChangedError,
     CompilerWarning,
+    ConvergenceError,
     DeviceError,
     GradientCheckError,
     KernelFallbackWarning,
@@ -96,6 +97,9 @@ from easyad.ops import (  # noqa: E402  numpy's functions on tensors
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
 from easyad import scipy  # noqa: E402  (SciPy with easyad's derivatives)
+# implicit differentiation; its module also puts ad.linalg.cg and ad.linalg.gmres in place
+from easyad.transforms.implicit import custom_root, fixed_point  # noqa: E402
+from easyad.transforms import implicit_linear as _implicit_linear  # noqa: E402, F401
 
 from easyad._version import __version__ as __version__  # noqa: E402  (re-exported)
 
@@ -127,5 +131,7 @@ __all__ = [
     "take", "take_along_axis", "tensordot", "tile", "trace", "tril", "triu", "var",
     # neural networks
     "nn", "optim", "random",
+    # implicit differentiation (easyad/transforms/implicit.py)
+    "custom_root", "fixed_point", "ConvergenceError",
 ]
 __all__ += _functions.__all__   # the rule table's functions (a form static tools follow)
