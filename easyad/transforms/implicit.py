@@ -311,17 +311,19 @@ def newton(residual: Callable[[Any], Any], x0: Any, *, rtol: float = 1e-12,
 
 def iterate(g: Callable[[Any], Any], x0: Any, *, rtol: float = 1e-12,
             maxiter: int = 1000) -> Any:
-    """Fixed-point iteration ``x <- g(x)`` until the step is below ``rtol * max(1, |x|)``;
-    ConvergenceError after ``maxiter`` steps."""
+    """Fixed-point iteration ``x <- g(x)`` until the step is below ``rtol * max(1, |x|)``
+    (max norms); ConvergenceError after ``maxiter`` steps."""
     x = np.array(x0, dtype=np.float64)
+    step = np.inf
     for _ in range(maxiter):
         nxt = np.asarray(g(x), dtype=np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):   # a diverging iteration
-            step = float(np.linalg.norm(nxt - x))
-        x = nxt
-        if not np.isfinite(step):
+        if not np.all(np.isfinite(nxt)):
+            step = np.inf
             break
-        if step <= rtol * max(1.0, float(np.linalg.norm(x))):
+        # max norms: no squares to overflow while an iteration diverges
+        step = float(np.max(np.abs(nxt - x), initial=0.0))
+        x = nxt
+        if step <= rtol * max(1.0, float(np.max(np.abs(x), initial=0.0))):
             return x if x.shape else float(x)
     raise ConvergenceError(f"fixed_point: x <- g(x) did not settle in {maxiter} steps (the "
                            f"last step moved x by {step:.3g}); g must be a contraction near "
