@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 
 from easyad import _levels, _trees
-from easyad._core import NestedTrace, Record, Trace
+from easyad._core import NestedTrace, Record, Trace, WengertList
 from easyad.errors import ConvergenceError
+from easyad._reverse_mode import _input_gradient, _input_tensor
 from easyad.functional import jacobian, jvp, vjp
-from easyad.tensor import TraceTensor
+from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor._base import TensorBase
 from easyad.tensor._custom import ArrayPrimitive
 from easyad.transforms import implicit_krylov as krylov
@@ -125,12 +126,33 @@ class _Problem:
         return lambda v: np.ravel(jvp(g, root, v.reshape(self.shape))[1])
 
     def transposed(self, root: np.ndarray) -> krylov.Matvec:
-        g = self.at()
-        return lambda w: np.ravel(vjp(g, root, w.reshape(self.shape))[1])
+        return _transposed(self.at(), root)
 
     def jacobian(self, root: np.ndarray) -> np.ndarray:
-        a = np.asarray(jacobian(self.at())(root), dtype=np.float64)
-        return a.reshape(self.size, self.size)
+        return _dense_jacobian(self.at(), root)
+
+
+def _transposed(g: Callable[[Any], Any], root: np.ndarray) -> krylov.Matvec:
+    """``w -> J^T w`` for J the Jacobian of ``g`` at ``root`` (flat vectors). For an array
+    x, g is recorded ONCE and each product is one backward sweep of that tape from the
+    seed w (tens of times cheaper than a vjp, which records g again per call); otherwise
+    (a number x, an output that is no Tensor of x's shape) one ``ad.vjp`` per product."""
+    shape = np.shape(root)
+    if shape:
+        tape = WengertList()
+        x = _input_tensor(np.ascontiguousarray(root, dtype=np.float64), tape, True)
+        out = g(x)
+        if isinstance(out, Tensor) and out.tape is tape and tuple(out.shape) == shape:
+            def swept(w: np.ndarray) -> np.ndarray:
+                return np.ravel(_input_gradient(x, out.derivatives(w.reshape(shape))))
+            return swept
+    return lambda w: np.ravel(vjp(g, root, w.reshape(shape))[1])
+
+
+def _dense_jacobian(g: Callable[[Any], Any], root: np.ndarray) -> np.ndarray:
+    """J of ``g`` at ``root`` as an (n, n) matrix: the transposed products of unit vectors."""
+    n = int(np.size(root))
+    return krylov.dense(_transposed(g, root), n).T
 
 
 class _Derivatives:
@@ -162,8 +184,9 @@ class _Derivatives:
             def product(v: np.ndarray) -> np.ndarray:
                 return np.ravel(problem.residual(v.reshape(problem.shape))) - zero
         else:
-            # CG: J_x symmetric, so its transpose is itself (and the jvp is the cheaper)
-            product = problem.transposed(root) if transpose and method != "cg" else \
+            # CG: J_x symmetric, so it is its transpose, whose recorded sweeps are the
+            # cheapest products (see _transposed); GMRES forward: one jvp per product
+            product = problem.transposed(root) if transpose or method == "cg" else \
                 problem.forward(root)
         if callable(method):
             y = method(lambda v: product(np.ravel(v)).reshape(problem.shape),
@@ -288,7 +311,8 @@ def newton(residual: Callable[[Any], Any], x0: Any, *, rtol: float = 1e-12,
         norm = float(np.linalg.norm(r))
         if norm <= rtol * scale:
             return x if x.shape else float(x)
-        j = np.asarray(jacobian(residual)(x), dtype=np.float64).reshape(x.size, x.size)
+        j = _dense_jacobian(residual, x) if x.shape else \
+            np.asarray(jacobian(residual)(x), dtype=np.float64).reshape(1, 1)
         try:
             step = np.linalg.solve(j, r.reshape(-1)).reshape(x.shape)
         except np.linalg.LinAlgError:
