@@ -161,6 +161,21 @@ def test_recorded_and_tensor_code():
                                rtol=1e-5, atol=1e-9)
 
 
+def test_number_parameters_scaling_arrays_in_both_modes():
+    # a * src with a a number: a Record/Trace times an array would be an object array;
+    # the derivative's recording gives numbers as 0-d tensors instead
+    src = np.array([1.0, 2.0, 3.0])
+
+    def f(p):
+        return ad.custom_root(lambda x, k, a: x**3 + k * x - a * src, np.ones(3),
+                              args=(p[0], p[1]))
+    p = np.array([2.0, 1.5])
+    x = f(p)
+    want = -np.linalg.solve(np.diag(3 * x**2 + 2.0), np.stack([x, -src], 1))
+    np.testing.assert_allclose(ad.jacobian(f)(p), want, atol=1e-12)
+    np.testing.assert_allclose(ad.jacobian(f, mode="forward")(p), want, atol=1e-12)
+
+
 def test_parameters_as_a_structure():
     def f(p):
         return ad.custom_root(lambda x, p: p["a"] * x + p["b"][0] * x**3 - p["b"][1], 1.0,

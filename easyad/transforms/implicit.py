@@ -38,7 +38,7 @@ from easyad._core import NestedTrace, Record, Trace, WengertList
 from easyad.errors import ConvergenceError
 from easyad._reverse_mode import _input_gradient, _input_tensor
 from easyad.functional import jacobian, jvp, vjp
-from easyad.tensor import Tensor, TraceTensor
+from easyad.tensor import Tensor, TraceTensor, get_device
 from easyad.tensor._base import TensorBase
 from easyad.tensor._custom import ArrayPrimitive
 from easyad.transforms import implicit_krylov as krylov
@@ -94,6 +94,7 @@ class _Problem:
         self.name, self.f, self.tree, self.shape = name, f, tree, shape
         self.values = values
         self.size = int(np.prod(shape, dtype=np.int64))
+        self.recording: _Recording | None = None
 
     def call(self, x: Any, *values: Any) -> Any:
         return self.f(x, *_trees.unflatten(self.tree, list(values)))
@@ -126,10 +127,39 @@ class _Problem:
         return lambda v: np.ravel(jvp(g, root, v.reshape(self.shape))[1])
 
     def transposed(self, root: np.ndarray) -> krylov.Matvec:
+        if self.recording is not None:
+            return self.recording.transposed
         return _transposed(self.at(), root)
 
     def jacobian(self, root: np.ndarray) -> np.ndarray:
         return _dense_jacobian(self.at(), root)
+
+
+class _Recording:
+    """Reverse mode's one recording of f at the root: x and the parameters being
+    differentiated as variables of one list (numbers as 0-d Tensors, which meet numpy
+    arrays as Tensors do). The transposed solve sweeps it once per product, from the
+    seed w, and the parameters' cotangent is one more sweep: f is recorded once in all."""
+
+    def __init__(self, p: _Problem, root: np.ndarray, wanted: list[int]) -> None:
+        tape = WengertList()
+        self.shape = p.shape
+        self.x = _input_tensor(np.ascontiguousarray(root, dtype=np.float64), tape, True)
+        values = list(p.values)
+        self.params = {}
+        for k in wanted:
+            v = np.array(values[k], dtype=np.float64)       # (0-d stays 0-d)
+            values[k] = self.params[k] = _input_tensor(v, tape, True)
+        self.out = p.call(self.x, *values)
+        self.usable = isinstance(self.out, Tensor) and self.out.tape is tape and \
+            tuple(self.out.shape) == p.shape
+
+    def transposed(self, w: np.ndarray) -> np.ndarray:
+        return np.ravel(_input_gradient(self.x, self.out.derivatives(w.reshape(self.shape))))
+
+    def parameters(self, w: np.ndarray) -> dict[int, Any]:
+        d = self.out.derivatives(w.reshape(self.shape))
+        return {k: _input_gradient(t, d) for k, t in self.params.items()}
 
 
 def _transposed(g: Callable[[Any], Any], root: np.ndarray) -> krylov.Matvec:
@@ -239,14 +269,21 @@ def _operation(name: str, f: Callable[..., Any], x0: Any, solve: Solver,
             return tuple(cts)
         p = problem(values)
         with _outside():
+            recording = _Recording(p, root, wanted) if shape else None
+            if recording is not None and recording.usable:
+                p.recording = recording
             u = derivatives.solve(p, root, np.ravel(np.asarray(g, dtype=np.float64)), True)
-            # thetabar = -u^T J_theta: one vjp of f in the parameters (and in x, whose
-            # cotangent is dropped: x then has the parameters' kind, Tensor or Record,
-            # where a numpy x would meet them as an object array)
-            parts = vjp(p.call, root, -u.reshape(shape), *values,
-                        argnums=(0, *(1 + k for k in wanted)))[1][1:]
+            # thetabar = -u^T J_theta: one more sweep of the recording, or one vjp of f in
+            # the parameters (and in x, whose cotangent is dropped: x then has the
+            # parameters' kind, where a numpy x would meet a Record as an object array)
+            if p.recording is not None:
+                found = p.recording.parameters(-u)
+                parts = [found[k].reshape(np.shape(values[k])) for k in wanted]
+            else:
+                parts = vjp(p.call, root, -u.reshape(shape), *values,
+                            argnums=(0, *(1 + k for k in wanted)))[1][1:]
         for k, ct in zip(wanted, parts):
-            cts[k] = ct
+            cts[k] = float(ct) if np.ndim(values[k]) == 0 else ct
         return tuple(cts)
 
     def forward(tangents: tuple[Any, ...], *rest: Any) -> np.ndarray:
@@ -259,11 +296,7 @@ def _operation(name: str, f: Callable[..., Any], x0: Any, solve: Solver,
             return np.zeros(shape)
         p = problem(values)
         with _outside():
-            directions = tuple(np.reshape(np.asarray(tangents[k], dtype=np.float64),
-                                          np.shape(values[k]))
-                               if np.ndim(values[k]) else float(tangents[k]) for k in moving)
-            b = jvp(p.call, root, (np.zeros(shape) if shape else 0.0, *directions), *values,
-                    argnums=(0, *(1 + k for k in moving)))[1]
+            b = _parameter_tangent(p, root, values, tangents, moving)
             y = derivatives.solve(p, root, -np.ravel(np.asarray(b, dtype=np.float64)), False)
         return y.reshape(shape)
 
@@ -272,6 +305,29 @@ def _operation(name: str, f: Callable[..., Any], x0: Any, solve: Solver,
     primitive = ArrayPrimitive(name, find, vjp=reverse, jvp=forward, differentiable=True)
     out = primitive(*leaves)
     return float(out) if isinstance(out, np.ndarray) and out.shape == () else out
+
+
+def _parameter_tangent(p: _Problem, root: np.ndarray, values: tuple[Any, ...],
+                       tangents: tuple[Any, ...], moving: list[int]) -> Any:
+    """J_theta thetadot: f at the root along the parameters' tangents, one forward pass.
+    x and the moving parameters are TraceTensors of one level (numbers as 0-d ones, which
+    meet numpy arrays as tensors do; a Trace would meet them as an object array); when f
+    returns no TraceTensor, ``ad.jvp`` with x as a moving argument instead."""
+    directions = [np.reshape(np.asarray(tangents[k], dtype=np.float64), np.shape(values[k]))
+                  for k in moving]
+    if p.shape:
+        device = get_device()
+        point = list(values)
+        for k, t in zip(moving, directions):
+            point[k] = TraceTensor._input(np.array(values[k], dtype=np.float64), t, device)
+        x = TraceTensor._input(np.array(root), np.zeros(p.shape), device)
+        with _levels.opened(1, None):          # the level a top-level jvp opens
+            out = p.call(x, *point)
+        if isinstance(out, TraceTensor) and tuple(out.shape) == p.shape:
+            return np.asarray(out.tangent, dtype=np.float64)
+    scalars = [float(d) if d.ndim == 0 else d for d in directions]
+    return jvp(p.call, root, (np.zeros(p.shape) if p.shape else 0.0, *scalars), *values,
+               argnums=(0, *(1 + k for k in moving)))[1]
 
 
 def _carries(v: Any) -> bool:
