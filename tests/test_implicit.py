@@ -176,6 +176,17 @@ def test_number_parameters_scaling_arrays_in_both_modes():
     np.testing.assert_allclose(ad.jacobian(f, mode="forward")(p), want, atol=1e-12)
 
 
+def test_tensors_on_every_device(device):
+    # the root of a Tensor on a device is a Tensor there; its gradient read on the host
+    t0 = np.array([1.0, 2.0, 3.0])
+    t = ad.Tensor.variable(t0, ad.WengertList(), device=device)
+    x = ad.custom_root(lambda x, t: x**3 + x - t, np.ones(3), args=(t,))
+    assert x.device == t.device
+    np.testing.assert_allclose(x.value**3 + x.value, t0, atol=1e-12)
+    np.testing.assert_allclose(ad.sum(x * x).derivatives()[t],
+                               2 * x.value / (3 * x.value**2 + 1), atol=1e-12)
+
+
 def test_parameters_as_a_structure():
     def f(p):
         return ad.custom_root(lambda x, p: p["a"] * x + p["b"][0] * x**3 - p["b"][1], 1.0,
