@@ -207,8 +207,9 @@ class _Derivatives:
                f"solve with the Jacobian of f at the root)"
         if method == "dense":
             a = problem.jacobian(root)
-            product: krylov.Matvec = (a.T if transpose else a).__matmul__
-        elif self.affine and (not transpose or method == "cg"):
+            return krylov.solve_matrix(a.T if transpose else a, b, what, rtol=self.rtol,
+                                       atol=self.atol)
+        if self.affine and (not transpose or method == "cg"):
             zero = np.ravel(problem.residual(np.zeros(problem.shape)))
 
             def product(v: np.ndarray) -> np.ndarray:
@@ -217,7 +218,7 @@ class _Derivatives:
             # CG: J_x symmetric, so it is its transpose, whose recorded sweeps are the
             # cheapest products (see _transposed); GMRES forward: one jvp per product
             product = problem.transposed(root) if transpose or method == "cg" else \
-                problem.forward(root)
+                problem.forward(root)  # type: ignore[assignment]
         if callable(method):
             y = method(lambda v: product(np.ravel(v)).reshape(problem.shape),
                        b.reshape(problem.shape))
@@ -226,8 +227,8 @@ class _Derivatives:
                 raise ValueError(f"{what}: tangent_solve returned shape {y.shape}, not "
                                  f"x's {problem.shape}")
             return y.reshape(-1)
-        return krylov.solve(product, b, "dense" if method == "dense" else method,
-                            rtol=self.rtol, atol=self.atol, maxiter=self.maxiter, what=what)
+        return krylov.solve(product, b, method, rtol=self.rtol, atol=self.atol,
+                            maxiter=self.maxiter, what=what)
 
 
 def _operation(name: str, f: Callable[..., Any], x0: Any, solve: Solver,

@@ -74,13 +74,7 @@ def solve(matvec: Matvec, b: np.ndarray, method: str = "gmres", *, x0: np.ndarra
     if n == 0 or not np.any(b):
         return np.zeros(n)
     if method == "dense":
-        a = dense(product, n)
-        try:
-            x = np.linalg.solve(a, b)
-        except np.linalg.LinAlgError:
-            raise ConvergenceError(f"{what}: the operator's matrix ({n}x{n}, built from "
-                                   f"{n} products) is singular") from None
-        return _checked_answer(x, product, b, max(rtol, 1e-8), atol, what, method, 0)
+        return solve_matrix(dense(product, n), b, what, product, rtol, atol)
     operator = _sparse.LinearOperator((n, n), matvec=product, dtype=np.float64)
     start = None if x0 is None else np.asarray(x0, dtype=np.float64).reshape(-1)
     if method == "cg":
@@ -95,6 +89,21 @@ def solve(matvec: Matvec, b: np.ndarray, method: str = "gmres", *, x0: np.ndarra
                            method, int(info))
 
 
+def solve_matrix(a: np.ndarray, b: np.ndarray, what: str, product: Matvec | None = None,
+                 rtol: float = 1e-10, atol: float = 0.0) -> np.ndarray:
+    """``x`` with ``a x = b`` by LU; singular: ConvergenceError. The residual is checked
+    with ``product`` (default: ``a`` itself), loosely (LU's error grows with a's
+    condition number)."""
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    try:
+        x = np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:
+        raise ConvergenceError(f"{what}: the operator's matrix ({a.shape[0]}x{a.shape[1]}) "
+                               f"is singular") from None
+    return _checked_answer(x, product if product is not None else a.__matmul__, b,
+                           max(rtol, 1e-8), atol, what, "dense", 0)
+
+
 def dense(product: Matvec, n: int) -> np.ndarray:
     """The matrix of a linear map of R^n, one column per unit vector."""
     a = np.empty((n, n))
@@ -106,4 +115,4 @@ def dense(product: Matvec, n: int) -> np.ndarray:
     return a
 
 
-__all__ = ["METHODS", "dense", "solve"]
+__all__ = ["METHODS", "dense", "solve", "solve_matrix"]
