@@ -360,7 +360,8 @@ def _check_root(p: _Problem, root: np.ndarray, start: Any, rtol: float) -> None:
 def newton(residual: Callable[[Any], Any], x0: Any, *, rtol: float = 1e-12,
            maxiter: int = 50) -> Any:
     """Newton's method with the Jacobian from ``ad.jacobian`` (dense: for small systems),
-    halving the step while it does not reduce |f|; ConvergenceError after ``maxiter``."""
+    halving the step while it does not reduce ``norm(f)``; ConvergenceError after
+    ``maxiter``."""
     x = np.array(x0, dtype=np.float64)
     r = np.asarray(residual(x), dtype=np.float64)
     scale = max(1.0, float(np.linalg.norm(r)))
@@ -426,7 +427,7 @@ def custom_root(f: Callable[..., Any], x0: Any, solve: Solver | None = None,
     f : callable
         ``f(x, *args)``: the residual, x's shape, written with easyad operations (its
         derivatives at the root are taken by ``ad.jvp``/``ad.vjp``).
-    x0 : number or array
+    x0 : float or array
         Where the solver starts (x's shape; its derivative is not used: a root does not
         depend on where the search began).
     solve : callable, optional
@@ -443,8 +444,9 @@ def custom_root(f: Callable[..., Any], x0: Any, solve: Solver | None = None,
     args : tuple
         f's parameters (numbers, arrays, Tensors, Records, Traces, or structures of
         them): what the root is differentiated in.
-    rtol, atol, maxiter : the derivative's linear solves' tolerances (|J y - b| <=
-        max(rtol |b|, atol)) and iteration limit.
+    rtol, atol, maxiter
+        The derivative's linear solves' tolerances (``norm(J y - b) <= max(rtol *
+        norm(b), atol)``) and iteration limit.
     root_rtol : float or None
         The solver's answer is refused (``ConvergenceError``) when ``|f(x)| > root_rtol *
         max(1, |f(x0)|)``: the theorem's derivative is only right at a root. None: not

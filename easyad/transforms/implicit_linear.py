@@ -67,7 +67,7 @@ def cg(matvec: Callable[..., Any], b: Any, args: Any = (), *, x0: Any = None,
         operations where it depends on ``args`` (its vjp in args is taken for the
         derivative). A must be symmetric: the transposed solve of the derivative reuses
         it.
-    b : number, array, Tensor, Record...
+    b : float, array, Tensor, Record...
         The right-hand side (any shape: v has its shape).
     args : tuple
         The operator's parameters (numbers, arrays, Tensors, Records, Traces or
@@ -75,8 +75,9 @@ def cg(matvec: Callable[..., Any], b: Any, args: Any = (), *, x0: Any = None,
     x0 : array, optional
         The starting guess (b's shape).
     rtol, atol, maxiter
-        Stop when ``|A x - b| <= max(rtol |b|, atol)`` (the true residual is checked
-        again); ``ConvergenceError`` after ``maxiter`` iterations (default 10 n + 10).
+        Stop when ``norm(A x - b) <= max(rtol * norm(b), atol)`` (the true residual is
+        checked again); ``ConvergenceError`` after ``maxiter`` iterations (default
+        10 n + 10).
 
     Examples
     --------
