@@ -341,12 +341,50 @@ def test_closed_over_differentiated_values_raise():
     assert ad.custom_root(lambda x: x * x - c, 1.0) == pytest.approx(np.sqrt(2.0))
 
 
-def test_second_order_raises_a_clear_error():
-    for second in (lambda: ad.hessian(sqrt)(2.0),
-                   lambda: ad.derivative(ad.derivative(sqrt))(2.0),
-                   lambda: ad.jacobian(ad.grad(lambda a: sqrt(a[0]) * a[1]))(np.ones(2))):
-        with pytest.raises(NotImplementedError, match="second derivatives"):
-            second()
+def test_second_order_by_reverse_over_reverse():
+    # sqrt'' = -a^(-3/2) / 4
+    assert ad.hessian(sqrt)(2.0) == pytest.approx(-0.25 * 2.0**-1.5, abs=1e-14)
+    h = ad.jacobian(ad.grad(lambda a: sqrt(a[0]) * a[1]), mode="reverse")(np.array([2.0, 1.0]))
+    np.testing.assert_allclose(h, [[-0.25 * 2.0**-1.5, 0.5 / np.sqrt(2.0)],
+                                   [0.5 / np.sqrt(2.0), 0.0]], atol=1e-14)
+    # the steady state's Hessian in the source: the unrolled solver's, and an HVP
+    hess = ad.hessian(lambda s: loss(K0, s))(S0)
+    unrolled = ad.hessian(lambda s: unrolled_loss(K0, s))(S0)
+    np.testing.assert_allclose(hess, unrolled, rtol=1e-8, atol=1e-12 * np.abs(unrolled).max())
+    v = np.linspace(-1.0, 1.0, N)
+    np.testing.assert_allclose(ad.hvp(lambda s: loss(K0, s), S0, v), unrolled @ v,
+                               rtol=1e-8, atol=1e-12 * np.abs(unrolled @ v).max())
+    # numbers and arrays of parameters together, against differences of the gradient
+    p0 = np.array([K0, 1.0])
+
+    def scaled(p):
+        return loss(p[0], S0 * p[1])
+    fd = np.array([(ad.grad(scaled)(p0 + e) - ad.grad(scaled)(p0 - e)) / 2e-5
+                   for e in np.eye(2) * 1e-5])
+    np.testing.assert_allclose(ad.hessian(scaled)(p0), fd, rtol=1e-6)
+    # fixed points and the linear solves
+    x = lambda a: ad.fixed_point(lambda x, a: ad.cos(a * x), 0.5, args=(a,))  # noqa: E731
+    fd = (ad.grad(x)(1.0 + 1e-5) - ad.grad(x)(1.0 - 1e-5)) / 2e-5
+    assert ad.hessian(x)(1.0) == pytest.approx(fd, rel=1e-7)
+    k = np.array([[4.0, 1.0], [1.0, 3.0]])
+    for solver in (ad.linalg.cg, ad.linalg.gmres):
+        def f(c, solver=solver):
+            return ad.sum(solver(lambda v, c: k @ v + c * v, np.array([1.0, 2.0]), (c,)) ** 2)
+        # sum x^2 with x = (K + c)^-1 b: d2/dc2 = 6 x^T (K + c)^-2 x... by eigenvalues
+        lam, q = np.linalg.eigh(k)
+        y = q.T @ np.array([1.0, 2.0])
+        want = float(np.sum(6 * y**2 / (lam + 0.5) ** 4))
+        assert ad.hessian(f)(0.5) == pytest.approx(want, rel=1e-9)
+
+
+def test_unsupported_orders_raise_a_clear_error():
+    for unsupported in (lambda: ad.derivative(ad.derivative(sqrt))(2.0),
+                        lambda: ad.jacobian(ad.grad(lambda a: sqrt(a[0]) * a[1]),
+                                            mode="forward")(np.ones(2)),
+                        lambda: ad.derivative(lambda a: ad.hessian(sqrt)(a))(2.0),
+                        lambda: ad.grad(lambda a: ad.hessian(sqrt)(a))(2.0)):
+        with pytest.raises(NotImplementedError, match="reverse over reverse"):
+            unsupported()
 
 
 def test_bad_arguments():

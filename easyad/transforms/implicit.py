@@ -18,7 +18,9 @@ The operation is one ``ArrayPrimitive`` (easyad/tensor/_custom.py) of the flatte
 parameters, so it runs in every mode the array primitives run in: numpy arrays, Records
 and object arrays of them, Tensors of every device, Traces and TraceTensors, and
 ``ad.record`` (a host call replayed on new values). Its vjp and jvp compute with plain
-numbers, so a second derivative through it raises (the array primitive's error).
+numbers; a second derivative in reverse over reverse (ad.hessian, ad.hvp, create_graph)
+makes the vjp one more array primitive whose own vjp is the theorem applied again
+(``_second_order_vjp``); other second-order modes and third derivatives raise.
 
 Parameters are explicit (``args=``). A value closed over by f and being differentiated
 (a Record, Trace or recorded Tensor) would get no derivative through the root, so f is
@@ -37,7 +39,8 @@ from easyad import _levels, _trees
 from easyad._core import NestedTrace, Record, Trace, WengertList
 from easyad.errors import ConvergenceError
 from easyad._reverse_mode import _input_gradient, _input_tensor
-from easyad.functional import jacobian, jvp, vjp
+from easyad.functional import hvp, jacobian, jvp, vjp
+from easyad.tensor import sum as fsum
 from easyad.tensor import Tensor, TraceTensor, get_device
 from easyad.tensor._base import TensorBase
 from easyad.tensor._custom import ArrayPrimitive
@@ -262,7 +265,8 @@ def _operation(name: str, f: Callable[..., Any], x0: Any, solve: Solver,
 
     def reverse(g: Any, *rest: Any) -> tuple[Any, ...]:
         if any(_carries(v) for v in (g, *rest)):
-            raise _second_order(name)
+            # a second derivative: the vjp itself as an operation (see _second_order_vjp)
+            return _second_order_vjp(name, problem, derivatives, reverse, g, rest)
         values, root = rest[:-1], np.asarray(rest[-1], dtype=np.float64)
         wanted = [k for k, v in enumerate(values) if _differentiable(v)]
         cts: list[Any] = [None] * len(values)
@@ -308,6 +312,67 @@ def _operation(name: str, f: Callable[..., Any], x0: Any, solve: Solver,
     return float(out) if isinstance(out, np.ndarray) and out.shape == () else out
 
 
+def _second_order_vjp(name: str, problem: Callable[..., _Problem],
+                      derivatives: _Derivatives, first: Callable[..., Any], g: Any,
+                      rest: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The vjp of the root on recorded values (create_graph, Hessians): the parameters'
+    cotangents V(g, theta, x) = -J_theta^T J_x^-T g as ONE array primitive (the wanted
+    cotangents flattened and joined), whose own vjp is the second-order formula: with u =
+    J_x^-T g, phi(x, theta) = u . f(x, theta) and w = J_x^-1 J_theta c for a cotangent c,
+
+        gbar = -w,  (xbar, thetabar) = grad_(x, theta) [grad_x phi . w - grad_theta phi . c]
+
+    (an HVP of phi along (w, -c), on plain numbers). Third derivatives: the error."""
+    values = rest[:-1]
+    wanted = [k for k, v in enumerate(values) if _carries(v)]
+    shapes = [tuple(np.shape(v)) for v in values]
+    sizes = [int(np.prod(shapes[k], dtype=np.int64)) for k in wanted]
+
+    def joined(gv: Any, *plain: Any) -> np.ndarray:
+        cts = first(gv, *plain)
+        return np.concatenate([np.ravel(np.asarray(cts[k], dtype=np.float64)) for k in wanted])
+
+    def joined_vjp(c: Any, gv: Any, *plain: Any) -> tuple[Any, ...]:
+        if any(_carries(v) for v in (c, gv, *plain)):
+            raise _second_order(name)          # a third derivative
+        vals, root = plain[:-2], np.asarray(plain[-2], dtype=np.float64)
+        p = problem(vals)
+        shape = p.shape
+        parts = np.split(np.asarray(c, dtype=np.float64).reshape(-1), np.cumsum(sizes)[:-1])
+        cs = [np.zeros(shapes[k]) for k in range(len(vals))]
+        for k, part in zip(wanted, parts):
+            cs[k] = part.reshape(shapes[k])
+        with _outside():
+            u = derivatives.solve(p, root, np.ravel(np.asarray(gv, dtype=np.float64)), True)
+            jc = _parameter_tangent(p, root, vals, tuple(cs), wanted)
+            w = derivatives.solve(p, root, np.ravel(np.asarray(jc, dtype=np.float64)), False)
+
+            def phi(z: tuple[Any, ...]) -> Any:
+                x, moved = z[0], z[1:]
+                point = list(vals)
+                for k, m in zip(wanted, moved):
+                    point[k] = m.reshape(shapes[k])
+                return fsum(u.reshape(shape) * p.call(x.reshape(shape), *point))
+            hv = hvp(phi, (np.ravel(root), *(np.ravel(np.asarray(vals[k], dtype=np.float64))
+                                               for k in wanted)),
+                     (w, *(-np.ravel(cs[k]) for k in wanted)))
+        result: list[Any] = [-w.reshape(np.shape(gv))] + [None] * len(vals) + \
+            [np.asarray(hv[0]).reshape(shape)]
+        for k, h in zip(wanted, hv[1:]):
+            result[1 + k] = np.asarray(h).reshape(shapes[k])
+        return tuple(result)
+
+    # differentiable=True so that a third derivative reaches joined_vjp's error
+    primitive = ArrayPrimitive(f"{name}_vjp", joined, vjp=joined_vjp, differentiable=True)
+    flat = primitive(g, *rest)
+    cts: list[Any] = [None] * len(values)
+    start = 0
+    for k, size in zip(wanted, sizes):
+        cts[k] = flat[start:start + size].reshape(shapes[k])
+        start += size
+    return tuple(cts)
+
+
 def _parameter_tangent(p: _Problem, root: np.ndarray, values: tuple[Any, ...],
                        tangents: tuple[Any, ...], moving: list[int]) -> Any:
     """J_theta thetadot: f at the root along the parameters' tangents, one forward pass.
@@ -338,10 +403,11 @@ def _carries(v: Any) -> bool:
 
 def _second_order(name: str) -> NotImplementedError:
     return NotImplementedError(
-        f"{name}: second derivatives through the implicit function theorem are not "
-        f"supported (its linear solves run on plain numbers); differentiate the "
-        f"first-order result by finite differences (ad.check_gradients' steps), or write "
-        f"the second-order implicit equation as a custom_root of its own")
+        f"{name}: this derivative is not supported through a root: second derivatives "
+        f"are taken in reverse over reverse (ad.hessian, ad.hvp, create_graph=True), not "
+        f"forward over anything (ad.jacobian(mode='forward') of a gradient, Traces of "
+        f"Traces), and not to third order; use ad.hessian / ad.hvp, or write the "
+        f"higher-order implicit equation as a custom_root of its own")
 
 
 def _check_root(p: _Problem, root: np.ndarray, start: Any, rtol: float) -> None:
@@ -451,6 +517,9 @@ def custom_root(f: Callable[..., Any], x0: Any, solve: Solver | None = None,
         The solver's answer is refused (``ConvergenceError``) when ``|f(x)| > root_rtol *
         max(1, |f(x0)|)``: the theorem's derivative is only right at a root. None: not
         checked.
+
+    Reverse and forward mode give first derivatives; ``ad.hessian``, ``ad.hvp`` and
+    ``create_graph=True`` second derivatives (reverse over reverse).
 
     Examples
     --------
