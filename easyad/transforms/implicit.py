@@ -305,8 +305,8 @@ def _operation(name: str, f: Callable[..., Any], x0: Any, solve: Solver,
             y = derivatives.solve(p, root, -np.ravel(np.asarray(b, dtype=np.float64)), False)
         return y.reshape(shape)
 
-    # differentiable=True: a second derivative calls `reverse` on recorded values, which
-    # raises the error that says what to do (the array primitive's would name its vjp)
+    # differentiable=True: a second derivative calls `reverse` on recorded values (see
+    # _second_order_vjp); forward over anything reaches `forward`'s error
     primitive = ArrayPrimitive(name, find, vjp=reverse, jvp=forward, differentiable=True)
     out = primitive(*leaves)
     return float(out) if isinstance(out, np.ndarray) and out.shape == () else out
