@@ -6,7 +6,8 @@
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench); prints
 #                only: `make bench-write` also rewrites the committed benchmarks/results/*.md
 #   make examples  the nn examples (regression, classifier, replayed training), plots in
-#                  examples/out/; the SciPy fits (examples/scientific.py)
+#                  examples/out/; the SciPy fits (examples/scientific.py); implicit
+#                  differentiation (examples/implicit.py)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -73,6 +74,7 @@ examples: build $(VENV)/.examples
 	$(BIN)/python examples/classifier.py --out examples/out
 	$(BIN)/python examples/replayed_training.py
 	$(BIN)/python examples/scientific.py
+	$(BIN)/python examples/implicit.py
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml

@@ -45,6 +45,7 @@ from easyad.errors import (
     AnomalyError,
     BranchChangedError,
     CompilerWarning,
+    ConvergenceError,
     DeviceError,
     GradientCheckError,
     KernelFallbackWarning,
@@ -98,6 +99,9 @@ from easyad import nn, optim, random  # noqa: E402
 from easyad import scipy  # noqa: E402  (SciPy with easyad's derivatives)
 from easyad.transforms.checkpoint import checkpoint  # noqa: E402
 from easyad.transforms.checkpoint_scan import fori_loop, scan  # noqa: E402
+# implicit differentiation; its module also puts ad.linalg.cg and ad.linalg.gmres in place
+from easyad.transforms.implicit import custom_root, fixed_point  # noqa: E402
+from easyad.transforms import implicit_linear as _implicit_linear  # noqa: E402, F401
 
 from easyad._version import __version__ as __version__  # noqa: E402  (re-exported)
 
@@ -131,5 +135,7 @@ __all__ = [
     "nn", "optim", "random",
     # transforms (easyad/transforms/)
     "checkpoint", "fori_loop", "scan",
+    # implicit differentiation (easyad/transforms/implicit.py)
+    "custom_root", "fixed_point", "ConvergenceError",
 ]
 __all__ += _functions.__all__   # the rule table's functions (a form static tools follow)

@@ -140,6 +140,22 @@ class PowDomainError(ValueError, ZeroDivisionError):
         return type(self), (self.base, self.exponent, self.operator, self.where)
 
 
+class ConvergenceError(RuntimeError):
+    """An iterative solver did not converge, so no answer (and no derivative) is given:
+    the root finders and fixed-point iterations of ``ad.custom_root`` and
+    ``ad.fixed_point``, and the matrix-free linear solves (``ad.linalg.cg``,
+    ``ad.linalg.gmres``, the implicit function theorem's solves). The message names the
+    solver, the residual reached and what to change.
+
+    >>> import easyad as ad
+    >>> try:
+    ...     ad.fixed_point(lambda x: 2.0 * x + 1.0, 0.0)     # x -> 2x + 1 diverges
+    ... except ad.ConvergenceError:
+    ...     print("no fixed point reached")
+    no fixed point reached
+    """
+
+
 class CompilerWarning(UserWarning):
     """``Function.compile()`` could not compile: no C compiler was found (or it failed).
     The Function goes on in the replay VM, with the same results, only slower; the
@@ -167,7 +183,8 @@ class KernelFallbackWarning(UserWarning):
 
 __all__ = ["TapeMismatchError", "StaleRecordError", "GradientCheckError", "BranchChangedError",
            "ShapeError", "AnomalyError", "TapeFormatError", "DeviceError", "PowDomainError",
-           "CompilerWarning", "KernelFallbackWarning"]
+           "CompilerWarning", "KernelFallbackWarning",
+           "ConvergenceError"]
 
 
 class DeviceError(RuntimeError):

@@ -67,6 +67,8 @@ CONTRACT = {
     "scipy",
     # checkpointing (issue 27, easyad/transforms/checkpoint*.py)
     "checkpoint", "scan", "fori_loop",
+    # implicit differentiation (issue 27 item 4)
+    "custom_root", "fixed_point", "ConvergenceError",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {rule.name for rule in _rules.RULES if not rule.generic}

@@ -35,6 +35,7 @@ __all__ = ["EighResult", "QRResult", "SVDResult", "SlogdetResult", "cho_factor",
            "cholesky", "det", "eigh", "eigvalsh", "expm", "inv", "lstsq", "lu_factor",
            "lu_solve", "matrix_power", "norm", "pinv", "qr", "slogdet", "solve",
            "solve_triangular", "svd", "svdvals"]
+__all__ += ["cg", "gmres"]   # matrix-free solves (registered by the transforms layer)
 
 _NONE = _ops.NoParams()
 
@@ -375,3 +376,25 @@ def norm(x: Any, ord: Any = None, axis: Any = None,  # noqa: A002  (numpy's name
 for _name in ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "svd",
               "svdvals", "qr", "lstsq", "pinv", "matrix_power", "norm"):
     NUMPY_FUNCTIONS[getattr(np.linalg, _name)] = globals()[_name]
+
+
+# ---- matrix-free solves: ad.linalg.cg, ad.linalg.gmres ----
+# They differentiate the user's matvec with the functional API, a layer above this one:
+# easyad/transforms/implicit_linear.py defines them and puts them here at import (as the
+# tensor layer registers array primitives with easyad/primitives.py), so the imports run
+# one way. The placeholders below are replaced before `import easyad` returns.
+
+def cg(matvec: Any, b: Any, args: Any = (), **options: Any) -> Any:
+    """Conjugate gradients on a linear operator (see easyad.transforms.implicit_linear)."""
+    raise RuntimeError("ad.linalg.cg is put here by easyad.transforms.implicit_linear: "
+                       "import easyad")
+
+
+def gmres(matvec: Any, b: Any, args: Any = (), **options: Any) -> Any:
+    """GMRES on a linear operator (see easyad.transforms.implicit_linear)."""
+    raise RuntimeError("ad.linalg.gmres is put here by easyad.transforms.implicit_linear: "
+                       "import easyad")
+
+
+def _register_matrix_free(**solvers: Any) -> None:
+    globals().update(solvers)
