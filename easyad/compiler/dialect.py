@@ -12,7 +12,14 @@ A light module (no tensor imports): the scalar renderer loads it on the first co
 - the strong zero (``_helpers.h``): ``mul0`` (0 times anything is 0: an adjoint of 0 does
   not turn inf or NaN partials into NaN; the rule table's own strings call ``mul0`` and
   ``div0`` by name, rendered by ``_expr``);
-- the element types of memory (``types``) and of constants and accumulators (``real``).
+- the element types of memory (``types``) and of constants and accumulators (``real``);
+- a table's qualifier at file scope (``table_qualifier``).
+
+The hierarchy: ``Dialect`` -> ``CSpelling`` (``C``: the scalar tape's C) ->
+``compiler.program.cstyle.CDialect`` (tensor C, its vector math), and ``Dialect`` ->
+``compiler.program.cstyle.OpenCLDialect`` (real_t, ``__constant``; the OpenCL replay
+of a scalar tape uses it with double). Each is what tinygrad calls a renderer's dialect:
+a dozen lines of spellings.
 """
 from __future__ import annotations
 
@@ -25,13 +32,15 @@ from easyad._csyntax import literal
 
 class Dialect:
     """What a target language spells differently (see the module's docstring); the
-    renderers read these and nothing else of the language."""
+    renderers (``compiler.cstyle.CStyleRenderer`` and its subclasses) read these and
+    nothing else of the language."""
 
     name = ""
     types: dict[Any, str] = {}     # numpy dtype -> element type in memory
     real = "double"                # constants and accumulators
     target = "c"                   # of _expr.render
     literal_type = "double"        # how _csyntax.literal rounds a constant
+    table_qualifier = "static const"   # of a table at file scope
 
     def literal(self, value: float) -> str:
         """A constant (inf, NaN included) as this language reads it back exactly."""
@@ -53,6 +62,12 @@ class Dialect:
     def zero_outside(self, inside: str, value: str, ctype: str) -> str:
         """``value`` where the int ``inside`` holds, else 0 of ``ctype``."""
         return f"({inside} ? {value} : ({ctype})0)"
+
+    def exact_calls(self, tree: Any) -> Any:
+        """An expression of ``plan.exact_math`` (a value a selection compares, or what it
+        is made of) with builtins that are one function of their input in every loop,
+        lane and remainder (``plan._selections``)."""
+        return tree
 
 
 class CSpelling(Dialect):

@@ -28,6 +28,7 @@ import numpy as np
 
 from easyad import _expr
 from easyad.compiler import dialect
+from easyad.compiler.cstyle import CStyleRenderer
 from easyad.compiler.program.plan import (
     ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, flat_offset, flat_strides,
     pad_position, renamed)
@@ -36,19 +37,10 @@ from easyad.tensor._program import Instruction
 from easyad.tensor._zero_signs import constant_strong_zeros
 
 
-class Dialect(dialect.Dialect):
-    """What a target language spells differently in the shared loop body (see the module
-    docstring and ``compiler.dialect``, which the scalar tape's renderer reads too); the
-    renderers read these and nothing else of the language."""
-
-    def exact_calls(self, tree: _expr.Node) -> _expr.Node:
-        """An expression of ``plan.exact_math`` (a value a selection compares, or what it
-        is made of) with builtins that are one function of their input in every loop,
-        lane and remainder (``plan._selections``)."""
-        return tree
+Dialect = dialect.Dialect      # (the base of the dialects: compiler/dialect.py)
 
 
-class CDialect(Dialect, dialect.CSpelling):
+class CDialect(dialect.CSpelling):
     """C for gcc on the numpy device: values computed in double, stored in their dtype
     (the scalar tape's renderer spells its C with ``compiler.dialect.C``, this dialect's
     base)."""
@@ -75,6 +67,7 @@ class OpenCLDialect(Dialect):
     types = {np.dtype(np.float64): "double", np.dtype(np.float32): "float",
              np.dtype(np.bool_): "uchar", np.dtype(np.uint8): "uchar"}
     real = "real_t"
+    table_qualifier = "__constant"
     memory = {"vreal_t": "vreal_mem", "vbool_t": "vbool_mem"}
 
     def __init__(self, real: str = "double") -> None:
@@ -129,14 +122,14 @@ def _pairwise(array: str, count: int, start: int = 0) -> str:
     return f"({_pairwise(array, half, start)} + {_pairwise(array, count - half, start + half)})"
 
 
-class Renderer:
+class Renderer(CStyleRenderer):
     """C of one segment (see the module docstring). The loop body of a group (``_body``) is
     shared with the OpenCL renderer (``render_cl``), which changes the memory (``ptr``,
     ``aux``, ``_zero``), the reductions and the program's form."""
 
     def __init__(self, plan: Plan, needed_later: set[int],
                  dialect: Dialect | None = None) -> None:
-        self.dialect = dialect or CDialect()
+        super().__init__(dialect or CDialect())
         self.types = self.dialect.types       # (vector types while a vector loop renders)
         self.plan, self.p = plan, plan.program
         self.needed_later = needed_later          # slots read outside their group
@@ -342,7 +335,7 @@ class Renderer:
             if name not in body.loads:
                 body.loads[name] = name
                 body.pre.append(f"    const {self.dialect.real} {name} = "
-                                f"{self.dialect.literal(i)};")
+                                f"{self.literal(i)};")
             return name
         return self._read(body, i, flat_offset(shape, broadcast_strides(self.p.shapes[i], shape),
                                            0, index))
