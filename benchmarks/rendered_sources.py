@@ -67,11 +67,9 @@ def pytest_sessionfinish(session: object) -> None:
     from easyad import _core, compiler
     from easyad.compiler import tape as ctape
     try:
-        from easyad.compiler.tape import render_cl
-        render_replay_kernel = render_cl.render_replay_kernel
-    except ImportError:
-        from easyad.tensor import _replay_cl
-        render_replay_kernel = _replay_cl.render_replay_kernel
+        from easyad.compiler.tape.render_cl import render_replay_kernel
+    except ImportError:        # (before issue 25's move)
+        from easyad.tensor._replay_cl import render_replay_kernel  # type: ignore
     del compiler
     for seed in range(200):
         n = 3 + seed % 5

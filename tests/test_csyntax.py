@@ -27,7 +27,8 @@ from easyad import _core, _csyntax, _expr
 from easyad.compiler import tape as tape_compiler
 from easyad.compiler.program import cstyle
 from easyad.compiler.tape import renderer
-from easyad.tensor import _kernels, _replay_cl
+from easyad.compiler.tape import render_cl
+from easyad.tensor import _kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 CC = tape_compiler.compiler()
@@ -162,9 +163,9 @@ def test_every_renderer_prints_through_the_one_printer():
             _csyntax.literal(abs(v), "float")
         assert float(_expr.render(_expr.Num(abs(v)), "python")) == abs(v)
     for v in DOUBLES:
-        # the scalar renderer prints through the C dialect, the tensor C renderer's base
-        assert renderer.C.literal(v) == cstyle.CDialect().literal(v) == _replay_cl._literal(v) \
-            == _csyntax.literal(v)
+        # every renderer prints through its dialect: the scalar C, tensor C, OpenCL replay
+        assert renderer.C.literal(v) == cstyle.CDialect().literal(v) \
+            == render_cl.ReplayRenderer().literal(v) == _csyntax.literal(v)
     with pytest.raises(ValueError, match="no literal"):
         _expr.render(_expr.Num(math.inf), "c")    # a macro would read back as a variable
 

@@ -72,8 +72,13 @@ class CStyleRenderer:
               flag: str) -> str:
         """A guard: the comparison again into ``target``, and ``flag`` (a statement)
         where its outcome is not the recorded one."""
-        was = "1.0" if recorded != 0.0 else "0.0"
-        return f"{target} = {self.compare(x, symbol, y)}; if ({target} != {was}) {flag}"
+        check = self.guard_check(target, recorded, flag)
+        return f"{target} = {self.compare(x, symbol, y)}; {check}"
+
+    def guard_check(self, target: str, recorded: float, flag: str) -> str:
+        """``flag`` (a statement) where the comparison's value in ``target`` is not the
+        recorded one."""
+        return f"if ({target} != {'1.0' if recorded != 0.0 else '0.0'}) {flag}"
 
     def table(self, ctype: str, name: str, values: Iterable[Any], empty: str = "0",
               sep: str = ", ") -> str:

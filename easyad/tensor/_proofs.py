@@ -58,7 +58,8 @@ _RENDERERS = ("_helpers.h", "_rules.py", "_expr.py", "tensor/_kernels.py", "tens
               "tensor/_cl_errors.py",
               "tensor/_program.py", "compiler/program/plan.py", "compiler/program/cstyle.py",
               "compiler/program/render_cl.py", "compiler/program/vector_cl.py",
-              "compiler/program/fused_cl.py", "tensor/_replay_cl.py", "tensor/_proofs.py",
+              "compiler/program/fused_cl.py", "compiler/tape/render_cl.py", "compiler/dialect.py",
+              "compiler/cstyle.py", "tensor/_proofs.py",
               "tensor/_proof_child.py")
 
 
