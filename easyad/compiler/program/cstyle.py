@@ -6,8 +6,9 @@
   (``easyad._csyntax.literal``), a value zeroed outside a slice (the strong zero's bit
   mask in C, ``?:`` in OpenCL), the builtins of values a selection compares, and the
   generated file's header (``_helpers.h`` and, in C, libmvec's declarations; in OpenCL
-  ``_kernels.preamble``, with its vector types). ``CDialect`` and ``OpenCLDialect``.
-- ``Renderer``: the loop body shared by both (``_body``, ``_emit``, ``_read``, ``_pad``,
+  ``_kernels.preamble``, with its vector types). ``CDialect`` here, ``OpenCLDialect`` in
+  ``compiler/dialect.py`` (the scalar tape's OpenCL replay uses it too).
+- ``Renderer`` (a ``compiler.cstyle.CStyleRenderer``, the one renderer): the loop body shared by both (``_body``, ``_emit``, ``_read``, ``_pad``,
   ``_operand``, over ``Loop``), written through its dialect; as it stands, the program
   form of C: one function per segment over the table of pointers ``P``, a loop per group
   (``_loop``: vector lanes for sums to one number, ``#pragma omp simd``), sums in 8
