@@ -8,8 +8,9 @@
   generated file's header (``_helpers.h`` and, in C, libmvec's declarations; in OpenCL
   ``_kernels.preamble``, with its vector types). ``CDialect`` here, ``OpenCLDialect`` in
   ``compiler/dialect.py`` (the scalar tape's OpenCL replay uses it too).
-- ``Renderer`` (a ``compiler.cstyle.CStyleRenderer``, the one renderer): the loop body shared by both (``_body``, ``_emit``, ``_read``, ``_pad``,
-  ``_operand``, over ``Loop``), written through its dialect; as it stands, the program
+- ``Renderer`` (a ``compiler.cstyle.CStyleRenderer``, the one renderer): the loop body
+  shared by both (``_body``, ``_emit``, ``_read``, ``_pad``, ``_operand``, over ``Loop``),
+  written through its dialect; as it stands, the program
   form of C: one function per segment over the table of pointers ``P``, a loop per group
   (``_loop``: vector lanes for sums to one number, ``#pragma omp simd``), sums in 8
   running lanes. ``render_cl.OpenCLRenderer`` subclasses it with OpenCL's program form:
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _expr
-from easyad.compiler import dialect
+from easyad.compiler import dialect, libm
 from easyad.compiler.cstyle import CStyleRenderer
 from easyad.compiler.program.plan import (
     ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, flat_offset, flat_strides,
@@ -420,29 +421,7 @@ class Renderer(CStyleRenderer):
 
 
 
-# libm's functions that glibc's libmvec has vector versions of (x86-64): declared
-# ``simd`` the vectoriser calls them on 4 or 8 lanes at once (glibc documents at most
-# 4 ulp of error, as numpy's own SIMD loops have). By glibc version; the build is linked
-# with -z defs, so a missing one fails the build, which is then tried without them.
-_LIBMVEC_2_22 = ("exp", "log", "sin", "cos")
-_LIBMVEC_2_35 = ("tan", "tanh", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh",
-                 "atanh", "exp2", "expm1", "log2", "log10", "log1p", "cbrt", "erf")
-
-
-def libmvec_functions() -> tuple[str, ...]:
-    """The libm functions to declare simd here (none off x86-64 glibc)."""
-    import os
-    import platform
-    if platform.machine() not in ("x86_64", "AMD64") or not hasattr(os, "confstr"):
-        return ()
-    try:
-        name, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").split()
-        major, minor = (int(v) for v in version.split(".")[:2])
-    except (ValueError, OSError):
-        return ()
-    if name != "glibc" or (major, minor) < (2, 22):
-        return ()
-    return _LIBMVEC_2_22 + (_LIBMVEC_2_35 if (major, minor) >= (2, 35) else ())
+libmvec_functions = libm.libmvec_functions     # (compiler/libm.py)
 
 
 # mul0 and div0 as _helpers.h defines them (its EASYAD_*_ZERO tests say where they are 0),
