@@ -25,6 +25,7 @@ from typing import Any
 from collections.abc import Iterable
 
 from easyad import _expr
+from easyad._csyntax import literal
 from easyad.compiler.dialect import Dialect
 
 
@@ -38,6 +39,12 @@ class CStyleRenderer:
     def literal(self, value: float) -> str:
         """A constant as the target reads it back exactly (inf and NaN included)."""
         return self.dialect.literal(value)
+
+    def inline(self, value: float) -> str:
+        """A number written into an expression of a loop, whatever its real type: the
+        double constant (a float loop's arithmetic reads the text it always has; inf
+        and NaN as their macros)."""
+        return literal(value)
 
     def rule_value(self, rule: str) -> str:
         return self.dialect.rule_value(rule)
@@ -79,6 +86,13 @@ class CStyleRenderer:
         """``flag`` (a statement) where the comparison's value in ``target`` is not the
         recorded one."""
         return f"if ({target} != {'1.0' if recorded != 0.0 else '0.0'}) {flag}"
+
+    def loop(self, count: int, var: str = "j", down: bool = False) -> str:
+        """The head of a loop over ``var`` in [0, count) (``down``: from the top), the
+        body to follow (a statement or a block): runs and tables of rows are run so."""
+        if down:
+            return f"for ({var} = {count - 1}; {var} >= 0; {var}--)"
+        return f"for ({var} = 0; {var} < {count}; {var}++)"
 
     def table(self, ctype: str, name: str, values: Iterable[Any], empty: str = "0",
               sep: str = ", ") -> str:

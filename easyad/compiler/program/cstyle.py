@@ -265,10 +265,9 @@ class Renderer(CStyleRenderer):
                         float(np.dtype(dt).type(number)) == number:
                     # a number (the seed, passed on by the sweep): a literal for what
                     # reads it, so the strong zeros around it simplify
-                    body.regs[(plan.r(o), index)] = repr(number) if number >= 0 \
-                        else f"({number!r})"
+                    body.regs[(plan.r(o), index)] = self.inline(number)
                     continue
-                put(o, f"({types[np.dtype(dt)]})({_expr.render(tree, self.dialect.target)})")
+                put(o, f"({types[np.dtype(dt)]})({self.expression(tree)})")
         elif op == "strided":
             offset, strides = params.offset, params.strides
             put(outs[0], self._read(body, ins.ins[0], flat_offset(shape, strides, offset, index)))
@@ -307,7 +306,7 @@ class Renderer(CStyleRenderer):
             i = float(constant.reshape(-1)[0])
         if type(i) is float:
             if math.isfinite(i):
-                return repr(i) if i >= 0 else f"({i!r})"
+                return self.inline(i)
             name = "k_" + ("nan" if math.isnan(i) else "inf" if i > 0 else "minus_inf")
             if name not in body.loads:
                 body.loads[name] = name

@@ -212,6 +212,6 @@ def _reverse_affine(P: Layout, rule: _rules.Rule, name: str, need: int,
         return
     xs = P.strided(bases[0], strides[0], True)
     ys = pow_exponent(RULE_OPCODE[name], P.strided(bases[1], strides[1], True))
-    A.lines.append(f"    for (j = {hi - lo - 1}; j >= 0; j--) {{ const double g = {g}, "
+    A.lines.append(f"    {A.r.loop(hi - lo, down=True)} {{ const double g = {g}, "
                    f"x = {xs}, y = {ys}, z = v[{lo} + j]; (void)g; (void)x; (void)y; "
                    f"(void)z; {' '.join(body)} }}\n")

@@ -150,7 +150,7 @@ class TapeRenderer(CStyleRenderer):
         get_out = "".join(f"    out[{k}] = v[{int(p)}];\n" for k, p in enumerate(P.outputs))
         first = inputs[0] if inputs else 0
         if inputs == list(range(first, first + n)) and adjoints.written[first:first + n].all():
-            get_g = f"    for (j = 0; j < {n}; j++) g[j] = 0.0 + a[{first} + j];\n"
+            get_g = f"    {self.loop(n)} g[j] = 0.0 + a[{first} + j];\n"
         else:
             get_g = "".join(f"    g[{k}] = {f'0.0 + a[{p}]' if adjoints.written[p] else '0.0'};\n"
                             for k, p in enumerate(inputs))
@@ -197,7 +197,7 @@ class TapeRenderer(CStyleRenderer):
                     fast[k] = "run"
                     break
             check = " bad = (z - z == 0.0) ? bad : 1.0;" if checked else ""
-            loop = (f"{start}for (j = 0; j < {hi - lo}; j++) {{ const double x = {fast[0]}, "
+            loop = (f"{start}{self.loop(hi - lo)} {{ const double x = {fast[0]}, "
                     f"y = {fast[1]}; (void)y; const double z = {self.rule_value(name)}(x, y); "
                     f"v[{lo} + j] = z;{chain}{check} }}")
             if not checked:

@@ -82,7 +82,7 @@ def _render_second(r: CStyleRenderer, layout: dict[str, Any], seeds: np.ndarray 
         for j, s in enumerate(inputs):
             if s < Lo:
                 src = (f"S[{j * K} + k]" if name == "hessian" else f"dir[{j}]")
-                lines.append(f"    for (k = 0; k < {k_dirs}; k++) dv[{s * k_dirs} + k] = {src};\n")
+                lines.append(f"    {r.loop(k_dirs, 'k')} dv[{s * k_dirs} + k] = {src};\n")
         steps, tables = Steps(r, P, name, max(1, Lo * k_dirs)), len(P.decls)
         for run in runs:
             if run[0] < Lo:
@@ -95,7 +95,7 @@ def _render_second(r: CStyleRenderer, layout: dict[str, Any], seeds: np.ndarray 
         out += P.decls[tables:] + steps.defs
         for j, s in enumerate(inputs):
             src = f"dadj[{s * k_dirs} + k]" if s < Lo else "0.0"
-            lines.append(f"    for (k = 0; k < {k_dirs}; k++) result[{j * k_dirs} + k] = {src};\n")
+            lines.append(f"    {r.loop(k_dirs, 'k')} result[{j * k_dirs} + k] = {src};\n")
         parts = chunks(lines)
         base = [L, 2 * L + 1, 3 * L + 1, 4 * L + 1]
         wide = max(1, Lo * k_dirs)
@@ -205,7 +205,7 @@ def _tangent_run(r: CStyleRenderer, P: Layout, run: tuple[int, ...], Lo: int, an
         dx = _tan(P, base0, k_dirs, s0)
         dy = _tan(P, base1, k_dirs, s1)
         body = _tangent_entry(r, P, rule, f"{lo} + j", x, y, need, dx, dy, k_dirs)
-        return [f"    for (j = 0; j < {hi - lo}; j++) {body}\n"]
+        return [f"    {r.loop(hi - lo)} {body}\n"]
     lines = []
     step = steps.get(op, need, k_dirs)
     for i in range(lo, hi):
@@ -285,7 +285,7 @@ def _tangent_adjoint_run(r: CStyleRenderer, P: Layout, run: tuple[int, ...], Lo:
         a = (f"{base0} + j" if s0 else str(base0)) if need & 1 else None
         b = (f"{base1} + j" if s1 else str(base1)) if need & 2 else None
         text = body(f"{lo} + j", a, b)
-        return [f"    for (j = {hi - lo - 1}; j >= 0; j--) {text}\n"] if text else []
+        return [f"    {r.loop(hi - lo, down=True)} {text}\n"] if text else []
     rows: list[str | tuple[int, int, int]] = []
     for i in range(hi - 1, lo - 1, -1):
         if not ancestors[i]:
@@ -325,7 +325,7 @@ def _row_loops(r: CStyleRenderer, P: Layout, items: list[str | tuple[int, int, i
         # the terms first (into t0, t1), then added: loops gcc vectorizes (no store may
         # alias a load), the same sums in the same order (no term reads dadj[ta], dadj[tb])
         lines.append(
-            f"    for (j = 0; j < {len(rows)}; j++) {{ const long i = {name}[3 * j], "
+            f"    {r.loop(len(rows))} {{ const long i = {name}[3 * j], "
             f"ta = {name}[3 * j + 1], tb = {name}[3 * j + 2]; const double g = 0.0 + a[i], "
             f"q0 = p0[i], q1 = p1[i]; double t0[{k_dirs}], t1[{k_dirs}]; "
             f"{IVDEP}for (k = 0; k < {k_dirs}; k++) {{ const double q = dadj[i * {k_dirs} + k]; "
