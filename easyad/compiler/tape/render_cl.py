@@ -46,8 +46,8 @@ def render_replay_kernel(arrays: dict[str, np.ndarray], inputs: list[int], outpu
 class ReplayRenderer(CStyleRenderer):
     """A scalar tape as one OpenCL kernel (see the module docstring): the VM's double."""
 
-    def __init__(self) -> None:
-        super().__init__(OpenCLDialect("double"))
+    def __init__(self, dialect: OpenCLDialect | None = None) -> None:
+        super().__init__(dialect or OpenCLDialect("double"))
 
     def render(self, arrays: dict[str, np.ndarray], inputs: list[int], output: int,
                  name: str = "easyad_replay") -> str:
