@@ -1,8 +1,11 @@
-"""How a target language spells what every renderer writes, each said once: the base of
-``compiler.program.cstyle``'s dialects (``CDialect``, ``OpenCLDialect``) and the C the
-scalar tape's renderer (``compiler.tape``) writes through ``C``.
+"""How a target language spells what every renderer writes, each said once: the dialects
+the one renderer (``compiler.cstyle.CStyleRenderer`` and its subclasses) writes through.
+``C`` (``CSpelling``) is the scalar tape's C and the base of ``compiler.program.cstyle.
+CDialect``; ``OpenCLDialect`` is the tensor programs' OpenCL and, with double, the OpenCL
+replay of a scalar tape (``compiler.tape.render_cl``).
 
-A light module (no tensor imports): the scalar renderer loads it on the first compile.
+A light module (tensor code imported only for an OpenCL preamble): the scalar renderer
+loads it on the first compile.
 
 - constants: ``literal`` (``easyad._csyntax.literal``, exact for inf and NaN, rounded as
   the language's real type reads them);
@@ -17,9 +20,8 @@ A light module (no tensor imports): the scalar renderer loads it on the first co
 
 The hierarchy: ``Dialect`` -> ``CSpelling`` (``C``: the scalar tape's C) ->
 ``compiler.program.cstyle.CDialect`` (tensor C, its vector math), and ``Dialect`` ->
-``compiler.program.cstyle.OpenCLDialect`` (real_t, ``__constant``; the OpenCL replay
-of a scalar tape uses it with double). Each is what tinygrad calls a renderer's dialect:
-a dozen lines of spellings.
+``OpenCLDialect`` (real_t, ``__constant``, its preamble). Each is what tinygrad calls a
+renderer's dialect: a few dozen lines of spellings.
 """
 from __future__ import annotations
 
