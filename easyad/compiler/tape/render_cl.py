@@ -50,7 +50,7 @@ class ReplayRenderer(CStyleRenderer):
         super().__init__(dialect or OpenCLDialect("double"))
 
     def render(self, arrays: dict[str, np.ndarray], inputs: list[int], output: int,
-                 name: str = "easyad_replay") -> str:
+               name: str = "easyad_replay") -> str:
         """OpenCL C source of the replay kernel ``name(X, x_offset, x_point, x_var, V, G,
         changed, any_changed, B, nan_on_change)``: input k of point b is
         ``X[x_offset + b*x_point + k*x_var]``; the value goes to ``V[b]``, the gradient to
