@@ -199,7 +199,7 @@ def rosenbrock(x):
 
 
 def bench_replay(ctx, device):
-    from easyad.tensor._replay_cl import ReplayKernel, replay_gradient_opencl
+    from easyad.compiler.tape.render_cl import ReplayKernel, replay_gradient_opencl
 
     n, B = 100, (10**4 if ctx.quick else 10**5)
     X = np.random.default_rng(ctx.seed).uniform(-1.0, 1.5, (B, n))

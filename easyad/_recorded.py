@@ -130,7 +130,10 @@ class TensorFunction(TensorBatches):
             from easyad.compiler.program import fused_cl
             bound = fused_cl.fused(rec.program, outputs, self._backend, self._guard_failed)
         if bound is None:
-            bound = BoundProgram(rec.program, self._backend, outputs, self._guard_failed)
+            # unfused: the same optimiser as the fused paths (folds, CSE, identities, DCE)
+            from easyad.compiler.optimiser import optimise_program
+            program, outputs = optimise_program(rec.program, outputs)
+            bound = BoundProgram(program, self._backend, outputs, self._guard_failed)
         self._bound[what] = bound
         return bound
 

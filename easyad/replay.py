@@ -270,7 +270,7 @@ class Function(Compiling, Hessians, Devices, Rows):
             if point is not None:
                 return point[1]
         self._need_scalar("gradient")
-        from easyad.tensor._replay_cl import is_device_array
+        from easyad.compiler.tape.render_cl import is_device_array
         if is_device_array(x):
             return self._opencl_resident(x, device, on_branch_change)
         X, batch = self._rows(x)

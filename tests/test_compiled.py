@@ -518,7 +518,26 @@ def test_prelude_copies_the_rule_functions_called_and_falls_back_to_the_headers(
     assert "easyad_cos_value" not in text and "easyad_sin_d0" not in text
     assert "_rule_functions.h" not in text.split("#else")[0]
     # a name nothing here declares (a new rule's libm function): the headers themselves
-    assert P.prelude(body.replace("easyad_sin_value", "tgamma")) == P.HEADERS
+    assert P.prelude(body.replace("easyad_sin_value", "j0")) == P.HEADERS
+
+
+def test_libm_is_one_table_read_by_the_prelude_the_flags_and_the_vector_math():
+    from easyad.compiler import libm
+    from easyad.compiler.program import cstyle
+    from easyad.compiler.tape import library
+    from easyad.compiler.tape import prelude as P
+    assert P.DECLARED is libm.DECLARED
+    names = [f.name for f in libm.FUNCTIONS]
+    assert len(names) == len(set(names))
+    flags = {f[len("-fno-builtin-"):] for f in library._FLAGS if f.startswith("-fno-builtin-")}
+    # IEEE 754 rounds these exactly (or they are exact): the compiler may fold them
+    exact = set("sqrt fabs floor ceil trunc round fmod copysign fmax fmin fma ldexp "
+                "frexp".split())
+    assert flags == set(names) - exact == set(libm.NOT_FOLDED)
+    assert {"tanh", "pow", "lgamma", "atan2"} <= flags
+    # libmvec's functions are libm's, none of them exact
+    assert set(cstyle.libmvec_functions()) <= set(libm.NOT_FOLDED)
+    assert set(libm._LIBMVEC_2_22 + libm._LIBMVEC_2_35) <= set(libm.NOT_FOLDED)
 
 
 @needs_cc

@@ -27,7 +27,8 @@ from easyad import _core, _csyntax, _expr
 from easyad.compiler import tape as tape_compiler
 from easyad.compiler.program import cstyle
 from easyad.compiler.tape import renderer
-from easyad.tensor import _kernels, _replay_cl
+from easyad.compiler.tape import render_cl
+from easyad.tensor import _kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 CC = tape_compiler.compiler()
@@ -162,9 +163,9 @@ def test_every_renderer_prints_through_the_one_printer():
             _csyntax.literal(abs(v), "float")
         assert float(_expr.render(_expr.Num(abs(v)), "python")) == abs(v)
     for v in DOUBLES:
-        # the scalar renderer prints through the C dialect, the tensor C renderer's base
-        assert renderer.C.literal(v) == cstyle.CDialect().literal(v) == _replay_cl._literal(v) \
-            == _csyntax.literal(v)
+        # every renderer prints through its dialect: the scalar C, tensor C, OpenCL replay
+        assert renderer.C.literal(v) == cstyle.CDialect().literal(v) \
+            == render_cl.ReplayRenderer().literal(v) == _csyntax.literal(v)
     with pytest.raises(ValueError, match="no literal"):
         _expr.render(_expr.Num(math.inf), "c")    # a macro would read back as a variable
 
@@ -318,3 +319,46 @@ def test_every_literal_is_recognised_as_one():
             assert _csyntax.is_literal(text), (v, real, text)
     for text in ("v[3]", "v[12 + j]", "v[I0[j]]", "x", "a[1]", "K[2]", "easyad_keep(0.5)"):
         assert not _csyntax.is_literal(text), text
+
+
+def _marked(base):
+    """A dialect spelling constants and the strong zero with marks (taken off again by
+    ``_unmarked``): what a renderer writes past its dialect stays unmarked."""
+    class Marked(base):
+        def literal(self, value):
+            return f"MARK_{super().literal(value)}_KRAM"
+
+        def mul0(self, a, b):
+            return f"MARK_MUL0({a}, {b})"
+    return Marked
+
+
+def _unmarked(text):
+    return text.replace("MARK_MUL0(", "mul0(").replace("MARK_", "").replace("_KRAM", "")
+
+
+def test_every_renderer_writes_constants_and_strong_zeros_through_its_dialect():
+    from easyad.compiler import dialect
+    from easyad.compiler.tape import render_cl
+
+    def f(x):
+        y = ad.where(x[0] > 0.25, ad.sin(x[0]) * x[1], -2.5 * x[1])
+        return y + 2.5 * ad.exp(x[1]) * ad.tanh(x[0] * x[1]) + ad.log1p(x[0] * x[0])
+    F = ad.record(f, np.array([0.3, 0.4]))
+    tape, inputs, outputs = tape_compiler.optimise(F.tape, F.inputs, F.outputs)
+    layout = _core._Replayer(tape, list(inputs), list(outputs))._layout()
+    # the scalar C (with its Hessian and HVP): the marked dialect's text, unmarked, is the
+    # plain text (after the prelude, which the marks' unknown names change)
+    marked = renderer.TapeRenderer(_marked(dialect.CSpelling)()).render(
+        layout, "t", np.eye(2))
+    plain = renderer.render(layout, "t", np.eye(2))
+    assert "MARK_MUL0(" in marked and "MARK_2.5_KRAM" in marked
+    assert "MARK_(-2.5)_KRAM" in marked or "MARK_0.25_KRAM" in marked
+    start = plain.index("static const double K[")
+    assert _unmarked(marked[marked.index("static const double K["):]) == plain[start:]
+    # the OpenCL replay kernel
+    marked = render_cl.ReplayRenderer(_marked(dialect.OpenCLDialect)("double")).render(
+        tape._arrays(), list(inputs), int(outputs[0]))
+    plain = render_cl.render_replay_kernel(tape._arrays(), list(inputs), int(outputs[0]))
+    assert "MARK_MUL0(" in marked and "_KRAM" in marked
+    assert _unmarked(marked) == plain

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
-from easyad.tensor._replay_cl import render_replay_kernel, replay_gradient_opencl
+from easyad.compiler.tape.render_cl import render_replay_kernel, replay_gradient_opencl
 
 # every test runs on each working OpenCL device (the opencl_device fixture, conftest.py)
 

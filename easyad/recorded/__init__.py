@@ -9,7 +9,7 @@ parts here, one concern per module, so that no file has to hold a whole class:
 - ``hessians``: the scalar Function's Hessians and Hessian-vector products (sparsity,
   colouring, the second-order program, the sweeps);
 - ``compiling``: ``Function.compile`` and the bound gradient call;
-- ``devices``: a scalar Function's gradients on OpenCL (``tensor/_replay_cl.py``);
+- ``devices``: a scalar Function's gradients on OpenCL (``compiler/tape/render_cl.py``);
 - ``files``: the ``Function.save`` file format and its validating reader;
 - ``tensor_recording``: what a TensorFunction records (its programs and their slots);
 - ``tensor_inputs``: how a TensorFunction checks and places the inputs of a call;

@@ -1,5 +1,5 @@
 """A scalar ``Function``'s gradients on an OpenCL device: every row in one kernel generated
-from the optimised tape (``tensor/_replay_cl.py``), with the C replay's branch handling;
+from the optimised tape (``compiler/tape/render_cl.py``), with the C replay's branch handling;
 device arrays in, device arrays out. A mixin of ``Function`` (``easyad/replay.py``), apart
 because it is the one part of the class that knows a device.
 """
@@ -23,7 +23,7 @@ class Devices(Rows):
         kept), from the optimised program (``easyad.compiler.tape.optimise``; the tape
         itself where that declines: user primitives, tensor nodes)."""
         from easyad.compiler import tape as tape_compiler
-        from easyad.tensor._replay_cl import ReplayKernel
+        from easyad.compiler.tape.render_cl import ReplayKernel
         kernels = self.__dict__.setdefault("_cl_kernels", {})
         key = str(device)
         if key not in kernels:

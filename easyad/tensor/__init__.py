@@ -15,8 +15,8 @@ joins, where), ``_fused`` (linear, cross_entropy, sigmoid), ``_generic`` (ad.sum
 calling the operations) -> ``_trace`` (TraceTensor) -> ``_functions`` (softmax family,
 eval_shape, ShapeDtype) -> ``_custom`` (ArrayPrimitive: user array operations, registered
 with ``easyad.primitives``). ``_parameters`` (ParameterValues: a trainable parameter's
-values on the host or a device, for nn and optim) sits on ``_devices``. ``_replay_cl``
-renders a scalar tape into one OpenCL kernel for batched gradients.
+values on the host or a device, for nn and optim) sits on ``_devices``. (A scalar tape
+rendered into one OpenCL kernel for batched gradients: ``compiler/tape/render_cl.py``.)
 
 ``linear``, ``cross_entropy`` and ``sigmoid`` are the fused operations ``easyad.nn`` uses
 (one tape entry each).

@@ -133,7 +133,7 @@ def _replay_case(device: Any) -> tuple[str, Any, Any]:
     import numpy as np
 
     import easyad as ad
-    from easyad.tensor._replay_cl import replay_gradient_opencl
+    from easyad.compiler.tape.render_cl import replay_gradient_opencl
     lst = ad.WengertList()
     a, b = lst.variable(0.7), lst.variable(0.3)
     out = ad.sin(a) * ad.exp(b) + (a ** 2.5 if a > b else b)

@@ -13,7 +13,7 @@ proven first, in a child, by the real renderers on the real backend code:
   operands of every layout: same shape, broadcast through strides, 0-d, scalar), bools and
   selects, reductions (one and several passes, axes brought together), strided gathers and
   scatters, ``take``/``put``, the matmul of the device's kind, pyopencl's fill, and for
-  ``double`` the scalar replay kernel (``_replay_cl``).
+  ``double`` the scalar replay kernel (``compiler/tape/render_cl.py``).
 - ``fused:<real>:<width>``: recorded programs fused into one OpenCL source each by
   ``compiler.program.fused_cl`` at that vector width (0: scalar kernels), after the
   vector-math check (``compiler.program.vector_cl.check_vector_math``, built only here):
@@ -58,7 +58,8 @@ _RENDERERS = ("_helpers.h", "_rules.py", "_expr.py", "tensor/_kernels.py", "tens
               "tensor/_cl_errors.py",
               "tensor/_program.py", "compiler/program/plan.py", "compiler/program/cstyle.py",
               "compiler/program/render_cl.py", "compiler/program/vector_cl.py",
-              "compiler/program/fused_cl.py", "tensor/_replay_cl.py", "tensor/_proofs.py",
+              "compiler/program/fused_cl.py", "compiler/tape/render_cl.py", "compiler/dialect.py",
+              "compiler/cstyle.py", "tensor/_proofs.py",
               "tensor/_proof_child.py")
 
 

@@ -266,8 +266,7 @@ class OpenCLRenderer(Renderer):
             dt = np.dtype(dt)
             if number is not None and dt.kind == "f" and float(dt.type(number)) == number:
                 # a literal for what reads it, as in the scalar loop
-                body.regs[(self.plan.r(o), "i")] = repr(number) if number >= 0 \
-                    else f"({number!r})"
+                body.regs[(self.plan.r(o), "i")] = self.inline(number)
                 continue
             self._lanewise_now = exact
             text, kind = self._vector_expr(body, tree)

@@ -66,9 +66,9 @@ def lowerable(ins: Instruction, p: Program) -> bool:
         target.size == 0 or (int(target.min()) >= 0 and int(target.max()) < classes))
 
 
-def _literal(value: float) -> str:
-    # repr round-trips a double; C reads it back to the same bits
-    return repr(float(value))
+# the one constant printer (exact for NaN, inf and negative numbers: the old repr() gave
+# C that does not compile for NaN or inf)
+_literal = CDialect().literal
 
 
 def render_forward(ins: Instruction, p: Program, number: int, target_slot: int) -> Lowered:

@@ -1,5 +1,6 @@
 """The reverse sweep as C (``Adjoints``, ``reverse_run``): the adjoints in the VM's order, so
-sums round alike, with the adjoints known when rendering written as literals."""
+sums round alike, with the adjoints known when rendering written as literals; spelt
+through the tape renderer (``compiler.cstyle.CStyleRenderer``) whose sweep it is."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +9,7 @@ import struct
 import numpy as np
 
 from easyad import _expr, _rules, _tapeview
-from easyad.compiler.dialect import C
+from easyad.compiler.cstyle import CStyleRenderer
 from easyad.compiler.tape.layout import Layout, pow_exponent
 from easyad.compiler.tape.opcodes import RULE_OF, RULE_OPCODE, SELECT_OP
 
@@ -28,7 +29,8 @@ class Adjoints:
     operations in the same order) and written into the code as literals; a slot is stored
     (``settle``) only where code reads it from memory."""
 
-    def __init__(self, P: Layout, output: int) -> None:
+    def __init__(self, P: Layout, output: int, renderer: CStyleRenderer) -> None:
+        self.r = renderer
         self.written = np.zeros(P.L + 1, dtype=bool)
         self.known: dict[int, float] = {output: 1.0}
         self.lines: list[str] = []
@@ -36,7 +38,7 @@ class Adjoints:
 
     def g(self, i: int) -> str:
         """The adjoint of slot i as C: its literal where known."""
-        return C.literal(self.known[i]) if i in self.known else f"a[{i}]"
+        return self.r.literal(self.known[i]) if i in self.known else f"a[{i}]"
 
     def add(self, target: int, term: str, value: float | None = None) -> str:
         """target's adjoint grows by term (value: the term's number, where known)."""
@@ -44,9 +46,9 @@ class Adjoints:
             if value is not None:
                 self.known[target] = self.known[target] + value
                 return ""
-            return f"a[{target}] = {C.literal(self.known.pop(target))} + {term};"
+            return f"a[{target}] = {self.r.literal(self.known.pop(target))} + {term};"
         if self.written[target]:
-            return f"a[{target}] += {C.literal(value) if value is not None else term};"
+            return f"a[{target}] += {self.r.literal(value) if value is not None else term};"
         self.written[target] = True
         if value is not None:
             self.known[target] = value
@@ -57,7 +59,7 @@ class Adjoints:
         """Slots code reads or adds to in memory: stored (0 where not written yet)."""
         for t in targets:
             if t in self.known:
-                self.lines.append(f"    a[{t}] = {C.literal(self.known.pop(t))};\n")
+                self.lines.append(f"    a[{t}] = {self.r.literal(self.known.pop(t))};\n")
             elif not self.written[t]:
                 self.lines.append(f"    a[{t}] = 0.0;\n")
                 self.written[t] = True
@@ -83,19 +85,19 @@ class Adjoints:
         return [(s, e, None if b is None else struct.unpack("<d", b)[0]) for s, e, b in pieces]
 
 
-def _contribution(rule: _rules.Rule, k: int, call: str) -> str | None:
+def _contribution(r: CStyleRenderer, rule: _rules.Rule, k: int, call: str) -> str | None:
     """What operand k's adjoint grows by: the table's constant partial as written, any
     other through mul0 (the strong zero), None for a 0 partial."""
     c = _fixed_partial(rule.name, k)
     if c == 0.0:
         return None
     if c is None:
-        return C.mul0(call, "g")
+        return r.mul0(call, "g")
     if c == 1.0:
         return "g"
     if c == -1.0:
         return "-g"
-    return f"{C.literal(c)} * g"
+    return f"{r.literal(c)} * g"
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,7 +168,7 @@ def reverse_run(P: Layout, run: tuple[int, ...], ancestors: np.ndarray,
         for k in (0, 1):
             if args[k] < 0:
                 continue
-            t = _contribution(rule, k, f"{C.rule_partial(name, k)}({x}, {y}, v[{i}])")
+            t = _contribution(A.r, rule, k, f"{A.r.rule_partial(name, k)}({x}, {y}, v[{i}])")
             if t is not None:
                 body.append(A.add(args[k], t, _known_term(rule, k, fixed, g)))
         body = [b for b in body if b]
@@ -180,8 +182,8 @@ def _reverse_affine(P: Layout, rule: _rules.Rule, name: str, need: int,
                     A: Adjoints) -> None:
     """One piece [lo, hi) of an affine run's reverse loop, its adjoint read from a[] or
     (known) one literal; bases: the operands' first slots at this piece's start."""
-    g = f"a[{lo} + j]" if known is None else C.literal(known)
-    terms = {k: _contribution(rule, k, f"{C.rule_partial(name, k)}(x, y, z)")
+    g = f"a[{lo} + j]" if known is None else A.r.literal(known)
+    terms = {k: _contribution(A.r, rule, k, f"{A.r.rule_partial(name, k)}(x, y, z)")
              for k in (0, 1) if need >> k & 1}
     values = {k: _known_term(rule, k, fixed, known) for k in terms}
     spans = {k: range(bases[k], bases[k] + (hi - lo)) if strides[k] else
@@ -210,6 +212,6 @@ def _reverse_affine(P: Layout, rule: _rules.Rule, name: str, need: int,
         return
     xs = P.strided(bases[0], strides[0], True)
     ys = pow_exponent(RULE_OPCODE[name], P.strided(bases[1], strides[1], True))
-    A.lines.append(f"    for (j = {hi - lo - 1}; j >= 0; j--) {{ const double g = {g}, "
+    A.lines.append(f"    {A.r.loop(hi - lo, down=True)} {{ const double g = {g}, "
                    f"x = {xs}, y = {ys}, z = v[{lo} + j]; (void)g; (void)x; (void)y; "
                    f"(void)z; {' '.join(body)} }}\n")

@@ -35,6 +35,7 @@ from typing import Any
 
 from easyad import _cache
 from easyad._version import __version__
+from easyad.compiler import libm
 from easyad.errors import CompilerWarning
 
 _FORMAT = 5                       # bump when the rendered C changes meaning (5: no libm folds)
@@ -46,9 +47,8 @@ _FORMAT = 5                       # bump when the rendered C changes meaning (5:
 # (MPFR), where glibc's run-time result may be an ulp away: a value reaching tanh through a
 # select with a constant operand (fmin(x, c): gcc threads the branch where it is c) came
 # out an ulp from the VM's. Only functions that libm does not round correctly are listed
-# (sqrt, fabs, floor... stay builtins: their folds are exact).
-_NOT_FOLDED = ("sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh exp exp2 expm1 "
-               "log log2 log10 log1p cbrt erf erfc lgamma tgamma pow atan2 hypot").split()
+# (sqrt, fabs, floor... stay builtins: their folds are exact; compiler/libm.py says which).
+_NOT_FOLDED = libm.NOT_FOLDED          # (the table of libm functions: compiler/libm.py)
 _FLAGS = ("-fPIC", "-shared", "-fno-trapping-math", "-fno-math-errno", "-ffp-contract=off",
           "-fno-tree-slp-vectorize", "-std=gnu99", "-w",
           *(f"-fno-builtin-{f}" for f in _NOT_FOLDED))

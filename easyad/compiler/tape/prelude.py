@@ -12,15 +12,10 @@ import functools
 import os
 import re
 
+from easyad.compiler import libm
 from easyad.compiler.tape import library
 
-_UNARY = ("sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh exp exp2 expm1 log "
-          "log2 log10 log1p sqrt cbrt fabs erf erfc lgamma floor ceil trunc round").split()
-_BINARY = "pow atan2 hypot fmod copysign fmax fmin".split()
-DECLARED = {**{f: f"double {f}(double);" for f in _UNARY},
-            **{f: f"double {f}(double, double);" for f in _BINARY},
-            "fma": "double fma(double, double, double);", "ldexp": "double ldexp(double, int);",
-            "frexp": "double frexp(double, int*);"}
+DECLARED = libm.DECLARED      # libm's declarations, from the one table of them
 # <math.h>'s classification macros and constants, as glibc spells them for gcc
 _MACROS = ("#define isnan(x) __builtin_isnan(x)\n#define isinf(x) __builtin_isinf_sign(x)\n"
            "#define isfinite(x) __builtin_isfinite(x)\n#define NAN (__builtin_nanf(\"\"))\n"

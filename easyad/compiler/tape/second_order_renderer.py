@@ -11,12 +11,29 @@ from typing import Any
 import numpy as np
 
 from easyad import _expr, _rules, _tapeview
-from easyad.compiler.dialect import C
+from easyad.compiler.cstyle import CStyleRenderer
+from easyad.compiler.dialect import C, Dialect
 from easyad.compiler.tape.layout import Layout, chunks, output_ancestors, pow_exponent
 from easyad.compiler.tape.opcodes import RULE_OF, SELECT_OP
 
 
-def render_second(layout: dict[str, Any], seeds: np.ndarray | None, n_rev: int) -> str:
+class SecondOrderRenderer(CStyleRenderer):
+    """The Hessian's and HVP's C (``render_second``), written through the one renderer's
+    statements and its dialect; the functions below are its parts, given it as ``r``."""
+
+    def render_second(self, layout: dict[str, Any], seeds: np.ndarray | None,
+                      n_rev: int) -> str:
+        return _render_second(self, layout, seeds, n_rev)
+
+
+def render_second(layout: dict[str, Any], seeds: np.ndarray | None, n_rev: int,
+                  dialect: Dialect = C) -> str:
+    """``SecondOrderRenderer(dialect).render_second``: see ``_render_second``."""
+    return SecondOrderRenderer(dialect).render_second(layout, seeds, n_rev)
+
+
+def _render_second(r: CStyleRenderer, layout: dict[str, Any], seeds: np.ndarray | None,
+                   n_rev: int) -> str:
     """C of the Hessian and the HVP, appended to ``render``'s source (which defines
     ``forward``, ``rev*`` and includes the headers): the VM's forward-over-reverse sweep
     (``_second_order_row``, ``easyad_rule_tangents_run``) as C (``Steps``, ``_row_loops``;
@@ -44,12 +61,11 @@ def render_second(layout: dict[str, Any], seeds: np.ndarray | None, n_rev: int) 
     sweep = seeds is not None
     if seeds is None:
         seeds = np.zeros((len(inputs), 1))
-    n, K = len(inputs), int(seeds.shape[1])
+    K = int(seeds.shape[1])
     # (-O1 for these functions alone, by attribute, was tried: gcc then inlines none of
     # _ops.h's functions into them, 3x slower; -O1 for the whole file costs the gradient)
     out = [f"\n/* second order: {K} seed directions (Hessian), 1 given (HVP) */\n",
-           f"static const double S[{max(1, n * K)}] = "
-           f"{{{', '.join(C.literal(float(c)) for c in seeds.ravel()) or '0.0'}}};\n",
+           r.table("double", "S", (r.literal(float(c)) for c in seeds.ravel()), "0.0"),
            f"static const double Z[{max(1, K)}] = {{0.0}};   /* a constant's tangents */\n"]
     for name, k_dirs in (("hessian", K), ("hvp", 1)):
         if name == "hessian" and not sweep:
@@ -66,20 +82,20 @@ def render_second(layout: dict[str, Any], seeds: np.ndarray | None, n_rev: int) 
         for j, s in enumerate(inputs):
             if s < Lo:
                 src = (f"S[{j * K} + k]" if name == "hessian" else f"dir[{j}]")
-                lines.append(f"    for (k = 0; k < {k_dirs}; k++) dv[{s * k_dirs} + k] = {src};\n")
-        steps, tables = Steps(P, name, max(1, Lo * k_dirs)), len(P.decls)
+                lines.append(f"    {r.loop(k_dirs, 'k')} dv[{s * k_dirs} + k] = {src};\n")
+        steps, tables = Steps(r, P, name, max(1, Lo * k_dirs)), len(P.decls)
         for run in runs:
             if run[0] < Lo:
-                lines += _tangent_run(P, run, Lo, ancestors, k_dirs, steps)
+                lines += _tangent_run(r, P, run, Lo, ancestors, k_dirs, steps)
         items: list[str | tuple[int, int, int]] = []
         for run in reversed(runs):
             if run[0] < Lo:
-                items += _tangent_adjoint_run(P, run, Lo, ancestors, k_dirs)
-        lines += _row_loops(P, items, k_dirs)
+                items += _tangent_adjoint_run(r, P, run, Lo, ancestors, k_dirs)
+        lines += _row_loops(r, P, items, k_dirs)
         out += P.decls[tables:] + steps.defs
         for j, s in enumerate(inputs):
             src = f"dadj[{s * k_dirs} + k]" if s < Lo else "0.0"
-            lines.append(f"    for (k = 0; k < {k_dirs}; k++) result[{j * k_dirs} + k] = {src};\n")
+            lines.append(f"    {r.loop(k_dirs, 'k')} result[{j * k_dirs} + k] = {src};\n")
         parts = chunks(lines)
         base = [L, 2 * L + 1, 3 * L + 1, 4 * L + 1]
         wide = max(1, Lo * k_dirs)
@@ -127,7 +143,7 @@ def _tan(P: Layout, s: int, k_dirs: int, stride: int = 0) -> str:
     return f"dv[{s * k_dirs} + k]"
 
 
-def _tangent_entry(P: Layout, rule: _rules.Rule | None, i: str, x: str, y: str,
+def _tangent_entry(r: CStyleRenderer, P: Layout, rule: _rules.Rule | None, i: str, x: str, y: str,
                    need: int, dx: str, dy: str, k_dirs: int) -> str:
     """One entry's partials and tangents (value, partials) in k_dirs directions."""
     if rule is None:       # a select: x, y its operands' tangents' sources, condition in need
@@ -139,20 +155,20 @@ def _tangent_entry(P: Layout, rule: _rules.Rule | None, i: str, x: str, y: str,
             q.append("0.0")
             continue
         c = _expr.constant(rule.partials[k])
-        q.append(C.literal(c) if c is not None else f"{C.rule_partial(name, k)}(x, y, z)")
-    t0 = f"{C.rule_tangent(name, 0)}(x, y, z, dx, dy, dz)" if need & 1 else "0.0"
-    t1 = f"{C.rule_tangent(name, 1)}(x, y, z, dx, dy, dz)" if need & 2 and rule.arity > 1 \
+        q.append(r.literal(c) if c is not None else f"{r.rule_partial(name, k)}(x, y, z)")
+    t0 = f"{r.rule_tangent(name, 0)}(x, y, z, dx, dy, dz)" if need & 1 else "0.0"
+    t1 = f"{r.rule_tangent(name, 1)}(x, y, z, dx, dy, dz)" if need & 2 and rule.arity > 1 \
         else "0.0"
     return (f"{{ const double x = {x}, y = {y}, z = v[{i}]; (void)x; (void)y; (void)z; "
             f"const double q0 = {q[0]}, q1 = {q[1]}; p0[{i}] = q0; p1[{i}] = q1; "
             f"for (k = 0; k < {k_dirs}; k++) {{ const double dx = {dx if need & 1 else '0.0'}, "
             f"dy = {dy if need & 2 else '0.0'}; (void)dx; (void)dy; "
-            f"const double dz = {C.mul0('q0', 'dx')} + {C.mul0('q1', 'dy')}; "
+            f"const double dz = {r.mul0('q0', 'dx')} + {r.mul0('q1', 'dy')}; "
             f"dv[({i}) * {k_dirs} + k] = dz; "
             f"dp0[({i}) * {k_dirs} + k] = {t0}; dp1[({i}) * {k_dirs} + k] = {t1}; }} }}")
 
 
-def _tangent_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray,
+def _tangent_run(r: CStyleRenderer, P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray,
                  k_dirs: int, steps: Steps) -> list[str]:
     lo, hi, op, need, affine, base0, base1 = run
     hi = min(hi, Lo)
@@ -173,7 +189,7 @@ def _tangent_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray
                     f"    {{ const double q0 = (v[{c}] != 0.0) ? 1.0 : 0.0, q1 = (v[{c}] != 0.0)"
                     f" ? 0.0 : 1.0; p0[{i}] = q0; p1[{i}] = q1; for (k = 0; k < {k_dirs}; k++)"
                     f" {{ const double dx = {dx}, dy = {dy}; const double dz = "
-                    f"{C.mul0('q0', 'dx')} + {C.mul0('q1', 'dy')}; dv[{i * k_dirs} + k] = dz; "
+                    f"{r.mul0('q0', 'dx')} + {r.mul0('q1', 'dy')}; dv[{i * k_dirs} + k] = dz; "
                     f"dp0[{i * k_dirs} + k] = 0.0; "
                     f"dp1[{i * k_dirs} + k] = 0.0; }} }}\n")
             else:                      # comparisons: no tangents, partials 0
@@ -188,8 +204,8 @@ def _tangent_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray
         y = pow_exponent(op, P.strided(base1, s1, bool(need & 2)))
         dx = _tan(P, base0, k_dirs, s0)
         dy = _tan(P, base1, k_dirs, s1)
-        body = _tangent_entry(P, rule, f"{lo} + j", x, y, need, dx, dy, k_dirs)
-        return [f"    for (j = 0; j < {hi - lo}; j++) {body}\n"]
+        body = _tangent_entry(r, P, rule, f"{lo} + j", x, y, need, dx, dy, k_dirs)
+        return [f"    {r.loop(hi - lo)} {body}\n"]
     lines = []
     step = steps.get(op, need, k_dirs)
     for i in range(lo, hi):
@@ -217,8 +233,8 @@ class Steps:
     a few bytes per entry (a smaller, faster Hessian). The same expressions, in the same
     order, as the per-entry statements: the VM's bits."""
 
-    def __init__(self, P: Layout, prefix: str, wide: int) -> None:
-        self.P, self.prefix, self.wide = P, prefix, wide
+    def __init__(self, r: CStyleRenderer, P: Layout, prefix: str, wide: int) -> None:
+        self.r, self.P, self.prefix, self.wide = r, P, prefix, wide
         self.made: dict[tuple[int, int], str] = {}
         self.defs: list[str] = []
 
@@ -226,7 +242,7 @@ class Steps:
         name = f"{self.prefix}_t{op}_{need}"
         if (op, need) not in self.made:
             self.made[op, need] = name
-            body = _tangent_entry(self.P, RULE_OF[op], "0", "x0", "y0", need, "dxs[k]",
+            body = _tangent_entry(self.r, self.P, RULE_OF[op], "0", "x0", "y0", need, "dxs[k]",
                                   "dys[k]", k_dirs)
             # _tangent_entry's statements, with p0/p1/dv/dp0/dp1 rebased on this entry
             body = (body.replace("x = x0, y = y0, z = v[0]", "x = x0, y = y0, z = z0")
@@ -242,8 +258,8 @@ class Steps:
         return name
 
 
-def _tangent_adjoint_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray,
-                         k_dirs: int) -> list[str | tuple[int, int, int]]:
+def _tangent_adjoint_run(r: CStyleRenderer, P: Layout, run: tuple[int, ...], Lo: int,
+                         ancestors: np.ndarray, k_dirs: int) -> list[str | tuple[int, int, int]]:
     """The adjoints' tangents of a run's entries, in reverse position order (the VM's):
     an affine run's loop, the others' rows (entry, operand, operand) for ``_row_loops``."""
     lo, hi, op, need, affine, base0, base1 = run
@@ -256,8 +272,8 @@ def _tangent_adjoint_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np
         for target, k in ((a, 0), (b, 1)):
             if target is not None:
                 adds.append(f"dadj[({target}) * {k_dirs} + k] += "
-                            f"{C.mul0(f'dp{k}[({i}) * {k_dirs} + k]', 'g')} + "
-                            f"{C.mul0(f'q{k}', 'q')};")
+                            f"{r.mul0(f'dp{k}[({i}) * {k_dirs} + k]', 'g')} + "
+                            f"{r.mul0(f'q{k}', 'q')};")
         if not adds:
             return ""
         return (f"{{ const double g = 0.0 + a[{i}], q0 = p0[{i}], q1 = p1[{i}]; (void)q0; "
@@ -269,7 +285,7 @@ def _tangent_adjoint_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np
         a = (f"{base0} + j" if s0 else str(base0)) if need & 1 else None
         b = (f"{base1} + j" if s1 else str(base1)) if need & 2 else None
         text = body(f"{lo} + j", a, b)
-        return [f"    for (j = {hi - lo - 1}; j >= 0; j--) {text}\n"] if text else []
+        return [f"    {r.loop(hi - lo, down=True)} {text}\n"] if text else []
     rows: list[str | tuple[int, int, int]] = []
     for i in range(hi - 1, lo - 1, -1):
         if not ancestors[i]:
@@ -288,7 +304,8 @@ def _tangent_adjoint_run(P: Layout, run: tuple[int, ...], Lo: int, ancestors: np
 IVDEP = '_Pragma("GCC ivdep") _Pragma("GCC unroll 1") '
 
 
-def _row_loops(P: Layout, items: list[str | tuple[int, int, int]], k_dirs: int) -> list[str]:
+def _row_loops(r: CStyleRenderer, P: Layout, items: list[str | tuple[int, int, int]],
+               k_dirs: int) -> list[str]:
     """The reverse sweep's statements, its entries' rows (i, a, b) run as loops over tables
     (``P.decls``), in order: the same sums in the same order as a statement per entry,
     compiled once (the terms of a missing operand are added to the spare row, Lo)."""
@@ -304,17 +321,16 @@ def _row_loops(P: Layout, items: list[str | tuple[int, int, int]], k_dirs: int) 
             rows.append(items[k])
             k += 1
         name = f"R{len(P.decls)}"
-        P.decls.append(f"static const int32_t {name}[{3 * len(rows)}] = "
-                       f"{{{','.join(str(x) for row in rows for x in row)}}};\n")
+        P.decls.append(r.table("int32_t", name, (x for row in rows for x in row), sep=","))
         # the terms first (into t0, t1), then added: loops gcc vectorizes (no store may
         # alias a load), the same sums in the same order (no term reads dadj[ta], dadj[tb])
         lines.append(
-            f"    for (j = 0; j < {len(rows)}; j++) {{ const long i = {name}[3 * j], "
+            f"    {r.loop(len(rows))} {{ const long i = {name}[3 * j], "
             f"ta = {name}[3 * j + 1], tb = {name}[3 * j + 2]; const double g = 0.0 + a[i], "
             f"q0 = p0[i], q1 = p1[i]; double t0[{k_dirs}], t1[{k_dirs}]; "
             f"{IVDEP}for (k = 0; k < {k_dirs}; k++) {{ const double q = dadj[i * {k_dirs} + k]; "
-            f"t0[k] = {C.mul0(f'dp0[i * {k_dirs} + k]', 'g')} + {C.mul0('q0', 'q')}; "
-            f"t1[k] = {C.mul0(f'dp1[i * {k_dirs} + k]', 'g')} + {C.mul0('q1', 'q')}; }} "
+            f"t0[k] = {r.mul0(f'dp0[i * {k_dirs} + k]', 'g')} + {r.mul0('q0', 'q')}; "
+            f"t1[k] = {r.mul0(f'dp1[i * {k_dirs} + k]', 'g')} + {r.mul0('q1', 'q')}; }} "
             f"{IVDEP}for (k = 0; k < {k_dirs}; k++) dadj[ta * {k_dirs} + k] += t0[k]; "
             f"{IVDEP}for (k = 0; k < {k_dirs}; k++) dadj[tb * {k_dirs} + k] += t1[k]; }}\n")
     return lines

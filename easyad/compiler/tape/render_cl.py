@@ -1,14 +1,16 @@
 """Replay of a scalar tape on OpenCL: one straight-line kernel, one work-item per point.
 
-Sits above the core and ``compiler.tape`` (``Function.gradient(..., device="opencl")`` in
-``replay.py`` hands it the program ``compiler.tape.optimise`` makes, the one
-``F.compile(optimise=True)`` renders to C: constants folded, common subexpressions
-shared, exact identities, dead entries dropped). ``render_replay_kernel`` turns the entries
+``Function.gradient(..., device="opencl")`` (``recorded/devices.py``) hands it the program
+``compiler.tape.optimise`` makes, the one ``F.compile(optimise=True)`` renders to C:
+constants folded, common subexpressions shared, exact identities, dead entries dropped.
+``ReplayRenderer`` (``render_replay_kernel``), a ``compiler.cstyle.CStyleRenderer`` with
+the OpenCL dialect (``compiler.dialect.OpenCLDialect``, real_t double), turns the entries
 of a WengertList (``lst._arrays()``) into OpenCL C: a forward pass that recomputes every
-value and every partial the gradient needs, from the rule table's expression strings (each
-entry becomes ``{ x = ..; y = ..; v = value; p0 = partial0; .. }`` with the rule's text
-verbatim), then the reverse pass ``a[arg] += mul0(partial, a[entry])`` in reverse order,
-as the core's sweep does (``mul0``: the strong zero, 0 * inf = 0). Comparisons are
+value and every partial the gradient needs, from the rule table's expressions rendered
+for the dialect (each entry becomes ``{ x = ..; y = ..; v = value; p0 = partial0; .. }``),
+then the reverse pass ``a[arg] += mul0(partial, a[entry])`` in reverse order, as the
+core's sweep does (``mul0``: the strong zero, 0 * inf = 0). Constants, comparisons,
+selects, guards and the strong zero are the one renderer's. Comparisons are
 evaluated again; a guard (Python branched on it) whose outcome differs from the recorded
 one sets the point's ``branch_changed`` flag (and one flag for the whole batch, so the host
 reads 4 bytes to learn whether any point changed), and a select follows its re-evaluated
@@ -28,110 +30,121 @@ from typing import Any
 
 import numpy as np
 
-from easyad._csyntax import literal
 from easyad._tapeview import COMPARE, CONSTANT, GUARD, RULE, SELECT, VARIABLE, TapeView
-from easyad.tensor import _kernels as kernels
+from easyad.compiler.cstyle import CStyleRenderer
+from easyad.compiler.dialect import OpenCLDialect
 
 _SCALARS = [None, np.int64, np.int64, np.int64, None, None, None, None, np.int64, np.int32]
 
 
-_literal = literal     # the one constant printer of the C-family targets (_csyntax)
-
-
 def render_replay_kernel(arrays: dict[str, np.ndarray], inputs: list[int], output: int,
                          name: str = "easyad_replay") -> str:
-    """OpenCL C source of the replay kernel ``name(X, x_offset, x_point, x_var, V, G,
-    changed, any_changed, B, nan_on_change)``: input k of point b is
-    ``X[x_offset + b*x_point + k*x_var]``; the value goes to ``V[b]``, the gradient to
-    ``G[k*B + b]`` (variable-major), the changed-branch flag to ``changed[b]``, and
-    ``any_changed[0]`` is or-ed with 1 when a point's branch changed. With
-    ``nan_on_change`` such a point's value and gradient are NaN."""
-    view = TapeView.of_arrays(arrays)
-    position = {int(e): k for k, e in enumerate(inputs)}
-    # values needed: ancestors of the output and of every guard (also those after it);
-    # the gradient flows through the output's ancestors that depend on an input
-    valued = view.ancestors([output, *view.guards()])
-    flowing = view.ancestors([output])
-    active: set[int] = set()
-    for i in range(output + 1):
-        if view.kind(i) in (COMPARE, GUARD):
-            continue   # a comparison's outcome is piecewise constant: no gradient through it
-        if i in position or (i in flowing and any(
-                view.operand(i, k) in active for k in (0, 1))):
-            active.add(i)
-    active &= flowing
-    forward, reverse = [], []
+    """``ReplayRenderer().render``: see there."""
+    return ReplayRenderer().render(arrays, inputs, output, name)
 
-    def operand(i: int, k: int) -> str:
-        j = view.operand(i, k)
-        return f"v{j}" if j >= 0 else _literal(view.constant(i, k))
 
-    for i in range(len(view)):  # guards after the output are evaluated too
-        if i not in valued:
-            continue
-        kind = view.kind(i)
-        a, b = view.operand(i, 0), view.operand(i, 1)
-        recorded = _literal(float(view.values[i]))
-        if kind == VARIABLE:
-            value = f"X[x_offset + row * x_point + {position[i]} * x_var]" \
-                if i in position else recorded
-            forward.append(f"    const double v{i} = {value};")
-        elif kind == CONSTANT:
-            forward.append(f"    const double v{i} = {recorded};")
-        elif kind in (COMPARE, GUARD):
-            x, y = operand(i, 0), operand(i, 1)
-            forward.append(f"    const double v{i} = ({x} {view.symbol(i)} {y}) ? 1.0 : 0.0;")
-            if kind == GUARD:
-                forward.append(f"    if (v{i} != {recorded}) changed = 1;")
-        elif kind == SELECT:
-            x, y, c = operand(i, 0), operand(i, 1), view.condition(i)
-            forward.append(f"    const double v{i} = (v{c} != 0.0) ? {x} : {y};")
-            if i in active:
-                forward.append(f"    const double p0_{i} = (v{c} != 0.0) ? 1.0 : 0.0;")
-                forward.append(f"    const double p1_{i} = 1.0 - p0_{i};")
-        elif kind == RULE:
-            rule = view.rule(i)
-            x = operand(i, 0)
-            y = operand(i, 1) if rule.arity == 2 else "0.0"
-            lines = [f"const double x = {x};", f"const double y = {y};",
-                     f"const double z = {rule.value};", f"v{i} = z;"]
-            for k, (arg, partial) in enumerate(zip((a, b), rule.partials)):
-                if i in active and arg in active:
-                    lines.append(f"p{k}_{i} = {partial};")
-            declared = [f"v{i}"] + [f"p{k}_{i}" for k, arg in enumerate((a, b)[:rule.arity])
-                                    if i in active and arg in active]
-            forward.append(f"    double {', '.join(declared)};")
-            forward.append("    { " + " ".join(lines) + " (void)y; }")
-        else:
-            raise NotImplementedError(
-                f"entry {i} is a {view.name(i)!r} operation, which OpenCL replay does not "
-                f"run (only scalar rule operations, comparisons and selects)")
-    order = sorted(active)
-    if output in active:
-        reverse.append("    double " + ", ".join(f"a{i} = 0.0" for i in order) + ";")
-        reverse.append(f"    a{output} = 1.0;")
-        for i in reversed(order):
-            if view.kind(i) == VARIABLE:
+class ReplayRenderer(CStyleRenderer):
+    """A scalar tape as one OpenCL kernel (see the module docstring): the VM's double."""
+
+    def __init__(self, dialect: OpenCLDialect | None = None) -> None:
+        super().__init__(dialect or OpenCLDialect("double"))
+
+    def render(self, arrays: dict[str, np.ndarray], inputs: list[int], output: int,
+               name: str = "easyad_replay") -> str:
+        """OpenCL C source of the replay kernel ``name(X, x_offset, x_point, x_var, V, G,
+        changed, any_changed, B, nan_on_change)``: input k of point b is
+        ``X[x_offset + b*x_point + k*x_var]``; the value goes to ``V[b]``, the gradient to
+        ``G[k*B + b]`` (variable-major), the changed-branch flag to ``changed[b]``, and
+        ``any_changed[0]`` is or-ed with 1 when a point's branch changed. With
+        ``nan_on_change`` such a point's value and gradient are NaN."""
+        view = TapeView.of_arrays(arrays)
+        position = {int(e): k for k, e in enumerate(inputs)}
+        # values needed: ancestors of the output and of every guard (also those after it);
+        # the gradient flows through the output's ancestors that depend on an input
+        valued = view.ancestors([output, *view.guards()])
+        flowing = view.ancestors([output])
+        active: set[int] = set()
+        for i in range(output + 1):
+            if view.kind(i) in (COMPARE, GUARD):
+                continue   # a comparison's outcome is piecewise constant: no gradient through it
+            if i in position or (i in flowing and any(
+                    view.operand(i, k) in active for k in (0, 1))):
+                active.add(i)
+        active &= flowing
+        forward, reverse = [], []
+
+        def operand(i: int, k: int) -> str:
+            j = view.operand(i, k)
+            return f"v{j}" if j >= 0 else self.literal(view.constant(i, k))
+
+        for i in range(len(view)):  # guards after the output are evaluated too
+            if i not in valued:
                 continue
-            for k, arg in enumerate((view.operand(i, 0), view.operand(i, 1))):
-                if arg in active:
-                    reverse.append(f"    a{arg} += mul0(p{k}_{i}, a{i});")
-    grads = [f"    G[{k} * B + row] = bad ? NAN : "
-             f"{f'a{e}' if e in active and output in active else '0.0'};"
-             for k, e in enumerate(int(e) for e in inputs)]
-    return (kernels.preamble("double")
-            + f"__kernel void {name}(__global const double* restrict X, const long x_offset,"
-              " const long x_point, const long x_var, __global double* restrict V,"
-              " __global double* restrict G, __global uchar* restrict changed_out,"
-              " __global volatile int* any_changed, const long B, const int nan_on_change)\n"
-              "{\n"
-              "    const long row = get_global_id(0);\n    if (row >= B) return;\n"
-              "    uchar changed = 0;\n"
-            + "\n".join(forward + reverse)
-            + "\n    if (changed) atomic_or(any_changed, 1);\n"
-              "    const int bad = changed && nan_on_change;\n"
-            + "\n".join(grads)
-            + f"\n    V[row] = bad ? NAN : v{output};\n    changed_out[row] = changed;\n}}\n")
+            kind = view.kind(i)
+            a, b = view.operand(i, 0), view.operand(i, 1)
+            recorded = self.literal(float(view.values[i]))
+            if kind == VARIABLE:
+                value = f"X[x_offset + row * x_point + {position[i]} * x_var]" \
+                    if i in position else recorded
+                forward.append(f"    const double v{i} = {value};")
+            elif kind == CONSTANT:
+                forward.append(f"    const double v{i} = {recorded};")
+            elif kind in (COMPARE, GUARD):
+                x, y = operand(i, 0), operand(i, 1)
+                forward.append(f"    const double v{i} = {self.compare(x, view.symbol(i), y)};")
+                if kind == GUARD:
+                    check = self.guard_check(f"v{i}", view.values[i], "changed = 1;")
+                    forward.append(f"    {check}")
+            elif kind == SELECT:
+                x, y, c = operand(i, 0), operand(i, 1), view.condition(i)
+                forward.append(f"    const double v{i} = {self.select(f'v{c}', x, y)};")
+                if i in active:
+                    taken = self.select(f"v{c}", "1.0", "0.0")
+                    forward.append(f"    const double p0_{i} = {taken};")
+                    forward.append(f"    const double p1_{i} = 1.0 - p0_{i};")
+            elif kind == RULE:
+                rule = view.rule(i)
+                x = operand(i, 0)
+                y = operand(i, 1) if rule.arity == 2 else "0.0"
+                lines = [f"const double x = {x};", f"const double y = {y};",
+                         f"const double z = {self.expression(rule.value)};", f"v{i} = z;"]
+                for k, (arg, partial) in enumerate(zip((a, b), rule.partials)):
+                    if i in active and arg in active:
+                        lines.append(f"p{k}_{i} = {self.expression(partial)};")
+                declared = [f"v{i}"] + [f"p{k}_{i}" for k, arg in enumerate((a, b)[:rule.arity])
+                                        if i in active and arg in active]
+                forward.append(f"    double {', '.join(declared)};")
+                forward.append("    { " + " ".join(lines) + " (void)y; }")
+            else:
+                raise NotImplementedError(
+                    f"entry {i} is a {view.name(i)!r} operation, which OpenCL replay does not "
+                    f"run (only scalar rule operations, comparisons and selects)")
+        order = sorted(active)
+        if output in active:
+            reverse.append("    double " + ", ".join(f"a{i} = 0.0" for i in order) + ";")
+            reverse.append(f"    a{output} = 1.0;")
+            for i in reversed(order):
+                if view.kind(i) == VARIABLE:
+                    continue
+                for k, arg in enumerate((view.operand(i, 0), view.operand(i, 1))):
+                    if arg in active:
+                        reverse.append(f"    a{arg} += {self.mul0(f'p{k}_{i}', f'a{i}')};")
+        grads = [f"    G[{k} * B + row] = bad ? NAN : "
+                 f"{f'a{e}' if e in active and output in active else '0.0'};"
+                 for k, e in enumerate(int(e) for e in inputs)]
+        return (self.dialect.preamble()
+                + f"__kernel void {name}(__global const double* restrict X, const long x_offset,"
+                  " const long x_point, const long x_var, __global double* restrict V,"
+                  " __global double* restrict G, __global uchar* restrict changed_out,"
+                  " __global volatile int* any_changed, const long B, const int nan_on_change)\n"
+                  "{\n"
+                  "    const long row = get_global_id(0);\n    if (row >= B) return;\n"
+                  "    uchar changed = 0;\n"
+                + "\n".join(forward + reverse)
+                + "\n    if (changed) atomic_or(any_changed, 1);\n"
+                  "    const int bad = changed && nan_on_change;\n"
+                + "\n".join(grads)
+                + f"\n    V[row] = bad ? NAN : v{output};\n    changed_out[row] = changed;\n}}\n")
 
 
 def is_device_array(x: Any) -> bool:
