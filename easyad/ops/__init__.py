@@ -24,6 +24,7 @@ from easyad.ops._npfunctions import (broadcast_to, clip, cumprod, diag, diagonal
                                      squeeze, std, swapaxes, take, take_along_axis, tile,
                                      trace, tril, triu, var)
 from easyad.ops._products import einsum, inner, kron, outer, tensordot
+from easyad.ops._conv import conv, conv_transpose
 
 __all__ = ["OPS", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", "get",
            "register", "unregister",
