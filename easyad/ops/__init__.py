@@ -25,6 +25,7 @@ from easyad.ops._npfunctions import (broadcast_to, clip, cumprod, diag, diagonal
                                      trace, tril, triu, var)
 from easyad.ops._products import einsum, inner, kron, outer, tensordot
 from easyad.ops._conv import conv, conv_transpose
+from easyad.ops._pool import adaptive_avg_pool, avg_pool, max_pool
 
 __all__ = ["OPS", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", "get",
            "register", "unregister",
