@@ -40,6 +40,30 @@ CASES = {
         "conv", [(1, 2, 4, 4), (2, 1, 2, 2)],
         lambda x, w: ops.conv(x, w, stride=2, padding=1, groups=2),
         lambda x, w: TF.conv2d(x, w, stride=2, padding=1, groups=2)),
+    "conv2d dilation asymmetric padding": _case(
+        "conv", [(2, 3, 4), (2, 2, 2, 2)],
+        lambda x, w: ops.conv(x, w, padding=(1, 0, 0, 1), dilation=(1, 2)),
+        lambda x, w: TF.conv2d(TF.pad(x, (0, 1, 1, 0)), w, dilation=(1, 2))),
+    "conv_transpose": _case(
+        "conv_transpose", [(1, 2, 2, 2), (2, 1, 2, 2)],
+        lambda g, w: ops.conv_transpose(g, w, size=(3, 3), stride=2, padding=1, groups=2),
+        lambda g, w: TF.conv_transpose2d(g, w, stride=2, padding=1, output_padding=1,
+                                         groups=2)),
+    "conv_weight": _case(
+        "conv_weight", [(1, 2, 4), (1, 3, 3)],
+        lambda x, g: ops.call(ops.get("conv_weight"), (x, g), {"size": (2,)}),
+        # the conv's vjp in its weight (linear in w: any point)
+        lambda x, g: torch.func.vjp(lambda w: TF.conv1d(x, w),
+                                    torch.zeros(3, 2, 2, dtype=x.dtype))[1](g)[0]),
+    "max_pool": Case(ops.get("max_pool"), lambda x: ops.max_pool(x, (2, 2), 1, 1),
+                     lambda x: ops.max_pool(x, (2, 2), 1, 1),
+                     lambda t: TF.max_pool2d(t, 2, 1, 1), (2, 3, 3), {"kernel": (2, 2),
+                     "stride": (1,), "padding": (1,)}, batch_axis=0, scalar_engines=False),
+    "avg_pool": Case(ops.get("avg_pool"), lambda x: ops.avg_pool(x, (3,), 2, 1, False),
+                     lambda x: ops.avg_pool(x, (3,), 2, 1, False),
+                     lambda t: TF.avg_pool1d(t, 3, 2, 1, count_include_pad=False), (2, 5),
+                     {"kernel": (3,), "stride": (2,), "padding": (1,),
+                      "count_include_pad": False}, batch_axis=0),
 }
 
 
