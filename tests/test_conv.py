@@ -14,6 +14,7 @@ from easyad import nn, ops
 from easyad.errors import ShapeError
 
 from _op_engines import Case, check_everywhere
+from conftest import OPENCL
 
 
 def _split(shapes):
@@ -163,3 +164,128 @@ def test_pooling_against_torch(name, dtype):
     assert y.dtype == npd
     _compare(y.value, ty, dtype, "value")
     _compare(ad.sum(y * g).derivatives()[X], tx.grad, dtype, "input")
+
+
+# ---- the layers: torch's state_dict, forward and backward; torch's initialisation ----
+
+def _models(dtype):
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(
+        torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.ConvTranspose2d(4, 3, 2, stride=2), torch.nn.AvgPool2d(2, padding=1),
+        torch.nn.AdaptiveAvgPool2d((2, 3)), torch.nn.Flatten(), torch.nn.Linear(18, 2)
+    ).to(dtype)
+    ours = nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1, dtype=_np(dtype)), nn.ReLU(), nn.MaxPool2d(2),
+        nn.ConvTranspose2d(4, 3, 2, stride=2, dtype=_np(dtype)), nn.AvgPool2d(2, padding=1),
+        nn.AdaptiveAvgPool2d((2, 3)), nn.Flatten(), nn.Linear(18, 2, dtype=_np(dtype)))
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    return ours, theirs
+
+
+def _np(dtype):
+    return np.float64 if dtype == torch.float64 else np.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_layers_load_torchs_state_dict_and_agree(dtype):
+    ours, theirs = _models(dtype)
+    x = np.random.default_rng(0).normal(size=(3, 2, 6, 6)).astype(_np(dtype))
+    ty = theirs(torch.tensor(x))
+    (ty ** 2).sum().backward()
+    lst = ad.WengertList()
+    y = ours(x, tape=lst)
+    _compare(y.value, ty, dtype, "value")
+    d = ad.sum(y * y).derivatives()
+    grads = {name: p.grad for name, p in theirs.named_parameters()}
+    for name, p in ours.named_parameters():
+        _compare(d[p], grads[name], dtype, name)
+
+
+def test_layers_initialise_as_torch():
+    # U(-b, b), b = 1/sqrt(fan_in), fan_in = weight.shape[1] * prod(kernel), bias alike
+    for layer, fan_in in ((nn.Conv2d(6, 12, (3, 5), groups=3, generator=1), 2 * 15),
+                          (nn.Conv1d(4, 8, 3, generator=2), 12),
+                          (nn.ConvTranspose2d(4, 6, 3, groups=2, generator=3), 3 * 9)):
+        bound = 1.0 / np.sqrt(fan_in)
+        for p in (layer.weight.data, layer.bias.data):
+            assert np.abs(p).max() <= bound and np.abs(p).max() > 0.8 * bound
+    assert nn.Conv2d(6, 12, (3, 5), groups=3).weight.shape == (12, 2, 3, 5)
+    assert nn.ConvTranspose2d(4, 6, 3, groups=2).weight.shape == (4, 3, 3, 3)
+
+
+# ---- ties, errors, batching ----
+
+def test_max_pool_ties_give_the_first_maximum_the_derivative():
+    x = np.array([[[[1.0, 1.0, 0.0, 2.0], [1.0, 0.5, 2.0, 2.0],
+                    [3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]]]])
+    g = np.array([[[[1.0, 2.0], [3.0, 4.0]]]])
+    tx = torch.tensor(x, requires_grad=True)
+    TF.max_pool2d(tx, 2).backward(torch.tensor(g))
+    want = np.zeros_like(x)
+    want[0, 0, 0, 0], want[0, 0, 0, 3], want[0, 0, 2, 0], want[0, 0, 2, 2] = 1, 2, 3, 4
+    np.testing.assert_array_equal(tx.grad.numpy(), want)        # torch's choice ...
+    for device in ["numpy", *OPENCL]:
+        lst = ad.WengertList()
+        X = ad.Tensor.variable(x, lst, device=device)
+        d = ad.sum(nn.functional.max_pool2d(X, 2) * g).derivatives()
+        np.testing.assert_array_equal(d[X], want)               # ... is ours
+        dt = nn.functional.max_pool2d(ad.TraceTensor.variable(x, np.ones_like(x)), 2)
+        np.testing.assert_array_equal(dt.tangent, np.ones((1, 1, 2, 2)))
+    # overlapping windows add: the centre is every window's first maximum
+    y = np.zeros((1, 1, 3, 3))
+    y[0, 0, 1, 1] = 1.0
+    lst = ad.WengertList()
+    Y = ad.Tensor.variable(y, lst)
+    assert ad.sum(nn.functional.max_pool2d(Y, 2, 1)).derivatives()[Y][0, 0, 1, 1] == 4.0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: nn.functional.conv2d(np.ones((1, 3, 5, 5)), np.ones((2, 2, 3, 3))),
+     "3 channels"),
+    (lambda: nn.functional.conv2d(np.ones((1, 2, 2, 2)), np.ones((2, 2, 3, 3))),
+     "does not fit"),
+    (lambda: nn.functional.conv2d(np.ones((5, 5)), np.ones((2, 1, 3, 3))), "must have 4 axes"),
+    (lambda: nn.functional.conv2d(np.ones((1, 4, 5, 5)), np.ones((3, 2, 3, 3)), groups=2),
+     "do not split"),
+    (lambda: nn.functional.conv2d(np.ones((1, 1, 5, 5)), np.ones((2, 1, 3, 3)),
+                                  np.ones(3)), "one per output channel"),
+    (lambda: nn.functional.max_pool2d(np.ones((1, 1, 1, 1)), 2), "does not fit"),
+    (lambda: ops.conv_transpose(np.ones((1, 2, 3)), np.ones((2, 1, 2)), size=(9,)),
+     "convolves to"),
+])
+def test_bad_shapes_raise_shape_errors_naming_the_fix(call, message):
+    with pytest.raises(ShapeError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: nn.functional.conv2d(np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3)), stride=2,
+                                  padding="same"), "needs stride 1"),
+    (lambda: nn.functional.max_pool2d(np.ones((1, 1, 5, 5)), 2, padding=2), "at most half"),
+    (lambda: nn.functional.avg_pool2d(np.ones((1, 1, 5, 5)), 2, ceil_mode=True),
+     "ceil_mode"),
+    (lambda: ops.conv(np.ones((1, 5)), np.ones((1, 1, 2)), stride=(1, 2)), "2 entries"),
+])
+def test_bad_parameters_raise(call, message):
+    with pytest.raises((ValueError, NotImplementedError), match=message):
+        call()
+
+
+def test_batching_rules_match_a_loop():
+    rng = np.random.default_rng(5)
+    stack, w = rng.normal(size=(2, 3, 4, 6, 6)), rng.normal(size=(5, 4, 3, 3))
+    conv = ops.get("conv")
+    for axis in (0, 1):
+        _, p = conv.rule(conv.bind({"padding": (1,), "stride": (2,)}),
+                         np.take(stack, 0, axis).shape, w.shape)
+        p, out_axis = conv.batch(p, axis)
+        by_rule = ops.apply(conv, p, (stack, w))
+        loop = np.stack([ops.conv(np.take(stack, k, axis), w, padding=1, stride=2)
+                         for k in range(stack.shape[axis])], axis=out_axis)
+        np.testing.assert_allclose(by_rule, loop, rtol=1e-13, atol=1e-13)
+    for name, kw in (("max_pool", {"kernel": (2, 2)}), ("avg_pool", {"kernel": (3, 3),
+                                                                     "padding": (1,)})):
+        by_rule = ops.batched(ops.get(name), stack, 1, **kw)
+        loop = [ops.call(ops.get(name), (stack[:, k],), kw) for k in range(3)]
+        np.testing.assert_array_equal(by_rule, np.stack(loop, axis=1))
