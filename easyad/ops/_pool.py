@@ -19,9 +19,10 @@ result's extent ``O = (S + lo + hi - r (K - 1) - 1) // s + 1`` per axis (torch's
   adjoint ``avg_pool_transpose(g; size=S)`` spreads each g over its window; each is the
   other's vjp.
 
-numpy lowerings: the padded input's windows as one ``as_strided`` view (max: a max over
-the kernel's axes of the view; the choice: argmax of the windows copied once), or a loop
-over the prod(K) window offsets of strided adds (sums, scatters). avg_pool runs on object
+numpy lowerings: a loop over the prod(K) window offsets, each a strided slice of the
+padded input (max: running np.maximum; the choice: running strict comparisons; sums and
+scatters: strided adds). A max over the kernel axes of one ``as_strided`` view of all
+windows, or argmax of the windows copied, ran 3-4x slower. avg_pool runs on object
 arrays too (the scalar engines); the max pools do not (their choice compares values:
 use tensors). No OpenCL kernel: other devices run the numpy lowering on host copies.
 Batching: a batch axis before the last d axes needs no change of parameters.
@@ -155,16 +156,6 @@ def _padded(x: np.ndarray, p: PoolParams, fill: float) -> np.ndarray:
     return out
 
 
-def _windows(xp: np.ndarray, p: PoolParams, o: tuple[int, ...]) -> np.ndarray:
-    """(N, *O, *K): every window of the padded (N, *S), a view."""
-    d = len(p.kernel)
-    st = xp.strides[1:]
-    return np.lib.stride_tricks.as_strided(
-        xp, xp.shape[:1] + o + p.kernel,
-        xp.strides[:1] + tuple(st[i] * p.stride[i] for i in range(d)) +
-        tuple(st[i] * p.dilation[i] for i in range(d)), writeable=False)
-
-
 def _offsets(p: PoolParams, o: tuple[int, ...]) -> Any:
     """Each window offset k (row-major) and the strided slice of the padded input it
     reads in every window."""
@@ -186,15 +177,28 @@ def _max_numpy(p: PoolParams, x: np.ndarray) -> np.ndarray:
     d = len(p.kernel)
     xf = _flat(x, d)
     o = _out(p, x.shape[-d:])
-    view = _windows(np.ascontiguousarray(_padded(xf, p, -np.inf)), p, o)
-    out = view.max(axis=tuple(range(d + 1, 2 * d + 1)))
+    xp = _padded(xf, p, -np.inf)
+    out = None
+    for _, where in _offsets(p, o):      # (np.maximum propagates NaN, as torch's max)
+        out = xp[where].copy() if out is None else np.maximum(out, xp[where], out=out)
     return out.reshape(x.shape[:-d] + o)
 
 
 def _choice(p: PoolParams, xf: np.ndarray, o: tuple[int, ...]) -> np.ndarray:
-    """Each window's first maximum, as the row-major offset within the window (N, *O)."""
-    view = _windows(np.ascontiguousarray(_padded(xf, p, -np.inf)), p, o)
-    return np.ascontiguousarray(view).reshape(view.shape[:len(o) + 1] + (-1,)).argmax(-1)
+    """Each window's first maximum (a NaN beats any number), as the row-major offset
+    within the window, (N, *O): one pass per window offset, replacing only on a strictly
+    greater value (torch's rule)."""
+    xp = _padded(xf, p, -np.inf)
+    best, at = None, np.zeros((xf.shape[0],) + o, dtype=np.intp)
+    for j, (_, where) in enumerate(_offsets(p, o)):
+        v = xp[where]
+        if best is None:
+            best = v.copy()
+            continue
+        better = (v > best) | (np.isnan(v) & ~np.isnan(best))
+        np.copyto(best, v, where=better)
+        at[better] = j
+    return at
 
 
 def _gather_numpy(p: PoolParams, h: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -202,9 +206,11 @@ def _gather_numpy(p: PoolParams, h: np.ndarray, x: np.ndarray) -> np.ndarray:
     xf, hf = _flat(x, d), _flat(h, d)
     o = _out(p, x.shape[-d:])
     at = _choice(p, xf, o)
-    view = _windows(np.ascontiguousarray(_padded(hf, p, 0.0)), p, o)
-    flat = np.ascontiguousarray(view).reshape(at.shape + (-1,))
-    return np.take_along_axis(flat, at[..., None], -1).reshape(x.shape[:-d] + o)
+    hp = _padded(hf, p, 0.0)
+    out = np.zeros(at.shape, dtype=np.result_type(h, x))
+    for j, (_, where) in enumerate(_offsets(p, o)):
+        np.copyto(out, hp[where], where=at == j)
+    return out.reshape(x.shape[:-d] + o)
 
 
 def _scatter_numpy(p: PoolParams, g: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -216,8 +222,12 @@ def _scatter_numpy(p: PoolParams, g: np.ndarray, x: np.ndarray) -> np.ndarray:
     xp = np.zeros(xf.shape[:1] + tuple(s + a + b for s, a, b in zip(
         xf.shape[1:], p.padding[:d], p.padding[d:])), dtype=np.result_type(g, x))
     zero = np.zeros((), dtype=xp.dtype)
+    tiles = p.stride == p.kernel and all(r == 1 for r in p.dilation)
     for j, (_, where) in enumerate(_offsets(p, o)):
-        xp[where] += np.where(at == j, gf, zero)
+        if tiles:        # windows that do not overlap: each element written once
+            np.copyto(xp[where], gf, where=at == j)
+        else:
+            xp[where] += np.where(at == j, gf, zero)
     return np.ascontiguousarray(_crop(xp, p, xf.shape[1:])).reshape(x.shape)
 
 
