@@ -29,8 +29,8 @@ adds); the weight's adjoint is one GEMM per group over ``N * prod(O)``. A few la
 N small ones (one per sample) or numpy's batched matmul ran 2-10x slower on this 2-core
 machine shared with other jobs (BLAS threads on small products). The same code runs on
 object arrays of Records and Traces (``as_strided`` and matmul take them), which makes the
-op a composition of scalar operations for the scalar engines. No OpenCL kernel: other
-devices run the numpy lowering on host copies (``Op.lower``).
+op a composition of scalar operations for the scalar engines. OpenCL: a kernel per op
+(``_conv_cl``), one work-item per element of the result.
 
 Batching: the leading axes are batch axes already, so a batch axis of ``x`` among them
 needs no change of parameters (the weight is not batched: vmap of per-example weights is
@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from easyad.errors import ShapeError
+from easyad.ops import _conv_cl
 from easyad.ops._apply import apply, call
 from easyad.ops._table import Op, register
 
@@ -324,20 +325,66 @@ def _no_batch(p: ConvParams, axis: int) -> tuple[ConvParams, int]:
                               "axis of them has no rule (map over it instead)")
 
 
+# ---- the OpenCL kernels (``_conv_cl``: one work-item per element of the result) ----
+
+def _cl(name: str, which: str) -> Any:
+    def lower(be: Any, p: ConvParams, a: Any, b: Any) -> Any:
+        shape, _ = RULES[name](p, tuple(a.shape), tuple(b.shape))
+        d = len(p.size)          # (conv_weight; the others read d from the weight)
+        if which == "conv":
+            d = len(b.shape) - 2
+            x_spatial, out_spatial, kernel = tuple(a.shape[-d:]), shape[-d:], b.shape[2:]
+            c, cout, ci = a.shape[-d - 1], b.shape[0], b.shape[1]
+        elif which == "transpose":
+            d = len(b.shape) - 2
+            x_spatial, out_spatial, kernel = p.size, tuple(a.shape[-d:]), b.shape[2:]
+            c, cout, ci = shape[-d - 1], b.shape[0], b.shape[1]
+        else:
+            x_spatial, out_spatial, kernel = tuple(a.shape[-d:]), tuple(b.shape[-d:]), p.size
+            c, cout, ci = a.shape[-d - 1], b.shape[-d - 1], shape[1]
+        geom = _conv_cl.geometry(x_spatial, tuple(kernel), tuple(out_spatial), p.stride,
+                                 p.padding[:d], p.dilation)
+        ints = [c, cout, ci, cout // p.groups]
+        if which == "weight":
+            ints = [math.prod(a.shape[:-d - 1])] + ints
+        return _conv_cl.launch(be, "easyad_" + name, [a, b], shape, a.dtype, ints, [], geom)
+    return lower
+
+
+def _sample(which: str) -> Any:
+    def sample(rng: Any, dtype: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        kw = {"stride": (2, 1), "padding": (1, 0, 1, 2), "dilation": (1, 2), "groups": 2}
+        x = rng.normal(size=(2, 4, 7, 6)).astype(dtype)
+        w = rng.normal(size=(6, 2, 3, 2)).astype(dtype)
+        g = rng.normal(size=(2, 6, 4, 6)).astype(dtype)
+        if which == "conv":
+            return (x, w), kw
+        if which == "transpose":
+            return (g, w), {**kw, "size": (7, 6)}
+        return (x, g), {**kw, "size": (3, 2)}
+    return sample
+
+
 CONV: Op = register(Op(
     name="conv", params=ConvParams, rule=_conv_rule, numpy=_conv_numpy,
     vjp=_conv_vjp, jvp=_conv_jvp, batch=_leading_batch("conv"), objects=True,
+    opencl=_cl("conv", "conv"), sample=_sample("conv"),
     doc="N-d convolution (cross-correlation), torch's layout"))
 
 CONV_TRANSPOSE: Op = register(Op(
     name="conv_transpose", params=ConvParams, rule=_transpose_rule, numpy=_transpose_numpy,
     vjp=_transpose_vjp, jvp=_transpose_jvp, batch=_leading_batch("conv_transpose"),
-    objects=True, doc="the transpose (adjoint in the input) of conv"))
+    objects=True, opencl=_cl("conv_transpose", "transpose"), sample=_sample("transpose"),
+    doc="the transpose (adjoint in the input) of conv"))
 
 CONV_WEIGHT: Op = register(Op(
     name="conv_weight", params=ConvParams, rule=_weight_rule, numpy=_weight_numpy,
     vjp=_weight_vjp, jvp=_weight_jvp, batch=_no_batch, objects=True,
+    opencl=_cl("conv_weight", "weight"), sample=_sample("weight"),
     doc="the adjoint of conv in its weight"))
+
+
+RULES = {"conv": _conv_rule, "conv_transpose": _transpose_rule, "conv_weight": _weight_rule}
 
 
 def _tuple(v: Any) -> tuple[int, ...]:

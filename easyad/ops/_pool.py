@@ -24,7 +24,8 @@ padded input (max: running np.maximum; the choice: running strict comparisons; s
 scatters: strided adds). A max over the kernel axes of one ``as_strided`` view of all
 windows, or argmax of the windows copied, ran 3-4x slower. avg_pool runs on object
 arrays too (the scalar engines); the max pools do not (their choice compares values:
-use tensors). No OpenCL kernel: other devices run the numpy lowering on host copies.
+use tensors). OpenCL: a kernel per op (``_conv_cl``), one work-item per element of the
+result (the scatter and the transpose gather over the windows covering their element).
 Batching: a batch axis before the last d axes needs no change of parameters.
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from easyad.errors import ShapeError
+from easyad.ops import _conv_cl
 from easyad.ops._apply import apply, call
 from easyad.ops._table import Op, register
 
@@ -273,25 +275,66 @@ def _batch(p: PoolParams, axis: int) -> tuple[PoolParams, int]:
     return p, axis      # (a batch axis before the pooled ones: one more leading axis)
 
 
+def _cl(kernel: str, scatter: bool = False, transpose: bool = False) -> Any:
+    """The OpenCL lowering (``_conv_cl``): the pooled axes' geometry, the leading axes as
+    one (the kernels' n)."""
+    def lower(be: Any, p: PoolParams, *bufs: Any) -> Any:
+        d = len(p.kernel)
+        first = tuple(bufs[0].shape)
+        if transpose:
+            spatial, o, shape = p.size, first[-d:], first[:-d] + p.size
+        else:
+            x = tuple(bufs[-1].shape)
+            spatial, o = x[-d:], _out(p, x[-d:])
+            shape = x if scatter else x[:-d] + o
+        geom = _conv_cl.geometry(spatial, p.kernel, o, p.stride, p.padding[:d], p.dilation)
+        flags = [int(p.count_include_pad)] if kernel.startswith("easyad_avg") else []
+        ins = list(bufs) if kernel != "easyad_max_pool_gather" or len(bufs) == 2 else \
+            [bufs[0], bufs[0]]
+        return _conv_cl.launch(be, kernel, ins, shape, bufs[0].dtype, [], flags, geom)
+    return lower
+
+
+def _sample(which: str) -> Any:
+    def sample(rng: Any, dtype: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        x = rng.normal(size=(2, 3, 7, 6)).astype(dtype)
+        x[0, 0, :2, :2] = 1.0                                      # a tie
+        kw = {"kernel": (3, 2), "stride": (2, 1), "padding": (1, 1)}
+        if which == "max":
+            return (x,), {**kw, "dilation": (1, 2)}
+        kw2 = {**kw, "dilation": (1, 2)}
+        if which in ("gather", "scatter"):
+            h = rng.normal(size=(2, 3, 4, 6) if which == "scatter" else x.shape).astype(dtype)
+            return (h, x), kw2
+        if which == "avg":
+            return (x,), {**kw, "count_include_pad": False}
+        return (rng.normal(size=(2, 3, 4, 7)).astype(dtype),), \
+            {**kw, "count_include_pad": False, "size": (7, 6)}
+    return sample
+
+
 MAX_POOL: Op = register(Op(
     name="max_pool", params=PoolParams, rule=_pool_rule("max_pool"), numpy=_max_numpy,
     vjp=lambda p, g, x, out: (apply(MAX_POOL_SCATTER, p, (g, x)),),
     jvp=lambda p, t, x, out: apply(MAX_POOL_GATHER, p, (t[0], x)),
-    batch=_batch, doc="the maximum of each window (ties: the first)"))
+    batch=_batch, opencl=_cl("easyad_max_pool_gather"), sample=_sample("max"),
+    doc="the maximum of each window (ties: the first)"))
 
 MAX_POOL_GATHER: Op = register(Op(
     name="max_pool_gather", params=PoolParams, rule=_pair_rule("max_pool_gather", False),
     numpy=_gather_numpy,
     vjp=lambda p, g, h, x, out: (apply(MAX_POOL_SCATTER, p, (g, x)), None),
     jvp=lambda p, t, h, x, out: apply(MAX_POOL_GATHER, p, (t[0], x)),
-    batch=_batch, doc="h at the elements x's max pool chooses"))
+    batch=_batch, opencl=_cl("easyad_max_pool_gather"), sample=_sample("gather"),
+    doc="h at the elements x's max pool chooses"))
 
 MAX_POOL_SCATTER: Op = register(Op(
     name="max_pool_scatter", params=PoolParams, rule=_pair_rule("max_pool_scatter", True),
     numpy=_scatter_numpy,
     vjp=lambda p, k, g, x, out: (apply(MAX_POOL_GATHER, p, (k, x)), None),
     jvp=lambda p, t, g, x, out: apply(MAX_POOL_SCATTER, p, (t[0], x)),
-    batch=_batch, doc="g added at the elements x's max pool chooses"))
+    batch=_batch, opencl=_cl("easyad_max_pool_scatter", scatter=True),
+    sample=_sample("scatter"), doc="g added at the elements x's max pool chooses"))
 
 
 def _avg_vjp(p: PoolParams, g: Any, x: Any, out: Any) -> tuple[Any]:
@@ -303,13 +346,15 @@ def _avg_vjp(p: PoolParams, g: Any, x: Any, out: Any) -> tuple[Any]:
 AVG_POOL: Op = register(Op(
     name="avg_pool", params=PoolParams, rule=_pool_rule("avg_pool"), numpy=_avg_numpy,
     vjp=_avg_vjp, batch=_batch, linear=True, objects=True,
-    doc="the mean of each window"))
+    opencl=_cl("easyad_avg_pool"), sample=_sample("avg"), doc="the mean of each window"))
 
 AVG_POOL_TRANSPOSE: Op = register(Op(
     name="avg_pool_transpose", params=PoolParams, rule=_transpose_rule,
     numpy=_avg_transpose_numpy,
     vjp=lambda p, h, g, out: (apply(AVG_POOL, dataclasses.replace(p, size=()), (h,)),),
-    batch=_batch, linear=True, objects=True, doc="avg_pool's adjoint"))
+    batch=_batch, linear=True, objects=True,
+    opencl=_cl("easyad_avg_pool_transpose", transpose=True), sample=_sample("transpose"),
+    doc="avg_pool's adjoint"))
 
 
 def _tuple(v: Any) -> tuple[int, ...]:
