@@ -232,3 +232,8 @@ def test_batching_rules_match_a_loop():
         by_rule = ops.batched(ops.get(name), stack, 1, **kw)
         loop = [ops.call(ops.get(name), (stack[:, k],), kw) for k in range(3)]
         np.testing.assert_array_equal(by_rule, np.stack(loop, axis=1))
+    # a batch axis among the channels or the pooled axes is refused, never misread
+    with pytest.raises(NotImplementedError, match="before the channels"):
+        conv.batch(p, 2)
+    with pytest.raises(NotImplementedError, match="before the 2 pooled axes"):
+        ops.batched(ops.get("max_pool"), stack, 3, kernel=(2, 2))

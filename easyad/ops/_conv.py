@@ -64,6 +64,7 @@ class ConvParams:
     dilation: tuple[int, ...] = ()
     groups: int = 1
     size: tuple[int, ...] = ()
+    lead: int = -1      # set by the rule: the first operand's axes before the channels
 
 
 def _spread(name: str, what: str, values: tuple[int, ...], d: int, default: int,
@@ -91,7 +92,7 @@ def _canonical(name: str, p: ConvParams, d: int) -> ConvParams:
                          f"(the low sides, then the high sides), none negative; d = {d}")
     if p.groups < 1:
         raise ValueError(f"{name}: groups must be at least 1, got {p.groups}")
-    return ConvParams(stride, pad, dilation, p.groups, p.size)
+    return ConvParams(stride, pad, dilation, p.groups, p.size, p.lead)
 
 
 def out_size(p: ConvParams, spatial: tuple[int, ...], kernel: tuple[int, ...]
@@ -140,7 +141,8 @@ def _conv_rule(p: ConvParams, x: tuple[int, ...], w: tuple[int, ...]
     p = _canonical("conv", dataclasses.replace(p, size=()), d)
     _check_input("conv", "input", x, d, w[1] * p.groups,
                  f"the weight (in channels / groups {w[1]} x groups {p.groups})")
-    return x[:-d - 1] + (w[0],) + _fits("conv", p, x[-d:], w[2:]), p
+    return (x[:-d - 1] + (w[0],) + _fits("conv", p, x[-d:], w[2:]),
+            dataclasses.replace(p, lead=len(x) - d - 1))
 
 
 def _transpose_rule(p: ConvParams, g: tuple[int, ...], w: tuple[int, ...]
@@ -156,7 +158,8 @@ def _transpose_rule(p: ConvParams, g: tuple[int, ...], w: tuple[int, ...]
         raise ShapeError(f"conv_transpose: a result of spatial shape {p.size} convolves to "
                          f"{o}, not the input's {g[-d:]}: size must be one the convolution "
                          f"maps to the input's shape (output_padding < stride)")
-    return g[:-d - 1] + (w[1] * p.groups,) + p.size, p
+    return (g[:-d - 1] + (w[1] * p.groups,) + p.size,
+            dataclasses.replace(p, lead=len(g) - d - 1))
 
 
 def _weight_rule(p: ConvParams, x: tuple[int, ...], g: tuple[int, ...]
@@ -314,7 +317,12 @@ def _weight_jvp(p: ConvParams, t: tuple[Any, Any], x: Any, g: Any, out: Any) -> 
 def _leading_batch(name: str) -> Any:
     def batch(p: ConvParams, axis: int) -> tuple[ConvParams, int]:
         # (the rule ran on one slice: a batch axis among its leading axes, or in front of
-        # the channels, is one more leading axis)
+        # the channels, is one more leading axis; elsewhere it would be read as a channel
+        # or spatial axis)
+        if not 0 <= axis <= p.lead:
+            raise NotImplementedError(f"{name}'s batching rule takes a batch axis before "
+                                      f"the channels (axis 0 to {p.lead} of the input): "
+                                      f"move it there first")
         return p, axis
     batch.__doc__ = f"{name}'s batching rule: a batch axis before the channels"
     return batch

@@ -55,6 +55,7 @@ class PoolParams:
     dilation: tuple[int, ...] = ()
     count_include_pad: bool = True
     size: tuple[int, ...] = ()
+    lead: int = -1      # set by the rule: the first operand's axes before the pooled ones
 
 
 def _spread(name: str, what: str, values: tuple[int, ...], d: int, default: Any,
@@ -84,7 +85,7 @@ def _canonical(name: str, p: PoolParams) -> PoolParams:
     if any(max(pad[i], pad[d + i]) * 2 > p.kernel[i] for i in range(d)):
         raise ValueError(f"{name}: padding {pad[:d]} must be at most half the kernel "
                          f"{p.kernel} (torch's rule: a window of padding alone has no value)")
-    return PoolParams(p.kernel, stride, pad, dilation, p.count_include_pad, p.size)
+    return PoolParams(p.kernel, stride, pad, dilation, p.count_include_pad, p.size, p.lead)
 
 
 def _out(p: PoolParams, spatial: tuple[int, ...]) -> tuple[int, ...]:
@@ -109,7 +110,8 @@ def _checked(name: str, p: PoolParams, x: tuple[int, ...]) -> tuple[int, ...]:
 def _pool_rule(name: str) -> Any:
     def rule(p: PoolParams, x: tuple[int, ...]) -> tuple[tuple[int, ...], PoolParams]:
         p = _canonical(name, dataclasses.replace(p, size=()))
-        return x[:-len(p.kernel)] + _checked(name, p, x), p
+        return (x[:-len(p.kernel)] + _checked(name, p, x),
+                dataclasses.replace(p, lead=len(x) - len(p.kernel)))
     return rule
 
 
@@ -124,7 +126,7 @@ def _pair_rule(name: str, scatter: bool) -> Any:
             raise ShapeError(f"{name}: the first operand's shape {first} should be {want} "
                              f"(the pooled shape of x {x})" if scatter else
                              f"{name}: the first operand's shape {first} should be x's {x}")
-        return (x if scatter else pooled), p
+        return (x if scatter else pooled), dataclasses.replace(p, lead=len(x) - len(p.kernel))
     return rule
 
 
@@ -138,7 +140,7 @@ def _transpose_rule(p: PoolParams, g: tuple[int, ...]) -> tuple[tuple[int, ...],
     if o != g[-d:]:
         raise ShapeError(f"avg_pool_transpose: a result of spatial shape {p.size} pools to "
                          f"{o}, not the operand's {g[-d:]}")
-    return g[:-d] + p.size, p
+    return g[:-d] + p.size, dataclasses.replace(p, lead=len(g) - d)
 
 
 # ---- the numpy lowerings ----
@@ -272,7 +274,13 @@ def _avg_transpose_numpy(p: PoolParams, g: np.ndarray) -> np.ndarray:
 # ---- registrations ----
 
 def _batch(p: PoolParams, axis: int) -> tuple[PoolParams, int]:
-    return p, axis      # (a batch axis before the pooled ones: one more leading axis)
+    # a batch axis before the pooled ones is one more leading axis; among them it would
+    # be pooled
+    if not 0 <= axis <= p.lead:
+        raise NotImplementedError(f"pooling's batching rule takes a batch axis before the "
+                                  f"{len(p.kernel)} pooled axes (axis 0 to {p.lead}): move "
+                                  f"it there first")
+    return p, axis
 
 
 def _cl(kernel: str, scatter: bool = False, transpose: bool = False) -> Any:
