@@ -183,6 +183,21 @@ def test_max_pool_ties_give_the_first_maximum_the_derivative():
     assert ad.sum(nn.functional.max_pool2d(Y, 2, 1)).derivatives()[Y][0, 0, 1, 1] == 4.0
 
 
+@pytest.mark.parametrize("device", ["numpy", *OPENCL[:1]])
+def test_max_pool_nan_takes_the_derivative_as_torchs(device):
+    x = np.random.default_rng(2).normal(size=(1, 2, 4, 5))
+    x[0, 0, 0, 1] = x[0, 0, 1, 0] = x[0, 1, 2, 2] = np.nan     # two NaNs in one window
+    g = np.random.default_rng(3).normal(size=(1, 2, 3, 4))
+    tx = torch.tensor(x, requires_grad=True)
+    TF.max_pool2d(tx, 2, 1).backward(torch.tensor(g))
+    lst = ad.WengertList()
+    X = ad.Tensor.variable(x, lst, device=device)
+    y = nn.functional.max_pool2d(X, 2, 1)
+    np.testing.assert_array_equal(np.isnan(y.value), np.isnan(
+        TF.max_pool2d(torch.tensor(x), 2, 1).numpy()))
+    np.testing.assert_allclose(ad.sum(y * g).derivatives()[X], tx.grad.numpy(), rtol=1e-15)
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda: nn.functional.conv2d(np.ones((1, 3, 5, 5)), np.ones((2, 2, 3, 3))),
      "3 channels"),

@@ -99,13 +99,13 @@ __kernel void easyad_conv_weight(__global const T* x, __global const T* g, __glo
     w[get_global_id(0)] = acc;
 }}
 
-/* the element of window (n, o) that max pooling chooses: the first strict maximum, a
-   NaN over any number; -1 for a window of padding alone (the shape rule forbids it) */
+/* the element of window (n, o) that max pooling chooses: the first strict maximum, or
+   the last NaN (torch's rule); -1 for a window of padding alone (the rule forbids it) */
 long easyad_choice(__global const T* x, const long n, const long o0, const long o1,
                    const long o2, GEOM) {{
     long at = -1; T best = 0;
     WINDOW_LOOP(const long e = ((n * S0 + i0) * S1 + i1) * S2 + i2; const T v = x[e];
-                if (at < 0 || v > best || (isnan(v) && !isnan(best))) {{ at = e; best = v; }})
+                if (at < 0 || v > best || isnan(v)) {{ at = e; best = v; }})
     return at;
 }}
 

@@ -7,9 +7,10 @@ result's extent ``O = (S + lo + hi - r (K - 1) - 1) // s + 1`` per axis (torch's
 
 - ``max_pool(x)``: the maximum of each window (padding is -inf, never chosen). Ties: the
   first maximum in the window's row-major order takes the whole derivative, as torch's
-  CPU kernel does (it replaces only on a strictly greater value); a NaN is the maximum
-  (the first NaN here; torch's kernel takes the last). The derivatives are two ops of
-  the same windows, which read x only to find each window's choice:
+  CPU kernel does (it replaces only on a strictly greater value); a NaN is the maximum,
+  and the window's last NaN takes the derivative (torch's kernel replaces on a NaN too).
+  The derivatives are two ops of the same windows, which read x only to find each
+  window's choice:
   ``max_pool_gather(h, x)`` (h at the elements x's windows choose: max_pool's jvp, and
   ``max_pool(x) = max_pool_gather(x, x)``) and ``max_pool_scatter(g, x)`` (g added back
   at those elements: max_pool's vjp). Each is linear in its first operand and the
@@ -189,19 +190,21 @@ def _max_numpy(p: PoolParams, x: np.ndarray) -> np.ndarray:
 
 
 def _choice(p: PoolParams, xf: np.ndarray, o: tuple[int, ...]) -> np.ndarray:
-    """Each window's first maximum (a NaN beats any number), as the row-major offset
-    within the window, (N, *O): one pass per window offset, replacing only on a strictly
-    greater value (torch's rule)."""
+    """Each window's first maximum, as the row-major offset within the window, (N, *O):
+    the maximum first, then each offset from the last to the first marks where it is met
+    (the first one written last). A window holding a NaN takes its last NaN, as torch's
+    kernel (which replaces on a strictly greater value or a NaN)."""
     xp = _padded(xf, p, -np.inf)
-    best, at = None, np.zeros((xf.shape[0],) + o, dtype=np.intp)
-    for j, (_, where) in enumerate(_offsets(p, o)):
-        v = xp[where]
-        if best is None:
-            best = v.copy()
-            continue
-        better = (v > best) | (np.isnan(v) & ~np.isnan(best))
-        np.copyto(best, v, where=better)
-        at[better] = j
+    most = None
+    for _, where in _offsets(p, o):
+        most = xp[where].copy() if most is None else np.maximum(most, xp[where], out=most)
+    at = np.zeros((xf.shape[0],) + o, dtype=np.intp)
+    offsets = list(_offsets(p, o))
+    for j, (_, where) in reversed(list(enumerate(offsets))):
+        np.copyto(at, j, where=xp[where] == most)
+    if np.isnan(most).any():       # (rare) NaN windows: the last NaN
+        for j, (_, where) in enumerate(offsets):
+            np.copyto(at, j, where=np.isnan(xp[where]))
     return at
 
 
