@@ -47,7 +47,7 @@ import numpy as np
 
 from easyad.errors import ShapeError
 from easyad.ops import _conv_cl
-from easyad.ops._apply import apply, call
+from easyad.ops._apply import OpStep, apply, call
 from easyad.ops._table import Op, register
 
 
@@ -284,34 +284,56 @@ def _weight_numpy(p: ConvParams, x: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 # ---- the derivatives: each op's are the other two ----
 
-def _conv_vjp(p: ConvParams, g: Any, x: Any, w: Any, out: Any) -> tuple[Any, Any]:
+def _conv_vjp(p: ConvParams, g: Any, x: Any, w: Any, out: Any,
+              needs: tuple[bool, bool] = (True, True)) -> tuple[Any, Any]:
     d = len(w.shape) - 2
-    return (apply(CONV_TRANSPOSE, dataclasses.replace(p, size=tuple(x.shape[-d:])), (g, w)),
-            apply(CONV_WEIGHT, dataclasses.replace(p, size=tuple(w.shape[2:])), (x, g)))
+    return (apply(CONV_TRANSPOSE, dataclasses.replace(p, size=tuple(x.shape[-d:])), (g, w))
+            if needs[0] else None,
+            apply(CONV_WEIGHT, dataclasses.replace(p, size=tuple(w.shape[2:])), (x, g))
+            if needs[1] else None)
 
 
 def _conv_jvp(p: ConvParams, t: tuple[Any, Any], x: Any, w: Any, out: Any) -> Any:
     return apply(CONV, p, (t[0], w)) + apply(CONV, p, (x, t[1]))
 
 
-def _transpose_vjp(p: ConvParams, h: Any, g: Any, w: Any, out: Any) -> tuple[Any, Any]:
+def _transpose_vjp(p: ConvParams, h: Any, g: Any, w: Any, out: Any,
+                   needs: tuple[bool, bool] = (True, True)) -> tuple[Any, Any]:
     plain = dataclasses.replace(p, size=())
-    return (apply(CONV, plain, (h, w)),
-            apply(CONV_WEIGHT, dataclasses.replace(p, size=tuple(w.shape[2:])), (h, g)))
+    return (apply(CONV, plain, (h, w)) if needs[0] else None,
+            apply(CONV_WEIGHT, dataclasses.replace(p, size=tuple(w.shape[2:])), (h, g))
+            if needs[1] else None)
 
 
 def _transpose_jvp(p: ConvParams, t: tuple[Any, Any], g: Any, w: Any, out: Any) -> Any:
     return apply(CONV_TRANSPOSE, p, (t[0], w)) + apply(CONV_TRANSPOSE, p, (g, t[1]))
 
 
-def _weight_vjp(p: ConvParams, k: Any, x: Any, g: Any, out: Any) -> tuple[Any, Any]:
+def _weight_vjp(p: ConvParams, k: Any, x: Any, g: Any, out: Any,
+                needs: tuple[bool, bool] = (True, True)) -> tuple[Any, Any]:
     d = len(p.size)
-    return (apply(CONV_TRANSPOSE, dataclasses.replace(p, size=tuple(x.shape[-d:])), (g, k)),
-            apply(CONV, dataclasses.replace(p, size=()), (x, k)))
+    return (apply(CONV_TRANSPOSE, dataclasses.replace(p, size=tuple(x.shape[-d:])), (g, k))
+            if needs[0] else None,
+            apply(CONV, dataclasses.replace(p, size=()), (x, k)) if needs[1] else None)
 
 
 def _weight_jvp(p: ConvParams, t: tuple[Any, Any], x: Any, g: Any, out: Any) -> Any:
     return apply(CONV_WEIGHT, p, (t[0], g)) + apply(CONV_WEIGHT, p, (x, t[1]))
+
+
+def _step(name: str) -> Any:
+    """The node's step: OpStep, whose vjp computes only the cotangents of operands on the
+    tape (a convolution of data, the first layer's, needs no input cotangent: its
+    conv_transpose, as costly as the convolution, is skipped)."""
+    def make(p: ConvParams, cls: type, be: Any, operands: list[Any], bufs: Any, out: Any,
+             shape: tuple[int, ...], dtype: Any) -> OpStep:
+        op = _OPS[name]
+        needs = tuple(o.index >= 0 for o in operands)
+        if not all(needs):
+            vjp = op.vjp
+            op = dataclasses.replace(op, vjp=lambda q, g, *xs: vjp(q, g, *xs, needs=needs))
+        return OpStep(op, p, cls, be, operands, out, shape, dtype)
+    return make
 
 
 def _leading_batch(name: str) -> Any:
@@ -376,22 +398,24 @@ def _sample(which: str) -> Any:
 CONV: Op = register(Op(
     name="conv", params=ConvParams, rule=_conv_rule, numpy=_conv_numpy,
     vjp=_conv_vjp, jvp=_conv_jvp, batch=_leading_batch("conv"), objects=True,
-    opencl=_cl("conv", "conv"), sample=_sample("conv"),
+    opencl=_cl("conv", "conv"), sample=_sample("conv"), step=_step("conv"),
     doc="N-d convolution (cross-correlation), torch's layout"))
 
 CONV_TRANSPOSE: Op = register(Op(
     name="conv_transpose", params=ConvParams, rule=_transpose_rule, numpy=_transpose_numpy,
     vjp=_transpose_vjp, jvp=_transpose_jvp, batch=_leading_batch("conv_transpose"),
     objects=True, opencl=_cl("conv_transpose", "transpose"), sample=_sample("transpose"),
+    step=_step("conv_transpose"),
     doc="the transpose (adjoint in the input) of conv"))
 
 CONV_WEIGHT: Op = register(Op(
     name="conv_weight", params=ConvParams, rule=_weight_rule, numpy=_weight_numpy,
     vjp=_weight_vjp, jvp=_weight_jvp, batch=_no_batch, objects=True,
-    opencl=_cl("conv_weight", "weight"), sample=_sample("weight"),
+    opencl=_cl("conv_weight", "weight"), sample=_sample("weight"), step=_step("conv_weight"),
     doc="the adjoint of conv in its weight"))
 
 
+_OPS = {"conv": CONV, "conv_transpose": CONV_TRANSPOSE, "conv_weight": CONV_WEIGHT}
 RULES = {"conv": _conv_rule, "conv_transpose": _transpose_rule, "conv_weight": _weight_rule}
 
 
