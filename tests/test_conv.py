@@ -252,3 +252,26 @@ def test_batching_rules_match_a_loop():
         conv.batch(p, 2)
     with pytest.raises(NotImplementedError, match="before the 2 pooled axes"):
         ops.batched(ops.get("max_pool"), stack, 3, kernel=(2, 2))
+
+
+@pytest.mark.skipif(not OPENCL, reason="no OpenCL device")
+def test_a_cnn_on_opencl_runs_the_kernels_and_matches_numpy():
+    import warnings
+    ad.random.seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.ConvTranspose2d(4, 3, 2, stride=2), nn.AvgPool2d(2, padding=1),
+        nn.AdaptiveAvgPool2d((2, 3)), nn.Flatten(), nn.Linear(18, 2))
+    x = np.random.default_rng(0).normal(size=(3, 2, 6, 6))
+    y = model(x, tape=ad.WengertList())
+    d = ad.sum(y * y).derivatives()
+    want = {name: np.asarray(d[p]) for name, p in model.named_parameters()}
+    model.to(OPENCL[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ad.KernelFallbackWarning)   # every kernel proven
+        y2 = model(x, tape=ad.WengertList())
+        d2 = ad.sum(y2 * y2).derivatives()
+    np.testing.assert_allclose(np.asarray(y2.value), y.value, rtol=1e-12, atol=1e-14)
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(np.asarray(d2[p]), want[name], rtol=1e-12, atol=1e-14,
+                                   err_msg=name)
