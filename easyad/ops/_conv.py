@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -214,7 +215,30 @@ def _columns(x: np.ndarray, p: ConvParams, kernel: tuple[int, ...], groups: int
     n, c = xp.shape[:2]
     view = np.lib.stride_tricks.as_strided(
         xp, (c,) + kernel + (n,) + o, (st[1],) + kst + (st[0],) + ost, writeable=False)
-    return np.ascontiguousarray(view).reshape(groups, -1, n * math.prod(o))
+    return _scratch(view).reshape(groups, -1, n * math.prod(o))
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(view: np.ndarray) -> np.ndarray:
+    """``view`` copied into this thread's scratch buffer for its dtype, made once and
+    grown as needed: the columns are used at once by the GEMM and dropped, and a fresh
+    buffer of tens of MB costs its page faults again at every call (measured: the copy
+    into a new array 31 ms, into a kept one 16 ms, 58 MB float32). Callers use the
+    result before the next call in the same thread (no op calls back into easyad)."""
+    if view.dtype == object:
+        return np.ascontiguousarray(view)
+    kept = getattr(_SCRATCH, "buffers", None)
+    if kept is None:
+        kept = _SCRATCH.buffers = {}
+    size = view.size
+    buf = kept.get(view.dtype)
+    if buf is None or buf.size < size:
+        buf = kept[view.dtype] = np.empty(size, dtype=view.dtype)
+    out = buf[:size].reshape(view.shape)
+    np.copyto(out, view)
+    return out
 
 
 def _by_group(a: np.ndarray, groups: int) -> np.ndarray:
