@@ -275,3 +275,20 @@ def test_a_cnn_on_opencl_runs_the_kernels_and_matches_numpy():
     for name, p in model.named_parameters():
         np.testing.assert_allclose(np.asarray(d2[p]), want[name], rtol=1e-12, atol=1e-14,
                                    err_msg=name)
+
+
+def test_conv1d_layer_and_flatten_against_torch():
+    torch.manual_seed(1)
+    theirs = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 3, padding="same", dilation=2),
+                                 torch.nn.Flatten(0, 1)).double()
+    ours = nn.Sequential(nn.Conv1d(3, 4, 3, padding="same", dilation=2), nn.Flatten(0, 1))
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    x = np.random.default_rng(4).normal(size=(2, 3, 7))
+    ty = theirs(torch.tensor(x))
+    (ty ** 3).sum().backward()
+    y = ours(x, tape=ad.WengertList())
+    assert y.shape == tuple(ty.shape) == (8, 7)
+    _compare(y.value, ty, torch.float64, "value")
+    d = ad.sum(y * y * y).derivatives()
+    for name, p in theirs.named_parameters():
+        _compare(d[dict(ours.named_parameters())[name]], p.grad, torch.float64, name)
