@@ -25,8 +25,12 @@ from easyad import random as _random
 from easyad import tensor as _tensor
 from easyad.errors import ShapeError
 from easyad.tensor import Tensor, recorded_host_value
+from easyad.nn._conv_functional import (adaptive_avg_pool2d, avg_pool2d, conv1d, conv2d,
+                                        conv_transpose2d, max_pool2d)
 
-__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
+__all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose2d",
+           "max_pool2d",
+           "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
            "dropout", "gelu", "l1_loss", "linear", "log_softmax", "mse_loss", "nll_loss",
            "relu", "sigmoid", "softmax", "tanh"]
 

@@ -8,7 +8,10 @@ matmul (the tensor layer's older operations, moved in);
 ``_linalg``, ``_linalg_spectral``: linear algebra (registered when ``easyad.linalg``, their
 public face, is imported, which ``import easyad`` does);
 ``_sorting``: sort and order_by (table ops), argsort/argmax/argmin; ``_prod_ops``: prod,
-cumprod and recurrence (table ops, which ``_npfunctions``' prod/cumprod call); ``_npfunctions`` and
+cumprod and recurrence (table ops, which ``_npfunctions``' prod/cumprod call);
+``_conv``: conv, conv_transpose and conv_weight (table ops: each one's derivatives are
+the other two); ``_pool``: max_pool (with max_pool_gather/scatter, its derivatives),
+avg_pool and its transpose, adaptive_avg_pool (a composition); ``_npfunctions`` and
 ``_products``: numpy's reductions, shape functions and products on tensors, composed of
 easyad operations (no table entry: every engine differentiates the pieces).
 
@@ -24,6 +27,8 @@ from easyad.ops._npfunctions import (broadcast_to, clip, cumprod, diag, diagonal
                                      squeeze, std, swapaxes, take, take_along_axis, tile,
                                      trace, tril, triu, var)
 from easyad.ops._products import einsum, inner, kron, outer, tensordot
+from easyad.ops._conv import conv, conv_transpose
+from easyad.ops._pool import adaptive_avg_pool, avg_pool, max_pool
 
 __all__ = ["OPS", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", "get",
            "register", "unregister",
@@ -32,4 +37,6 @@ __all__ = ["OPS", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", 
            "diagonal", "einsum", "expand_dims", "inner", "kron", "moveaxis", "order_by",
            "outer", "pad", "prod", "repeat", "roll", "sort", "split", "squeeze", "std",
            "swapaxes", "take", "take_along_axis", "tensordot", "tile", "trace", "tril",
-           "triu", "var"]
+           "triu", "var",
+           # convolution and pooling (nn.functional's conv2d, max_pool2d... call these)
+           "adaptive_avg_pool", "avg_pool", "conv", "conv_transpose", "max_pool"]
