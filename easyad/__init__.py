@@ -96,6 +96,7 @@ from easyad.ops import (  # noqa: E402  numpy's functions on tensors
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
 from easyad import scipy  # noqa: E402  (SciPy with easyad's derivatives)
+from easyad.transforms.vmap import vmap  # noqa: E402  (issue 27's transforms)
 
 from easyad._version import __version__ as __version__  # noqa: E402  (re-exported)
 
@@ -127,5 +128,7 @@ __all__ = [
     "take", "take_along_axis", "tensordot", "tile", "trace", "tril", "triu", "var",
     # neural networks
     "nn", "optim", "random",
+    # the transforms of easyad/transforms/
+    "vmap",
 ]
 __all__ += _functions.__all__   # the rule table's functions (a form static tools follow)
