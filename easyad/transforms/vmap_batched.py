@@ -174,6 +174,10 @@ class Batched(BatchedBase, RuleMethods):
             return own(*args, **kwargs)
         return _generic.array_function(func, args, kwargs)
 
+    @staticmethod
+    def _where(condition: Any, a: Any, b: Any) -> Any:     # ad.where's hook
+        return where(condition, a, b)
+
     def _batched_apply(self, op: Any, params: Any, args: tuple[Any, ...]) -> Any:
         return batched_apply(op, params, args)
 

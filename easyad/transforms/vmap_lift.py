@@ -137,13 +137,11 @@ def _value_and_grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) 
 
     def summed(*ys: Any) -> Any:
         out = F(*ys)
-        value, extra = out if aux else (out, None)
-        return _total(value), (value, extra)
+        return _total(out[0] if aux else out), out      # (per-example values: the aux)
 
-    (_, (value, extra)), gradient = functional.value_and_grad(
-        summed, argnums=argnums, has_aux=True)(*xs)
-    value = F.rewrap(value)
-    return ((value, F.rewrap(extra)) if aux else value), F.rewrap(gradient)
+    (_, out), gradient = functional.value_and_grad(summed, argnums=argnums,
+                                                    has_aux=True)(*xs)
+    return F.rewrap(out), F.rewrap(gradient)
 
 
 def _columns(x: Any, size: int) -> Any:
