@@ -65,6 +65,8 @@ CONTRACT = {
     "linalg",
     # SciPy with easyad's derivatives (issue 26): a subpackage
     "scipy",
+    # the transforms of easyad/transforms/ (issue 27)
+    "vmap",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {rule.name for rule in _rules.RULES if not rule.generic}
