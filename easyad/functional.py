@@ -268,6 +268,11 @@ def grad(f: Callable[..., Any], argnums: ArgNums = 0, has_aux: bool = False
 
     @functools.wraps(f)
     def g(x0: Any, *extra: Any, args: Any = None) -> Any:
+        if VMAPS[0]:
+            lifted = _vmapped("grad", f, (x0, *_arguments(extra, args)), argnums=argnums,
+                              has_aux=has_aux)
+            if lifted is not NotImplemented:
+                return lifted
         value, gradient = vg(x0, *extra, args=args)
         return (gradient, value[1]) if has_aux else gradient
 

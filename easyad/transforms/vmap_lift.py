@@ -45,6 +45,14 @@ def lift(opened: Any, name: str, f: Callable[..., Any], args: tuple[Any, ...],
             sizes[v._level] = v._size
     if not sizes:
         return NotImplemented
+    if any(getattr(getattr(v, "_backend", None), "kind", None) == "program"
+           for v in _trees.flatten(args)[0] + [getattr(v, "_value", None) for v in leaves]):
+        raise NotImplementedError(
+            f"ad.{name} inside ad.vmap inside ad.record: a derivative transform recorded "
+            f"in tensor code does not replay its values correctly yet; record the batched "
+            f"function itself and differentiate the recording (F.gradient, F.vjp), e.g. "
+            f"the gradient of sum(vmap(loss)(stacked parameters, xs)) gives every "
+            f"example's gradient")
     level = max(sizes)
     token = LIFTED.set(lifted | {level})
     try:
@@ -131,17 +139,29 @@ def _total(out: Any) -> Any:
     return total
 
 
-def _value_and_grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+def _value_and_grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any],
+                    value: bool = True) -> Any:
     argnums, aux = options.get("argnums", 0), options.get("has_aux", False)
     xs = F.unwrap(args, set(_argnums(options, len(args))))
 
     def summed(*ys: Any) -> Any:
         out = F(*ys)
+        if not value:            # (ad.grad: the values are not read, so not guarded)
+            return (_total(out[0]), out[1]) if aux else _total(out)
         return _total(out[0] if aux else out), out      # (per-example values: the aux)
 
+    if not value:
+        gradient = functional.grad(summed, argnums=argnums, has_aux=aux)(*xs)
+        if aux:
+            return F.rewrap(gradient[0]), F.rewrap(gradient[1])
+        return F.rewrap(gradient)
     (_, out), gradient = functional.value_and_grad(summed, argnums=argnums,
                                                     has_aux=True)(*xs)
     return F.rewrap(out), F.rewrap(gradient)
+
+
+def _grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    return _value_and_grad(F, args, options, value=False)
 
 
 def _columns(x: Any, size: int) -> Any:
@@ -212,6 +232,6 @@ def _directional(name: str) -> Callable[..., Any]:
     return run
 
 
-_LIFTS = {"value_and_grad": _value_and_grad, "jacobian": _jacobian, "hessian": _hessian,
+_LIFTS = {"value_and_grad": _value_and_grad, "grad": _grad, "jacobian": _jacobian, "hessian": _hessian,
           "jvp": _directional("jvp"), "vjp": _directional("vjp"),
           "hvp": _directional("hvp")}
