@@ -233,6 +233,13 @@ def _input_gradient(x: Tensor, d: Any) -> NDArray[np.float64]:
     # two references: ``a`` and getrefcount's argument. Anything more (a buffer a custom
     # vjp also keeps, one adjoint given to two inputs) or a view, a broadcast, another
     # dtype: copied
+    base = a.base if type(a) is np.ndarray else None
+    if (type(base) is np.ndarray and base.base is None and base.shape == x._shape
+            and base.dtype == np.float64 and base.flags.c_contiguous
+            and base.flags.writeable and a.flags.c_contiguous and sys.getrefcount(base) == 3
+            and sys.getrefcount(a) == 2):
+        a = base        # a same-shape view of an array nothing else holds: that array
+    del base
     if (type(a) is not np.ndarray or a.base is not None or a.dtype != np.float64
             or a.shape != x._shape or not a.flags.c_contiguous or not a.flags.writeable
             or sys.getrefcount(a) > 2):
