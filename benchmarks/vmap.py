@@ -36,7 +36,8 @@ import argparse  # noqa: E402
 import gc  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 

@@ -185,3 +185,13 @@ def test_bad_input_is_named():
     with pytest.raises(NotImplementedError, match="no batching rule"):
         ad.vmap(lambda x: ad.ops.call(ad.ops.get("put"), (x,),
                                       {"shape": (4,), "key": (slice(0, 3),)}))(X)
+
+
+def test_the_outer_product_path_of_the_numpy_matmul():
+    # per-example gradients of a linear layer are stacks of outer products (k = 1): the
+    # numpy device multiplies instead of calling np.matmul; same numbers, same shapes
+    from easyad.tensor import _blas
+    a, b = rng.normal(size=(4, 3, 1)), rng.normal(size=(4, 1, 5))
+    assert np.array_equal(_blas.matmul(a, b), np.matmul(a, b))
+    assert np.array_equal(_blas.matmul(a, b[0]), np.matmul(a, b[0]))
+    assert np.array_equal(_blas.matmul(a, np.ones(1)), np.matmul(a, np.ones(1)))

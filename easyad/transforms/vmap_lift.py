@@ -87,7 +87,8 @@ class _Lifted:
             return v._value
         if isinstance(v, (list, tuple, int, float)):
             v = np.asarray(v, dtype=np.float64)
-        value = expanded(v, self.size)
+        value = expanded(v, self.size)   # (made contiguous once: a broadcast view in
+        # a transform's point is read element by element, several times slower)
         return np.ascontiguousarray(value) if isinstance(value, np.ndarray) else value
 
     def __call__(self, *xs: Any) -> Any:
@@ -232,6 +233,6 @@ def _directional(name: str) -> Callable[..., Any]:
     return run
 
 
-_LIFTS = {"value_and_grad": _value_and_grad, "grad": _grad, "jacobian": _jacobian, "hessian": _hessian,
-          "jvp": _directional("jvp"), "vjp": _directional("vjp"),
+_LIFTS = {"value_and_grad": _value_and_grad, "grad": _grad, "jacobian": _jacobian,
+          "hessian": _hessian, "jvp": _directional("jvp"), "vjp": _directional("vjp"),
           "hvp": _directional("hvp")}
