@@ -195,3 +195,13 @@ def test_the_outer_product_path_of_the_numpy_matmul():
     assert np.array_equal(_blas.matmul(a, b), np.matmul(a, b))
     assert np.array_equal(_blas.matmul(a, b[0]), np.matmul(a, b[0]))
     assert np.array_equal(_blas.matmul(a, np.ones(1)), np.matmul(a, np.ones(1)))
+
+
+def test_a_derivative_recorded_in_tensor_code_is_refused_not_wrong():
+    # (it replayed zeros before: the recorded point was read as the recording's numbers)
+    x = np.array([1.0, 2.0, 3.0])
+    for f in (lambda w: ad.grad(lambda v: ad.sum(v * v * v))(w),
+              lambda w: ad.jvp(lambda v: v * v, w, w)[1],
+              ad.vmap(ad.grad(lambda v: ad.sum(v * v * v)))):
+        with pytest.raises(NotImplementedError, match="inside ad.record"):
+            ad.record(f, x.reshape(1, 3) if f.__name__ != "<lambda>" else x, tensor=True)
