@@ -132,6 +132,10 @@ def test_closures_keep_the_levels_apart():
     theirs = tv(lambda x: func.grad(lambda w: (torch.sin(w * x) * x).sum())(
         T(W[:, 0])))(T(X))
     close(ours, theirs)
+    # a Jacobian (the basis batched around the batch) of a function closing over y
+    for mode in ("forward", "reverse"):
+        close(ad.vmap(lambda x, y: ad.jacobian(lambda v: ad.sin(v * y) * y[0], mode=mode)(x))(
+            X, Y), tv(lambda x, y: func.jacrev(lambda v: torch.sin(v * y) * y[0])(x))(T(X), T(Y)))
     # grad of a function that calls vmap: the outer variable closed over by the batch
     outer = ad.grad(lambda w: ad.sum(ad.vmap(lambda x: ad.sum(ad.tanh(x @ w)))(X)))(W)
     touter = func.grad(lambda w: tv(lambda x: torch.tanh(x @ w).sum())(T(X)).sum())(

@@ -184,23 +184,19 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
     s = _shape(x)[1:]
     n = int(np.prod(s, dtype=np.int64))
     mode = options.get("mode", "auto")
-    columns = []
-    if mode != "reverse" and n:
-        for t in _columns(x, n):
-            columns.append(functional.jvp(one, x, t)[1])
-            if mode == "auto" and len(columns) == 1:
-                m = int(np.prod(_shape(columns[0])[1:], dtype=np.int64))
-                if m < n:
-                    mode = "reverse"
-                    break
-        if mode != "reverse":
-            out = _generic.stack(columns, axis=-1)
-            return F.rewrap(out.reshape(_shape(out)[:-1] + s))
-    value = one(x)
-    o = _shape(value)[1:]
+    value = one(x) if mode != "forward" else None
+    o = _shape(value)[1:] if value is not None else ()
     m = int(np.prod(o, dtype=np.int64))
-    rows = [functional.vjp(one, x, u)[1] for u in _columns(value, m)]
-    out = _generic.stack(rows, axis=1)
+    # the basis is one more batch (a vmap of its own level around the jvps or vjps): one
+    # pass for every element of every example, as torch's and JAX's Jacobians
+    from easyad.transforms.vmap import vmap
+    if mode == "forward" or (mode == "auto" and n <= m):
+        basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+        out = vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
+        return F.rewrap(out.reshape(_shape(out)[:-1] + s))
+    assert value is not None
+    weights = np.stack(list(_columns(value, m))) if m else np.zeros((0,) + _shape(value))
+    out = vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
     return F.rewrap(out.reshape((F.size,) + o + s))
 
 
@@ -213,8 +209,9 @@ def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         return _total(F(*xs[:k], z, *xs[k + 1:]))
     s = _shape(x)[1:]
     n = int(np.prod(s, dtype=np.int64))
-    columns = [functional.hvp(summed, x, t) for t in _columns(x, n)]
-    out = _generic.stack(columns, axis=-1)
+    from easyad.transforms.vmap import vmap
+    basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+    out = vmap(lambda t: functional.hvp(summed, x, t), out_axes=-1)(basis)
     return F.rewrap(out.reshape((F.size,) + s + s))
 
 
