@@ -171,4 +171,4 @@ def _output(v: Any, axis: Any, level: int, size: int) -> Any:
     return _moved(value, 0, axis + rank if axis < 0 else axis)
 
 
-_levels.LIFT[0] = functools.partial(vmap_lift.lift, OPEN)
+_levels.LIFT[0] = functools.partial(vmap_lift.lift, OPEN, vmap)

@@ -7,9 +7,10 @@ once. The examples are independent, so
 
 - grad: the gradient of ``sum_b f(X[b])`` with respect to X is every example's gradient;
 - jvp / vjp / hvp: F's, with the direction or weights of every example;
-- jacobian: one jvp (forward) or vjp (reverse) per element of one example's input (or
-  output), each along that element in every example at once;
-- hessian: one hvp per element of one example's input.
+- jacobian: a jvp (forward) or vjp (reverse) along each element of one example's input
+  (or output), in every example at once; the basis is one more batch (a vmap of its own
+  level around the jvp or vjp), so all of them are one pass, as torch's and JAX's;
+- hessian: an hvp along each element of one example's input, the basis batched likewise.
 
 A differentiated argument that is not batched is broadcast along the batch first: each
 example then has its own copy, whose derivative is that example's. The level lifted is
@@ -33,8 +34,8 @@ LIFTED: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
     "easyad_vmap_lifted", default=frozenset())
 
 
-def lift(opened: Any, name: str, f: Callable[..., Any], args: tuple[Any, ...],
-         options: dict[str, Any]) -> Any:
+def lift(opened: Any, vmap: Callable[..., Any], name: str, f: Callable[..., Any],
+         args: tuple[Any, ...], options: dict[str, Any]) -> Any:
     """Transform ``name`` of f at ``args`` on the batch, or NotImplemented where nothing
     of it is batched (the transform then runs as usual)."""
     lifted = LIFTED.get()
@@ -56,7 +57,7 @@ def lift(opened: Any, name: str, f: Callable[..., Any], args: tuple[Any, ...],
     level = max(sizes)
     token = LIFTED.set(lifted | {level})
     try:
-        return _LIFTS[name](_Lifted(f, level, sizes[level], lifted), args, options)
+        return _LIFTS[name](_Lifted(f, level, sizes[level], lifted, vmap), args, options)
     finally:
         LIFTED.reset(token)
 
@@ -65,8 +66,9 @@ class _Lifted:
     """f on the whole batch of one level: unbatched arguments in, unbatched results out."""
 
     def __init__(self, f: Callable[..., Any], level: int, size: int,
-                 lifted: frozenset[int]) -> None:
+                 lifted: frozenset[int], vmap: Callable[..., Any]) -> None:
         self.f, self.level, self.size, self.lifted = f, level, size, lifted
+        self.vmap = vmap          # (ad.vmap, given by vmap.py: the basis batched too)
         self.marks: list[list[bool]] = []
 
     def unwrap(self, args: tuple[Any, ...], differentiated: set[int]) -> list[Any]:
@@ -189,14 +191,13 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
     m = int(np.prod(o, dtype=np.int64))
     # the basis is one more batch (a vmap of its own level around the jvps or vjps): one
     # pass for every element of every example, as torch's and JAX's Jacobians
-    from easyad.transforms.vmap import vmap
     if mode == "forward" or (mode == "auto" and n <= m):
         basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
-        out = vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
+        out = F.vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
     weights = np.stack(list(_columns(value, m))) if m else np.zeros((0,) + _shape(value))
-    out = vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
+    out = F.vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
     return F.rewrap(out.reshape((F.size,) + o + s))
 
 
@@ -209,9 +210,8 @@ def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         return _total(F(*xs[:k], z, *xs[k + 1:]))
     s = _shape(x)[1:]
     n = int(np.prod(s, dtype=np.int64))
-    from easyad.transforms.vmap import vmap
     basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
-    out = vmap(lambda t: functional.hvp(summed, x, t), out_axes=-1)(basis)
+    out = F.vmap(lambda t: functional.hvp(summed, x, t), out_axes=-1)(basis)
     return F.rewrap(out.reshape((F.size,) + s + s))
 
 
