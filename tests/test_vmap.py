@@ -169,6 +169,9 @@ def test_recorded_replays_on_numpy_and_opencl():
         G = ad.record(ad.vmap(lambda x: ad.sum(ad.sin(x) * x)), X, tensor=True,
                       device=opencl[0])
         close(G(Y), (np.sin(Y) * Y).sum(1))
+        eager = ad.vmap(lambda x: ad.sum(ad.tanh(x @ W) * x[0]))(
+            ad.Tensor.constant(Y, device=opencl[0]))
+        close(eager, (np.tanh(Y @ W) * Y[:, :1]).sum(1))
 
 
 def test_bad_input_is_named():
