@@ -102,6 +102,7 @@ from easyad.transforms.checkpoint_scan import fori_loop, scan  # noqa: E402
 # implicit differentiation; its module also puts ad.linalg.cg and ad.linalg.gmres in place
 from easyad.transforms.implicit import custom_root, fixed_point  # noqa: E402
 from easyad.transforms import implicit_linear as _implicit_linear  # noqa: E402, F401
+from easyad.transforms.vmap import vmap  # noqa: E402  (issue 27's transforms)
 
 from easyad._version import __version__ as __version__  # noqa: E402  (re-exported)
 
@@ -137,5 +138,7 @@ __all__ = [
     "checkpoint", "fori_loop", "scan",
     # implicit differentiation (easyad/transforms/implicit.py)
     "custom_root", "fixed_point", "ConvergenceError",
+    # the transforms of easyad/transforms/
+    "vmap",
 ]
 __all__ += _functions.__all__   # the rule table's functions (a form static tools follow)

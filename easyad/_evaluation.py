@@ -164,10 +164,23 @@ def _detached(v: Any) -> Any:
 
 def _as_array(x: Any, what: str) -> NDArray[np.float64]:
     if isinstance(x, Tensor):
+        refuse_recording(x, what)
         return np.array(x.value, dtype=np.float64)
     array = np.asarray(x)
     _arrays.check_real(array, what)
     return np.array(array, dtype=np.float64)
+
+
+def refuse_recording(x: Any, what: str) -> None:
+    """A transform's point may not be a value ``ad.record`` is recording in tensor code:
+    read as numbers it would be the recording's constants, and the replay gave the
+    derivative at the recorded point, or zeros, silently."""
+    if isinstance(x, Tensor) and x._backend.kind == "program":
+        raise NotImplementedError(
+            f"a derivative transform (ad.grad, ad.jacobian, ad.jvp...) called inside "
+            f"ad.record of tensor code, at a recorded value ({what}): it cannot be "
+            f"recorded yet; record the function itself and differentiate the recording "
+            f"(F.gradient, F.vjp, F.jacobian, F.hvp)")
 
 
 def _name(f: Callable[..., Any]) -> str:

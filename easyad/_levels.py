@@ -33,3 +33,21 @@ def opened(depth: int, tape: Any) -> Iterator[None]:
         yield
     finally:
         LEVEL.reset(token)
+
+
+# ---- vmap (easyad/transforms/vmap.py): batched values and the transforms above them ----
+
+class BatchedBase:
+    """The base of vmap's batched values, here so that the layers below the transforms
+    (the op table's call, the tensor functions) recognise one without importing it: a
+    value of this class answers ``_batched_apply(op, params, args)``."""
+
+    __slots__ = ()
+
+
+# how many vmaps are running (a cheap test for the op table's call and the derivative
+# transforms, which then look for batched operands), and the hook the derivative
+# transforms call with batched arguments: ``LIFT[0](name, f, args, options)`` returns their
+# result, or NotImplemented when nothing of theirs is batched (vmap.py sets it)
+VMAPS = [0]
+LIFT: list[Any] = [None]

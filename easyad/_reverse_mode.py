@@ -18,7 +18,7 @@ from easyad import _trees
 from easyad._core import Node, Record, Trace, WengertList
 from easyad._evaluation import (_as_array, _base, _call, _depth, _detached, _join,
                                 _output_leaves, _Point, _point_leaves, _primal_of, _rebase,
-                                _tangent_of, _tape_of, _value)
+                                _tangent_of, _tape_of, _value, refuse_recording)
 from easyad._levels import LEVEL as _LEVEL
 from easyad._levels import opened as _level
 from easyad._trees import LEAF
@@ -46,6 +46,8 @@ class _Reverse:
             self._one_array(f, x0, args, elements)
             return
         leaves, tree = _point_leaves(x0)
+        for v in leaves:
+            refuse_recording(v, "x0")
         # under forward levels (Traces reach us, in the point or in f's closure): forward
         # over reverse. The inputs are variables under the point's Trace levels (raised
         # to the open depth), f runs on Traces of Records (TraceTensors over recorded
@@ -233,6 +235,13 @@ def _input_gradient(x: Tensor, d: Any) -> NDArray[np.float64]:
     # two references: ``a`` and getrefcount's argument. Anything more (a buffer a custom
     # vjp also keeps, one adjoint given to two inputs) or a view, a broadcast, another
     # dtype: copied
+    base = a.base if type(a) is np.ndarray else None
+    if (type(base) is np.ndarray and base.base is None and base.shape == x._shape
+            and base.dtype == np.float64 and base.flags.c_contiguous
+            and base.flags.writeable and a.flags.c_contiguous and sys.getrefcount(base) == 3
+            and sys.getrefcount(a) == 2):
+        a = base        # a same-shape view of an array nothing else holds: that array
+    del base
     if (type(a) is not np.ndarray or a.base is not None or a.dtype != np.float64
             or a.shape != x._shape or not a.flags.c_contiguous or not a.flags.writeable
             or sys.getrefcount(a) > 2):

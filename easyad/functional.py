@@ -79,6 +79,7 @@ from easyad._evaluation import (_arguments, _as_array, _name, _open_level, _outp
 from easyad._forward_mode import (_forward_nested, _forward_point, _forward_run,
                                   _jacobian_forward, _tangent)
 from easyad._reverse_mode import _jacobian_reverse, _Reverse
+from easyad._levels import LIFT, VMAPS
 from easyad._levels import opened as _level
 from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor._base import ObjectArrayOperand
@@ -91,6 +92,14 @@ _MODES = ("auto", "forward", "reverse")
 
 
 # ---- the API --------------------------------------------------------------------------
+
+def _vmapped(name: str, f: Callable[..., Any], args: tuple[Any, ...], **options: Any) -> Any:
+    """Inside ad.vmap: the transform on the whole batch (easyad/transforms/vmap_lift.py),
+    or NotImplemented where nothing it differentiates is batched."""
+    if VMAPS[0] and LIFT[0] is not None:
+        return LIFT[0](name, f, args, options)
+    return NotImplemented
+
 
 def derivative(f: Callable[..., Any]) -> Callable[..., float | Vector]:
     """The derivative of a function of one scalar, by forward mode.
@@ -173,6 +182,11 @@ def value_and_grad(f: Callable[..., Any], argnums: ArgNums = 0,
 
     @functools.wraps(f)
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
+        if VMAPS[0]:
+            lifted = _vmapped("value_and_grad", f, (x0, *_arguments(extra, args)),
+                              argnums=argnums, has_aux=has_aux)
+            if lifted is not NotImplemented:
+                return lifted  # type: ignore[no-any-return]
         run = _Reverse(f, x0, _arguments(extra, args))
         out = _scalar_output(run.result, f, "grad", run.mode)
         return run.value(out), _in_dtype_of(x0, run.gradient(run.sweep(out, last=True)))
@@ -185,6 +199,11 @@ def _value_and_grad_selected(f: Callable[..., Any], argnums: ArgNums,
                              has_aux: bool) -> Callable[..., tuple[Any, Any]]:
     @functools.wraps(f)
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
+        if VMAPS[0]:
+            lifted = _vmapped("value_and_grad", f, (x0, *_arguments(extra, args)),
+                              argnums=argnums, has_aux=has_aux)
+            if lifted is not NotImplemented:
+                return lifted  # type: ignore[no-any-return]
         chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "grad")
         run = _Reverse(chosen.function(), chosen.point, ())
         out = _scalar_output(run.result, f, "grad", run.mode)
@@ -249,6 +268,11 @@ def grad(f: Callable[..., Any], argnums: ArgNums = 0, has_aux: bool = False
 
     @functools.wraps(f)
     def g(x0: Any, *extra: Any, args: Any = None) -> Any:
+        if VMAPS[0]:
+            lifted = _vmapped("grad", f, (x0, *_arguments(extra, args)), argnums=argnums,
+                              has_aux=has_aux)
+            if lifted is not NotImplemented:
+                return lifted
         value, gradient = vg(x0, *extra, args=args)
         return (gradient, value[1]) if has_aux else gradient
 
@@ -303,6 +327,11 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto", argnums: ArgNums = 0,
 
     @functools.wraps(f)
     def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
+        if VMAPS[0]:
+            lifted = _vmapped("jacobian", f, (x0, *_arguments(extra, args)), mode=mode,
+                              argnums=argnums, has_aux=has_aux)
+            if lifted is not NotImplemented:
+                return lifted
         if plain(argnums, has_aux):
             return _in_dtype_of(x0, _jacobian(f, x0, _arguments(extra, args)))
         chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "jacobian")
@@ -358,6 +387,10 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None,
     (array([6., 2.]), array([5., 1.]))
     """
     arguments = _arguments(extra, args)
+    if VMAPS[0]:
+        lifted = _vmapped("jvp", f, (x0, *arguments), v=v, argnums=argnums, has_aux=has_aux)
+        if lifted is not NotImplemented:
+            return lifted  # type: ignore[no-any-return]
     if not plain(check_argnums(argnums, "jvp"), has_aux):
         chosen = Selection(f, argnums, has_aux, (x0, *arguments), "jvp")
         value, tangent = chosen.result(jvp(chosen.function(), chosen.point,
@@ -405,6 +438,10 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
     (array([6., 2.]), array([13.,  2.]))
     """
     arguments = _arguments(extra, args)
+    if VMAPS[0]:
+        lifted = _vmapped("vjp", f, (x0, *arguments), u=u, argnums=argnums, has_aux=has_aux)
+        if lifted is not NotImplemented:
+            return lifted  # type: ignore[no-any-return]
     if not plain(check_argnums(argnums, "vjp"), has_aux):
         chosen = Selection(f, argnums, has_aux, (x0, *arguments), "vjp")
         value, cotangent = chosen.result(vjp(chosen.function(), chosen.point, u))
@@ -506,6 +543,11 @@ def hessian(f: Callable[..., Any], argnums: ArgNums = 0,
 
     @functools.wraps(f)
     def evaluate(x0: Any, *extra: Any, args: Any = None) -> Any:
+        if VMAPS[0]:
+            lifted = _vmapped("hessian", f, (x0, *_arguments(extra, args)),
+                              argnums=argnums, has_aux=has_aux)
+            if lifted is not NotImplemented:
+                return lifted
         if plain(argnums, has_aux):
             return _hessian(f, x0, _arguments(extra, args))
         chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "hessian")
@@ -551,6 +593,10 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
     array([60., 12.])
     """
     arguments = _arguments(extra, args)
+    if VMAPS[0]:
+        lifted = _vmapped("hvp", f, (x0, *arguments), v=v)
+        if lifted is not NotImplemented:
+            return lifted  # type: ignore[no-any-return]
     x = _replayable(x0, arguments)
     if x is not None:
         direction = _Point(x0).like(v, "v")[0]

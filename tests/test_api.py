@@ -69,6 +69,8 @@ CONTRACT = {
     "checkpoint", "scan", "fori_loop",
     # implicit differentiation (issue 27 item 4)
     "custom_root", "fixed_point", "ConvergenceError",
+    # the transforms of easyad/transforms/ (issue 27)
+    "vmap",
 }
 # Rules served by Python operators only (x + y, -x...): no ad.<name> function.
 OPERATOR_ONLY = {rule.name for rule in _rules.RULES if not rule.generic}

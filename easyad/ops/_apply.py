@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from easyad._core import Record, Trace
+from easyad._levels import VMAPS, BatchedBase
 from easyad.errors import ShapeError
 from easyad.ops._table import Op
 from easyad.tensor import _graph
@@ -39,6 +40,10 @@ def call(op: Op, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def apply(op: Op, params: Any, args: tuple[Any, ...]) -> Any:
     """``op`` with parameters already bound (its vjps and jvps call this)."""
+    if VMAPS[0]:        # inside ad.vmap: a batched operand runs the op's batching rule
+        for a in args:
+            if isinstance(a, BatchedBase):
+                return a._batched_apply(op, params, args)   # type: ignore[attr-defined]
     tensors = False
     for a in args:           # (a loop, not any(...): eager calls come through here)
         if isinstance(a, TraceTensor):

@@ -94,4 +94,8 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if a.ndim == 2:
             return _core._gemm(a, b)
         return _core._gemm(a[0], b[0])[None]
+    if a.ndim > 2 and b.ndim >= 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
+        # stacks of outer products (per-example gradients under ad.vmap): numpy's matmul
+        # loops slowly over k = 1; the broadcast product is the same numbers (no sum)
+        return np.multiply(a, b)
     return np.matmul(a, b)

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from easyad._levels import BatchedBase
 from easyad.tensor import _structural
 from easyad.tensor._base import TensorBase
 
 
 def _is_tensor(x: Any) -> bool:
-    return isinstance(x, TensorBase) or type(x).__name__ == "TraceTensor"
+    return isinstance(x, (TensorBase, BatchedBase)) or type(x).__name__ == "TraceTensor"
 
 
 def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A001

@@ -27,6 +27,7 @@ import numpy as np
 from easyad import _core
 from easyad._core import (ExtremeStep, KeySliceStep, MatmulStep, Record, ReshapeStep, SumStep,
                           TransposeStep)
+from easyad._levels import BatchedBase
 from easyad.errors import TapeMismatchError
 from easyad.tensor import _blas, _graph
 from easyad.tensor import _shapes as shapes
@@ -531,6 +532,9 @@ def from_scalars(cls: type[T], be: Any, dtype: Any, items: list[Any],
 # ---- where (the op table's: its call's condition made ready) ----
 
 def where(condition: Any, a: Any, b: Any) -> Any:
+    for v in (condition, a, b):       # inside ad.vmap: the batched select
+        if isinstance(v, BatchedBase):
+            return type(v)._where(condition, a, b)  # type: ignore[attr-defined]
     if not isinstance(condition, TensorBase):
         c = np.asarray(condition)
         condition = c.astype(bool) if c.dtype != bool else c

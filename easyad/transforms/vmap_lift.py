@@ -1,0 +1,235 @@
+"""The derivative transforms inside ``ad.vmap``: grad, jacobian, hessian, jvp, vjp and hvp
+of one example, run once on the whole batch.
+
+Called with batched arguments (or inside a vmap, where f may close over batched values),
+a transform differentiates ``F``, f on the whole batch: ``F(X) = f(X[b])`` for every b at
+once. The examples are independent, so
+
+- grad: the gradient of ``sum_b f(X[b])`` with respect to X is every example's gradient;
+- jvp / vjp / hvp: F's, with the direction or weights of every example;
+- jacobian: a jvp (forward) or vjp (reverse) along each element of one example's input
+  (or output), in every example at once; the basis is one more batch (a vmap of its own
+  level around the jvp or vjp), so all of them are one pass, as torch's and JAX's;
+- hessian: an hvp along each element of one example's input, the basis batched likewise.
+
+A differentiated argument that is not batched is broadcast along the batch first: each
+example then has its own copy, whose derivative is that example's. The level lifted is
+the highest batched level among the arguments and the vmaps running, less those being
+lifted already (the transform's own calls of F must not lift again); F gives f back the
+lifted levels it had, so transforms that f calls lift as usual.
+"""
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from easyad import _trees, functional
+from easyad.tensor import _generic
+from easyad.transforms.vmap_batched import Batched, _shape, expanded
+
+LIFTED: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "easyad_vmap_lifted", default=frozenset())
+
+
+def lift(opened: Any, vmap: Callable[..., Any], name: str, f: Callable[..., Any],
+         args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """Transform ``name`` of f at ``args`` on the batch, or NotImplemented where nothing
+    of it is batched (the transform then runs as usual)."""
+    lifted = LIFTED.get()
+    sizes = {level: size for level, size in opened.get() if level not in lifted}
+    leaves, _ = _trees.flatten((args, options.get("v"), options.get("u")))
+    for v in leaves:
+        if isinstance(v, Batched) and v._level not in lifted:
+            sizes[v._level] = v._size
+    if not sizes:
+        return NotImplemented
+    if any(getattr(getattr(v, "_backend", None), "kind", None) == "program"
+           for v in _trees.flatten(args)[0] + [getattr(v, "_value", None) for v in leaves]):
+        raise NotImplementedError(
+            f"ad.{name} inside ad.vmap inside ad.record: a derivative transform recorded "
+            f"in tensor code does not replay its values correctly yet; record the batched "
+            f"function itself and differentiate the recording (F.gradient, F.vjp), e.g. "
+            f"the gradient of sum(vmap(loss)(stacked parameters, xs)) gives every "
+            f"example's gradient")
+    level = max(sizes)
+    token = LIFTED.set(lifted | {level})
+    try:
+        return _LIFTS[name](_Lifted(f, level, sizes[level], lifted, vmap), args, options)
+    finally:
+        LIFTED.reset(token)
+
+
+class _Lifted:
+    """f on the whole batch of one level: unbatched arguments in, unbatched results out."""
+
+    def __init__(self, f: Callable[..., Any], level: int, size: int,
+                 lifted: frozenset[int], vmap: Callable[..., Any]) -> None:
+        self.f, self.level, self.size, self.lifted = f, level, size, lifted
+        self.vmap = vmap          # (ad.vmap, given by vmap.py: the basis batched too)
+        self.marks: list[list[bool]] = []
+
+    def unwrap(self, args: tuple[Any, ...], differentiated: set[int]) -> list[Any]:
+        """The arguments as whole batches (differentiated ones always batched)."""
+        out = []
+        self.marks = []
+        for k, a in enumerate(args):
+            leaves, tree = _trees.flatten(a)
+            flags = [isinstance(v, Batched) and v._level == self.level for v in leaves]
+            values = [self.batch_of(v) if (f or k in differentiated) else v
+                      for v, f in zip(leaves, flags)]
+            self.marks.append([f or k in differentiated for f in flags])
+            out.append(_trees.unflatten(tree, values) if any(self.marks[-1]) else a)
+        return out
+
+    def batch_of(self, v: Any) -> Any:
+        if isinstance(v, Batched) and v._level == self.level:
+            return v._value
+        if isinstance(v, (list, tuple, int, float)):
+            v = np.asarray(v, dtype=np.float64)
+        value = expanded(v, self.size)   # (made contiguous once: a broadcast view in
+        # a transform's point is read element by element, several times slower)
+        return np.ascontiguousarray(value) if isinstance(value, np.ndarray) else value
+
+    def __call__(self, *xs: Any) -> Any:
+        given = []
+        for x, marks in zip(xs, self.marks + [[]] * (len(xs) - len(self.marks))):
+            if not any(marks):
+                given.append(x)
+                continue
+            leaves, tree = _trees.flatten(x)
+            given.append(_trees.unflatten(tree, [
+                Batched(v, self.level, self.size) if m else v for v, m in zip(leaves, marks)]))
+        token = LIFTED.set(self.lifted)
+        try:
+            out = self.f(*given)
+        finally:
+            LIFTED.reset(token)
+        return self.whole(out)
+
+    def whole(self, out: Any) -> Any:
+        leaves, tree = _trees.flatten(out)
+        return _trees.unflatten(tree, [self.batch_of(v) for v in leaves])
+
+    def rewrap(self, result: Any) -> Any:
+        leaves, tree = _trees.flatten(result)
+        return _trees.unflatten(tree, [Batched(v, self.level, self.size) for v in leaves])
+
+
+def _argnums(options: dict[str, Any], count: int) -> tuple[int, ...]:
+    argnums = options.get("argnums", 0)
+    items = argnums if isinstance(argnums, tuple) else (argnums,)
+    return tuple(a + count if a < 0 else a for a in items)
+
+
+def _one(options: dict[str, Any], count: int, name: str) -> int:
+    argnums = _argnums(options, count)
+    if isinstance(options.get("argnums", 0), tuple) or options.get("has_aux"):
+        raise NotImplementedError(f"ad.{name} inside ad.vmap takes one argnum and no "
+                                  f"has_aux (differentiate a function of one argument)")
+    return argnums[0]
+
+
+def _total(out: Any) -> Any:
+    total: Any = 0.0
+    for leaf in _trees.flatten(out)[0]:
+        if len(_shape(leaf)) != 1:
+            raise TypeError(f"ad.grad inside ad.vmap: f must return one number per example, "
+                            f"got shape {_shape(leaf)[1:]} per example")
+        total = total + _generic.sum(leaf)
+    return total
+
+
+def _value_and_grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any],
+                    value: bool = True) -> Any:
+    argnums, aux = options.get("argnums", 0), options.get("has_aux", False)
+    xs = F.unwrap(args, set(_argnums(options, len(args))))
+
+    def summed(*ys: Any) -> Any:
+        out = F(*ys)
+        if not value:            # (ad.grad: the values are not read, so not guarded)
+            return (_total(out[0]), out[1]) if aux else _total(out)
+        return _total(out[0] if aux else out), out      # (per-example values: the aux)
+
+    if not value:
+        gradient = functional.grad(summed, argnums=argnums, has_aux=aux)(*xs)
+        if aux:
+            return F.rewrap(gradient[0]), F.rewrap(gradient[1])
+        return F.rewrap(gradient)
+    (_, out), gradient = functional.value_and_grad(summed, argnums=argnums,
+                                                    has_aux=True)(*xs)
+    return F.rewrap(out), F.rewrap(gradient)
+
+
+def _grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    return _value_and_grad(F, args, options, value=False)
+
+
+def _columns(x: Any, size: int) -> Any:
+    """The directions along one element of every example at once: (B, *s) each."""
+    shape = _shape(x)
+    for k in range(int(np.prod(shape[1:], dtype=np.int64))):
+        t = np.zeros((shape[0], size))
+        t[:, k] = 1.0
+        yield t.reshape(shape)
+
+
+def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    k = _one(options, len(args), "jacobian")
+    xs = F.unwrap(args, {k})
+    x = xs[k]
+
+    def one(z: Any) -> Any:
+        return F(*xs[:k], z, *xs[k + 1:])
+    s = _shape(x)[1:]
+    n = int(np.prod(s, dtype=np.int64))
+    mode = options.get("mode", "auto")
+    value = one(x) if mode != "forward" else None
+    o = _shape(value)[1:] if value is not None else ()
+    m = int(np.prod(o, dtype=np.int64))
+    # the basis is one more batch (a vmap of its own level around the jvps or vjps): one
+    # pass for every element of every example, as torch's and JAX's Jacobians
+    if mode == "forward" or (mode == "auto" and n <= m):
+        basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+        out = F.vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
+        return F.rewrap(out.reshape(_shape(out)[:-1] + s))
+    assert value is not None
+    weights = np.stack(list(_columns(value, m))) if m else np.zeros((0,) + _shape(value))
+    out = F.vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
+    return F.rewrap(out.reshape((F.size,) + o + s))
+
+
+def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    k = _one(options, len(args), "hessian")
+    xs = F.unwrap(args, {k})
+    x = xs[k]
+
+    def summed(z: Any) -> Any:
+        return _total(F(*xs[:k], z, *xs[k + 1:]))
+    s = _shape(x)[1:]
+    n = int(np.prod(s, dtype=np.int64))
+    basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+    out = F.vmap(lambda t: functional.hvp(summed, x, t), out_axes=-1)(basis)
+    return F.rewrap(out.reshape((F.size,) + s + s))
+
+
+def _directional(name: str) -> Callable[..., Any]:
+    def run(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+        _one(options, len(args), name)
+        xs = F.unwrap(args, {0})
+        direction = options["v" if name != "vjp" else "u"]
+        leaves, tree = _trees.flatten(direction)
+        d = _trees.unflatten(tree, [F.batch_of(v) for v in leaves])
+        if name == "hvp":
+            return F.rewrap(functional.hvp(lambda z, *a: _total(F(z, *a)), xs[0], d,
+                                           *xs[1:]))
+        value, derivative = getattr(functional, name)(F, xs[0], d, *xs[1:])
+        return F.rewrap(value), F.rewrap(derivative)
+    return run
+
+
+_LIFTS = {"value_and_grad": _value_and_grad, "grad": _grad, "jacobian": _jacobian,
+          "hessian": _hessian, "jvp": _directional("jvp"), "vjp": _directional("vjp"),
+          "hvp": _directional("hvp")}
