@@ -257,7 +257,8 @@ def grad(f: Callable[..., Any], argnums: ArgNums = 0, has_aux: bool = False
 
 
 def jacobian(f: Callable[..., Any], mode: Mode = "auto", argnums: ArgNums = 0,
-             has_aux: bool = False) -> Callable[..., Any]:
+             has_aux: bool = False, *, sparse: bool = False,
+             format: str | None = None) -> Callable[..., Any]:
     """The Jacobian of a function of arrays, by forward or reverse mode.
 
     Parameters
@@ -275,6 +276,13 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto", argnums: ArgNums = 0,
         As for :func:`grad`: the arguments differentiated (a tuple of them is a
         structure: each output's block is a tuple, one per argument), and
         ``(jacobian, aux)`` for f returning ``(output, aux)``.
+    sparse, format
+        ``sparse=True``: f (of one array, returning numbers) is recorded once, at the
+        first call, and the Jacobian of its flattened output in its flattened input comes
+        from the recording's sparse Jacobian (``Function.jacobian(x, sparse=True)``:
+        pattern, colouring, compressed evaluation), as ``format`` says: "csr" (default),
+        "csc", "coo", "triplets" or "values". Extra arguments are constants of that
+        recording: pass them and f is recorded again at every call. docs/sparse.md.
 
     Returns
     -------
@@ -300,6 +308,9 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto", argnums: ArgNums = 0,
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}")
     argnums = check_argnums(argnums, "jacobian")
+    if sparse or format is not None:
+        from easyad.transforms.sparse import sparse_derivative
+        return sparse_derivative(f, "jacobian", sparse, argnums, has_aux, format)
 
     @functools.wraps(f)
     def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
@@ -481,7 +492,8 @@ def _by_replay(f: Callable[..., Any], x: NDArray[np.float64], args: tuple[Any, .
 
 
 def hessian(f: Callable[..., Any], argnums: ArgNums = 0,
-            has_aux: bool = False) -> Callable[..., Any]:
+            has_aux: bool = False, *, sparse: bool = False,
+            format: str | None = None) -> Callable[..., Any]:
     """``hessian(f)(x0, *args)``: the second derivatives of a scalar ``f``.
 
     For one array of scalar code, ``f`` is recorded once and the Hessian comes from
@@ -491,6 +503,9 @@ def hessian(f: Callable[..., Any], argnums: ArgNums = 0,
     ``x.shape + x.shape`` for one array, ``H[a][b]`` of shape ``a.shape + b.shape`` for
     structures. ``argnums`` and ``has_aux`` are :func:`grad`'s: ``argnums=(0, 1)`` gives
     the blocks ``H[i][j]`` between the arguments; ``has_aux`` gives ``(H, aux)``.
+    ``sparse=True``: recorded once (as :func:`jacobian`'s ``sparse``), the structurally
+    non-zero entries in ``format`` ("csr" by default, "csc", "coo", "triplets",
+    "values"), in the flattened input.
 
     Examples
     --------
@@ -503,6 +518,9 @@ def hessian(f: Callable[..., Any], argnums: ArgNums = 0,
            [-0.25,  0.25]])
     """
     argnums = check_argnums(argnums, "hessian")
+    if sparse or format is not None:
+        from easyad.transforms.sparse import sparse_derivative
+        return sparse_derivative(f, "hessian", sparse, argnums, has_aux, format)
 
     @functools.wraps(f)
     def evaluate(x0: Any, *extra: Any, args: Any = None) -> Any:
