@@ -332,3 +332,65 @@ def test_least_squares_with_a_sparse_jacobian():
         ad.scipy.least_squares(r, np.zeros(n), jac_sparsity=np.ones((n, n)))
     with pytest.raises(ValueError, match="sparse=True needs"):
         ad.scipy.least_squares(r, np.zeros(n), sparse=True, method="lm")
+
+
+# ---- TensorFunction: patterns of tensor programs, compressed VJP / HVP batches ----
+
+def test_tensor_function_jacobian_pattern_is_exact_and_compressed_values_match():
+    A = np.diag(np.arange(1.0, 7.0)) + np.diag(np.ones(5), 1)     # a constant, bidiagonal
+
+    def f(x):
+        y = ad.sin(x[1:]) * x[:-1]
+        z = A @ x
+        return ad.concatenate([y, z[:3], ad.sum(x * x, keepdims=True),
+                               x.reshape(2, 3).T.reshape(-1)])
+    x0 = np.arange(1.0, 7.0)
+    F = ad.record(f, x0, tensor=True)
+    rows, cols = F.jacobian_pattern()
+    want = {(i, j) for i in range(5) for j in (i, i + 1)}            # y
+    want |= {(5 + i, j) for i in range(3) for j in (i, i + 1)}        # A @ x: A's zeros kept
+    want |= {(8, j) for j in range(6)}                                # the sum
+    want |= {(9 + i, j) for i, j in enumerate([0, 3, 1, 4, 2, 5])}    # the transpose
+    assert set(zip(rows.tolist(), cols.tolist())) == want
+    x = x0 * 0.3 + 0.1
+    J = F.jacobian(x, sparse=True)
+    dense = F.jacobian(x)
+    np.testing.assert_allclose(J.toarray(), dense, rtol=1e-14)
+    c = F.jacobian_colouring()
+    _check_partition(rows, cols, c.colour, by_columns=False)
+    assert c.colours < F.jacobian_pattern("csr").shape[0]
+
+
+def test_tensor_function_sparse_hessian_against_torch():
+    torch = pytest.importorskip("torch")
+    n = 12
+    A = np.diag(np.full(n, 2.0)) + np.diag(np.ones(n - 1), 1)
+
+    def f(x, lib=ad):
+        s = lib.sin(x[1:] * x[:-1]).sum()
+        Ax = (torch.tensor(A) if lib is torch else A) @ x
+        return s + (Ax ** 2).sum() + (x[0] * x).sum()       # an arrowhead through x[0]
+    x0 = np.linspace(0.2, 1.1, n)
+    F = ad.record(f, x0, tensor=True)
+    H = F.hessian(x0, sparse=True)
+    want = torch.func.hessian(lambda t: f(t, torch))(torch.tensor(x0)).numpy()
+    np.testing.assert_allclose(H.toarray(), want, rtol=1e-12, atol=1e-12)
+    rows, cols = F.hessian_pattern()
+    assert set(zip(rows.tolist(), cols.tolist())) == \
+        {(i, j) for i in range(n) for j in range(n) if abs(i - j) <= 1 or 0 in (i, j)}
+    columns, star = F.hessian_colouring()
+    assert star < columns == n          # the arrowhead: star colouring wins
+    r, c, v = F.hessian(x0, sparse=True, format="triplets")
+    np.testing.assert_allclose(v, want[r, c], rtol=1e-12, atol=1e-12)
+
+
+def test_tensor_function_sparse_bad_input():
+    F = ad.record(lambda x: x * 2.0, np.ones(3), tensor=True)
+    with pytest.raises(ValueError, match="pass sparse=True"):
+        F.jacobian(np.ones(3), format="csr")
+    with pytest.raises(ValueError, match="one point"):
+        F.jacobian(np.ones((2, 3)), sparse=True)
+    with pytest.raises(ValueError, match="one number"):
+        F.hessian(np.ones(3), sparse=True)
+    J = F.jacobian(np.ones(3), sparse=True, format="values")
+    np.testing.assert_allclose(J, [2.0, 2.0, 2.0])
