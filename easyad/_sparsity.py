@@ -11,7 +11,10 @@ whatever n is.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -130,9 +133,29 @@ def colour_columns(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp]) -> ND
 
 # ---- Jacobians: the pattern of every output, and partitions of columns or rows ----
 
+@contextlib.contextmanager
+def no_cyclic_gc() -> Iterator[None]:
+    """The cyclic collector off: a set (or node) per entry of a long tape would have it
+    walk them all again and again (quadratic in the tape's length)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def jacobian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
                      outputs: tuple[int, ...]
                      ) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
+    with no_cyclic_gc():
+        return _jacobian_pattern(arrays, inputs, outputs)
+
+
+def _jacobian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
+                      outputs: tuple[int, ...]
+                      ) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
     """(rows, cols) of the Jacobian's structurally non-zero entries, row by row, or None
     where the tape holds tensor nodes (their inputs are not operand slots).
 

@@ -234,13 +234,16 @@ class SparseJacobians(Rows):
         """The Function of the Jacobian's nonzeros (then its error-checked values), built
         once, compiled where this Function is; None where it has no such program."""
         if not hasattr(self, "_jacobian_program_cache"):
+            from easyad import _sparsity
             from easyad.compiler.tape import sparse_jacobian
             made = None
             if not self.tape._customs_count() and len(self._jacobian_pattern()[0]):
                 rows, cols = self._jacobian_pattern()
                 colour = self._column_colour()
-                program = sparse_jacobian.jacobian_program(self.tape, self.inputs,
-                                                           self.outputs, rows, cols, colour)
+                with _sparsity.no_cyclic_gc():
+                    program = sparse_jacobian.jacobian_program(self.tape, self.inputs,
+                                                               self.outputs, rows, cols,
+                                                               colour)
                 if program is not None:
                     made = type(self)(program[0], program[1], program[2], scalar=False)
                     self._jacobian_source = np.arange(len(rows), dtype=np.int64)
