@@ -244,18 +244,20 @@ def main():
                     variants["casadi JIT (buffer)"] = jcall
                     print(f"casadi JIT compile seconds: {jcosts['jit compile']:.1f}")
             times = measure(variants, args.rounds, args.seconds)
-            print("\n| variant | median us | quartiles us | vs casadi VM |")
-            print("|---|---|---|---|")
-            ref = times.get("casadi VM (buffer)")
+            print("\n| variant | median us | quartiles us | vs casadi VM | vs casadi JIT |")
+            print("|---|---|---|---|---|")
+            refs = [times.get("casadi VM (buffer)"), times.get("casadi JIT (buffer)")]
             for name, ts in times.items():
                 q1, med, q3 = quartiles(ts)
-                ratio = ""
-                if ref is not None:
-                    ratios = [a / b for a, b in zip(ts, ref)]
-                    r1, rm, r3 = quartiles(ratios)
-                    ratio = f"{rm:.2f} ({r1:.2f}-{r3:.2f})"
+                cells = []
+                for ref in refs:     # per-round ratios (both timed in the same round)
+                    if ref is None:
+                        cells.append("")
+                        continue
+                    r1, rm, r3 = quartiles([a / b for a, b in zip(ts, ref)])
+                    cells.append(f"{rm:.2f} ({r1:.2f}-{r3:.2f})")
                 print(f"| {name} | {med * 1e6:,.1f} | {q1 * 1e6:,.1f}-{q3 * 1e6:,.1f} "
-                      f"| {ratio} |")
+                      f"| {cells[0]} | {cells[1]} |")
 
 
 if __name__ == "__main__":
