@@ -394,3 +394,14 @@ def test_tensor_function_sparse_bad_input():
         F.hessian(np.ones(3), sparse=True)
     J = F.jacobian(np.ones(3), sparse=True, format="values")
     np.testing.assert_allclose(J, [2.0, 2.0, 2.0])
+
+
+def test_user_primitives_take_the_dense_route_with_the_same_pattern():
+    sq = ad.define("sq_sparse_test", lambda x: x * x, lambda x: 2 * x)
+    F = ad.record(lambda x: [sq(x[0]) * x[1], ad.sin(x[2])], [1.0, 2.0, 3.0])
+    rows, cols = F.jacobian_pattern()
+    assert set(zip(rows.tolist(), cols.tolist())) == {(0, 0), (0, 1), (1, 2)}
+    assert F._jacobian_program() is None and F._jacobian_sweeps() is None
+    x = np.array([2.0, 3.0, 4.0])
+    np.testing.assert_allclose(F.jacobian(x, sparse=True).toarray(),
+                               [[12.0, 4.0, 0.0], [0.0, 0.0, np.cos(4.0)]])
