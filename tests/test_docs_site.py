@@ -20,7 +20,7 @@ import easyad as ad
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order", "tensors",
-         "linalg", "scientific",
+         "linalg", "scientific", "sparse",
          "nn",
          "record-replay", "user-operations", "errors", "conventions", "performance", "api",
          "internals"]
