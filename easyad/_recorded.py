@@ -35,7 +35,7 @@ import numpy as np
 
 from easyad import _arrays, _trees
 from easyad.errors import BranchChangedError
-from easyad.recorded.tensor_batches import TensorBatches
+from easyad.recorded.tensor_sparse import TensorSparse
 from easyad.recorded.tensor_recording import (_flatten_args, _float_leaf, _on_host,
                                               _Recording, _recording_of, _Resident, _Static)
 from easyad.tensor import Tensor, _devices
@@ -44,7 +44,7 @@ from easyad.tensor._parameters import ParameterValues
 from easyad.tensor._program import BoundProgram, Program
 
 
-class TensorFunction(TensorBatches):
+class TensorFunction(TensorSparse):
     """A tensor function recorded once by ``ad.record``: its value, gradient and
     Hessian-vector products at new inputs of the recorded shapes, replayed from the
     recorded program (see the module docstring).
@@ -324,12 +324,19 @@ class TensorFunction(TensorBatches):
         return _trees.unflatten(self._x_tree, [self._host(g).reshape(s) for g, (s, _)
                                                in zip(out, self._x_specs)])
 
-    def hessian(self, x: Any, *args: Any) -> Any:
+    def hessian(self, x: Any, *args: Any, sparse: bool = False,
+                format: str | None = None) -> Any:
         """The Hessian of f (one number) at ``x``, dense: the HVP program with each unit
         direction, as one batch (one C loop where the program allows, else a replay per
         element of x: for x of modest size; ``hvp`` for products with a direction).
         Shape ``x.shape + x.shape`` for one array; ``H[a][b]`` of shape ``a.shape +
-        b.shape`` for a structure of arrays, as ``ad.hessian``."""
+        b.shape`` for a structure of arrays, as ``ad.hessian``. ``sparse=True``: the
+        structurally non-zero entries in x flattened (``hessian_pattern()``), one HVP per
+        star colour, as ``format`` says ("csr" by default; docs/sparse.md)."""
+        if sparse:
+            return self._sparse_hessian(x, args, format)
+        if format is not None:
+            raise ValueError("format= is for sparse results: pass sparse=True too")
         columns = self._unit_batch("hvp", x, args, self._x_specs)
         rows = []
         for a, (shape_a, _) in enumerate(self._x_specs):
@@ -359,10 +366,18 @@ class TensorFunction(TensorBatches):
         return _trees.unflatten(self._x_tree, [self._host(g).reshape(s) for g, (s, _)
                                                in zip(out, self._x_specs)])
 
-    def jacobian(self, x: Any, *args: Any) -> Any:
+    def jacobian(self, x: Any, *args: Any, sparse: bool = False,
+                 format: str | None = None) -> Any:
         """The Jacobian of f at ``x``: one VJP replay per element of f's output, laid out
         as ``ad.jacobian``'s (``out.shape + in.shape`` for one array in and out; the
-        output's structure of x's structure of such blocks)."""
+        output's structure of x's structure of such blocks). ``sparse=True``: the
+        structurally non-zero entries of the flattened output in the flattened x
+        (``jacobian_pattern()``), one VJP per row colour, as one batch, as ``format``
+        says ("csr" by default; docs/sparse.md)."""
+        if sparse:
+            return self._sparse_jacobian(x, args, format)
+        if format is not None:
+            raise ValueError("format= is for sparse results: pass sparse=True too")
         first = self._recordings["first"]
         specs = first.out_specs
         rows = self._unit_batch("vjp", x, args, specs)    # per x leaf: (m,) + its shape

@@ -96,7 +96,7 @@ _MODES = ("auto", "forward", "reverse")
 def _vmapped(name: str, f: Callable[..., Any], args: tuple[Any, ...], **options: Any) -> Any:
     """Inside ad.vmap: the transform on the whole batch (easyad/transforms/vmap_lift.py),
     or NotImplemented where nothing it differentiates is batched."""
-    if VMAPS[0] and LIFT[0] is not None:
+    if VMAPS[0] and LIFT[0] is not None:   # cheap when no vmap runs: one list read
         return LIFT[0](name, f, args, options)
     return NotImplemented
 
@@ -182,11 +182,10 @@ def value_and_grad(f: Callable[..., Any], argnums: ArgNums = 0,
 
     @functools.wraps(f)
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
-        if VMAPS[0]:
-            lifted = _vmapped("value_and_grad", f, (x0, *_arguments(extra, args)),
-                              argnums=argnums, has_aux=has_aux)
-            if lifted is not NotImplemented:
-                return lifted  # type: ignore[no-any-return]
+        lifted = _vmapped("value_and_grad", f, (x0, *_arguments(extra, args)),
+                          argnums=argnums, has_aux=has_aux)
+        if lifted is not NotImplemented:
+            return lifted  # type: ignore[no-any-return]
         run = _Reverse(f, x0, _arguments(extra, args))
         out = _scalar_output(run.result, f, "grad", run.mode)
         return run.value(out), _in_dtype_of(x0, run.gradient(run.sweep(out, last=True)))
@@ -199,11 +198,10 @@ def _value_and_grad_selected(f: Callable[..., Any], argnums: ArgNums,
                              has_aux: bool) -> Callable[..., tuple[Any, Any]]:
     @functools.wraps(f)
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
-        if VMAPS[0]:
-            lifted = _vmapped("value_and_grad", f, (x0, *_arguments(extra, args)),
-                              argnums=argnums, has_aux=has_aux)
-            if lifted is not NotImplemented:
-                return lifted  # type: ignore[no-any-return]
+        lifted = _vmapped("value_and_grad", f, (x0, *_arguments(extra, args)),
+                          argnums=argnums, has_aux=has_aux)
+        if lifted is not NotImplemented:
+            return lifted  # type: ignore[no-any-return]
         chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "grad")
         run = _Reverse(chosen.function(), chosen.point, ())
         out = _scalar_output(run.result, f, "grad", run.mode)
@@ -268,11 +266,10 @@ def grad(f: Callable[..., Any], argnums: ArgNums = 0, has_aux: bool = False
 
     @functools.wraps(f)
     def g(x0: Any, *extra: Any, args: Any = None) -> Any:
-        if VMAPS[0]:
-            lifted = _vmapped("grad", f, (x0, *_arguments(extra, args)), argnums=argnums,
-                              has_aux=has_aux)
-            if lifted is not NotImplemented:
-                return lifted
+        lifted = _vmapped("grad", f, (x0, *_arguments(extra, args)), argnums=argnums,
+                          has_aux=has_aux)
+        if lifted is not NotImplemented:
+            return lifted
         value, gradient = vg(x0, *extra, args=args)
         return (gradient, value[1]) if has_aux else gradient
 
@@ -281,7 +278,8 @@ def grad(f: Callable[..., Any], argnums: ArgNums = 0, has_aux: bool = False
 
 
 def jacobian(f: Callable[..., Any], mode: Mode = "auto", argnums: ArgNums = 0,
-             has_aux: bool = False) -> Callable[..., Any]:
+             has_aux: bool = False, *, sparse: bool = False,
+             format: str | None = None) -> Callable[..., Any]:
     """The Jacobian of a function of arrays, by forward or reverse mode.
 
     Parameters
@@ -299,6 +297,13 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto", argnums: ArgNums = 0,
         As for :func:`grad`: the arguments differentiated (a tuple of them is a
         structure: each output's block is a tuple, one per argument), and
         ``(jacobian, aux)`` for f returning ``(output, aux)``.
+    sparse, format
+        ``sparse=True``: f (of one array, returning numbers) is recorded once, at the
+        first call, and the Jacobian of its flattened output in its flattened input comes
+        from the recording's sparse Jacobian (``Function.jacobian(x, sparse=True)``:
+        pattern, colouring, compressed evaluation), as ``format`` says: "csr" (default),
+        "csc", "coo", "triplets" or "values". Extra arguments are constants of that
+        recording: pass them and f is recorded again at every call. docs/sparse.md.
 
     Returns
     -------
@@ -324,14 +329,16 @@ def jacobian(f: Callable[..., Any], mode: Mode = "auto", argnums: ArgNums = 0,
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}")
     argnums = check_argnums(argnums, "jacobian")
+    if sparse or format is not None:
+        from easyad.transforms.sparse import sparse_derivative
+        return sparse_derivative(f, "jacobian", sparse, argnums, has_aux, format)
 
     @functools.wraps(f)
     def jac(x0: Any, *extra: Any, args: Any = None) -> Any:
-        if VMAPS[0]:
-            lifted = _vmapped("jacobian", f, (x0, *_arguments(extra, args)), mode=mode,
-                              argnums=argnums, has_aux=has_aux)
-            if lifted is not NotImplemented:
-                return lifted
+        lifted = _vmapped("jacobian", f, (x0, *_arguments(extra, args)), mode=mode,
+                          argnums=argnums, has_aux=has_aux)
+        if lifted is not NotImplemented:
+            return lifted
         if plain(argnums, has_aux):
             return _in_dtype_of(x0, _jacobian(f, x0, _arguments(extra, args)))
         chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "jacobian")
@@ -387,10 +394,9 @@ def jvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None,
     (array([6., 2.]), array([5., 1.]))
     """
     arguments = _arguments(extra, args)
-    if VMAPS[0]:
-        lifted = _vmapped("jvp", f, (x0, *arguments), v=v, argnums=argnums, has_aux=has_aux)
-        if lifted is not NotImplemented:
-            return lifted  # type: ignore[no-any-return]
+    lifted = _vmapped("jvp", f, (x0, *arguments), v=v, argnums=argnums, has_aux=has_aux)
+    if lifted is not NotImplemented:
+        return lifted  # type: ignore[no-any-return]
     if not plain(check_argnums(argnums, "jvp"), has_aux):
         chosen = Selection(f, argnums, has_aux, (x0, *arguments), "jvp")
         value, tangent = chosen.result(jvp(chosen.function(), chosen.point,
@@ -438,10 +444,9 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
     (array([6., 2.]), array([13.,  2.]))
     """
     arguments = _arguments(extra, args)
-    if VMAPS[0]:
-        lifted = _vmapped("vjp", f, (x0, *arguments), u=u, argnums=argnums, has_aux=has_aux)
-        if lifted is not NotImplemented:
-            return lifted  # type: ignore[no-any-return]
+    lifted = _vmapped("vjp", f, (x0, *arguments), u=u, argnums=argnums, has_aux=has_aux)
+    if lifted is not NotImplemented:
+        return lifted  # type: ignore[no-any-return]
     if not plain(check_argnums(argnums, "vjp"), has_aux):
         chosen = Selection(f, argnums, has_aux, (x0, *arguments), "vjp")
         value, cotangent = chosen.result(vjp(chosen.function(), chosen.point, u))
@@ -518,7 +523,8 @@ def _by_replay(f: Callable[..., Any], x: NDArray[np.float64], args: tuple[Any, .
 
 
 def hessian(f: Callable[..., Any], argnums: ArgNums = 0,
-            has_aux: bool = False) -> Callable[..., Any]:
+            has_aux: bool = False, *, sparse: bool = False,
+            format: str | None = None) -> Callable[..., Any]:
     """``hessian(f)(x0, *args)``: the second derivatives of a scalar ``f``.
 
     For one array of scalar code, ``f`` is recorded once and the Hessian comes from
@@ -528,6 +534,9 @@ def hessian(f: Callable[..., Any], argnums: ArgNums = 0,
     ``x.shape + x.shape`` for one array, ``H[a][b]`` of shape ``a.shape + b.shape`` for
     structures. ``argnums`` and ``has_aux`` are :func:`grad`'s: ``argnums=(0, 1)`` gives
     the blocks ``H[i][j]`` between the arguments; ``has_aux`` gives ``(H, aux)``.
+    ``sparse=True``: recorded once (as :func:`jacobian`'s ``sparse``), the structurally
+    non-zero entries in ``format`` ("csr" by default, "csc", "coo", "triplets",
+    "values"), in the flattened input.
 
     Examples
     --------
@@ -540,14 +549,16 @@ def hessian(f: Callable[..., Any], argnums: ArgNums = 0,
            [-0.25,  0.25]])
     """
     argnums = check_argnums(argnums, "hessian")
+    if sparse or format is not None:
+        from easyad.transforms.sparse import sparse_derivative
+        return sparse_derivative(f, "hessian", sparse, argnums, has_aux, format)
 
     @functools.wraps(f)
     def evaluate(x0: Any, *extra: Any, args: Any = None) -> Any:
-        if VMAPS[0]:
-            lifted = _vmapped("hessian", f, (x0, *_arguments(extra, args)),
-                              argnums=argnums, has_aux=has_aux)
-            if lifted is not NotImplemented:
-                return lifted
+        lifted = _vmapped("hessian", f, (x0, *_arguments(extra, args)),
+                          argnums=argnums, has_aux=has_aux)
+        if lifted is not NotImplemented:
+            return lifted
         if plain(argnums, has_aux):
             return _hessian(f, x0, _arguments(extra, args))
         chosen = Selection(f, argnums, has_aux, (x0, *_arguments(extra, args)), "hessian")
@@ -593,10 +604,9 @@ def hvp(f: Callable[..., Any], x0: Any, v: Any, *extra: Any, args: Any = None) -
     array([60., 12.])
     """
     arguments = _arguments(extra, args)
-    if VMAPS[0]:
-        lifted = _vmapped("hvp", f, (x0, *arguments), v=v)
-        if lifted is not NotImplemented:
-            return lifted  # type: ignore[no-any-return]
+    lifted = _vmapped("hvp", f, (x0, *arguments), v=v)
+    if lifted is not NotImplemented:
+        return lifted  # type: ignore[no-any-return]
     x = _replayable(x0, arguments)
     if x is not None:
         direction = _Point(x0).like(v, "v")[0]

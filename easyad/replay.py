@@ -32,6 +32,7 @@ from easyad.recorded.devices import Devices
 from easyad.recorded.files import _file_digest  # noqa: F401  (tests read the checksum)
 from easyad.recorded.hessians import Hessians
 from easyad.recorded.rows import _BRANCH_MODES, _GRADIENT, _SECOND, _VALUE, Rows
+from easyad.recorded.sparse_jacobians import SparseJacobians
 
 
 def _as_input(x0: ArrayLike, what: str = "x0") -> NDArray[np.float64]:
@@ -153,7 +154,7 @@ def record(f: Callable[..., Any], x0: Any, *args: Any, on_branch_change: str = "
                     f=f, on_branch_change=on_branch_change)
 
 
-class Function(Compiling, Hessians, Devices, Rows):
+class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
     """A recorded function: evaluate it, its gradient, Jacobian and Hessian at new points.
 
     Made by ``ad.record(f, x0)`` (or ``ad.load(path)``). Every method takes one point
@@ -297,8 +298,20 @@ class Function(Compiling, Hessians, Devices, Rows):
         result = (self._shape_values(out, batch), (g if batch else g[0]))
         return self._masked(result, mask, batch)
 
-    def jacobian(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
-        """The Jacobian (m, n) at x (one reverse sweep per output); (B, m, n) for a batch."""
+    def jacobian(self, x: ArrayLike, *, on_branch_change: str | None = None,
+                 sparse: bool = False, format: str | None = None) -> Any:
+        """The Jacobian (m, n) at x (one reverse sweep per output); (B, m, n) for a batch.
+
+        ``sparse=True``: only the structurally non-zero entries (``jacobian_pattern()``),
+        compressed by ``jacobian_colouring()`` and computed by the Jacobian's own
+        program (or one sweep per colour): ``format`` "csr" (default), "csc", "coo"
+        (scipy.sparse), "triplets" ((rows, cols, values)) or "values" ((nnz,) in the
+        pattern's order); a list of matrices for a batch ((B, nnz) for "values").
+        docs/sparse.md."""
+        if sparse:
+            return self._sparse_jacobian(x, on_branch_change, format)
+        if format is not None:
+            raise ValueError("format= is for sparse results: pass sparse=True too")
         X, batch = self._rows(x)
         _, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "jacobian", ())
         return self._masked(jac if batch else jac[0], mask, batch)

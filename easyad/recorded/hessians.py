@@ -22,7 +22,8 @@ class Hessians(Rows):
     """The second-order methods of ``Function`` (see the module docstring)."""
 
     def hessian(self, x: ArrayLike, *, on_branch_change: str | None = None,
-                sparse: bool = False, out: NDArray[np.float64] | None = None) -> Any:
+                sparse: bool = False, out: NDArray[np.float64] | None = None,
+                format: str | None = None) -> Any:
         """The Hessian (n, n) of a scalar function at x; (B, n, n) for a batch.
 
         ``sparse=True``: only the structurally non-zero entries, (nnz,) ((B, nnz) for a
@@ -40,8 +41,14 @@ class Hessians(Rows):
         express (selects, abs, maximum, minimum, user primitives), by forward-over-reverse
         sweeps (blocks of directions per sweep). The two do the same operations in the same
         order: every route gives the same numbers (NaN and infinities too; the sign of a
-        zero aside), and the same symmetric matrix (``H[c, r]`` is ``H[r, c]``, r <= c)."""
+        zero aside), and the same symmetric matrix (``H[c, r]`` is ``H[r, c]``, r <= c).
+
+        ``format`` (with ``sparse=True``; not with ``out``): "csr", "csc", "coo"
+        (scipy.sparse), "triplets" ((rows, cols, values)) or "values" (the default);
+        a list for a batch (docs/sparse.md)."""
         self._need_scalar("hessian")
+        if format is not None:
+            return self._hessian_formatted(x, on_branch_change, sparse, out, format)
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:      # one point: the second-order program
             # built from the second one-point call on (a one-off Hessian, ad.hessian,
@@ -78,16 +85,48 @@ class Hessians(Rows):
             return _arrays.write_out(out, result)
         return result
 
+    def _hessian_formatted(self, x: ArrayLike, on_branch_change: str | None, sparse: bool,
+                           out: Any, format: str) -> Any:
+        """hessian(x, sparse=True, format=...): the nonzeros as scipy.sparse or triplets."""
+        from easyad.recorded.sparse_jacobians import check_format, shaped
+        format = check_format(format, "values")
+        if not sparse or out is not None:
+            raise ValueError("format= is for sparse results without out=: pass "
+                             "sparse=True and no out")
+        got = self.hessian(x, on_branch_change=on_branch_change, sparse=True)
+        values, mask = got if isinstance(got, tuple) else (got, None)
+        rows, cols, _ = self._pattern()
+        shape = (self.n_inputs, self.n_inputs)
+        if np.ndim(values) == 2:
+            result = values if format == "values" else \
+                [shaped(v, rows, cols, shape, format) for v in values]
+        else:
+            result = shaped(values, rows, cols, shape, format)
+        return result if mask is None else (result, mask)
+
+    def hessian_colouring(self) -> tuple[int, int]:
+        """(colours of the sweeps' column partition, colours of a star colouring) of the
+        Hessian's pattern: a star colouring needs as few or fewer (an arrowhead: 2
+        against n), and every entry can still be read directly from its compressed
+        H @ S (``_sparsity.star_sources``)."""
+        from easyad import _sparsity
+        rows, cols, colour = self._pattern()
+        n = self.n_inputs
+        star = _sparsity.star_colouring(n, rows, cols)
+        return (int(colour.max()) + 1 if n else 0, int(star.max()) + 1 if n else 0)
+
     def _hessian_shape(self, sparse: bool) -> tuple[int, ...]:
         """The shape of one point's Hessian: (nnz,) sparse, else (n, n)."""
         n = self.n_inputs
         return (len(self._pattern()[0]),) if sparse else (n, n)
 
-    def hessian_pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    def hessian_pattern(self, format: str | None = None) -> Any:
         """(rows, cols) of the Hessian's structurally non-zero entries, row by row (every
-        entry where the sparsity is not found): the order of ``hessian(x, sparse=True)``."""
+        entry where the sparsity is not found): the order of ``hessian(x, sparse=True)``;
+        with ``format`` "csr", "csc" or "coo" a scipy.sparse matrix of ones."""
+        from easyad.recorded.sparse_jacobians import pattern_as
         rows, cols, _ = self._pattern()
-        return rows.copy(), cols.copy()
+        return pattern_as(rows, cols, (self.n_inputs, self.n_inputs), format)
 
     def _pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
         """(rows, cols, colour of each column), found once."""

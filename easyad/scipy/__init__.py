@@ -32,6 +32,8 @@ __all__ = ["least_squares", "minimize", "ode_jacobian", "special"]
 # (cheaper: one sweep over the sweep), as a matrix where they need it
 _HESSP_METHODS = frozenset({"newton-cg", "trust-ncg", "trust-krylov", "trust-constr"})
 _HESS_METHODS = frozenset({"dogleg", "trust-exact"})
+# least_squares: dense Jacobians from this many entries are handed over sparse (by default)
+_SPARSE_SIZE = 1_000_000
 
 
 def _refuse(kw: dict[str, Any], names: tuple[str, ...], what: str) -> None:
@@ -117,10 +119,18 @@ def _with_jacobians(constraints: Any, shape: tuple[int, ...]) -> Any:
 
 
 def least_squares(fun: Callable[..., Any], x0: Any, args: tuple[Any, ...] = (),
-                  **kwargs: Any) -> Any:
+                  sparse: bool | None = None, **kwargs: Any) -> Any:
     """``scipy.optimize.least_squares(fun, x0, jac=..., args=args, ...)`` with the
     Jacobian of the residuals ``fun(x, *args)`` (a 1-D array) from one recording,
     replayed at each point (one reverse sweep per residual). Other keywords go to SciPy.
+
+    ``sparse``: the Jacobian as a scipy.sparse csr matrix from the recording's sparse
+    Jacobian (its exact pattern, compressed: ``Function.jacobian(x, sparse=True)``), and
+    that pattern passed as ``jac_sparsity``; SciPy then solves its trust-region
+    subproblems with LSMR (iterative: on ill-conditioned problems it may need more
+    iterations than the dense exact solver). None (the default): sparse where a dense
+    Jacobian would hold a million entries or more, its pattern fills at most a quarter
+    of them, and the method allows it (not "lm", not ``tr_solver="exact"``).
 
     >>> import numpy as np, easyad as ad
     >>> t = np.linspace(0.0, 1.0, 20)
@@ -131,7 +141,7 @@ def least_squares(fun: Callable[..., Any], x0: Any, args: tuple[Any, ...] = (),
     """
     import scipy.optimize
 
-    _refuse(kwargs, ("jac",), "ad.scipy.least_squares")
+    _refuse(kwargs, ("jac", "jac_sparsity"), "ad.scipy.least_squares")
     rec = _Recorded(fun, x0, tuple(args))
     F, shape = rec.F, rec.shape
 
@@ -140,6 +150,20 @@ def least_squares(fun: Callable[..., Any], x0: Any, args: tuple[Any, ...] = (),
 
     def jac(x: np.ndarray) -> np.ndarray:
         return np.asarray(F.jacobian(x), dtype=np.float64).reshape(-1, x.size)
+
+    dense_only = kwargs.get("method") == "lm" or kwargs.get("tr_solver") == "exact"
+    if sparse and dense_only:
+        raise ValueError("sparse=True needs a method and tr_solver that take a sparse "
+                         "Jacobian: method 'trf' or 'dogbox', tr_solver 'lsmr' or None")
+    if sparse is None and not dense_only:
+        # the pattern is found once and kept by F (the sparse Jacobian uses it too)
+        size = F.n_outputs * F.n_inputs
+        sparse = size >= _SPARSE_SIZE and 4 * len(F.jacobian_pattern()[0]) <= size
+    if sparse:
+        kwargs["jac_sparsity"] = F.jacobian_pattern("csr")
+
+        def jac(x: np.ndarray) -> Any:      # noqa: F811  (the sparse one replaces it)
+            return F.jacobian(x, sparse=True, format="csr")
 
     result = scipy.optimize.least_squares(residuals, rec.x0, jac=jac, **kwargs)
     result.x = np.asarray(result.x).reshape(shape)
