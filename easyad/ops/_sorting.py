@@ -23,6 +23,7 @@ table's host fallback), eager and in replayed programs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ import numpy as np
 from easyad.ops._apply import apply, call
 from easyad.ops._builtin import _axis, _shifted
 from easyad.ops._table import Op, register
+from easyad.tensor._base import read_keyed
 from easyad.tensor._generic import NUMPY_FUNCTIONS, _is_tensor
 
 
@@ -132,12 +134,13 @@ def order_by(values: Any, key: Any, axis: int = -1, inverse: bool = False) -> An
     return call(ORDER_BY, (values, key), {"axis": axis, "inverse": inverse})
 
 
-def _host_values(x: Any) -> Any:
-    """The values an integer-valued function reads: a tensor's on the host; an array (of
-    numbers, or of Records/Traces, compared by value) as it is."""
+def _indices(x: Any, key: Any) -> Any:
+    """``key`` (an integer-valued function) of x's values: a tensor's read on the host
+    (in a tensor recording, guarded on the indices only); an array (of numbers, or of
+    Records/Traces, compared by value: scalar tapes guard each comparison) as it is."""
     if _is_tensor(x):
-        return x.value
-    return np.asarray(x)
+        return read_keyed(x, key)
+    return key(np.asarray(x))
 
 
 def argsort(x: Any, axis: int | None = -1, kind: Any = None, order: Any = None) -> Any:
@@ -151,7 +154,7 @@ def argsort(x: Any, axis: int | None = -1, kind: Any = None, order: Any = None) 
     if order is not None:
         raise TypeError("argsort: order= (structured arrays) is not supported on easyad "
                         "tensors; leave it out")
-    return np.argsort(_host_values(x), axis=axis, kind="stable")
+    return _indices(x, functools.partial(np.argsort, axis=axis, kind="stable"))
 
 
 def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
@@ -162,7 +165,7 @@ def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
     >>> int(ad.argmax(ad.Tensor.constant(np.array([1.0, 5.0, 5.0]))))
     1
     """
-    return np.argmax(_host_values(x), axis=axis, keepdims=keepdims)
+    return _indices(x, functools.partial(np.argmax, axis=axis, keepdims=keepdims))
 
 
 def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
@@ -173,7 +176,7 @@ def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
     >>> ad.argmin(ad.Tensor.constant(np.array([[4.0, 1.0], [2.0, 5.0]])), axis=1).tolist()
     [1, 0]
     """
-    return np.argmin(_host_values(x), axis=axis, keepdims=keepdims)
+    return _indices(x, functools.partial(np.argmin, axis=axis, keepdims=keepdims))
 
 
 NUMPY_FUNCTIONS.update({np.sort: sort, np.argsort: argsort, np.argmax: argmax,
