@@ -75,6 +75,7 @@ from easyad import _expr
 from easyad.compiler.program.cstyle import Loop, OpenCLDialect, Renderer
 from easyad.compiler.program.plan import Plan, flat_offset, pad_position
 from easyad.compiler.program.vector_cl import LANE_NAMES, VECTOR_MATH, untrusted_vector_math
+from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction, Program
 from easyad.tensor._zero_signs import constant_strong_zeros
 
@@ -86,7 +87,7 @@ _VECTOR_COMBINE = {"sum": "({a} + {b})", "max": "easyad_v_maximum({a}, {b})",
                    "min": "easyad_v_minimum({a}, {b})"}
 # helpers of _helpers.h, as easyad_v_* of _kernels.vector_helpers (tmul: mul0's value)
 _VECTOR_HELPERS = frozenset({"sign", "heaviside", "mul0", "div0", "maximum", "minimum", "pow",
-                             "tmul"})
+                             "tmul", *_kernels.LANEWISE_HELPERS})
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 
 
