@@ -76,13 +76,77 @@ def _order_numpy(p: OrderParams, v: np.ndarray, key: np.ndarray) -> np.ndarray:
     return out
 
 
+# ---- the OpenCL kernel: sort and order_by on the device ----
+# Each work item takes one element and counts the elements its line puts before it in
+# numpy's stable order: smaller keys, and equal keys earlier in the line (-0.0 equals 0.0;
+# NaN after every number, NaNs equal among themselves). That count is the element's
+# place: order_by scatters the value there (inverse: gathers from there). O(n) work per
+# element, all elements at once: lines longer than _LONGEST run on the host instead.
+_ORDER_KERNEL = """
+__kernel void easyad_order(__global const {v}* v, __global const {k}* key, __global {v}* out,
+                           const long count, const long n, const long inner,
+                           const int inverse) {{
+    const long g = get_global_id(0);
+    if (g >= count) return;
+    const long rest = g % (n * inner), k = rest / inner;
+    const long start = g - rest + rest % inner;
+    const {k} a = key[g];
+    long place = 0;
+    for (long j = 0; j < n; j++) {{
+        const {k} b = key[start + j * inner];
+        const int before = (b < a) || (a != a && b == b);
+        const int same = (b == a) || (a != a && b != b);
+        place += before || (same && j < k);
+    }}
+    if (inverse) out[g] = v[start + place * inner];
+    else out[start + place * inner] = v[g];
+}}
+"""
+_LONGEST = 4096
+
+
+def _ctype(dtype: Any) -> str:
+    return {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}[np.dtype(dtype)]
+
+
+def _order_opencl(be: Any, p: OrderParams, v: Any, key: Any) -> Any:
+    shape = tuple(v.shape)
+    n = shape[p.axis]
+    if n > _LONGEST:            # O(n^2) a line: numpy's sort on host copies is faster
+        hosts = [np.asarray(be.to_numpy(b)) for b in (v, key)]
+        return be.asarray(_order_numpy(p, *hosts), v.dtype)
+    tv, tk = _ctype(v.dtype), _ctype(key.dtype)
+    head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if "double" in (tv, tk) else ""
+    kernel = be.kernel(head + _ORDER_KERNEL.format(v=tv, k=tk), "easyad_order",
+                       [None, None, None, np.int64, np.int64, np.int64, np.int32])
+    count = int(np.prod(shape))
+    out = be._empty(shape, v.dtype)
+    inner = int(np.prod(shape[p.axis + 1:]))
+    be.launch(kernel, count, v.data, key.data, out.data, count, n, inner, int(p.inverse))
+    return out
+
+
+def _sort_opencl(be: Any, p: SortParams, x: Any) -> Any:
+    return _order_opencl(be, OrderParams(p.axis, False), x, x)
+
+
+def _sample_key(rng: Any, dtype: Any) -> np.ndarray:
+    # ties (few distinct values), signed zeros and NaN: the stable order's cases
+    key = rng.integers(-3, 4, size=(3, 70, 5)).astype(dtype)
+    key[0, ::9, 1] = -0.0
+    key[1, ::11, 2] = np.nan
+    return key
+
+
 ORDER_BY: Op = register(Op(
     name="order_by", params=OrderParams, rule=_order_rule, numpy=_order_numpy,
     vjp=lambda p, g, v, key, out: (
         apply(ORDER_BY, OrderParams(p.axis, not p.inverse), (g, key)), None),
     jvp=lambda p, tangents, v, key, out: apply(ORDER_BY, p, (tangents[0], key)),
     batch=lambda p, b: (OrderParams(_shifted(p.axis, b), p.inverse), b),
-    dtype=lambda p, values, key: values, objects=True,
+    dtype=lambda p, values, key: values, objects=True, opencl=_order_opencl,
+    sample=lambda rng, dtype: ((rng.normal(size=(3, 70, 5)).astype(dtype),
+                                _sample_key(rng, dtype)), {"axis": 1, "inverse": True}),
     doc="values in the order that sorts a key along an axis (or put back from it)"))
 
 
@@ -93,7 +157,9 @@ SORT: Op = register(Op(
     jvp=lambda p, tangents, x, out: apply(ORDER_BY, OrderParams(p.axis, False),
                                           (tangents[0], x)),
     batch=lambda p, b: (SortParams(_shifted(p.axis, b)), b),
-    objects=True, doc="sorted along an axis (stable)"))
+    objects=True, opencl=_sort_opencl,
+    sample=lambda rng, dtype: ((_sample_key(rng, dtype),), {"axis": 1}),
+    doc="sorted along an axis (stable)"))
 
 
 def _flat(x: Any) -> Any:
