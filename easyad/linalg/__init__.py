@@ -220,7 +220,8 @@ def lu_factor(a: Any, overwrite_a: bool = False, check_finite: bool = True
               ) -> tuple[Any, np.ndarray]:
     """``(lu, piv)`` as ``scipy.linalg.lu_factor``. ``lu`` is differentiable; the pivots
     are integers read from ``a``'s numbers (constants where the pivoting does not change;
-    ``ad.record`` keeps the recording's pivots)."""
+    in ``ad.record(tensor=True)`` replay is guarded on them: a point where partial
+    pivoting chooses others raises BranchChangedError, or records again)."""
     lu = _call(_ops.LU_FACTOR, a)
     piv = _keyed(a, _pivots)
     return lu, piv
