@@ -97,3 +97,23 @@ def test_argsort_and_lstsq_rank_keyed():
     assert abs(float(G(x1)) - expected) < 1e-12
     with pytest.raises(ad.BranchChangedError):        # rank 2 -> 1
         G(np.array([1.0, 1.0, 2.0, 2.0, 3.0, 3.0]))
+
+
+def _scaled_by_argmax(x):
+    return ad.sum(x * x) * float(1 + np.argmax(x))
+
+
+@pytest.mark.skipif(not OPENCL, reason="no working OpenCL device")
+def test_a_keyed_guard_in_a_batch_of_points_on_opencl():
+    from easyad.compiler.program import batch_cl
+    F = ad.record(_scaled_by_argmax, np.array([0.0, 1.0, 0.0, 0.5]), tensor=True,
+                  device=OPENCL[0])
+    X = np.random.default_rng(3).uniform(0.0, 1.0, size=(20, 4))
+    X[:, 1] = 2.0                                   # the recorded argmax at every point
+    values, grads = F.value_and_gradient(X)
+    np.testing.assert_allclose(values, 2.0 * np.sum(X * X, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(grads, 4.0 * X, rtol=1e-12)
+    assert batch_cl.batched(F._bound["gradient"]) is not None    # one launch per kernel
+    X[5, 3] = 3.0                                   # one point with another argmax
+    with pytest.raises(ad.BranchChangedError):
+        F.value_and_gradient(X)
