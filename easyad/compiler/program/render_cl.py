@@ -57,7 +57,9 @@ elements in each ran 3.5x faster than a work-item per element):
   place are called lane by lane (``_kernels.lanewise_math``). So are all the builtins of
   the values a selection compares and of what they are made of
   (``plan._selections``), so those are one function of their input in the vector
-  loop and its scalar rest alike.
+  loop and its scalar rest alike. The helpers of _helpers.h with no vector builtin (the
+  scipy.special rows, fmax/fmin and pick) are their scalar code lane by lane
+  (``_kernels.LANEWISE_HELPERS``): the rest of such a loop stays vector.
 
 Sums add in another order than the eager kernels (partials per work-item and lane), so
 they can differ from eager execution in the last bits.
