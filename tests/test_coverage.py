@@ -6,9 +6,9 @@ The matrix is generated from the registry: one test per row and transform. Each 
 sample: ``reverse`` (eager Tensor: value and gradient), ``forward`` (TraceTensor: the
 derivative along v), ``create_graph`` (the gradient differentiated again: H v),
 ``replay`` (``ad.record(tensor=True)`` replayed at another point: value, gradient,
-Hessian-vector product), ``opencl`` (eager on the first OpenCL device, the same three,
+Hessian-vector product; fused C but for the ufuncs' rows), ``opencl`` (eager on the first OpenCL device, the same three,
 with the table ops that ran on host copies equal to the row's ``host``; and replayed
-there: value, gradient). The coverage table of docs/scientific.md is the registry's
+there kernel by kernel: value, gradient). The coverage table of docs/scientific.md is the registry's
 rendering.
 """
 from __future__ import annotations
@@ -89,7 +89,12 @@ def _replayed(rid: str, device: str, hessian: bool) -> None:
     x, v, _ = _sample(rid)
     value, gradient, hv = _reference(rid, "x1")
     x1 = x + 0.1 * v
-    T = ad.record(_loss(rid), x, tensor=True, device=device)
+    # fused programs cost a compilation each (~1 s without a warm cache): the ufuncs' rows,
+    # and every row on OpenCL, replay kernel by kernel (the fused loops of every rule are
+    # tested by the every-rule programs of tests/test_tensor_record*.py, fused OpenCL
+    # programs of the table's ops by tests/test_ops*.py's check_everywhere)
+    fuse = BY_ID[rid].kind != "ufunc" and device == "numpy"
+    T = ad.record(_loss(rid), x, tensor=True, device=device, fuse=fuse)
     _close_number(rid, float(T(x1)), value, f"replayed value on {device}")
     np.testing.assert_allclose(T.gradient(x1), gradient, **_tol(rid), err_msg=device)
     if hessian:
