@@ -182,14 +182,45 @@ def test_every_rule_at_special_points_as_the_scalar_kernels(monkeypatch):
     lanes of a vector: each lane as the scalar kernels compute it (PoCL 3.1's vector pow
     got the other lanes of such a vector wrong: pow is lane by lane). The rules with a
     vector form in one program, each on its own inputs (lanes never mix rules), proven to
-    run in vector loops (stop_gradient among them: its value is x); the rows after
-    stop_gradient call _helpers.h functions with no vector form (digamma's loops...), so
-    their program's kernels are scalar and only their values are compared."""
-    vector = list(_rules.UNARY_RULES + _rules.BINARY_RULES) + [_rules.STOP_GRADIENT]
-    _special_points_agree(monkeypatch, vector, vectorised=True)
-    rest = [r for r in _rules.RULES if r not in vector]
-    if rest:
-        _special_points_agree(monkeypatch, rest, vectorised=False)
+    run in vector loops (stop_gradient among them: its value is x; the rows after it call
+    _helpers.h functions with no vector builtin, lane by lane: easyad_v_* of
+    _kernels.LANEWISE_HELPERS)."""
+    _special_points_agree(monkeypatch, list(_rules.RULES), vectorised=True)
+
+
+def test_the_scipy_rows_keep_the_loop_vector_and_its_bits(monkeypatch):
+    """The rows after stop_gradient (erfc... fmax, fmin and their pick) in a fused loop:
+    every loop of the program at the device's width (one of them made the whole loop
+    scalar before), and each gradient as the scalar kernels' (the helpers run lane by
+    lane, the same code; the arithmetic around them is vector code, which the compiler
+    may contract otherwise: an ulp or two, as for every row)."""
+    first = _rules.RULES.index(_rules.STOP_GRADIENT) + 1
+    rules = list(_rules.RULES[first:])
+    assert {r.name for r in rules} >= {"erfc", "expit", "logit", "gammaln", "digamma",
+                                       "polygamma", "xlogy", "xlog1py", "logaddexp",
+                                       "logaddexp2", "copysign", "fmax", "fmin"}
+    parts = []
+    for rule in rules:
+        xs = [_points(rule, k) for k in range(rule.arity)]
+        if rule.name in ("fmax", "fmin"):
+            xs[1][::5] = xs[0][::5]          # ties: pick's 1/2
+            xs[1][::7] = np.nan              # NaN: ignored
+        parts.append(tuple(xs))
+
+    def f(parts):
+        return sum(ad.sum(getattr(ad, r.name)(*p) * p[-1]) for r, p in zip(rules, parts))
+    _, g, F = _run(monkeypatch, f, (tuple(parts),))
+    _, s_g, S = _run(monkeypatch, f, (tuple(parts),), 0)
+    width = _width(F)
+    if not width:
+        pytest.skip("this device proved no vector width")
+    loops = [k for k in _kernels(F) if k.n >= width]     # (the sum of the parts: 0-d)
+    assert loops and all(k.width == width for k in loops), \
+        [(k.name, k.n, k.width) for k in _kernels(F)]
+    names = [f"{r.name} operand {k}" for r in rules for k in range(r.arity)]
+    for name, a, b in zip(names, _leaves(g), _leaves(s_g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-300, equal_nan=True,
+                                   err_msg=f"rule {name}: vector vs scalar kernels")
 
 
 def test_hvp_through_vector_loops():

@@ -87,7 +87,10 @@ class ScatterAdd(NamedTuple):
 
 
 class Guard(NamedTuple):
-    recorded: np.ndarray         # the host value read while recording
+    recorded: np.ndarray         # the host value read while recording (or key's of it)
+    # None: the value itself is checked; else a function of it (LU pivots, an argmax),
+    # and only its result is: a new point keeping the result replays
+    key: Any = None
 
 
 class TableOp(NamedTuple):

@@ -27,7 +27,7 @@ from easyad.ops import _linalg as _ops
 from easyad.ops import _linalg_spectral as _spectral
 from easyad.ops._apply import apply
 from easyad.tensor import _generic
-from easyad.tensor._base import TensorBase
+from easyad.tensor._base import TensorBase, read_keyed
 from easyad.tensor._generic import NUMPY_FUNCTIONS
 from easyad.tensor._trace import TraceTensor
 
@@ -70,6 +70,24 @@ def _operand(x: Any) -> Any:
 def _host(x: Any) -> np.ndarray:
     """The numbers of ``x`` (for what is not differentiated: pivots, ranks)."""
     return np.asarray(x.value if isinstance(x, (TensorBase, TraceTensor)) else x)
+
+
+def _rank(a: np.ndarray) -> np.ndarray:
+    return np.asarray(np.linalg.matrix_rank(a))
+
+
+def _pivots(a: np.ndarray) -> np.ndarray:
+    return np.asarray(scipy.linalg.lu_factor(a, check_finite=False)[1])
+
+
+def _keyed(x: Any, key: Any) -> Any:
+    """``key`` of x's numbers (pivots, a rank: not differentiated). In a tensor recording
+    the guard is on key's result, so replay at a point with the same pivots runs and one
+    where partial pivoting would choose others raises BranchChangedError (or records
+    again, ``on_branch_change="retape"``): never the stale pivots."""
+    if isinstance(x, TensorBase):
+        return read_keyed(x, key)
+    return key(_host(x))
 
 
 def _call(op: Any, *args: Any, params: Any = _NONE) -> Any:
@@ -141,7 +159,7 @@ def lstsq(a: Any, b: Any, rcond: Any = None) -> tuple[Any, Any, int, Any]:
     a, b = _operand(a), _operand(b)
     x = pinv(a) @ b
     s = svdvals(a)
-    rank = int(np.linalg.matrix_rank(_host(a)))
+    rank = int(_keyed(a, _rank))
     m, n = a.shape[-2], a.shape[-1]
     if rank == n and m > n:
         r = a @ x - b
@@ -203,9 +221,10 @@ def lu_factor(a: Any, overwrite_a: bool = False, check_finite: bool = True
               ) -> tuple[Any, np.ndarray]:
     """``(lu, piv)`` as ``scipy.linalg.lu_factor``. ``lu`` is differentiable; the pivots
     are integers read from ``a``'s numbers (constants where the pivoting does not change;
-    ``ad.record`` keeps the recording's pivots)."""
+    in ``ad.record(tensor=True)`` replay is guarded on them: a point where partial
+    pivoting chooses others raises BranchChangedError, or records again)."""
     lu = _call(_ops.LU_FACTOR, a)
-    piv = scipy.linalg.lu_factor(_host(a), check_finite=False)[1]
+    piv = _keyed(a, _pivots)
     return lu, piv
 
 

@@ -220,14 +220,32 @@ def batched(op: Op, x: Any, batch_axis: int, **kwargs: Any) -> Any:
         raise NotImplementedError(f"op {op.name!r} has no batching rule")
     params = op.bind(kwargs)
     shape = tuple(np.shape(x) if not isinstance(x, (TensorBase, TraceTensor)) else x.shape)
+    if not -len(shape) <= batch_axis < len(shape):
+        raise ValueError(f"ops.batched({op.name}): batch axis {batch_axis} is not an axis of "
+                         f"an operand of shape {shape}")
+    batch_axis %= len(shape)
     inner = shape[:batch_axis] + shape[batch_axis + 1:]
     _, params = op.rule(params, inner)            # canonical for one slice
-    params, out_axis = op.batch(params, batch_axis)
+    # a rule whose op works on the last core_axes axes (linalg's matrices) takes a batch
+    # axis only before them: one among them is moved to the front, and back after
+    core = getattr(op.batch, "core_axes", 0)
+    moved = core and batch_axis > len(inner) - core
+    if moved:
+        x = np.moveaxis(x, batch_axis, 0) if isinstance(x, np.ndarray) else \
+            _moveaxis(x, batch_axis, 0)
+    params, out_axis = op.batch(params, 0 if moved else batch_axis)
     out = apply(op, params, (x,))
-    if out_axis != batch_axis:
-        out = np.moveaxis(out, out_axis, batch_axis) if isinstance(out, np.ndarray) else \
-            _moveaxis(out, out_axis, batch_axis)
-    return out
+    return _placed(out, out_axis, batch_axis)
+
+
+def _placed(out: Any, out_axis: int, batch_axis: int) -> Any:
+    # the result's batch axis where np.stack of the slices' results along batch_axis puts
+    # it: batch_axis, or the last axis where the results have fewer axes (det's numbers)
+    target = min(batch_axis, np.ndim(out) - 1 if isinstance(out, np.ndarray) else out.ndim - 1)
+    if out_axis == target:
+        return out
+    return np.moveaxis(out, out_axis, target) if isinstance(out, np.ndarray) else \
+        _moveaxis(out, out_axis, target)
 
 
 def _moveaxis(t: Any, source: int, destination: int) -> Any:

@@ -119,10 +119,23 @@ def lapack(name: str, f: Any) -> Any:
     return lowering
 
 
-def leading(p: Any, axis: int) -> tuple[Any, int]:
-    """The batching rule of every op here: a batch axis is one more stacking axis (it must
-    come before the matrix axes, where ``ops.batched`` puts it for axis 0)."""
-    return p, axis
+class _Leading:
+    """The batching rule of every op here: a batch axis before the matrix axes is one more
+    stacking axis, left where it is: ``leading(params, axis) -> (params, axis)``. A batch
+    axis among the last ``core_axes`` axes (the matrices') cannot be: the caller moves it
+    to the front first and the result's back after (``ops.batched`` does, reading
+    ``core_axes`` from the rule; so must any caller of a rule that has it)."""
+
+    core_axes = 2
+
+    def __call__(self, p: Any, axis: int) -> tuple[Any, int]:
+        return p, axis
+
+    def __repr__(self) -> str:
+        return "leading"
+
+
+leading = _Leading()
 
 
 def _solve_batch(name: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ table's host fallback), eager and in replayed programs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ import numpy as np
 from easyad.ops._apply import apply, call
 from easyad.ops._builtin import _axis, _shifted
 from easyad.ops._table import Op, register
+from easyad.tensor._base import read_keyed
 from easyad.tensor._generic import NUMPY_FUNCTIONS, _is_tensor
 
 
@@ -74,13 +76,77 @@ def _order_numpy(p: OrderParams, v: np.ndarray, key: np.ndarray) -> np.ndarray:
     return out
 
 
+# ---- the OpenCL kernel: sort and order_by on the device ----
+# Each work item takes one element and counts the elements its line puts before it in
+# numpy's stable order: smaller keys, and equal keys earlier in the line (-0.0 equals 0.0;
+# NaN after every number, NaNs equal among themselves). That count is the element's
+# place: order_by scatters the value there (inverse: gathers from there). O(n) work per
+# element, all elements at once: lines longer than _LONGEST run on the host instead.
+_ORDER_KERNEL = """
+__kernel void easyad_order(__global const {v}* v, __global const {k}* key, __global {v}* out,
+                           const long count, const long n, const long inner,
+                           const int inverse) {{
+    const long g = get_global_id(0);
+    if (g >= count) return;
+    const long rest = g % (n * inner), k = rest / inner;
+    const long start = g - rest + rest % inner;
+    const {k} a = key[g];
+    long place = 0;
+    for (long j = 0; j < n; j++) {{
+        const {k} b = key[start + j * inner];
+        const int before = (b < a) || (a != a && b == b);
+        const int same = (b == a) || (a != a && b != b);
+        place += before || (same && j < k);
+    }}
+    if (inverse) out[g] = v[start + place * inner];
+    else out[start + place * inner] = v[g];
+}}
+"""
+_LONGEST = 4096
+
+
+def _ctype(dtype: Any) -> str:
+    return {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}[np.dtype(dtype)]
+
+
+def _order_opencl(be: Any, p: OrderParams, v: Any, key: Any) -> Any:
+    shape = tuple(v.shape)
+    n = shape[p.axis]
+    if n > _LONGEST:            # O(n^2) a line: numpy's sort on host copies is faster
+        hosts = [np.asarray(be.to_numpy(b)) for b in (v, key)]
+        return be.asarray(_order_numpy(p, *hosts), v.dtype)
+    tv, tk = _ctype(v.dtype), _ctype(key.dtype)
+    head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if "double" in (tv, tk) else ""
+    kernel = be.kernel(head + _ORDER_KERNEL.format(v=tv, k=tk), "easyad_order",
+                       [None, None, None, np.int64, np.int64, np.int64, np.int32])
+    count = int(np.prod(shape))
+    out = be._empty(shape, v.dtype)
+    inner = int(np.prod(shape[p.axis + 1:]))
+    be.launch(kernel, count, v.data, key.data, out.data, count, n, inner, int(p.inverse))
+    return out
+
+
+def _sort_opencl(be: Any, p: SortParams, x: Any) -> Any:
+    return _order_opencl(be, OrderParams(p.axis, False), x, x)
+
+
+def _sample_key(rng: Any, dtype: Any) -> np.ndarray:
+    # ties (few distinct values), signed zeros and NaN: the stable order's cases
+    key = rng.integers(-3, 4, size=(3, 70, 5)).astype(dtype)
+    key[0, ::9, 1] = -0.0
+    key[1, ::11, 2] = np.nan
+    return key
+
+
 ORDER_BY: Op = register(Op(
     name="order_by", params=OrderParams, rule=_order_rule, numpy=_order_numpy,
     vjp=lambda p, g, v, key, out: (
         apply(ORDER_BY, OrderParams(p.axis, not p.inverse), (g, key)), None),
     jvp=lambda p, tangents, v, key, out: apply(ORDER_BY, p, (tangents[0], key)),
     batch=lambda p, b: (OrderParams(_shifted(p.axis, b), p.inverse), b),
-    dtype=lambda p, values, key: values, objects=True,
+    dtype=lambda p, values, key: values, objects=True, opencl=_order_opencl,
+    sample=lambda rng, dtype: ((rng.normal(size=(3, 70, 5)).astype(dtype),
+                                _sample_key(rng, dtype)), {"axis": 1, "inverse": True}),
     doc="values in the order that sorts a key along an axis (or put back from it)"))
 
 
@@ -91,7 +157,9 @@ SORT: Op = register(Op(
     jvp=lambda p, tangents, x, out: apply(ORDER_BY, OrderParams(p.axis, False),
                                           (tangents[0], x)),
     batch=lambda p, b: (SortParams(_shifted(p.axis, b)), b),
-    objects=True, doc="sorted along an axis (stable)"))
+    objects=True, opencl=_sort_opencl,
+    sample=lambda rng, dtype: ((_sample_key(rng, dtype),), {"axis": 1}),
+    doc="sorted along an axis (stable)"))
 
 
 def _flat(x: Any) -> Any:
@@ -132,12 +200,13 @@ def order_by(values: Any, key: Any, axis: int = -1, inverse: bool = False) -> An
     return call(ORDER_BY, (values, key), {"axis": axis, "inverse": inverse})
 
 
-def _host_values(x: Any) -> Any:
-    """The values an integer-valued function reads: a tensor's on the host; an array (of
-    numbers, or of Records/Traces, compared by value) as it is."""
+def _indices(x: Any, key: Any) -> Any:
+    """``key`` (an integer-valued function) of x's values: a tensor's read on the host
+    (in a tensor recording, guarded on the indices only); an array (of numbers, or of
+    Records/Traces, compared by value: scalar tapes guard each comparison) as it is."""
     if _is_tensor(x):
-        return x.value
-    return np.asarray(x)
+        return read_keyed(x, key)
+    return key(np.asarray(x))
 
 
 def argsort(x: Any, axis: int | None = -1, kind: Any = None, order: Any = None) -> Any:
@@ -151,7 +220,7 @@ def argsort(x: Any, axis: int | None = -1, kind: Any = None, order: Any = None) 
     if order is not None:
         raise TypeError("argsort: order= (structured arrays) is not supported on easyad "
                         "tensors; leave it out")
-    return np.argsort(_host_values(x), axis=axis, kind="stable")
+    return _indices(x, functools.partial(np.argsort, axis=axis, kind="stable"))
 
 
 def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
@@ -162,7 +231,7 @@ def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
     >>> int(ad.argmax(ad.Tensor.constant(np.array([1.0, 5.0, 5.0]))))
     1
     """
-    return np.argmax(_host_values(x), axis=axis, keepdims=keepdims)
+    return _indices(x, functools.partial(np.argmax, axis=axis, keepdims=keepdims))
 
 
 def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
@@ -173,7 +242,7 @@ def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Any:
     >>> ad.argmin(ad.Tensor.constant(np.array([[4.0, 1.0], [2.0, 5.0]])), axis=1).tolist()
     [1, 0]
     """
-    return np.argmin(_host_values(x), axis=axis, keepdims=keepdims)
+    return _indices(x, functools.partial(np.argmin, axis=axis, keepdims=keepdims))
 
 
 NUMPY_FUNCTIONS.update({np.sort: sort, np.argsort: argsort, np.argmax: argmax,

@@ -216,6 +216,17 @@ def read_number(backend: Any, buf: Any) -> float:
 _core._register_service("tensor.read_number", read_number)   # PendingNumber.value
 
 
+def read_keyed(x: Any, key: Any) -> Any:
+    """``key(values of x)`` for what is not differentiated (pivots, an index, a rank).
+    Inside ``ad.record(tensor=True)`` replay is guarded on key's result only (not on every
+    value, as ``x.value`` is); ``key`` runs on the host at every replay."""
+    guarded = getattr(getattr(x, "_backend", None), "guarded_read", None)
+    if guarded is not None:
+        return guarded(x._data, key)
+    return key(np.asarray(x.value if hasattr(x, "value") and not isinstance(x, np.ndarray)
+                          else x))
+
+
 def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],
          scalar: bool = False) -> Any:
     """Sum a broadcast adjoint of ``shape`` back to an operand's ``target`` shape; a float

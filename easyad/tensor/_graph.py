@@ -173,11 +173,26 @@ def _piecewise(name: str, function: Any, generic: Any) -> Any:
     return apply
 
 
+def _pick(a: Any, b: Any) -> Any:
+    # fmax's share of a, elementwise: piecewise constant, so a constant tensor computed
+    # as a kernel of the values (a recorded program reads them at every replay)
+    like = _like(a, b)
+    if like is None:
+        return generic_namespace()["pick"](a, b)
+    be = like._backend
+    shapes_ = [v._shape for v in (a, b) if isinstance(v, TensorBase)]
+    shape = shapes.broadcast("pick", *shapes_) if len(shapes_) == 2 else shapes_[0]
+    data = [v._data if isinstance(v, TensorBase) else float(number_of(v)) for v in (a, b)]
+    (share,) = be.map("pick", ("pick(x, y)",), {"x": data[0], "y": data[1]}, shape,
+                      (like._dtype,))
+    return wrap(type(like), be, share, shape, like._dtype)
+
+
 @functools.lru_cache(maxsize=1)
 def tensor_namespace() -> Mapping[str, Any]:
     """The generic namespace with the value-reading helpers made elementwise."""
     ns = dict(derivative_namespace())    # partials of plain numbers: C's NaN, no raise
-    ns.update(mul0=_mul0, div0=_div0, choose=where,
+    ns.update(mul0=_mul0, div0=_div0, choose=where, pick=_pick,
               sign=_piecewise("sign", np.sign, ns["sign"]),
               heaviside=_piecewise("heaviside", lambda v: np.heaviside(v, 0.5),
                                    ns["heaviside"]))

@@ -92,6 +92,27 @@ def lanewise_math(names: frozenset[str], width: int) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+# the helpers of _helpers.h with no vector builtin (the scipy.special rows and fmax's
+# pick), by arity: in vector loops each is the scalar helper lane by lane (easyad_v_*), so
+# a vector loop gives their scalar loop's values bit for bit and the rest of the loop
+# stays vector
+LANEWISE_HELPERS = {"erfc": 1, "expit": 1, "logit": 1, "gammaln": 1, "digamma": 1,
+                    "polygamma": 2, "xlogy": 2, "xlog1py": 2, "logaddexp": 2,
+                    "logaddexp2": 2, "copysign": 2, "fmax": 2, "fmin": 2, "pick": 2}
+
+
+def _lanewise_helpers(width: int) -> str:
+    lanes = "0123456789abcdef"[:width]
+    out = []
+    for name, arity in sorted(LANEWISE_HELPERS.items()):
+        args = "x.s{k}, y.s{k}" if arity == 2 else "x.s{k}"
+        body = "\n".join(f"    r.s{k} = {name}({args.format(k=k)});" for k in lanes)
+        params = "vreal_t x, vreal_t y" if arity == 2 else "vreal_t x"
+        out.append(f"static inline vreal_t easyad_v_{name}({params}) {{\n"
+                   f"    vreal_t r;\n{body}\n    return r;\n}}")
+    return "\n".join(out) + "\n"
+
+
 def vector_helpers(real: str, width: int, lanewise: frozenset[str] = frozenset()) -> str:
     """Types and helpers for loops over ``width`` lanes of real_t at once (CPU devices):
     ``vreal_t`` (the values), ``vmask_t`` (what comparing them gives: -1 or 0 a lane, of
@@ -140,7 +161,7 @@ static inline vreal_t easyad_v_pow(vreal_t x, vreal_t y) {{
 {pow_lanes}
     return r;
 }}
-""" + lanewise_math(lanewise, width)
+""" + _lanewise_helpers(width) + lanewise_math(lanewise, width)
 
 
 def _coordinates(ndim: int) -> list[str]:

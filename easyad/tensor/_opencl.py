@@ -60,6 +60,15 @@ class DeviceArray(cl_array.Array):
             return self.add((self, other), self.shape, (self.dtype,))[0]
         return super().__add__(other)
 
+    def __float__(self) -> float:
+        # a one-element buffer as a number: the sweep adds a table op's contribution to a
+        # scalar input (det's output reshaped to a matrix, in a second-order sweep) as a
+        # float, as it does a 0-d numpy array
+        if self.size != 1:
+            raise TypeError(f"only a one-element device buffer is a number, not shape "
+                            f"{self.shape}")
+        return float(self.get().reshape(()))
+
 
 # a float operand in a call signature: a sentinel, as None would compare equal to a dtype
 # (np.dtype(None) is float64)

@@ -234,6 +234,17 @@ class ProgramBackend:
 
     host_array = to_numpy
 
+    def guarded_read(self, buf: Any, key: Any) -> Any:
+        """``key`` of a value read on the host, guarded on ``key``'s result only (the
+        pivots of an LU factorisation, an argmax): replay at a point where it is the same
+        runs; elsewhere the guard fails (BranchChangedError, or a new recording)."""
+        if not isinstance(buf, Slot):
+            return key(np.asarray(self.real.to_numpy(buf)))
+        result = key(np.asarray(self.real.to_numpy(buf.value)))
+        self.program.emit("guard", ir.Guard(np.array(result, copy=True), key),
+                          (buf.index,), ())
+        return result
+
     def full(self, shape: tuple[int, ...], value: Any, dtype: Any) -> Slot:
         if isinstance(value, Slot):      # a 0-d slot broadcast (a scalar node's adjoint)
             (out,) = self.map("full", ("x",), {"x": value}, shape, (dtype,))
@@ -467,10 +478,12 @@ def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
                 s[k] = v
         return run_map
     if op == "guard":
-        recorded = p.recorded
+        recorded, key = p.recorded, p.key
 
         def run_guard(s: list[Any]) -> None:
             value = np.asarray(be.to_numpy(s[a[0]]))
+            if key is not None:
+                value = np.asarray(key(value))
             if not np.array_equal(value, recorded, equal_nan=True):
                 on_guard(value, recorded)
         return run_guard

@@ -86,10 +86,10 @@ class _Guard:
     """A step of the batch: a value f read on the host while recorded (``slot``), which
     every point must read as ``recorded``."""
 
-    __slots__ = ("slot", "recorded")
+    __slots__ = ("slot", "recorded", "key")
 
-    def __init__(self, slot: int, recorded: Any) -> None:
-        self.slot, self.recorded = slot, recorded
+    def __init__(self, slot: int, recorded: Any, key: Any = None) -> None:
+        self.slot, self.recorded, self.key = slot, recorded, key
 
 
 class _BatchLaunch:
@@ -118,7 +118,7 @@ class BatchedCLProgram:
         for step in fused.steps:
             if type(step) is HostStep:
                 ins = step.instruction
-                self.steps.append(_Guard(ins.ins[0], ins.params.recorded))
+                self.steps.append(_Guard(ins.ins[0], ins.params.recorded, ins.params.key))
                 continue
             spec = next(specs)
             assert type(step) is Launch and spec.name == step.spec.name  # one plan, one order
@@ -211,13 +211,16 @@ class BatchedCLProgram:
     def _check(self, arrays: list[Any], points: int, guard: _Guard,
                batched_inputs: set[int]) -> None:
         """A guard at every point: Diverged where any point reads another value."""
-        slot, recorded = guard.slot, guard.recorded
+        slot, recorded, key = guard.slot, guard.recorded, guard.key
         p, root = self.plan.program, self.plan.r(slot)
         value = np.asarray(self.be.to_numpy(arrays[root]))
+        shape = tuple(p.shapes[slot]) if key is not None else np.shape(recorded)
         rows = [value] if root in p.constants or root in set(self.fused.inputs) - \
-            batched_inputs else value.reshape((points,) + np.shape(recorded))
-        if not all(np.array_equal(row.reshape(np.shape(recorded)), recorded, equal_nan=True)
-                   for row in rows):
+            batched_inputs else value.reshape((points,) + shape)
+        rows = [row.reshape(shape) for row in rows]
+        if key is not None:
+            rows = [np.asarray(key(row)) for row in rows]
+        if not all(np.array_equal(row, recorded, equal_nan=True) for row in rows):
             raise Diverged
 
     def _launch(self, arrays: list[Any], points: int, stride: dict[int, int],

@@ -57,7 +57,9 @@ elements in each ran 3.5x faster than a work-item per element):
   place are called lane by lane (``_kernels.lanewise_math``). So are all the builtins of
   the values a selection compares and of what they are made of
   (``plan._selections``), so those are one function of their input in the vector
-  loop and its scalar rest alike.
+  loop and its scalar rest alike. The helpers of _helpers.h with no vector builtin (the
+  scipy.special rows, fmax/fmin and pick) are their scalar code lane by lane
+  (``_kernels.LANEWISE_HELPERS``): the rest of such a loop stays vector.
 
 Sums add in another order than the eager kernels (partials per work-item and lane), so
 they can differ from eager execution in the last bits.
@@ -75,6 +77,7 @@ from easyad import _expr
 from easyad.compiler.program.cstyle import Loop, OpenCLDialect, Renderer
 from easyad.compiler.program.plan import Plan, flat_offset, pad_position
 from easyad.compiler.program.vector_cl import LANE_NAMES, VECTOR_MATH, untrusted_vector_math
+from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction, Program
 from easyad.tensor._zero_signs import constant_strong_zeros
 
@@ -86,7 +89,7 @@ _VECTOR_COMBINE = {"sum": "({a} + {b})", "max": "easyad_v_maximum({a}, {b})",
                    "min": "easyad_v_minimum({a}, {b})"}
 # helpers of _helpers.h, as easyad_v_* of _kernels.vector_helpers (tmul: mul0's value)
 _VECTOR_HELPERS = frozenset({"sign", "heaviside", "mul0", "div0", "maximum", "minimum", "pow",
-                             "tmul"})
+                             "tmul", *_kernels.LANEWISE_HELPERS})
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 
 
