@@ -93,10 +93,13 @@ def group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None
 def _values(x: Any) -> np.ndarray | None:
     """The host values of x, or None when it has none yet (a recorded or shape-only
     tensor): statistics read from it would be those of the recording's sample only."""
+    if isinstance(x, (np.ndarray, list, tuple)):
+        return np.asarray(x)
     try:
-        return np.asarray(x.value if isinstance(x, Tensor) else x)
-    except Exception:       # a tensor without values (eval_shape, vmap) has none to read
+        value = x.value     # a Tensor or TraceTensor; vmap's batched values have none
+    except Exception:       # a tensor without values (eval_shape) has none to read
         return None
+    return value if isinstance(value, np.ndarray) else None
 
 
 def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = None,
@@ -142,6 +145,13 @@ def _update_running(input: Any, running_mean: Any, running_var: Any,
                     axes: tuple[int, ...], n: int, momentum: float) -> None:
     if running_mean is None and running_var is None:
         return
+    if isinstance(input, Tensor) and recorded_host_value(lambda: np.zeros(()),
+                                                         input.dtype) is not None:
+        # replay would never update them: refuse rather than train with stale statistics
+        raise ValueError("batch_norm: training mode inside ad.record would update the "
+                         "running statistics once, at recording, and never at replay; "
+                         "record after model.eval(), or use track_running_stats=False "
+                         "(running_mean=running_var=None)")
     x = _values(input)
     if x is None:
         raise ValueError("batch_norm: the running statistics cannot be updated from a "
