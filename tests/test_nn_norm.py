@@ -233,17 +233,19 @@ def test_multihead_attention_against_torch(batch_first):
     (theirs(tq, torch.tensor(kv), torch.tensor(kv))[0] ** 2).sum().backward()
     _close(ours.in_proj_weight.gradient(d), theirs.in_proj_weight.grad, np.float64)
     _close(ours.out_proj.weight.gradient(d), theirs.out_proj.weight.grad, np.float64)
+    # one input, as a Sequential calls it: self-attention, the output only
+    _close(nn.Sequential(ours)(q).value, theirs(*(torch.tensor(q),) * 3)[0], np.float64)
 
 
 def test_multihead_attention_unbatched_and_causal_float32():
     torch.manual_seed(1)
-    theirs = torch.nn.MultiheadAttention(6, 3)
+    theirs = torch.nn.MultiheadAttention(6, 3, dtype=torch.float32)
     ours = nn.MultiheadAttention(6, 3, dtype=np.float32)
     _load(ours, theirs)
     x = _normal(5, 6).astype(np.float32)
     _against_torch(lambda x: ours(x, x, x, is_causal=True, need_weights=False)[0],
                    lambda x: theirs(x, x, x, attn_mask=torch.nn.Transformer.
-                                    generate_square_subsequent_mask(5),
+                                    generate_square_subsequent_mask(5, dtype=torch.float32),
                                     need_weights=False)[0], [x], np.float32)
 
 

@@ -36,6 +36,8 @@ class MultiheadAttention(Module):
     average_attn_weights=True, is_causal=False, tape=None)``; returns ``(output,
     weights)`` (weights None unless ``need_weights``). Inputs are (N, L, E) with
     ``batch_first=True``, else (L, N, E) (torch's default), or unbatched (L, E).
+    Called with one input (``mha(x)``, ``mha(x, tape)``: as a Sequential calls it), it is
+    self-attention and returns the output only.
     Initialised as torch: ``in_proj_weight`` Xavier-uniform, biases zero, ``out_proj``
     a Linear's weight.
 
@@ -75,6 +77,8 @@ class MultiheadAttention(Module):
                  key_padding_mask: Any = None, need_weights: bool = True,
                  attn_mask: Any = None, average_attn_weights: bool = True,
                  is_causal: bool = False, tape: Any = None) -> Any:
+        if value is None and not isinstance(key, (Tensor, np.ndarray, list, tuple)):
+            return self.forward(query, tape if key is None else key)   # as Sequential calls
         if key is None or value is None:
             raise TypeError("MultiheadAttention: pass query, key and value (the same "
                             "array three times for self-attention)")
