@@ -72,7 +72,7 @@ def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any 
 
 def group_norm(input: Any, num_groups: int, weight: Any = None, bias: Any = None,
                eps: float = 1e-5) -> Any:
-    """torch's ``group_norm``: the channels of ``input`` (N, C, *) split into
+    """torch's ``group_norm``: the channels of ``input`` ``(N, C, *)`` split into
     ``num_groups`` groups, each normalised over its channels and positions; then the
     per-channel ``weight`` and ``bias`` (C,)."""
     shape = _shape(input)
@@ -105,7 +105,7 @@ def _values(x: Any) -> np.ndarray | None:
 def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = None,
                bias: Any = None, training: bool = False, momentum: float = 0.1,
                eps: float = 1e-5) -> Any:
-    """torch's ``batch_norm`` of ``input`` (N, C) or (N, C, *).
+    """torch's ``batch_norm`` of ``input`` ``(N, C)`` or ``(N, C, *)``.
 
     Training: normalise with the batch's mean and biased variance per channel, and update
     the numpy arrays ``running_mean`` and ``running_var`` in place (unless None) with
