@@ -1,8 +1,9 @@
 """Normalisation, embedding and attention in ``nn`` (layer_norm, group_norm, batch_norm,
 embedding, scaled_dot_product_attention and their layers, MultiheadAttention) against
 torch 2.13.0's with the same weights: forward and backward in float64 (1e-10) and float32
-(1e-5), train and eval, running statistics, repeated indices, masks; grad, hessian,
-record/replay and vmap against torch.func; errors."""
+(1e-5), train and eval, running statistics, repeated indices, masks; grad, forward mode,
+hessian,
+record/replay and vmap against torch.func; a block on OpenCL; errors."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +15,8 @@ from torch import func
 import easyad as ad
 from easyad import nn
 from easyad.errors import ShapeError
+
+from conftest import OPENCL
 
 F = nn.functional
 TOLERANCE = {np.float64: 1e-10, np.float32: 1e-5}
@@ -270,9 +273,38 @@ def test_every_transform_against_torch_func():
     replay = ad.record(ours, x)
     x2 = _normal(3, 4, seed=9)
     _close(replay.gradient(x2), func.grad(theirs)(torch.tensor(x2)), np.float64, "replay")
+    _close(ad.jacobian(ours, mode="forward")(x), func.grad(theirs)(tx), np.float64,
+           "forward mode")
     xs = np.stack([x, x2])
     _close(ad.vmap(ad.grad(ours))(xs), func.vmap(func.grad(theirs))(torch.tensor(xs)),
            np.float64, "vmap")
+
+
+@pytest.mark.parametrize("device", OPENCL or [pytest.param("opencl", marks=pytest.mark.skip(
+    reason="no working OpenCL device"))])
+def test_a_block_on_opencl(device):
+    torch.manual_seed(0)
+    theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    _load(mha, theirs)
+    norms = nn.Sequential(nn.LayerNorm(8), nn.BatchNorm1d(4))
+    mha.to(device=device)
+    norms.to(device=device)
+    x = _normal(2, 4, 8)
+    pad = np.array([[0, 0, 1, 1], [0, 0, 0, 0]], dtype=bool)
+    lst = ad.WengertList()
+    X = ad.Tensor.variable(x, lst, device=device)
+    h = norms(X)
+    out = mha(h, h, h, key_padding_mask=pad)[0]
+    assert str(out.device) == device
+    d = ad.sum(out ** 2).derivatives()
+    tx = torch.tensor(x, requires_grad=True)
+    th = torch.nn.BatchNorm1d(4, dtype=torch.float64)(TF.layer_norm(tx, (8,)))
+    tout = theirs(th, th, th, key_padding_mask=torch.tensor(pad))[0]
+    (tout ** 2).sum().backward()
+    _close(out.value, tout, np.float64, "value")
+    _close(d[X], tx.grad, np.float64, "input derivative")
+    _close(mha.in_proj_weight.gradient(d), theirs.in_proj_weight.grad, np.float64)
 
 
 # ---- errors ----
