@@ -2,8 +2,7 @@
 embedding, scaled_dot_product_attention and their layers, MultiheadAttention) against
 torch 2.13.0's with the same weights: forward and backward in float64 (1e-10) and float32
 (1e-5), train and eval, running statistics, repeated indices, masks; grad, forward mode,
-hessian,
-record/replay and vmap against torch.func; a block on OpenCL; errors."""
+hessian, record/replay and vmap against torch.func; a block on OpenCL; errors."""
 from __future__ import annotations
 
 import numpy as np
