@@ -135,13 +135,15 @@ class Module:
 
     # -- modes --
     def train(self, mode: bool = True) -> "Module":
-        """Training mode (dropout active) for this module and its submodules."""
+        """Training mode (dropout active, BatchNorm on batch statistics) for this module and
+        its submodules."""
         for m in self.modules():
             m.training = bool(mode)
         return self
 
     def eval(self) -> "Module":
-        """Evaluation mode (dropout off); same as ``train(False)``."""
+        """Evaluation mode (dropout off, BatchNorm on running statistics); same as
+        ``train(False)``."""
         return self.train(False)
 
     def to(self, device: Any = None, dtype: Any = None) -> "Module":
