@@ -197,7 +197,7 @@ def _causal(length: int, source: int) -> np.ndarray:
     return np.tril(np.ones((length, source), dtype=bool))
 
 
-def attention_bias(attn_mask: Any, is_causal: bool, length: int, source: int,
+def _attention_bias(attn_mask: Any, is_causal: bool, length: int, source: int,
                    dtype: Any) -> np.ndarray | Any | None:
     """The additive bias of ``scaled_dot_product_attention``'s ``attn_mask`` (bool: True
     takes part, else -inf; float: added) and ``is_causal`` (row i sees columns <= i)."""
@@ -235,7 +235,7 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     s = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
     perm = tuple(range(len(ks) - 2)) + (len(ks) - 1, len(ks) - 2)
     scores = (query @ key.transpose(perm)) * s
-    bias = attention_bias(attn_mask, is_causal, qs[-2], ks[-2], scores.dtype)
+    bias = _attention_bias(attn_mask, is_causal, qs[-2], ks[-2], scores.dtype)
     if bias is not None:
         scores = scores + bias
     weights = _tensor.softmax(scores, axis=-1)
