@@ -10,8 +10,10 @@ of ``ad.optim`` update them from that list's derivatives. One training step::
 
 Layout: ``_parameter`` (Parameter) -> ``_module`` (Module, Sequential) -> ``functional``
 (activations, linear, dropout, losses; ``_fused`` has single-entry versions for the numpy
-device; ``_conv_functional``: convolution and pooling) -> ``_layers`` (Linear, ReLU, ...),
-``_conv_layers`` (Conv2d, MaxPool2d, Flatten, ...) ; ``init`` (PyTorch's initialisations).
+device; ``_conv_functional``: convolution and pooling; ``_norm_functional``: norms,
+embedding, attention) -> ``_layers`` (Linear, ReLU, ...), ``_conv_layers`` (Conv2d,
+MaxPool2d, Flatten, ...), ``_norm_layers`` (LayerNorm, BatchNorm2d, Embedding, ...),
+``_attention`` (MultiheadAttention); ``init`` (PyTorch's initialisations).
 
 Examples
 --------
@@ -28,15 +30,20 @@ Examples
 from easyad.nn import functional, init
 from easyad.nn._conv_layers import (AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d,
                                    ConvTranspose2d, Flatten, MaxPool2d)
+from easyad.nn._attention import MultiheadAttention
 from easyad.nn._layers import (GELU, Dropout, Identity, Linear, LogSoftmax, ReLU, Sigmoid,
                                Softmax, Tanh)
 from easyad.nn._module import Function, Module, Sequential, as_module, functional_call
+from easyad.nn._norm_layers import (BatchNorm1d, BatchNorm2d, Embedding, GroupNorm,
+                                    LayerNorm)
 from easyad.nn._parameter import Parameter
 from easyad.nn.functional import (binary_cross_entropy, binary_cross_entropy_with_logits,
                                   cross_entropy, l1_loss, mse_loss, nll_loss)
 
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "Conv1d", "Conv2d", "ConvTranspose2d",
            "Flatten", "MaxPool2d",
+           "BatchNorm1d", "BatchNorm2d", "Embedding", "GroupNorm", "LayerNorm",
+           "MultiheadAttention",
            "Dropout", "Function", "GELU", "Identity", "Linear", "LogSoftmax", "Module",
            "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "as_module",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",

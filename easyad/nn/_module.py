@@ -121,15 +121,29 @@ class Module:
         """Every parameter (a list: hand it to an optimizer)."""
         return [p for _, p in self.named_parameters()]
 
+    # names of numpy-array attributes that are state but not parameters (BatchNorm's
+    # running statistics): saved and loaded with the parameters, never differentiated
+    _buffer_names: tuple[str, ...] = ()
+
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        """Every buffer (``_buffer_names`` of each module) with its dotted name."""
+        for module_name, module in self.named_modules(prefix):
+            for name in module._buffer_names:
+                value = getattr(module, name, None)
+                if value is not None:
+                    yield (f"{module_name}.{name}" if module_name else name), value
+
     # -- modes --
     def train(self, mode: bool = True) -> "Module":
-        """Training mode (dropout active) for this module and its submodules."""
+        """Training mode (dropout active, BatchNorm on batch statistics) for this module and
+        its submodules."""
         for m in self.modules():
             m.training = bool(mode)
         return self
 
     def eval(self) -> "Module":
-        """Evaluation mode (dropout off); same as ``train(False)``."""
+        """Evaluation mode (dropout off, BatchNorm on running statistics); same as
+        ``train(False)``."""
         return self.train(False)
 
     def to(self, device: Any = None, dtype: Any = None) -> "Module":
@@ -144,13 +158,16 @@ class Module:
 
     # -- saving and loading --
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the parameters' arrays by dotted name."""
-        return {name: p.data.copy() for name, p in self.named_parameters()}
+        """Copies of the parameters' arrays (and buffers') by dotted name."""
+        state = {name: p.data.copy() for name, p in self.named_parameters()}
+        state.update((name, b.copy()) for name, b in self.named_buffers())
+        return state
 
     def load_state_dict(self, state: Any, strict: bool = True) -> "Module":
         """Copy arrays (a mapping of dotted names to arrays) into the parameters, in their
         dtype. With ``strict``, the names must be exactly this module's; shapes must match."""
-        own = dict(self.named_parameters())
+        own: dict[str, Any] = dict(self.named_parameters())
+        own.update(self.named_buffers())
         names = list(state.keys())
         if strict:
             missing = sorted(set(own) - set(names))
@@ -161,11 +178,12 @@ class Module:
             if name not in own:
                 continue
             p = own[name]
+            target = p.data if isinstance(p, Parameter) else p     # a buffer: in place
             value = np.asarray(state[name])
-            if value.shape != p.data.shape:
+            if value.shape != target.shape:
                 raise ValueError(f"load_state_dict: {name} has shape {value.shape}, the "
-                                 f"parameter {p.data.shape}")
-            p.data[...] = value
+                                 f"parameter {target.shape}")
+            target[...] = value
         return self
 
     def save(self, path: Any) -> None:

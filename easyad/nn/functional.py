@@ -27,9 +27,12 @@ from easyad.errors import ShapeError
 from easyad.tensor import Tensor, recorded_host_value
 from easyad.nn._conv_functional import (adaptive_avg_pool2d, avg_pool2d, conv1d, conv2d,
                                         conv_transpose2d, max_pool2d)
+from easyad.nn._norm_functional import (batch_norm, embedding, group_norm, layer_norm,
+                                        scaled_dot_product_attention)
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transpose2d",
-           "max_pool2d",
+           "max_pool2d", "batch_norm", "embedding", "group_norm", "layer_norm",
+           "scaled_dot_product_attention",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
            "dropout", "gelu", "l1_loss", "linear", "log_softmax", "mse_loss", "nll_loss",
            "relu", "sigmoid", "softmax", "tanh"]
