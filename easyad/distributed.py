@@ -150,7 +150,7 @@ def batch(F: Any, method: str, X: Any, V: Any = None,
     payload = _payload(F)
     packed = da.map_blocks(_block, X, payload, method, on_branch_change, widths, *extra,
                            dtype=np.float64, chunks=(X.chunks[0], (sum(widths),)),
-                           name=f"easyad-{method.strip('_')}")
+                           token=f"easyad-{method.strip('_')}")
     results, start = [], 0
     for k, (shape, w) in enumerate(zip(shapes, widths)):
         piece = packed[:, start:start + w]
