@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _trees
+
 _METHODS = ("__call__", "gradient", "value_and_gradient", "hessian", "hvp")
 
 
@@ -169,4 +171,53 @@ def batch(F: Any, method: str, X: Any, V: Any = None,
     return tuple(results) if len(results) > 1 else results[0]
 
 
-__all__ = ["batch", "is_dask_array"]
+# -- data-parallel gradients: a loss over shards, summed by a tree --
+def _shard(payload: Any, x: Any, *blocks: Any) -> tuple[float, list[np.ndarray]]:
+    value, gradient = _function(payload).value_and_gradient(x, *blocks)
+    return float(value), [np.asarray(g, dtype=np.float64) for g in _trees.flatten(gradient)[0]]
+
+
+def _add(*parts: tuple[float, list[np.ndarray]]) -> tuple[float, list[np.ndarray]]:
+    value, leaves = parts[0][0], [g.copy() for g in parts[0][1]]
+    for v, gs in parts[1:]:          # in the parts' order: the same sum on every run
+        value += v
+        for acc, g in zip(leaves, gs):
+            acc += g
+    return value, leaves
+
+
+def shard_value_and_gradient(F: Any, x: Any, *data: Any, split_every: int = 4) -> Any:
+    """The sum over shards of ``F.value_and_gradient(x, *shard)``, lazy (a
+    ``dask.delayed`` of ``(value, gradient)``, the gradient structured as x): F a
+    recording (``ad.record`` of tensor code) of a loss that is a sum over examples,
+    recorded at one shard's shapes; ``data`` dask arrays chunked alike along axis 0, each
+    chunk a shard of those shapes. One task per shard, then a tree of sums,
+    ``split_every`` parts a node (deterministic: the same tree, the same order, every
+    run). Under a ``distributed`` client F is scattered once to each worker (a
+    TensorFunction travels as its program). x is sent with the graph (the parameters:
+    small beside the data). Step the optimizer on the client with the result."""
+    import dask
+    _dask()
+    if not data or not all(is_dask_array(d) for d in data):
+        raise TypeError("data: one or more dask arrays (the shards are their chunks along "
+                        "axis 0); wrap numpy data with dask.array.from_array(a, chunks=...)")
+    rows = data[0].chunks[0]
+    if any(d.chunks[0] != rows for d in data):
+        raise ValueError("the data arrays must be chunked alike along axis 0 (each chunk "
+                         f"one shard): got {[d.chunks[0] for d in data]}")
+    if type(split_every) is not int or split_every < 2:
+        raise ValueError(f"split_every must be an int >= 2, got {split_every!r}")
+    # each array's chunks of a row block as one block (the other axes joined)
+    blocks = [d.rechunk({k: -1 for k in range(1, d.ndim)}).to_delayed().reshape(-1)
+              for d in data]
+    payload = _payload(F)
+    level = [dask.delayed(_shard, pure=True)(payload, x, *parts) for parts in zip(*blocks)]
+    while len(level) > 1:
+        level = [dask.delayed(_add, pure=True)(*level[k:k + split_every])
+                 for k in range(0, len(level), split_every)]
+    tree = _trees.flatten(x)[1]
+    return dask.delayed(lambda total: (total[0], _trees.unflatten(tree, total[1])),
+                        pure=True)(level[0])
+
+
+__all__ = ["batch", "is_dask_array", "shard_value_and_gradient"]
