@@ -12,7 +12,21 @@ compiles it into that worker's own private cache. Without a client the Function 
 the tasks as it is (threads share it; dask's process pool pickles it).
 
 dask is imported here only, and only when a dask array comes in: ``import easyad`` never
-needs it (``pip install easyad[dask]``). docs/distributed.md.
+needs it (``pip install easyad[dask]``). ``shard_value_and_gradient``: data-parallel
+gradients of a recorded loss. docs/distributed.md.
+
+Examples
+--------
+>>> import numpy as np, dask.array as da, easyad as ad
+>>> F = ad.record(lambda x: x[0] ** 2 * x[1], [1.0, 1.0])
+>>> X = da.from_array(np.array([[1.0, 2.0], [3.0, 1.0], [2.0, 2.0]]), chunks=(2, 2))
+>>> G = F.gradient(X)                # lazy: one task per chunk of rows
+>>> G.numblocks
+(2, 1)
+>>> G.compute(scheduler="threads")
+array([[4., 1.],
+       [6., 9.],
+       [8., 4.]])
 """
 from __future__ import annotations
 
