@@ -94,6 +94,8 @@ def _block(x: np.ndarray, payload: Any, method: str, obc: str | None, widths: tu
     if isinstance(result, tuple) and isinstance(result[0], tuple):   # (v, g), mask
         parts = (*result[0], result[1])
     b = x.shape[0]
+    if len(parts) == 1:       # one result: as it is (no copy, no slicing task after it)
+        return np.asarray(parts[0], dtype=np.float64)
     out = np.empty((b, sum(widths)))
     start = 0
     for part, w in zip(parts, widths):
@@ -164,6 +166,13 @@ def batch(F: Any, method: str, X: Any, V: Any = None,
                 raise ValueError(f"v must have shape ({n},) or {X.shape}, got {V.shape}")
             extra = (V,)
     payload = _payload(F)
+    if len(shapes) == 1:
+        shape = shapes[0]
+        return da.map_blocks(_block, X, payload, method, on_branch_change, widths, *extra,
+                             dtype=np.float64, chunks=(X.chunks[0], *((d,) for d in shape)),
+                             drop_axis=[] if shape else [1],
+                             new_axis=list(range(2, 1 + len(shape))) or None,
+                             token=f"easyad-{method.strip('_')}")
     packed = da.map_blocks(_block, X, payload, method, on_branch_change, widths, *extra,
                            dtype=np.float64, chunks=(X.chunks[0], (sum(widths),)),
                            token=f"easyad-{method.strip('_')}")
