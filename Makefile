@@ -77,6 +77,7 @@ examples: build $(VENV)/.examples
 	$(BIN)/python examples/replayed_training.py
 	$(BIN)/python examples/scientific.py
 	$(BIN)/python examples/implicit.py
+	$(BIN)/python examples/distributed_training.py
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml
