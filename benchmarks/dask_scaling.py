@@ -97,8 +97,11 @@ def main() -> None:
     print(text)
     if a.write:
         with open(a.write, "w") as out:
-            out.write("# Batch gradients on dask\n\n`python benchmarks/dask_scaling.py "
-                      f"--n {a.n} --batch {a.batch} --chunk {a.chunk}`\n\n{text}\n")
+            stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            out.write(f"# Batch gradients on dask: Rosenbrock n = {a.n}, B = {a.batch:,}\n\n"
+                      f"- date: {stamp}\n- machine: {os.cpu_count()} CPUs\n"
+                      f"- command: `python benchmarks/dask_scaling.py --n {a.n} "
+                      f"--batch {a.batch} --chunk {a.chunk} --write {a.write}`\n\n{text}\n")
 
 
 if __name__ == "__main__":
