@@ -78,6 +78,7 @@ examples: build $(VENV)/.examples
 	$(BIN)/python examples/scientific.py
 	$(BIN)/python examples/implicit.py
 	$(BIN)/python examples/distributed_training.py
+	$(BIN)/python examples/multistart.py
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml
