@@ -223,6 +223,9 @@ def test_a_worker_killed_mid_computation_changes_nothing(client):
     assert future.status == "pending"               # killed mid-computation
     os.kill(pids[victim], signal.SIGKILL)           # the nanny starts a new one
     result = future.result(timeout=120)
+    deadline = time.monotonic() + 30                # the scheduler saw it die
+    while victim in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert victim not in client.scheduler_info()["workers"]
     assert np.array_equal(result, F.hessian(big))
 
