@@ -30,10 +30,12 @@ $(VENV)/.deps-run: pyproject.toml | $(BIN)/python
 	touch $@
 
 # the test references and tools on top: sympy, scipy, PyTorch 2.13.0 (CPU), mypy, ruff, sphinx,
+# dask and distributed (tests/test_dask.py's LocalCluster),
 # and what the examples need (tqdm, matplotlib), so tests/test_nn.py::test_examples_run runs
 $(VENV)/.deps-test: pyproject.toml Makefile $(VENV)/.deps-run
 	@echo "easyad: installing the test references and tools (sympy, scipy, PyTorch, ruff, sphinx, tqdm) into $(VENV) (once, a few minutes) ..."
 	$(PIP) pytest pytest-xdist hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
+	$(PIP) "dask[array]>=2024.1" "distributed>=2024.1"
 	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm sphinx-mathjax-offline
 	touch $@
 
@@ -75,6 +77,8 @@ examples: build $(VENV)/.examples
 	$(BIN)/python examples/replayed_training.py
 	$(BIN)/python examples/scientific.py
 	$(BIN)/python examples/implicit.py
+	$(BIN)/python examples/distributed_training.py
+	$(BIN)/python examples/multistart.py
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml

@@ -97,6 +97,7 @@ from easyad.ops import (  # noqa: E402  numpy's functions on tensors
 # subpackages, last: they build on the names above (pure Python, numpy only)
 from easyad import nn, optim, random  # noqa: E402
 from easyad import scipy  # noqa: E402  (SciPy with easyad's derivatives)
+from easyad import distributed  # noqa: E402  (dask arrays in, dask arrays out; dask lazily)
 from easyad.transforms.checkpoint import checkpoint  # noqa: E402
 from easyad.transforms.checkpoint_scan import fori_loop, scan  # noqa: E402
 # implicit differentiation; its module also puts ad.linalg.cg and ad.linalg.gmres in place
@@ -127,6 +128,8 @@ __all__ = [
     "linalg",
     # SciPy with easyad's derivatives: minimize, least_squares, ode_jacobian, special
     "scipy",
+    # recorded functions over dask arrays and clusters (dask imported only when used)
+    "distributed",
     # numpy's functions on tensors (easyad/ops/_sorting.py, _npfunctions.py, _products.py)
     "argmax", "argmin", "argsort", "broadcast_to", "clip", "cumprod", "diag", "diagonal",
     "einsum", "expand_dims", "inner", "kron", "moveaxis", "order_by", "outer", "pad",

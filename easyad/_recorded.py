@@ -35,6 +35,7 @@ import numpy as np
 
 from easyad import _arrays, _trees
 from easyad.errors import BranchChangedError
+from easyad.recorded import tensor_pickle
 from easyad.recorded.tensor_sparse import TensorSparse
 from easyad.recorded.tensor_recording import (_flatten_args, _float_leaf, _on_host,
                                               _Recording, _recording_of, _Resident, _Static)
@@ -92,6 +93,10 @@ class TensorFunction(TensorSparse):
     # -- recording and binding --
     def _record(self, what: str, xs: list[np.ndarray], statics: list[Any]) -> _Recording:
         key = _recording_of(what)
+        if self.f is None:
+            raise ValueError(f"{what} needs a recording this TensorFunction does not have, "
+                             "and it has no f to make it (it was unpickled: f stays behind); "
+                             f"call {what} once before pickling it, or record f again here")
         first = self._recordings.get("first")
         rec = _Recording(self.f, xs, self._x_tree, statics, self._arg_tree, self._backend,
                          key, first.out_specs if first is not None else None)
@@ -398,14 +403,18 @@ class TensorFunction(TensorSparse):
         return self._recordings["first"].program
 
     def __reduce__(self) -> Any:
-        raise TypeError("a TensorFunction does not pickle: it holds compiled code, and the "
-                        "module parameters and host functions f used; record f again in the "
-                        "other process (ad.record is fast, and its C is cached on disk)")
+        # as its program (recorded/tensor_pickle.py), checked on arrival; f stays behind
+        return (_rebuild_tensor_function, tensor_pickle.state(self))
 
     def __repr__(self) -> str:
         rec = self._recordings["first"]
         return (f"<TensorFunction of {self._x_tree.describe()}: "
                 f"{len(rec.program.instructions)} instructions, {rec.guards} guards>")
+
+
+def _rebuild_tensor_function(*data: Any) -> TensorFunction:
+    """A TensorFunction from its pickle (``tensor_pickle.rebuild``: every field checked)."""
+    return tensor_pickle.rebuild(TensorFunction, *data)  # type: ignore[no-any-return]
 
 
 class _Retape(Exception):

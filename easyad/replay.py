@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from easyad import _arrays, _core, _levels, _tapeview
+from easyad import _arrays, _core, _levels, _tapeview, distributed
 from easyad._core import Record, Trace, WengertList
+from easyad.distributed import is_dask_array
 from easyad.errors import BranchChangedError, TapeFormatError
 from easyad.recorded import files
 from easyad.recorded.compiling import Compiling
@@ -195,6 +196,7 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
         self.on_branch_change = on_branch_change
         self._native: Any = None    # the compiled program (Function.compile), or None
         self._hessian_calls = 0     # one-point Hessians so far (see hessian)
+        self._compile_args: tuple[bool, bool] | None = None   # compile()'s, for pickles
 
     # compile, bind_gradient, compiled: recorded/compiling.py; hessian, hessian_pattern,
     # bind_hessian, hvp: recorded/hessians.py; the rows' machinery (_run): recorded/rows.py;
@@ -219,7 +221,10 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
 
     # ---- evaluation ----
     def __call__(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
-        """Values at x: a float (scalar f) or (m,), per row for a batch."""
+        """Values at x: a float (scalar f) or (m,), per row for a batch (a lazy dask array
+        for a dask array x: ``easyad.distributed``)."""
+        if is_dask_array(x):
+            return distributed.batch(self, "__call__", x, None, on_branch_change)
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:  # one point: one C call
             point = self._native.point(x, False) if self._native is not None else None
@@ -249,6 +254,11 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
         one point into native float64 this skips allocating (see also ``bind_gradient``);
         another dtype float64 casts into safely is written converted, others raise
         TypeError before anything runs (docs/conventions.md)."""
+        if is_dask_array(x):
+            if out is not None or device is not None:
+                raise ValueError("out= and device= are for numpy batches, not a dask array "
+                                 "(whose chunks run where dask's scheduler puts them)")
+            return distributed.batch(self, "gradient", x, None, on_branch_change)
         if out is not None:
             # C writes straight into out only where its gate finds x and out both native
             # float64 vectors of n (out writable): any other out is checked, then written
@@ -284,6 +294,8 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
 
     def value_and_gradient(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """``(F(x), F.gradient(x))`` from one forward and one reverse sweep."""
+        if is_dask_array(x):
+            return distributed.batch(self, "value_and_gradient", x, None, on_branch_change)
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and self.scalar and type(x) is np.ndarray:  # one point: one C call
             point = self._native.point(x, True) if self._native is not None else None
@@ -332,8 +344,13 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
     def __reduce__(self) -> tuple[Any, ...]:
         # f (for "retape") stays behind: functions often do not pickle. The tape carries
         # its own checksum; this one covers the rest.
+        # A compiled Function travels as its tape and how it was compiled (not the shared
+        # object): the receiving process compiles into its own private cache (or warns
+        # once and runs the VM where it has no compiler).
         rest = (self.inputs, self.outputs, self.scalar, self.on_branch_change)
-        return (_rebuild_function, (self.tape, *rest, _core._tape_digest((), rest)))
+        state = (self.tape, *rest, _core._tape_digest((), rest))
+        return (_rebuild_function, state if self._compile_args is None
+                else (*state, self._compile_args))
 
     # ---- what needs record() or Function itself (the mixins sit below this module) ----
     def _retape(self, rows: NDArray[np.intp], X: NDArray[np.float64], method: str,
@@ -384,12 +401,19 @@ _DAMAGED = ("The data is damaged, or is not a saved easyad Function or a tape pi
 
 def _rebuild_function(*state: Any) -> Function:
     """A Function from the data of __reduce__: (tape, inputs, outputs, scalar,
-    on_branch_change[, checksum]), every field checked (TapeFormatError). Pickles of
-    easyad before the checksum have 5 fields: only the checksum is skipped."""
+    on_branch_change[, checksum[, (optimise, hessian)]]), every field checked
+    (TapeFormatError). Pickles of easyad before the checksum have 5 fields: only the
+    checksum is skipped. The 7th, when there, says the Function was compiled: it is
+    compiled again here, into this process's cache."""
     source = "pickled Function"
-    if not 5 <= len(state) <= 6:
-        raise TapeFormatError(f"{source}: 5 or 6 fields expected, got {len(state)}. "
+    if not 5 <= len(state) <= 7:
+        raise TapeFormatError(f"{source}: 5 to 7 fields expected, got {len(state)}. "
                               f"{_DAMAGED}")
+    compile_args = state[6] if len(state) > 6 else None
+    if compile_args is not None and (type(compile_args) is not tuple or len(compile_args) != 2
+                                     or any(type(a) is not bool for a in compile_args)):
+        raise TapeFormatError(f"{source}: the compile options are {compile_args!r}, not "
+                              f"(optimise, hessian) as two bools. {_DAMAGED}")
     tape, inputs, outputs, scalar, on_branch_change = state[:5]
     checksum = state[5] if len(state) > 5 else None
     if type(tape) is not WengertList:
@@ -400,6 +424,8 @@ def _rebuild_function(*state: Any) -> Function:
             (), (inputs, outputs, scalar, on_branch_change))):
         raise TapeFormatError(f"{source}: the checksum {checksum!r} does not match the "
                               f"data. {_DAMAGED}")
+    if compile_args is not None:
+        function.compile(optimise=compile_args[0], hessian=compile_args[1])
     return function
 
 

@@ -65,6 +65,8 @@ CONTRACT = {
     "linalg",
     # SciPy with easyad's derivatives (issue 26): a subpackage
     "scipy",
+    # recorded functions on dask.distributed (issue 29): a module, dask imported lazily
+    "distributed",
     # checkpointing (issue 27, easyad/transforms/checkpoint*.py)
     "checkpoint", "scan", "fori_loop",
     # implicit differentiation (issue 27 item 4)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = ["index", "getting-started", "forward-vs-reverse", "generic", "higher-order", "tensors",
          "linalg", "scientific",
-         "checkpointing", "implicit", "vmap", "sparse",
+         "checkpointing", "implicit", "vmap", "sparse", "distributed",
          "nn",
          "record-replay", "user-operations", "errors", "conventions", "performance", "api",
          "internals"]

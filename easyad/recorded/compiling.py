@@ -66,6 +66,9 @@ class Compiling(Rows):
         >>> F.gradient(np.array([3.0, 0.0]))
         array([ 0., 10.])
         """
+        old = self._compile_args    # kept for pickles (even where no compiler is found)
+        self._compile_args = (bool(optimise) or bool(old and old[0]),
+                              bool(hessian) or bool(old and old[1]))
         if self._native is None or (hessian and self.scalar
                                     and not self._native.second_order):
             from easyad.compiler import tape as tape_compiler

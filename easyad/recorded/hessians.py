@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from easyad import _arrays, _core
+from easyad import _arrays, _core, distributed
+from easyad.distributed import is_dask_array
 from easyad.recorded.rows import _SECOND, Rows
 
 _HESSIAN_BLOCK = 16  # directions per forward-over-reverse sweep
@@ -46,6 +47,11 @@ class Hessians(Rows):
         ``format`` (with ``sparse=True``; not with ``out``): "csr", "csc", "coo"
         (scipy.sparse), "triplets" ((rows, cols, values)) or "values" (the default);
         a list for a batch (docs/sparse.md)."""
+        if is_dask_array(x):
+            if sparse or out is not None or format is not None:
+                raise ValueError("sparse=, out= and format= are for numpy batches, not a "
+                                 "dask array")
+            return distributed.batch(self, "hessian", x, None, on_branch_change)
         self._need_scalar("hessian")
         if format is not None:
             return self._hessian_formatted(x, on_branch_change, sparse, out, format)
@@ -277,6 +283,8 @@ class Hessians(Rows):
     def hvp(self, x: ArrayLike, v: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """The Hessian-vector product H(x) v without forming H (one sweep); v is (n,) or
         one direction per row (B, n)."""
+        if is_dask_array(x):
+            return distributed.batch(self, "hvp", x, v, on_branch_change)
         native = self._native
         if native is not None and native.second_order and type(x) is np.ndarray \
                 and type(v) is np.ndarray and on_branch_change is None \
