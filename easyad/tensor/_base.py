@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from easyad import _arrays, _core, _expr
+from easyad import _arrays, _core, _expr, _levels
 from easyad._core import Node as _core_Node
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
@@ -423,6 +423,18 @@ class TensorBase(_core.TensorCore):
         return f"Tensor({body}, dtype={self._dtype}, device={self.device}, {kind})"
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        # Refused for a recorded tensor while a transform runs f or ad.record records it:
+        # a SciPy function that calls np.asarray on its input (scipy.special.polygamma)
+        # dropped the derivative with no error (a zero gradient). float(), item() and bool()
+        # stay allowed there: they are the branches of ordinary Python (guards in a
+        # recording). Outside (a tape made by hand) np.asarray is the caller's explicit
+        # choice, and its result visibly a plain array.
+        if self._tape is not None and (_levels.inside() or self._backend.kind == "program"):
+            raise TypeError(
+                "np.asarray() of a recorded Tensor would drop its derivative silently: use "
+                "the ad. functions or the numpy functions easyad implements on Tensors "
+                "(docs/scientific.md lists them), or t.value for the values as a constant "
+                "if no derivative should flow through them")
         v = self.value
         return v if dtype is None else v.astype(dtype)
 
