@@ -247,6 +247,43 @@ class _Decline(Exception):
     """The program holds something the second-order program does not express."""
 
 
+def emit_values(E: _Emitter, ops: list[int], kinds: list[int], arg: tuple[list[int], ...],
+                recorded: list[float], partial: tuple[list[float], ...],
+                position: dict[int, int], ins: list[int],
+                visit: Any = None) -> list[tuple[str, Any]]:
+    """The recorded program's values as E's references (``("e", entry)`` or a constant
+    ``("c", v)``), the guards kept wherever recorded; fills ``ins`` with the inputs'
+    entries. ``visit(e, rule, refs, ref)`` runs after each entry (``ref``: its value; rule
+    None for inputs, constants and guards): the sparse Jacobian's tangents ride on this
+    one pass. Raises _Decline for abs/maximum/minimum (piecewise partials)."""
+    value: list[tuple[str, Any]] = []
+    for e, op in enumerate(ops):
+        kind = kinds[e]
+        rule, refs = None, None
+        if kind in (_tapeview.VARIABLE, _tapeview.CONSTANT):
+            if e in position:
+                value.append(("e", E.raw(op, ("c", 0.0), ("c", 0.0), recorded[e])))
+                ins[position[e]] = value[-1][1]
+            else:
+                value.append(("c", recorded[e]))
+        else:
+            refs = [value[arg[k][e]] if arg[k][e] >= 0 else ("c", partial[k][e])
+                    for k in (0, 1)]
+            if kind == _tapeview.GUARD:
+                if refs[0][0] == "e" or refs[1][0] == "e":    # else it never changes
+                    E.raw(op, E.entry(refs[0]), refs[1], recorded[e])
+                value.append(("c", recorded[e]))     # a guard's value feeds nothing
+            else:
+                rule = RULE_OF[op]
+                if rule.name in ("abs", "maximum", "minimum"):
+                    raise _Decline(rule.name)
+                value.append(("c", recorded[e]) if all(r[0] == "c" for r in refs[:rule.arity])
+                             else E.rule(rule.name, refs[0], refs[1], exact=True))
+        if visit is not None:
+            visit(e, rule, refs, value[e])
+    return value
+
+
 def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
                          rows: np.ndarray, cols: np.ndarray, colour: np.ndarray,
                          order: Any = None) -> tuple[Any, list[int], list[int]] | None:
@@ -284,34 +321,10 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
     recorded = view.values.tolist()
     partial = (view.partial0.tolist(), view.partial1.tolist())
     E = _Emitter()
-    value: list[tuple[str, Any]] = []
     position = {e: j for j, e in enumerate(inputs)}
     ins = [0] * len(inputs)
     try:
-        # values (and guards, wherever recorded)
-        for e, op in enumerate(ops):
-            kind = kinds[e]
-            if kind in (_tapeview.VARIABLE, _tapeview.CONSTANT):
-                if e in position:
-                    value.append(("e", E.raw(op, ("c", 0.0), ("c", 0.0), recorded[e])))
-                    ins[position[e]] = value[-1][1]
-                else:
-                    value.append(("c", recorded[e]))
-                continue
-            refs = [value[arg[k][e]] if arg[k][e] >= 0 else ("c", partial[k][e])
-                    for k in (0, 1)]
-            if kind == _tapeview.GUARD:
-                if refs[0][0] == "e" or refs[1][0] == "e":    # else it never changes
-                    E.raw(op, E.entry(refs[0]), refs[1], recorded[e])
-                value.append(("c", recorded[e]))     # a guard's value feeds nothing
-                continue
-            rule = RULE_OF[op]
-            if rule.name in ("abs", "maximum", "minimum"):
-                raise _Decline(rule.name)
-            if all(r[0] == "c" for r in refs[:rule.arity]):
-                value.append(("c", recorded[e]))
-                continue
-            value.append(E.rule(rule.name, refs[0], refs[1], exact=True))
+        value = emit_values(E, ops, kinds, arg, recorded, partial, position, ins)
         # partials of the output's ancestors, and the adjoints
         live = [False] * (output + 1)
         live[output] = True

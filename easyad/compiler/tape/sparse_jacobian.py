@@ -13,7 +13,8 @@ import numpy as np
 from easyad import _rules, _tapeview
 from easyad.compiler.tape.opcodes import RULE_OF, RULE_OPCODE
 from easyad.compiler.tape.optimiser import live_entries, rebuild_tape
-from easyad.compiler.tape.second_order import _Decline, _Emitter, _partial_tree
+from easyad.compiler.tape.second_order import (_Decline, _Emitter, _partial_tree,
+                                                emit_values)
 
 Ref = tuple[str, Any]
 
@@ -59,52 +60,34 @@ def jacobian_program(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...
     position = {e: j for j, e in enumerate(inputs)}
     colours = colour.tolist()
     E = _JacobianEmitter()
-    value: list[Ref] = []
     tangent: list[dict[int, Ref]] = []
     ins = [0] * len(inputs)
     none: dict[int, Ref] = {}
-    try:
-        for e, op in enumerate(ops):
-            kind = kinds[e]
-            if kind in (_tapeview.VARIABLE, _tapeview.CONSTANT):
-                if e in position:
-                    value.append(("e", E.raw(op, ("c", 0.0), ("c", 0.0), recorded[e])))
-                    ins[position[e]] = value[-1][1]
-                    tangent.append({colours[position[e]]: ("c", 1.0)})
-                else:
-                    value.append(("c", recorded[e]))
-                    tangent.append(none)
-                continue
-            refs = [value[arg[k][e]] if arg[k][e] >= 0 else ("c", partial[k][e])
-                    for k in (0, 1)]
-            if kind == _tapeview.GUARD:
-                if refs[0][0] == "e" or refs[1][0] == "e":    # else it never changes
-                    E.raw(op, E.entry(refs[0]), refs[1], recorded[e])
-                value.append(("c", recorded[e]))
-                tangent.append(none)
-                continue
-            rule = RULE_OF[op]
-            if rule.name in ("abs", "maximum", "minimum"):
-                raise _Decline(rule.name)
-            if all(r[0] == "c" for r in refs[:rule.arity]):
-                value.append(("c", recorded[e]))
-                tangent.append(none)
-                continue
-            value.append(E.rule(rule.name, refs[0], refs[1], exact=True))
-            d = [tangent[arg[k][e]] if arg[k][e] >= 0 and k < rule.arity else none
+
+    def tangents(e: int, rule: Any, refs: Any, z: Ref) -> None:
+        # forward mode over the colours, entry by entry as the values are emitted (a
+        # constant's tangent is none, so a rule of constants gets none below)
+        if rule is None:
+            tangent.append({colours[position[e]]: ("c", 1.0)} if e in position else none)
+            return
+        d = [tangent[arg[k][e]] if arg[k][e] >= 0 and k < rule.arity else none
+             for k in (0, 1)]
+        if not d[0] and not d[1]:
+            tangent.append(none)
+            return
+        env = {"x": refs[0], "y": refs[1] if rule.arity > 1 else ("c", 0.0),
+               "z": z}
+        parts = [E.expression(_partial_tree(ops[e], k), env) if d[k] else None
                  for k in (0, 1)]
-            if not d[0] and not d[1]:
-                tangent.append(none)
-                continue
-            env = {"x": refs[0], "y": refs[1] if rule.arity > 1 else ("c", 0.0),
-                   "z": value[e]}
-            parts = [E.expression(_partial_tree(op, k), env) if d[k] else None
-                     for k in (0, 1)]
-            mine: dict[int, Ref] = {}
-            for k in (d[0].keys() | d[1].keys()):
-                mine[k] = E.add(E.mul0(parts[0], d[0].get(k)) if parts[0] else None,
-                                E.mul0(parts[1], d[1].get(k)) if parts[1] else None)
-            tangent.append(mine)
+        mine: dict[int, Ref] = {}
+        for k in (d[0].keys() | d[1].keys()):
+            mine[k] = E.add(E.mul0(parts[0], d[0].get(k)) if parts[0] else None,
+                            E.mul0(parts[1], d[1].get(k)) if parts[1] else None)
+        tangent.append(mine)
+
+    try:
+        value = emit_values(E, ops, kinds, arg, recorded, partial, position, ins,
+                            visit=tangents)
     except _Decline:
         return None
     outs: list[int] = []
