@@ -29,6 +29,7 @@ on machines without a GPU.
   Target: at most 1/10 of the C time.
 - **TensorFunction batch**: ``ad.record(f, x0, tensor=True, device=...)`` of a vectorised
   Rosenbrock (n = 100) given B points at once, against the numpy device's one C loop.
+- **conv2d, attention, a batch with products**: ``gpu_layers.py`` (its docstring).
 
 Every variant is checked before timing: one step from the same weights gives PyTorch's
 loss to 1e-4 (float32), the chain gives numpy's value and gradient to 1e-4.
@@ -314,7 +315,9 @@ def run(ctx):
     lines = [f"easyad on {device.name} ({device.description}), PyTorch "
              f"{torch.__version__} on {tdev}"
              + (f" ({torch.cuda.get_device_name()})" if tdev == "cuda" else "")
-             + "; float32; medians over interleaved rounds (middle 50% in brackets).", ""]
+             + "; float32; medians over interleaved rounds (middle 50% in brackets); the "
+             f"float GEMM's 128x128 tile: {os.environ.get('EASYAD_OPENCL_GEMM_BIG') or 'big'}"
+             " (``EASYAD_OPENCL_GEMM_BIG``).", ""]
     missed = []
     for hidden, batch in sizes:
         ctx.log(f"   MLP H={hidden}, B={batch}")
@@ -366,4 +369,33 @@ def run(ctx):
                   "points", "", "Vectorised Rosenbrock, n = 100, float64.", "",
                   "| variant | ms per batch | ratio vs numpy device |", "| --- | ---: | ---: |"]
         lines += _rows(ctx, timings, list(variants), "numpy device, one C loop")
+    lines += _layer_sections(ctx, torch, tdev, device, missed)
     return "\n".join(lines), missed
+
+
+def _layer_sections(ctx, torch, tdev, device, missed):
+    """conv2d, attention and the batch with products (``gpu_layers.py``): a section that
+    fails its check or raises is reported as such, and the others still run."""
+    import gpu_layers
+    lines = []
+    sections = [("conv2d", gpu_layers.conv_variants, "PyTorch"),
+                ("attention", gpu_layers.attention_variants, "PyTorch, fused kernel"),
+                ("batch", gpu_layers.batch_variants, "easyad, numpy device")]
+    for label, make, base in sections:
+        ctx.log(f"   {label}")
+        try:
+            title, variants = make(torch, tdev, device, device.is_gpu and not ctx.quick)
+            timings = ctx.measure(variants, rounds=None if ctx.quick else 8)
+        except (Exception, SystemExit) as error:     # noqa: BLE001 (reported, not hidden)
+            lines += ["", f"### {label}", "", f"Not measured: {type(error).__name__}: {error}"]
+            missed.append(f"{label}: not measured ({type(error).__name__})")
+            continue
+        lines += ["", f"### {title}", "", "| variant | ms per call | ratio |",
+                  "| --- | ---: | ---: |"]
+        if label == "conv2d":      # forward against forward, backward against backward
+            names = list(variants)
+            lines += _rows(ctx, timings, names[:2], "PyTorch, forward")
+            lines += _rows(ctx, timings, names[2:], "PyTorch, forward + backward")
+        else:
+            lines += _rows(ctx, timings, list(variants), base)
+    return lines

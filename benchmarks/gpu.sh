@@ -42,6 +42,11 @@ run)
         timeout "${GEMM_TIMEOUT:-90}" python3 benchmarks/gpu_gemm.py > "$out/gemm.txt" 2>&1 || echo "gemm: exit $?"
         cat "$out/gemm.txt"
         if grep -q "WRONG RESULT" "$out/gemm.txt"; then export EASYAD_OPENCL_GEMM=tiled; fi
+        # the fastest 128x128 variant on this GPU (gpu_gemm's last verdict) for the rest
+        big=$(sed -n 's/^GEMM_BIG=//p' "$out/gemm.txt" | tail -1)
+        if [ -n "$big" ] && [ -z "${EASYAD_OPENCL_GEMM_BIG:-}" ]; then
+            export EASYAD_OPENCL_GEMM_BIG=$big; echo "EASYAD_OPENCL_GEMM_BIG=$big"
+        fi
     fi
     # the benchmarks (gpu.md into $OUT), then where a step's time goes, then the tests
     commit=$(cat .whl/commit 2>/dev/null || true)
@@ -54,7 +59,7 @@ run)
     # every test file that runs on an OpenCL device, over 12 workers (pytest-xdist is there)
     tests=$(grep -l -i -E "opencl|_cl\b|device" tests/test_*.py | tr '\n' ' ')
     # SIGINT at the limit: pytest stops and still writes its summary and the junit report
-    timeout -s INT "${TEST_TIMEOUT:-240}" python3 -m pytest -p no:cacheprovider -n 12 --timeout 150 \
+    timeout -s INT "${TEST_TIMEOUT:-240}" python3 -m pytest -p no:cacheprovider -n "${WORKERS:-12}" --timeout 150 \
         --junitxml "$out/junit.xml" -rfE $tests > "$out/tests.txt" 2>&1 \
         || echo "tests: exit $?"
     tail -25 "$out/tests.txt" ;;

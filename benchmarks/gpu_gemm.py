@@ -28,8 +28,6 @@ SECONDS = 0.01          # per variant per round
 # local memory); new-1buf, the 128x128 tile with one slab in local memory (two barriers a
 # slab). Which is fastest on the GPU decides GEMM_CONFIGS["float"]["big"].
 ALTERNATIVES = {"new-mid": "mid", "new-bk16": "big-bk16", "new-1buf": "big-1buf"}
-kernels.GEMM_CONFIGS["float"]["big-1buf"] = dict(kernels.GEMM_CONFIGS["float"]["big"], DB=0)
-kernels.GEMM_CONFIGS["float"]["big-bk16"] = dict(kernels.GEMM_CONFIGS["float"]["big"], BK=16)
 GPU_SIZES = [(128, 64), (1024, 1024), (4096, 4096)]     # (H, B) of the 784-H-10 MLP
 ANY_SIZES = [(128, 64), (256, 256)]
 
@@ -81,7 +79,7 @@ def _row(be, torch, tdev, variants, units, rng, size, label, M, N, K, ta, tb):
     calls = {v: kernel(mode) for v, mode in [("old", "tiled"), ("new", "new"), ("nt", "nt")]
              if v in variants}
     tile = kernels.gemm_plan("float", 1, M, N, K, units)
-    if tile[0] == "big":        # the alternatives to the big tile (see ALTERNATIVES)
+    if tile[0].startswith("big"):        # the alternatives to the big tile (see ALTERNATIVES)
         for v, config in ALTERNATIVES.items():
             calls[v] = (lambda c: lambda: be._gemm(
                 a, b, ta, tb, (1, M, N, K), (False, False), c, 1))(config)
@@ -113,6 +111,7 @@ def _row(be, torch, tdev, variants, units, rng, size, label, M, N, K, ta, tb):
     bad = {v: e for v, e in errs.items() if not e < 1e-4}
     if bad:
         print(f"# WRONG RESULT: {label} {M} x {N} x {K}: {bad}", flush=True)
+    return med if tile[0].startswith("big") and not bad else None
 
 
 def main():
@@ -143,13 +142,23 @@ def main():
     print(head)
     print("|" + " --- |" * (head.count("|") - 1))
     saved = be.gemm
+    big = {"big": 0.0, "big-bk16": 0.0, "big-1buf": 0.0}    # summed over the big products
+    variant_of = {"big": "new", "big-bk16": "new-bk16", "big-1buf": "new-1buf"}
     try:
         for hidden, batch in sizes:
             for label, M, N, K, ta, tb in products(hidden, batch):
-                _row(be, torch, tdev, variants, units, rng, f"{hidden}, {batch}", label,
-                     M, N, K, ta, tb)
+                med = _row(be, torch, tdev, variants, units, rng, f"{hidden}, {batch}",
+                           label, M, N, K, ta, tb)
+                for config in big if med else ():
+                    big[config] += med[variant_of[config]]
     finally:
         be.gemm = saved
+    if any(big.values()):
+        best = min(big, key=big.get)
+        print("# the big products' summed time per 128x128 variant: " + ", ".join(
+            f"{c} {t * 1e3:.3f} ms" for c, t in big.items()))
+        # read by benchmarks/gpu.sh: the variant the benchmarks then run with
+        print(f"GEMM_BIG={best}")
     print("# new vs old / new vs torch: time ratios (< 1: new is faster). old copies a "
           "transposed operand first (that copy is in its time).")
 

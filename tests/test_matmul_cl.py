@@ -157,3 +157,20 @@ def test_gemm_configs_render(real):
             for tb in (False, True):
                 source = kernels.render_gemm(real, cfg, ta, tb, split=True)
                 assert "easyad_gemm" in source
+
+
+@pytest.mark.parametrize("variant", ["big-bk16", "big-1buf"])
+def test_big_tile_variants_compute_and_are_chosen(backend, rng, monkeypatch, variant):
+    """EASYAD_OPENCL_GEMM_BIG swaps the 128x128 tile gemm_plan picks (float only): the
+    variant's product is numpy's across tile edges, and a name that is no variant raises."""
+    monkeypatch.setenv("EASYAD_OPENCL_GEMM_BIG", variant)
+    assert kernels.gemm_plan("float", 1, 4096, 4096, 784, 132) == (variant, 1)
+    assert kernels.gemm_plan("double", 1, 4096, 4096, 784, 132) == ("big", 1)
+    a = rng.standard_normal((1, 130, 37)).astype(np.float32)
+    b = rng.standard_normal((1, 37, 129)).astype(np.float32)
+    got = backend._gemm(backend.asarray(a, np.float32), backend.asarray(b, np.float32),
+                        False, False, (1, 130, 129, 37), (False, False), variant, 1)
+    np.testing.assert_allclose(backend.to_numpy(got), a @ b, rtol=1e-5, atol=1e-5)
+    monkeypatch.setenv("EASYAD_OPENCL_GEMM_BIG", "huge")
+    with pytest.raises(ValueError, match="EASYAD_OPENCL_GEMM_BIG is 'huge'"):
+        kernels.gemm_plan("float", 1, 4096, 4096, 784, 132)

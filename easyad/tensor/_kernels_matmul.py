@@ -8,6 +8,8 @@ of its own, apart from the elementwise, reduction and data-movement kernels of
 """
 from __future__ import annotations
 
+import os
+
 from easyad.tensor._kernels import _memo, preamble
 
 # Matmul for CPU devices: C = L R^T with L (M, K) and R (N, K) both read along K, so every
@@ -199,6 +201,25 @@ GEMM_CONFIGS = {
 }
 
 
+# Variants of the float 128x128 tile that may suit a GPU better ("big-bk16": 16-deep slabs,
+# fewer barriers, twice the local memory; "big-1buf": one slab in local memory, two
+# barriers a slab). ``EASYAD_OPENCL_GEMM_BIG`` names the one gemm_plan uses for "big";
+# benchmarks/gpu_gemm.py times them all and prints the fastest.
+GEMM_CONFIGS["float"]["big-bk16"] = dict(GEMM_CONFIGS["float"]["big"], BK=16)
+GEMM_CONFIGS["float"]["big-1buf"] = dict(GEMM_CONFIGS["float"]["big"], DB=0)
+BIG_VARIANTS = ("big", "big-bk16", "big-1buf")
+
+
+def _big(real: str) -> str:
+    """The config gemm_plan uses for a big product: ``EASYAD_OPENCL_GEMM_BIG`` (float only)
+    or "big"."""
+    choice = os.environ.get("EASYAD_OPENCL_GEMM_BIG") or "big"
+    if choice not in BIG_VARIANTS:
+        raise ValueError(f"EASYAD_OPENCL_GEMM_BIG is {choice!r}: expected one of "
+                         f"{', '.join(BIG_VARIANTS)}")
+    return choice if real == "float" else "big"
+
+
 def gemm_group(cfg: dict[str, int]) -> tuple[int, int]:
     """The work-group of a GEMM config: (work-items along N, along M)."""
     return cfg["BN"] // cfg["RN"], cfg["BM"] // cfg["RM"]
@@ -219,7 +240,7 @@ def gemm_plan(real: str, batch: int, M: int, N: int, K: int, units: int) -> tupl
     elif M <= 32 < N:
         name = "wide"
     else:
-        name = "big" if tiles("big") >= units else "mid"
+        name = _big(real) if tiles("big") >= units else "mid"
     # a slice of K is worth its share of the extra launch only if long (>= 512)
     n = tiles(name)
     split = min(-(-2 * units // n), K // 512) if 2 * n <= units else 1
