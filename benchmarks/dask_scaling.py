@@ -6,7 +6,12 @@ is the computation and its scheduling, not moving 8*B*n bytes to and from the cl
 Then the overhead per task: many tiny chunks, the time per task.
 
     python benchmarks/dask_scaling.py [--n 100] [--batch 1000000] [--chunk 50000]
-        [--write benchmarks/results/dask.md]
+        [--threads T] [--write benchmarks/results/dask.md]
+
+``--threads T`` gives every process (the one-process batch and each worker) T threads
+(``EASYAD_NUM_THREADS``): on a machine of at least 2T cores, 2 workers then have cores
+the first does not use, and the table shows scaling. Without it, every process uses
+every core (a worker per machine is then the right layout).
 """
 from __future__ import annotations
 
@@ -48,14 +53,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1_000_000)
     parser.add_argument("--chunk", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--write", default=None)
     a = parser.parse_args()
+    env = {} if a.threads is None else {"EASYAD_NUM_THREADS": str(a.threads)}
+    os.environ.update(env)         # this process's batch too (read at import of easyad)
     import warnings
 
     import dask.array as da
     from distributed import Client, LocalCluster, wait
 
     import easyad as ad
+    from easyad import _pool
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ad.CompilerWarning)
@@ -70,7 +79,7 @@ def main() -> None:
     del XN
     for workers in (1, 2):
         cluster = LocalCluster(n_workers=workers, processes=True, threads_per_worker=1,
-                               dashboard_address=None, silence_logs=50)
+                               dashboard_address=None, silence_logs=50, env=env)
         with Client(cluster) as client:
             Xc = client.persist(X)
             wait(Xc)
@@ -86,7 +95,8 @@ def main() -> None:
         cluster.close()
     one = rows[2][1]
     lines = [f"Rosenbrock n = {a.n}, B = {a.batch:,} rows, chunks of {a.chunk:,} rows; "
-             f"best of {a.repeats}; {os.cpu_count()} cores; compiled: {F.compiled}.", "",
+             f"best of {a.repeats}; {os.cpu_count()} cores; "
+             f"{_pool.CORES} threads per process; compiled: {F.compiled}.", "",
              "| how | seconds | tasks | rows/s |", "|---|---|---|---|"]
     for name, t, tasks in rows:
         lines.append(f"| {name} | {t:.3f} | {tasks} | {a.batch / t:,.0f} |")
@@ -101,7 +111,9 @@ def main() -> None:
             out.write(f"# Batch gradients on dask: Rosenbrock n = {a.n}, B = {a.batch:,}\n\n"
                       f"- date: {stamp}\n- machine: {os.cpu_count()} CPUs\n"
                       f"- command: `python benchmarks/dask_scaling.py --n {a.n} "
-                      f"--batch {a.batch} --chunk {a.chunk} --write {a.write}`\n\n{text}\n")
+                      f"--batch {a.batch} --chunk {a.chunk}"
+                      + (f" --threads {a.threads}" if a.threads else "")
+                      + f" --write {a.write}`\n\n{text}\n")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The GPU benchmarks and OpenCL tests on a lent NVIDIA machine (see "GPU runs" in
 # benchmarks/README.md).
-#   bash benchmarks/gpu.sh fetch   here: pyopencl and its needs as Python 3.12 wheels in .whl/,
+#   bash benchmarks/gpu.sh fetch   here: pyopencl, dask and their needs as Python 3.12 wheels in .whl/,
 #                                  and the commit measured (.whl/commit; the tree must be clean)
 #   bash benchmarks/gpu.sh run     there (device `run`, carry [".whl"]): build easyad, point
 #                                  OpenCL at NVIDIA's driver, benchmark (results/gpu.md into
-#                                  $OUT), profile, run the OpenCL tests
+#                                  $OUT), profile, dask's scaling, run the OpenCL tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -15,7 +15,9 @@ fetch)
     if [ -n "$(git status --porcelain)" ]; then
         echo "gpu.sh fetch: commit first (the GPU figures must name a clean commit)" >&2; exit 1
     fi
-    for spec in pyopencl==2026.1.4 pytools==2026.1.1 platformdirs==4.14.7 siphash24==1.9; do
+    for spec in pyopencl==2026.1.4 pytools==2026.1.1 platformdirs==4.14.7 siphash24==1.9 \
+            dask==2026.8.0 distributed==2026.8.0 tornado==6.6.1 zict==3.0.0 tblib==3.2.2 \
+            partd==1.4.2 locket==1.0.0; do
         python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
             --implementation cp --platform manylinux_2_28_x86_64 \
             --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
@@ -55,6 +57,14 @@ run)
         2>&1 | tee "$out/bench.log" | grep -v '^  round' || echo "benchmarks: exit $?"
     if [ "${PROFILE:-1}" = 1 ]; then
         (cd benchmarks && timeout 90 python3 gpu_profile.py) > "$out/profile.txt" 2>&1 || true
+    fi
+    # dask's scaling on this machine's cores (issue 29; dask's wheels in .whl/ too:
+    # `gpu.sh fetch` takes them): each process T threads, so 2 workers have cores of their own
+    if [ "${DASK:-1}" = 1 ] && python3 -c "import distributed" 2>/dev/null; then
+        threads=$(( $(nproc) / 2 ))
+        timeout "${DASK_TIMEOUT:-150}" python3 benchmarks/dask_scaling.py --threads "$threads" \
+            --write "$out/dask.md" > "$out/dask.txt" 2>&1 || echo "dask: exit $?"
+        tail -12 "$out/dask.txt"
     fi
     # every test file that runs on an OpenCL device, over 12 workers (pytest-xdist is there)
     tests=$(grep -l -i -E "opencl|_cl\b|device" tests/test_*.py | tr '\n' ' ')
