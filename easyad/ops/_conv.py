@@ -29,8 +29,9 @@ adds); the weight's adjoint is one GEMM per group over ``N * prod(O)``. A few la
 N small ones (one per sample) or numpy's batched matmul ran 2-10x slower on this 2-core
 machine shared with other jobs (BLAS threads on small products). The same code runs on
 object arrays of Records and Traces (``as_strided`` and matmul take them), which makes the
-op a composition of scalar operations for the scalar engines. OpenCL: a kernel per op
-(``_conv_cl``), one work-item per element of the result.
+op a composition of scalar operations for the scalar engines. OpenCL: on GPUs im2col and
+the backend's GEMM (``_conv_gemm_cl``), elsewhere a kernel per op (``_conv_cl``), one
+work-item per element of the result; ``$EASYAD_OPENCL_CONV`` chooses.
 
 Batching: the leading axes are batch axes already, so a batch axis of ``x`` among them
 needs no change of parameters (the weight is not batched: vmap of per-example weights is
@@ -47,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from easyad.errors import ShapeError
-from easyad.ops import _conv_cl
+from easyad.ops import _conv_cl, _conv_gemm_cl
 from easyad.ops._apply import OpStep, apply, call
 from easyad.ops._table import Op, register
 
@@ -379,11 +380,14 @@ def _no_batch(p: ConvParams, axis: int) -> tuple[ConvParams, int]:
                               "axis of them has no rule (map over it instead)")
 
 
-# ---- the OpenCL kernels (``_conv_cl``: one work-item per element of the result) ----
+# ---- OpenCL: im2col and the GEMM (``_conv_gemm_cl``) on GPUs, else a kernel per op
+# (``_conv_cl``: one work-item per element of the result) ----
 
 def _cl(name: str, which: str) -> Any:
     def lower(be: Any, p: ConvParams, a: Any, b: Any) -> Any:
         shape, _ = RULES[name](p, tuple(a.shape), tuple(b.shape))
+        if _conv_gemm_cl.route(be) == "gemm" and math.prod(shape) and a.size and b.size:
+            return _conv_gemm_cl.RUN[which](be, p, a, b, shape)
         d = len(p.size)          # (conv_weight; the others read d from the weight)
         if which == "conv":
             d = len(b.shape) - 2

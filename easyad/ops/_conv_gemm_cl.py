@@ -1,0 +1,193 @@
+"""The convolution ops on OpenCL as im2col and the backend's GEMM (``be.matmul``): the
+route for GPUs, where ``_conv_cl``'s one work-item per result element, looping over its
+window, leaves the device's arithmetic idle.
+
+Columns: the padded windows of a chunk of ``nc`` samples as ``(C, *K, nc, *O)``, i.e.
+``(G, Ci*prod(K), nc*L)`` with ``L = prod(O)`` (the batch inside each row, so the weight's
+adjoint over the chunk is one product)::
+
+    conv            y_g  = W_g (Co, Ci*K) @ cols_g (Ci*K, nc*L)          -> (N, Cout, *O)
+    conv_weight     dW_g = g_g (Co, nc*L) @ cols_g^T (nc*L, Ci*K)         (summed over chunks)
+    conv_transpose  dcols_g = W_g^T (Ci*K, Co) @ g_g (Co, nc*L), then col2im -> (N, C, *S)
+
+``g_g`` is the result-shaped operand with its channels moved before the batch
+(``to_groups``); ``from_groups`` moves them back. col2im runs one work-item per INPUT
+element, summing the columns that read it in a fixed order: no atomics, deterministic.
+The transposed operands are read in place by the GEMM (``transpose_a``/``transpose_b``).
+The columns of a chunk stay under ``COLS_BUDGET`` bytes (chunks over the batch).
+
+Which route: ``$EASYAD_OPENCL_CONV`` (``gemm`` or ``direct``), else ``gemm`` on GPUs and
+``direct`` elsewhere (PoCL on a CPU: see docs/internals.md for the measurements).
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from easyad.ops import _conv_cl
+
+COLS_BUDGET = 256 << 20     # bytes of columns per chunk (tests lower it)
+
+_KERNELS = """
+/* columns (C, K0, K1, K2, nc, O0, O1, O2) of samples n0 .. n0 + nc of x (N, C, S0..2):
+   zero where the window reads padding */
+__kernel void easyad_im2col(__global const T* x, __global T* cols, const long total,
+                            const long n0, const long nc, const long C, GEOM) {
+    long id = get_global_id(0);
+    if (id >= total) return;
+    SPLIT(O0, O1, O2, o0, o1, o2)
+    const long n = id % nc; id /= nc;
+    SPLIT(K0, K1, K2, k0, k1, k2)
+    const long c = id;
+    const long i0 = o0 * s0 - p0 + k0 * r0, i1 = o1 * s1 - p1 + k1 * r1,
+               i2 = o2 * s2 - p2 + k2 * r2;
+    T v = 0;
+    if (i0 >= 0 && i0 < S0 && i1 >= 0 && i1 < S1 && i2 >= 0 && i2 < S2)
+        v = x[((((n0 + n) * C + c) * S0 + i0) * S1 + i1) * S2 + i2];
+    cols[get_global_id(0)] = v;
+}
+
+/* the adjoint of im2col: samples n0 .. n0 + nc of x (N, C, S0..2), each element the sum
+   of the columns that read it */
+__kernel void easyad_col2im(__global const T* cols, __global T* x, const long total,
+                            const long n0, const long nc, const long C, GEOM) {
+    long id = get_global_id(0);
+    if (id >= total) return;
+    SPLIT(S0, S1, S2, i0, i1, i2)
+    const long c = id % C, n = id / C;
+    T acc = 0;
+    COVER_LOOP(acc += cols[((((((c * K0 + k0) * K1 + k1) * K2 + k2) * nc + n) * O0 + o0)
+                             * O1 + o1) * O2 + o2];)
+    x[n0 * C * S0 * S1 * S2 + get_global_id(0)] = acc;
+}
+
+/* samples n0 .. n0 + nc of a (N, C, L) as (C, nc, L) */
+__kernel void easyad_to_groups(__global const T* a, __global T* out, const long total,
+                               const long n0, const long nc, const long C, const long L) {
+    const long id = get_global_id(0);
+    if (id >= total) return;
+    const long l = id % L, n = (id / L) % nc, c = id / (L * nc);
+    out[id] = a[((n0 + n) * C + c) * L + l];
+}
+
+/* (C, nc, L) into samples n0 .. n0 + nc of y (N, C, L) */
+__kernel void easyad_from_groups(__global const T* a, __global T* y, const long total,
+                                 const long n0, const long nc, const long C, const long L) {
+    const long id = get_global_id(0);
+    if (id >= total) return;
+    const long l = id % L, c = (id / L) % C, n = id / (L * C);
+    y[n0 * C * L + id] = a[(c * nc + n) * L + l];
+}
+"""
+
+_GEOM_ARGS = [np.int64] * 18
+
+
+def route(be: Any) -> str:
+    """``gemm`` or ``direct`` for backend ``be`` (the module docstring)."""
+    choice = os.environ.get("EASYAD_OPENCL_CONV") or (
+        "gemm" if be.device.is_gpu else "direct")
+    if choice not in ("gemm", "direct"):
+        raise ValueError(f"EASYAD_OPENCL_CONV is {choice!r}: expected 'gemm' (im2col and "
+                         f"the GEMM) or 'direct' (a kernel per op), or unset (gemm on GPUs)")
+    return choice
+
+
+def _kernel(be: Any, dtype: Any, name: str, geometry: bool) -> Any:
+    return be.kernel(_conv_cl.header(dtype) + _KERNELS, name,
+                     [None, None] + [np.int64] * 4 + (_GEOM_ARGS if geometry else
+                                                      [np.int64]))
+
+
+def _chunks(n: int, per_sample: int) -> list[tuple[int, int]]:
+    """(first sample, count) pairs covering n samples, each under COLS_BUDGET bytes of
+    columns (at least one sample a chunk)."""
+    step = max(1, min(n, COLS_BUDGET // max(per_sample, 1)))
+    return [(n0, min(step, n - n0)) for n0 in range(0, n, step)]
+
+
+class _Geometry:
+    """One op's shapes: N samples of C channels and spatial S, weight (Cout, Ci, *K),
+    result spatial O, G groups; ``geom`` the 18 longs of ``_conv_cl``."""
+
+    def __init__(self, p: Any, n: int, c: int, cout: int, ci: int,
+                 spatial: tuple[int, ...], kernel: tuple[int, ...], out: tuple[int, ...]
+                 ) -> None:
+        d = len(kernel)
+        self.n, self.c, self.cout, self.ci, self.g = n, c, cout, ci, p.groups
+        self.co = cout // p.groups
+        self.k, self.s, self.ell = math.prod(kernel), math.prod(spatial), math.prod(out)
+        self.geom = _conv_cl.geometry(spatial, kernel, out, p.stride, p.padding[:d],
+                                      p.dilation)
+
+    def chunks(self, itemsize: int) -> list[tuple[int, int]]:
+        return _chunks(self.n, self.c * self.k * self.ell * itemsize)
+
+
+def _im2col(be: Any, x: Any, t: _Geometry, n0: int, nc: int) -> Any:
+    cols = be._empty((t.g, t.ci * t.k, nc * t.ell), x.dtype)
+    total = t.c * t.k * nc * t.ell
+    be.launch(_kernel(be, x.dtype, "easyad_im2col", True), total, x.data, cols.data, total,
+              n0, nc, t.c, *t.geom)
+    return cols
+
+
+def _to_groups(be: Any, a: Any, t: _Geometry, n0: int, nc: int) -> Any:
+    """Samples n0.. of the result-shaped a (N, Cout, *O) as (G, Co, nc*L)."""
+    if t.n == 1 and t.g == 1:         # (1, Cout, L) is already that layout
+        return be.reshape(a, (1, t.cout, t.ell))
+    out = be._empty((t.g, t.co, nc * t.ell), a.dtype)
+    total = t.cout * nc * t.ell
+    be.launch(_kernel(be, a.dtype, "easyad_to_groups", False), total, a.data, out.data,
+              total, n0, nc, t.cout, t.ell)
+    return out
+
+
+def conv(be: Any, p: Any, x: Any, w: Any, shape: tuple[int, ...]) -> Any:
+    d = len(w.shape) - 2
+    t = _Geometry(p, math.prod(x.shape[:-d - 1]), x.shape[-d - 1], w.shape[0], w.shape[1],
+                  tuple(x.shape[-d:]), tuple(w.shape[2:]), tuple(shape[-d:]))
+    wm = be.reshape(w, (t.g, t.co, t.ci * t.k))
+    parts = t.chunks(x.dtype.itemsize)
+    if parts == [(0, 1)] and t.g == 1:      # one sample: the product is the result
+        return be.reshape(be.matmul(wm, _im2col(be, x, t, 0, 1)), shape)
+    y = be._empty(shape, x.dtype)
+    k = _kernel(be, x.dtype, "easyad_from_groups", False)
+    for n0, nc in parts:
+        yg = be.matmul(wm, _im2col(be, x, t, n0, nc))          # (G, Co, nc*L)
+        total = t.cout * nc * t.ell
+        be.launch(k, total, yg.data, y.data, total, n0, nc, t.cout, t.ell)
+    return y
+
+
+def conv_transpose(be: Any, p: Any, g: Any, w: Any, shape: tuple[int, ...]) -> Any:
+    d = len(w.shape) - 2
+    t = _Geometry(p, math.prod(g.shape[:-d - 1]), shape[-d - 1], w.shape[0], w.shape[1],
+                  tuple(p.size), tuple(w.shape[2:]), tuple(g.shape[-d:]))
+    wm = be.reshape(w, (t.g, t.co, t.ci * t.k))
+    x = be._empty(shape, g.dtype)
+    k = _kernel(be, g.dtype, "easyad_col2im", True)
+    for n0, nc in t.chunks(g.dtype.itemsize):
+        dcols = be.matmul(wm, _to_groups(be, g, t, n0, nc), transpose_a=True)
+        total = nc * t.c * t.s
+        be.launch(k, total, dcols.data, x.data, total, n0, nc, t.c, *t.geom)
+    return x
+
+
+def conv_weight(be: Any, p: Any, x: Any, g: Any, shape: tuple[int, ...]) -> Any:
+    d = len(p.size)
+    t = _Geometry(p, math.prod(x.shape[:-d - 1]), x.shape[-d - 1], g.shape[-d - 1],
+                  shape[1], tuple(x.shape[-d:]), tuple(p.size), tuple(g.shape[-d:]))
+    total = None
+    for n0, nc in t.chunks(x.dtype.itemsize):
+        part = be.matmul(_to_groups(be, g, t, n0, nc), _im2col(be, x, t, n0, nc),
+                         transpose_b=True)                         # (G, Co, Ci*K)
+        total = part if total is None else be.map(
+            "add", ("x + y",), {"x": total, "y": part}, part.shape, (part.dtype,))[0]
+    return be.reshape(total, shape)
+
+
+RUN = {"conv": conv, "transpose": conv_transpose, "weight": conv_weight}
