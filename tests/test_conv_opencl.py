@@ -83,6 +83,17 @@ def test_both_routes_agree_with_torch_and_the_numpy_lowering(route, dtype, monke
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+def test_long_indices_give_the_same(dtype, monkeypatch):
+    # (operands past 2^31 elements index in long: the same kernels, forced here)
+    monkeypatch.setenv("EASYAD_OPENCL_CONV", "gemm")
+    x, w, g, kw = _case("2d dilation 2 groups 2", dtype)
+    narrow = _ours(x, w, g, kw)
+    monkeypatch.setattr(_conv_gemm_cl, "INT_LIMIT", 0)
+    for what, a, b in zip(("value", "d x", "d w"), _ours(x, w, g, kw), narrow):
+        np.testing.assert_array_equal(a, b, err_msg=f"{what} with long indices")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 def test_columns_chunked_over_the_batch_give_the_same(dtype, monkeypatch):
     monkeypatch.setenv("EASYAD_OPENCL_CONV", "gemm")
     for name in ("2d pad 1", "2d dilation 2 groups 2", "1d stride 2 dilation 2"):

@@ -36,56 +36,72 @@ COLS_BUDGET = 256 << 20     # bytes of columns per chunk (tests lower it)
 # the GEMM's rows (out channels per group) and depth (Ci * prod(K)) below which the direct
 # kernels win: a depthwise 3x3 (1 row, depth 9) ran 10x slower as GEMMs on PoCL
 MIN_ROWS, MIN_DEPTH = 4, 16
+INT_LIMIT = 2**31 - 1       # the most elements an operand indexed in int may have
 
 _KERNELS = """
+/* index arithmetic in I: int where every index fits (64-bit division is slow on GPUs) */
+#define G(v) ((I)(v))
+#define SPLIT_I(E0, E1, E2, A0, A1, A2) \\
+    const I A2 = id % G(E2); id /= G(E2); const I A1 = id % G(E1); id /= G(E1); \\
+    const I A0 = id % G(E0); id /= G(E0);
+
 /* columns (C, K0, K1, K2, nc, O0, O1, O2) of samples n0 .. n0 + nc of x (N, C, S0..2):
    zero where the window reads padding */
 __kernel void easyad_im2col(__global const T* x, __global T* cols, const long total,
                             const long n0, const long nc, const long C, GEOM) {
-    long id = get_global_id(0);
-    if (id >= total) return;
-    SPLIT(O0, O1, O2, o0, o1, o2)
-    const long n = id % nc; id /= nc;
-    SPLIT(K0, K1, K2, k0, k1, k2)
-    const long c = id;
-    const long i0 = o0 * s0 - p0 + k0 * r0, i1 = o1 * s1 - p1 + k1 * r1,
-               i2 = o2 * s2 - p2 + k2 * r2;
+    if ((long)get_global_id(0) >= total) return;
+    I id = G(get_global_id(0));
+    SPLIT_I(O0, O1, O2, o0, o1, o2)
+    const I n = id % G(nc); id /= G(nc);
+    SPLIT_I(K0, K1, K2, k0, k1, k2)
+    const I c = id;
+    const I i0 = o0 * G(s0) - G(p0) + k0 * G(r0), i1 = o1 * G(s1) - G(p1) + k1 * G(r1),
+            i2 = o2 * G(s2) - G(p2) + k2 * G(r2);
     T v = 0;
-    if (i0 >= 0 && i0 < S0 && i1 >= 0 && i1 < S1 && i2 >= 0 && i2 < S2)
-        v = x[((((n0 + n) * C + c) * S0 + i0) * S1 + i1) * S2 + i2];
+    if (i0 >= 0 && i0 < G(S0) && i1 >= 0 && i1 < G(S1) && i2 >= 0 && i2 < G(S2))
+        v = x[((((G(n0) + n) * G(C) + c) * G(S0) + i0) * G(S1) + i1) * G(S2) + i2];
     cols[get_global_id(0)] = v;
 }
 
 /* the adjoint of im2col: samples n0 .. n0 + nc of x (N, C, S0..2), each element the sum
-   of the columns that read it */
+   of the columns that read it, in a fixed order */
 __kernel void easyad_col2im(__global const T* cols, __global T* x, const long total,
                             const long n0, const long nc, const long C, GEOM) {
-    long id = get_global_id(0);
-    if (id >= total) return;
-    SPLIT(S0, S1, S2, i0, i1, i2)
-    const long c = id % C, n = id / C;
+    if ((long)get_global_id(0) >= total) return;
+    I id = G(get_global_id(0));
+    SPLIT_I(S0, S1, S2, i0, i1, i2)
+    const I c = id % G(C), n = id / G(C);
     T acc = 0;
-    COVER_LOOP(acc += cols[((((((c * K0 + k0) * K1 + k1) * K2 + k2) * nc + n) * O0 + o0)
-                             * O1 + o1) * O2 + o2];)
+    for (I k0 = 0; k0 < G(K0); k0++) { const I t0 = i0 + G(p0) - k0 * G(r0);
+      if (t0 < 0 || t0 % G(s0)) continue; const I o0 = t0 / G(s0); if (o0 >= G(O0)) continue;
+      for (I k1 = 0; k1 < G(K1); k1++) { const I t1 = i1 + G(p1) - k1 * G(r1);
+        if (t1 < 0 || t1 % G(s1)) continue; const I o1 = t1 / G(s1);
+        if (o1 >= G(O1)) continue;
+        for (I k2 = 0; k2 < G(K2); k2++) { const I t2 = i2 + G(p2) - k2 * G(r2);
+          if (t2 < 0 || t2 % G(s2)) continue; const I o2 = t2 / G(s2);
+          if (o2 >= G(O2)) continue;
+          acc += cols[((((((c * G(K0) + k0) * G(K1) + k1) * G(K2) + k2) * G(nc) + n)
+                        * G(O0) + o0) * G(O1) + o1) * G(O2) + o2];
+    } } }
     x[n0 * C * S0 * S1 * S2 + get_global_id(0)] = acc;
 }
 
 /* samples n0 .. n0 + nc of a (N, C, L) as (C, nc, L) */
 __kernel void easyad_to_groups(__global const T* a, __global T* out, const long total,
                                const long n0, const long nc, const long C, const long L) {
-    const long id = get_global_id(0);
-    if (id >= total) return;
-    const long l = id % L, n = (id / L) % nc, c = id / (L * nc);
-    out[id] = a[((n0 + n) * C + c) * L + l];
+    if ((long)get_global_id(0) >= total) return;
+    const I id = G(get_global_id(0));
+    const I l = id % G(L), n = (id / G(L)) % G(nc), c = id / (G(L) * G(nc));
+    out[id] = a[((G(n0) + n) * G(C) + c) * G(L) + l];
 }
 
 /* (C, nc, L) into samples n0 .. n0 + nc of y (N, C, L) */
 __kernel void easyad_from_groups(__global const T* a, __global T* y, const long total,
                                  const long n0, const long nc, const long C, const long L) {
-    const long id = get_global_id(0);
-    if (id >= total) return;
-    const long l = id % L, c = (id / L) % C, n = id / (L * C);
-    y[n0 * C * L + id] = a[(c * nc + n) * L + l];
+    if ((long)get_global_id(0) >= total) return;
+    const I id = G(get_global_id(0));
+    const I l = id % G(L), c = (id / G(L)) % G(C), n = id / (G(L) * G(C));
+    y[n0 * C * L + get_global_id(0)] = a[(c * G(nc) + n) * G(L) + l];
 }
 """
 
@@ -103,8 +119,10 @@ def route(t: Any) -> str:
     return choice
 
 
-def _kernel(be: Any, dtype: Any, name: str, geometry: bool) -> Any:
-    return be.kernel(_conv_cl.header(dtype) + _KERNELS, name,
+def _kernel(be: Any, dtype: Any, name: str, geometry: bool, wide: bool) -> Any:
+    """Kernel ``name``; ``wide``: its indices in long (some operand holds 2^31 elements)."""
+    index = "#define I long\n" if wide else "#define I int\n"
+    return be.kernel(_conv_cl.header(dtype) + index + _KERNELS, name,
                      [None, None] + [np.int64] * 4 + (_GEOM_ARGS if geometry else
                                                       [np.int64]))
 
@@ -127,6 +145,9 @@ class _Geometry:
         self.n, self.c, self.cout, self.ci, self.g = n, c, cout, ci, p.groups
         self.co = cout // p.groups
         self.k, self.s, self.ell = math.prod(kernel), math.prod(spatial), math.prod(out)
+        # int indices unless an operand (input, result, all the columns) outgrows them
+        self.wide = max(n * c * self.s, n * cout * self.ell, n * c * self.k * self.ell,
+                        cout * ci * self.k) > INT_LIMIT
         self.geom = _conv_cl.geometry(spatial, kernel, out, p.stride, p.padding[:d],
                                       p.dilation)
 
@@ -137,8 +158,8 @@ class _Geometry:
 def _im2col(be: Any, x: Any, t: _Geometry, n0: int, nc: int) -> Any:
     cols = be._empty((t.g, t.ci * t.k, nc * t.ell), x.dtype)
     total = t.c * t.k * nc * t.ell
-    be.launch(_kernel(be, x.dtype, "easyad_im2col", True), total, x.data, cols.data, total,
-              n0, nc, t.c, *t.geom)
+    k = _kernel(be, x.dtype, "easyad_im2col", True, t.wide)
+    be.launch(k, total, x.data, cols.data, total, n0, nc, t.c, *t.geom)
     return cols
 
 
@@ -148,8 +169,8 @@ def _to_groups(be: Any, a: Any, t: _Geometry, n0: int, nc: int) -> Any:
         return be.reshape(a, (1, t.cout, t.ell))
     out = be._empty((t.g, t.co, nc * t.ell), a.dtype)
     total = t.cout * nc * t.ell
-    be.launch(_kernel(be, a.dtype, "easyad_to_groups", False), total, a.data, out.data,
-              total, n0, nc, t.cout, t.ell)
+    k = _kernel(be, a.dtype, "easyad_to_groups", False, t.wide)
+    be.launch(k, total, a.data, out.data, total, n0, nc, t.cout, t.ell)
     return out
 
 
@@ -185,7 +206,7 @@ def _conv(be: Any, t: _Geometry, x: Any, w: Any, shape: tuple[int, ...]) -> Any:
     if parts == [(0, 1)] and t.g == 1:      # one sample: the product is the result
         return be.reshape(be.matmul(wm, _im2col(be, x, t, 0, 1)), shape)
     y = be._empty(shape, x.dtype)
-    k = _kernel(be, x.dtype, "easyad_from_groups", False)
+    k = _kernel(be, x.dtype, "easyad_from_groups", False, t.wide)
     for n0, nc in parts:
         yg = be.matmul(wm, _im2col(be, x, t, n0, nc))          # (G, Co, nc*L)
         total = t.cout * nc * t.ell
@@ -196,7 +217,7 @@ def _conv(be: Any, t: _Geometry, x: Any, w: Any, shape: tuple[int, ...]) -> Any:
 def _transpose(be: Any, t: _Geometry, g: Any, w: Any, shape: tuple[int, ...]) -> Any:
     wm = be.reshape(w, (t.g, t.co, t.ci * t.k))
     x = be._empty(shape, g.dtype)
-    k = _kernel(be, g.dtype, "easyad_col2im", True)
+    k = _kernel(be, g.dtype, "easyad_col2im", True, t.wide)
     for n0, nc in t.chunks(g.dtype.itemsize):
         dcols = be.matmul(wm, _to_groups(be, g, t, n0, nc), transpose_a=True)
         total = nc * t.c * t.s
