@@ -142,3 +142,29 @@ def test_the_route_follows_the_shape_unless_forced(monkeypatch):
     monkeypatch.setenv("EASYAD_OPENCL_CONV", "fast")
     with pytest.raises(ValueError, match="EASYAD_OPENCL_CONV is 'fast': expected 'gemm'"):
         ops.conv(ad.Tensor.constant(x, device=OPENCL[0]), w, padding=1)
+
+
+def test_a_replayed_program_runs_the_gemm_route_and_matches_torch(monkeypatch):
+    used = []
+    run = _conv_gemm_cl.run
+
+    def spy(be, which, *args):
+        out = run(be, which, *args)
+        used.append((which, out is not None))
+        return out
+    monkeypatch.setattr(_conv_gemm_cl, "run", spy)
+    monkeypatch.delenv("EASYAD_OPENCL_CONV", raising=False)
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(3, 4, 7, 6)), rng.normal(size=(8, 4, 3, 3))
+    F = ad.record(lambda p: ad.sum(ops.conv(p["x"], p["w"], padding=1, stride=2) ** 2),
+                  {"x": x, "w": w}, device=OPENCL[0])
+    used.clear()
+    x2, w2 = rng.normal(size=x.shape), rng.normal(size=w.shape)
+    value, grad = F.value_and_gradient({"x": x2, "w": w2})
+    assert used == [("conv", True), ("transpose", True), ("weight", True)]
+    tx, tw = torch.tensor(x2, requires_grad=True), torch.tensor(w2, requires_grad=True)
+    want = (TF.conv2d(tx, tw, padding=1, stride=2) ** 2).sum()
+    want.backward()
+    _close(float(np.asarray(value)), want.item(), np.float64, "replayed value")
+    _close(np.asarray(grad["x"]), tx.grad.numpy(), np.float64, "replayed d x")
+    _close(np.asarray(grad["w"]), tw.grad.numpy(), np.float64, "replayed d w")
