@@ -46,13 +46,17 @@ _KERNELS = """
     const I A0 = id % G(E0); id /= G(E0);
 
 /* columns (C, K0, K1, K2, nc, O0, O1, O2) of samples n0 .. n0 + nc of x (N, C, S0..2):
-   zero where the window reads padding */
+   zero where the window reads padding. A 3-d range (output position, sample, channel and
+   window offset): what depends on the last two is the same along a work-group's row */
 __kernel void easyad_im2col(__global const T* x, __global T* cols, const long total,
                             const long n0, const long nc, const long C, GEOM) {
-    if ((long)get_global_id(0) >= total) return;
     I id = G(get_global_id(0));
+    if (id >= G(O0) * G(O1) * G(O2)) return;
+    const I at = id;
     SPLIT_I(O0, O1, O2, o0, o1, o2)
-    const I n = id % G(nc); id /= G(nc);
+    const I n = G(get_global_id(1));
+    id = G(get_global_id(2));
+    const I row = id * G(nc) + n;
     SPLIT_I(K0, K1, K2, k0, k1, k2)
     const I c = id;
     const I i0 = o0 * G(s0) - G(p0) + k0 * G(r0), i1 = o1 * G(s1) - G(p1) + k1 * G(r1),
@@ -60,7 +64,7 @@ __kernel void easyad_im2col(__global const T* x, __global T* cols, const long to
     T v = 0;
     if (i0 >= 0 && i0 < G(S0) && i1 >= 0 && i1 < G(S1) && i2 >= 0 && i2 < G(S2))
         v = x[((((G(n0) + n) * G(C) + c) * G(S0) + i0) * G(S1) + i1) * G(S2) + i2];
-    cols[get_global_id(0)] = v;
+    cols[row * G(O0) * G(O1) * G(O2) + at] = v;
 }
 
 /* the adjoint of im2col: samples n0 .. n0 + nc of x (N, C, S0..2), each element the sum
@@ -159,7 +163,9 @@ def _im2col(be: Any, x: Any, t: _Geometry, n0: int, nc: int) -> Any:
     cols = be._empty((t.g, t.ci * t.k, nc * t.ell), x.dtype)
     total = t.c * t.k * nc * t.ell
     k = _kernel(be, x.dtype, "easyad_im2col", True, t.wide)
-    be.launch(k, total, x.data, cols.data, total, n0, nc, t.c, *t.geom)
+    width = min(64, be.group, -(-t.ell // 8) * 8)
+    k(be.queue, (-(-t.ell // width) * width, nc, t.c * t.k), (width, 1, 1), x.data,
+      cols.data, total, n0, nc, t.c, *t.geom)
     return cols
 
 
