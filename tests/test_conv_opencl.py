@@ -71,7 +71,19 @@ def _case(name, dtype):
 @pytest.mark.parametrize("route", ["gemm", "direct"])
 def test_both_routes_agree_with_torch_and_the_numpy_lowering(route, dtype, monkeypatch):
     monkeypatch.setenv("EASYAD_OPENCL_CONV", route)
-    for name in SHAPES:
+    _against_torch(route, dtype, SHAPES)
+
+
+def test_the_gpus_gemm_reads_the_columns_untransposed(monkeypatch):
+    # GPUs' GEMM kernel (here on the CPU) gets the forward's columns as (depth, positions);
+    # two shapes, float64 only: each shape builds its tile configurations (~8 s each)
+    monkeypatch.setenv("EASYAD_OPENCL_CONV", "gemm")
+    monkeypatch.setenv("EASYAD_OPENCL_GEMM", "new")
+    _against_torch("gemm new", np.float64, ["2d dilation 2 groups 2", "2d unbatched pad 0"])
+
+
+def _against_torch(route, dtype, names):
+    for name in names:
         x, w, g, kw = _case(name, dtype)
         ours = _ours(x, w, g, kw)
         for what, a, b in zip(("value", "d x", "d w"), ours, _torch(x, w, g, kw)):
