@@ -74,9 +74,9 @@ def test_both_routes_agree_with_torch_and_the_numpy_lowering(route, dtype, monke
     _against_torch(route, dtype, SHAPES)
 
 
-def test_the_gpus_gemm_reads_the_columns_untransposed(monkeypatch):
-    # GPUs' GEMM kernel (here on the CPU) gets the forward's columns as (depth, positions);
-    # two shapes, float64 only: each shape builds its tile configurations (~8 s each)
+def test_the_route_through_the_gpus_gemm_kernel(monkeypatch):
+    # the GEMM kernel GPUs run (here on the CPU), reading W^T and cols^T in place; two
+    # shapes, float64 only: each shape builds its tile configurations (~8 s each)
     monkeypatch.setenv("EASYAD_OPENCL_CONV", "gemm")
     monkeypatch.setenv("EASYAD_OPENCL_GEMM", "new")
     _against_torch("gemm new", np.float64, ["2d dilation 2 groups 2", "2d unbatched pad 0"])

@@ -46,10 +46,9 @@ _KERNELS = """
     const I A0 = id % G(E0); id /= G(E0);
 
 /* columns (C, K0, K1, K2, nc, O0, O1, O2) of samples n0 .. n0 + nc of x (N, C, S0..2):
-   zero where the window reads padding; with depth = Ci * K0 * K1 * K2 > 0 transposed,
-   (G, nc, O0, O1, O2, depth). A 3-d range (output position, sample, channel and window
-   offset): what depends on the last two is the same along a work-group's row */
-__kernel void easyad_im2col(__global const T* x, __global T* cols, const long depth,
+   zero where the window reads padding. A 3-d range (output position, sample, channel and
+   window offset): what depends on the last two is the same along a work-group's row */
+__kernel void easyad_im2col(__global const T* x, __global T* cols, const long total,
                             const long n0, const long nc, const long C, GEOM) {
     I id = G(get_global_id(0));
     if (id >= G(O0) * G(O1) * G(O2)) return;
@@ -65,11 +64,7 @@ __kernel void easyad_im2col(__global const T* x, __global T* cols, const long de
     T v = 0;
     if (i0 >= 0 && i0 < G(S0) && i1 >= 0 && i1 < G(S1) && i2 >= 0 && i2 < G(S2))
         v = x[((((G(n0) + n) * G(C) + c) * G(S0) + i0) * G(S1) + i1) * G(S2) + i2];
-    const I ell = G(O0) * G(O1) * G(O2), ck = G(get_global_id(2));
-    if (depth)
-        cols[((ck / G(depth) * G(nc) + n) * ell + at) * G(depth) + ck % G(depth)] = v;
-    else
-        cols[row * ell + at] = v;
+    cols[row * G(O0) * G(O1) * G(O2) + at] = v;
 }
 
 /* the adjoint of im2col: samples n0 .. n0 + nc of x (N, C, S0..2), each element the sum
@@ -164,26 +159,14 @@ class _Geometry:
         return _chunks(self.n, self.c * self.k * self.ell * itemsize)
 
 
-def _im2col(be: Any, x: Any, t: _Geometry, n0: int, nc: int, transposed: bool = False
-            ) -> Any:
-    """The columns (G, Ci*K, nc*L), or ``transposed`` (G, nc*L, Ci*K)."""
-    depth = t.ci * t.k
-    cols = be._empty((t.g, nc * t.ell, depth) if transposed else (t.g, depth, nc * t.ell),
-                     x.dtype)
+def _im2col(be: Any, x: Any, t: _Geometry, n0: int, nc: int) -> Any:
+    cols = be._empty((t.g, t.ci * t.k, nc * t.ell), x.dtype)
+    total = t.c * t.k * nc * t.ell
     k = _kernel(be, x.dtype, "easyad_im2col", True, t.wide)
     width = min(64, be.group, -(-t.ell // 8) * 8)
     k(be.queue, (-(-t.ell // width) * width, nc, t.c * t.k), (width, 1, 1), x.data,
-      cols.data, depth if transposed else 0, n0, nc, t.c, *t.geom)
+      cols.data, total, n0, nc, t.c, *t.geom)
     return cols
-
-
-def _reads_b_transposed(be: Any) -> bool:
-    """Whether the backend's matmul is the CPU kernel (``nt``), which reads its second
-    operand as (N, K) and copies it there otherwise: the forward's columns are then made
-    transposed (the copy of 58 MB cost half as much as the product on PoCL). The choice
-    as ``_cl_matmul.Matmul.matmul`` makes it."""
-    return (be.gemm or os.environ.get("EASYAD_OPENCL_GEMM") or
-            ("new" if be.device.is_gpu else "nt")) == "nt"
 
 
 def _to_groups(be: Any, a: Any, t: _Geometry, n0: int, nc: int) -> Any:
@@ -226,14 +209,12 @@ def run(be: Any, which: str, p: Any, a: Any, b: Any, shape: tuple[int, ...]) -> 
 def _conv(be: Any, t: _Geometry, x: Any, w: Any, shape: tuple[int, ...]) -> Any:
     wm = be.reshape(w, (t.g, t.co, t.ci * t.k))
     parts = t.chunks(x.dtype.itemsize)
-    tb = _reads_b_transposed(be)
     if parts == [(0, 1)] and t.g == 1:      # one sample: the product is the result
-        return be.reshape(be.matmul(wm, _im2col(be, x, t, 0, 1, tb), transpose_b=tb),
-                          shape)
+        return be.reshape(be.matmul(wm, _im2col(be, x, t, 0, 1)), shape)
     y = be._empty(shape, x.dtype)
     k = _kernel(be, x.dtype, "easyad_from_groups", False, t.wide)
     for n0, nc in parts:
-        yg = be.matmul(wm, _im2col(be, x, t, n0, nc, tb), transpose_b=tb)  # (G, Co, nc*L)
+        yg = be.matmul(wm, _im2col(be, x, t, n0, nc))          # (G, Co, nc*L)
         total = t.cout * nc * t.ell
         be.launch(k, total, yg.data, y.data, total, n0, nc, t.cout, t.ell)
     return y
