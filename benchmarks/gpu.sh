@@ -58,6 +58,12 @@ run)
     if [ "${PROFILE:-1}" = 1 ]; then
         (cd benchmarks && timeout 90 python3 gpu_profile.py) > "$out/profile.txt" 2>&1 || true
     fi
+    # conv2d by both OpenCL routes (im2col + GEMM, a kernel per op): where each wins here
+    if [ "${CONV:-1}" = 1 ]; then
+        timeout "${CONV_TIMEOUT:-60}" python3 benchmarks/conv_opencl.py --rounds 5 \
+            > "$out/conv.txt" 2>&1 || echo "conv: exit $?"
+        cat "$out/conv.txt"
+    fi
     # dask's scaling on this machine's cores (issue 29; dask's wheels in .whl/ too:
     # `gpu.sh fetch` takes them): each process T threads, so 2 workers have cores of their own
     if [ "${DASK:-1}" = 1 ] && python3 -c "import distributed" 2>/dev/null; then
