@@ -358,3 +358,14 @@ def test_checkpoint_is_validated_and_never_unpickled(tmp_path):
         nn.load_checkpoint(path, model=other)
     for k, v in other.state_dict().items():
         np.testing.assert_array_equal(v, before[k])
+
+
+def test_docstring_examples_run():
+    import doctest
+    import importlib
+    for name in ("easyad.data", "easyad.nn.utils", "easyad.nn.init",
+                 "easyad.optim.lr_scheduler"):
+        result = doctest.testmod(importlib.import_module(name),
+                                 optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0, name
+        assert result.attempted > 0 or name == "easyad.nn.init", name
