@@ -369,3 +369,34 @@ def test_docstring_examples_run():
                                  optionflags=doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0, name
         assert result.attempted > 0 or name == "easyad.nn.init", name
+
+
+def test_clipping_and_checkpoints_on_every_device(device, tmp_path, rng):
+    # clipped gradients come to the host (the update runs in numpy); a checkpoint of a
+    # model trained on the device resumes there bit for bit
+    x, y = rng.standard_normal((16, 5)), rng.integers(0, 3, 16)
+
+    def run(steps, clip, source=None, seed=1):
+        model, opt, _ = _setup("Adam", seed)
+        model.to(device)
+        if source is not None:
+            nn.load_checkpoint(source, model=model, optimizer=opt)
+        for _ in range(steps):
+            lst = ad.WengertList()
+            loss = F.cross_entropy(model(x, tape=lst), y)
+            opt.step(nn.utils.clip_grad_norm_(model, loss, 0.1) if clip else loss)
+        return model, opt
+
+    host, hopt, _ = _setup("Adam", 1)                    # on the host, the same numbers
+    for _ in range(4):
+        lst = ad.WengertList()
+        hopt.step(nn.utils.clip_grad_norm_(host, F.cross_entropy(host(x, tape=lst), y), 0.1))
+    clipped, _ = run(4, clip=True)
+    for k, v in host.state_dict().items():
+        np.testing.assert_allclose(clipped.state_dict()[k], v, rtol=1e-10, atol=1e-12)
+    whole, _ = run(6, clip=False)
+    half, opt = run(3, clip=False)
+    path = nn.save_checkpoint(tmp_path / "d.npz", model=half, optimizer=opt)
+    resumed, _ = run(3, clip=False, source=path, seed=5)
+    for k, v in whole.state_dict().items():
+        np.testing.assert_array_equal(resumed.state_dict()[k], v)
