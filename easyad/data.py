@@ -39,21 +39,27 @@ def _length(array: Any, position: int) -> int:
 
 class DataLoader:
     """Batches of ``arrays`` (numpy arrays, easyad Tensors or array-likes, all with the
-    same number of samples along axis 0), one epoch per ``iter``.
+    same number of samples along axis 0), one epoch per ``iter``. Lists are converted
+    with ``numpy.asarray`` once; batches are copies (fancy indexing), so writing into one
+    never changes the data.
 
     Parameters
     ----------
-    *arrays : the data; a single array gives batches of it, several give tuples of batches
-        in the same order (``for xb, yb in DataLoader(x, y, ...)``).
-    batch_size : samples per batch (a positive int; torch's default 1).
-    shuffle : a new order every epoch, drawn from ``seed`` and the epoch number.
-    seed : an int or ``numpy.random.SeedSequence``; None draws one from ``ad.random``'s
-        generator when the loader is made (so ``ad.random.seed(0)`` fixes it too).
-    drop_last : leave out the last batch when it is smaller than ``batch_size``.
+    *arrays : numpy arrays, Tensors or array-likes
+        The data; a single array gives batches of it, several give tuples of batches in
+        the same order (``for xb, yb in DataLoader(x, y, ...)``).
+    batch_size : int
+        Samples per batch (positive; torch's default 1).
+    shuffle : bool
+        A new order every epoch, drawn from ``seed`` and the epoch number.
+    seed : int, numpy.random.SeedSequence or None
+        None draws one from ``ad.random``'s generator when the loader is made (so
+        ``ad.random.seed(0)`` fixes it too).
+    drop_last : bool
+        Leave out the last batch when it is smaller than ``batch_size``.
 
-    Lists are converted with ``numpy.asarray`` once; batches are copies (fancy indexing),
-    so writing into one never changes the data.
-
+    Examples
+    --------
     >>> import numpy as np, easyad as ad
     >>> loader = ad.data.DataLoader(np.arange(6), batch_size=4, shuffle=True, seed=0,
     ...                             drop_last=True)
