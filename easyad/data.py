@@ -53,7 +53,8 @@ class DataLoader:
     shuffle : bool
         A new order every epoch, drawn from ``seed`` and the epoch number.
     seed : int, numpy.random.SeedSequence or None
-        None draws one from ``ad.random``'s generator when the loader is made (so
+        A SeedSequence gives epoch ``e`` its child with ``e`` appended to the spawn key.
+        None draws an int from ``ad.random``'s generator when the loader is made (so
         ``ad.random.seed(0)`` fixes it too).
     drop_last : bool
         Leave out the last batch when it is smaller than ``batch_size``.
@@ -120,8 +121,13 @@ class DataLoader:
         """The sample indices of epoch ``epoch`` in the order they are visited."""
         if not self.shuffle:
             return np.arange(self._n)
-        key = self.seed.entropy if isinstance(self.seed, np.random.SeedSequence) else self.seed
-        return np.random.default_rng([int(key), int(epoch)]).permutation(self._n)
+        seed = self.seed
+        if isinstance(seed, np.random.SeedSequence):     # the epoch extends its spawn key
+            seed = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, int(epoch)),
+                                          pool_size=seed.pool_size)
+        else:
+            seed = [int(seed), int(epoch)]
+        return np.random.default_rng(seed).permutation(self._n)
 
     def __iter__(self) -> Iterator[Any]:
         order = self.order(self.epoch)

@@ -50,6 +50,10 @@ def test_shuffle_is_seeded_per_epoch_and_epochs_differ():
     resumed = ad.data.DataLoader(x, batch_size=8, shuffle=True, seed=11)
     resumed.set_epoch(1)                                  # a run restarted at epoch 1
     assert [f[0].tolist() for f in _epoch(resumed)] == [f[0].tolist() for f in second]
+    ss = [ad.data.DataLoader(x, batch_size=40, shuffle=True, seed=np.random.SeedSequence(8))
+          for _ in range(2)]
+    e0, e1 = _epoch(ss[0]), _epoch(ss[0])
+    assert e0[0][0].tolist() == _epoch(ss[1])[0][0].tolist() != e1[0][0].tolist()
     ad.random.seed(3)                                     # seed=None: from ad.random
     c = _epoch(ad.data.DataLoader(x, batch_size=40, shuffle=True))
     ad.random.seed(3)

@@ -51,9 +51,9 @@ def save_checkpoint(path: Any, model: Module | None = None, optimizer: Any = Non
     ``scheduler``'s state (each optional) with ``epoch`` and ``extra`` (a dict of numbers,
     strings, lists) to ``path`` (``.npz`` added if missing), replacing it only once the
     new file is complete. Returns the path written."""
-    path = os.fspath(path)
-    if not path.endswith(".npz"):
-        path += ".npz"
+    target = str(os.fspath(path))
+    if not target.endswith(".npz"):
+        target += ".npz"
     arrays: dict[str, np.ndarray] = {}
     header: dict[str, Any] = {"format": FORMAT, "epoch": epoch,
                               "extra": _json_value(extra or {}, "extra")}
@@ -70,17 +70,17 @@ def save_checkpoint(path: Any, model: Module | None = None, optimizer: Any = Non
         header["scheduler"] = {"kind": type(scheduler).__name__,
                                "state": _json_value(scheduler.state_dict(), "scheduler")}
     arrays[HEADER] = np.array(json.dumps(header))
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(os.path.abspath(target))
     handle, temporary = tempfile.mkstemp(suffix=".npz", dir=folder)
     try:
         with os.fdopen(handle, "wb") as f:
             savez: Any = np.savez        # its stub reserves the keyword allow_pickle
             savez(f, **arrays)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except BaseException:
         os.unlink(temporary)
         raise
-    return path
+    return target
 
 
 def _optimizer_header(optimizer: Any, arrays: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -313,7 +313,8 @@ class OneCycleLR(LRScheduler):
         self.anneal_strategy = anneal_strategy
         up = float(pct_start * self.total_steps) - 1
         # (end step, start and end rate, start and end momentum) of each phase
-        self._phases = [[up, "initial_lr", "max_lr", "max_momentum", "base_momentum"]]
+        self._phases: list[list[Any]] = [
+            [up, "initial_lr", "max_lr", "max_momentum", "base_momentum"]]
         if three_phase:
             self._phases.append([float(2 * pct_start * self.total_steps) - 2, "max_lr",
                                  "initial_lr", "base_momentum", "max_momentum"])
