@@ -404,3 +404,24 @@ def test_clipping_and_checkpoints_on_every_device(device, tmp_path, rng):
     resumed, _ = run(3, clip=False, source=path, seed=5)
     for k, v in whole.state_dict().items():
         np.testing.assert_array_equal(resumed.state_dict()[k], v)
+
+
+def test_checkpoint_holds_buffers_and_plateau_state(tmp_path, rng):
+    model = nn.Sequential(nn.Linear(3, 4, generator=0), nn.BatchNorm1d(4))
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    sched = optim.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+    x = rng.standard_normal((6, 3))
+    for loss in (1.0, 2.0):
+        lst = ad.WengertList()
+        opt.step(ad.sum(model(x, tape=lst) ** 2))      # updates the running statistics
+        sched.step(loss)
+    path = nn.save_checkpoint(tmp_path / "bn.npz", model=model, optimizer=opt, scheduler=sched)
+    fresh = nn.Sequential(nn.Linear(3, 4, generator=1), nn.BatchNorm1d(4))
+    fopt = optim.SGD(fresh.parameters(), lr=0.1)
+    fsched = optim.ReduceLROnPlateau(fopt, patience=0, factor=0.5)
+    assert fsched.best == math.inf
+    nn.load_checkpoint(path, model=fresh, optimizer=fopt, scheduler=fsched)
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(fresh.state_dict()[k], v)
+    assert "1.running_mean" in model.state_dict()
+    assert (fsched.best, fsched.num_bad_epochs, fopt.param_groups[0]["lr"]) == (1.0, 0, 0.05)
