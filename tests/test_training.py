@@ -277,6 +277,16 @@ def test_default_layer_initialisation_follows_torch():
         for p in (layer.weight, layer.bias):
             assert np.abs(p.data).max() <= bound and np.abs(p.data).max() > 0.95 * bound
             assert p.data.std() == pytest.approx(bound / math.sqrt(3), rel=0.1)
+    emb = nn.Embedding(300, 100, generator=0).weight.data       # torch: N(0, 1)
+    assert emb.mean() == pytest.approx(0.0, abs=0.02) and emb.std() == pytest.approx(1.0,
+                                                                                    rel=0.02)
+    mha = nn.MultiheadAttention(64, 4, generator=0)                # torch's _reset_parameters
+    xavier = math.sqrt(6 / (64 + 192))
+    assert xavier * 0.95 < np.abs(mha.in_proj_weight.data).max() <= xavier
+    assert not mha.in_proj_bias.data.any() and not mha.out_proj.bias.data.any()
+    assert np.abs(mha.out_proj.weight.data).max() <= 1 / 8
+    norm = nn.LayerNorm(5)
+    assert np.all(norm.weight.data == 1.0) and not norm.bias.data.any()
     t = torch.nn.ConvTranspose2d(6, 300, 3)
     assert t.weight.shape == nn.ConvTranspose2d(6, 300, 3).weight.shape
     assert torch.nn.init._calculate_fan_in_and_fan_out(t.weight)[0] == 2700
