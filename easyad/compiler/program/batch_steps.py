@@ -20,8 +20,8 @@ or shared (a constant, an argument given once: the same value at every point).
 from __future__ import annotations
 
 import math
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from easyad.tensor._program import Instruction
 
@@ -74,7 +74,7 @@ def _matmul_step(step: BatchStep, be: Any, arrays: list[Any], points: int,
     if not own_a and not own_b:        # the same product at every point: once, tiled
         c = _matmul(be, be.reshape(a, sa), be.reshape(b, sb), ta, tb)
         return _tile(be, c, points, 1, c.size, True)
-    if own_a and not ta and sb[0] == 1:     # the points' rows, one matrix: one GEMM
+    if own_a and not own_b and not ta and sb[0] == 1:     # the points' rows, one matrix: one GEMM
         return _matmul(be, be.reshape(a, (1, points * sa[0] * M, K)),
                        be.reshape(b, sb), False, tb)
     if own_b and not own_a and sa[0] == sb[0] == 1 and N == 1:
