@@ -55,17 +55,18 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for count in args.points:
         X = rng.normal(size=(count, n))
-        batched = _median(lambda: F.value_and_gradient(X), args.rounds)
+        batched = _median(lambda X=X: F.value_and_gradient(X), args.rounds)
         want = G.value_and_gradient(X)
         got = F.value_and_gradient(X)
         assert all(np.allclose(a, b, rtol=1e-10, atol=1e-12) for a, b in zip(got, want))
         original = batch_cl.batched
         batch_cl.batched = lambda fused: None
         try:
-            per_point = _median(lambda: F.value_and_gradient(X), max(1, args.rounds // 2))
+            per_point = _median(lambda X=X: F.value_and_gradient(X),
+                                max(1, args.rounds // 2))
         finally:
             batch_cl.batched = original
-        numpy = _median(lambda: G.value_and_gradient(X), args.rounds)
+        numpy = _median(lambda X=X: G.value_and_gradient(X), args.rounds)
         print(f"| {count} | {batched * 1e3:.2f} ms | {per_point * 1e3:.1f} ms | "
               f"{numpy * 1e3:.2f} ms | {per_point / batched:.1f}x | {numpy / batched:.2f}x |")
 

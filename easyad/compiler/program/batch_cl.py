@@ -15,16 +15,22 @@ reduction to one number gives one partial per work-item of its point, added up p
 point by one backend ``reduce`` over the last axis (none when each point has one
 work-item, as on a CPU device with many points).
 
-Only programs made of group kernels and guards run this way (``batchable``): a guard (a
-value f read on the host while recorded) is checked at every point at once, and where any
-point reads another value, ``Diverged`` sends the batch back to one replay per point
-(each point retapes or raises there, as alone); any other backend step (matmul,
-cross-entropy, ...) works on one point's buffers, so such a program keeps one replay per
-point. Work per point: on a GPU a work-group of at least a warp per point (several small
-points a group; work-items per element, or strided loops for reductions); on a CPU
-device one work-item per point when there are enough points to fill the cores (its
-vector loop runs the whole point), more when there are few. B is split into chunks whose
-buffers fit the device (``_BUDGET``), each chunk one launch per kernel.
+Programs made of group kernels, guards and matmul and reduce steps run this way
+(``batchable``): a guard (a value f read on the host while recorded) is checked at every
+point at once, and where any point reads another value, ``Diverged`` sends the batch back
+to one replay per point (each point retapes or raises there, as alone); a matmul step is
+one batched product for all the points of a chunk, a reduce step one reduction
+(``batch_steps``: point b's operand at ``b * size``, a shared one at batch stride 0, the
+points' rows of x @ W one matrix; transposed operands read in place). Any other backend
+step (linear, cross-entropy, scatter-adds, host calls, ...) works on one point's
+buffers, so such a program keeps one replay per point.
+
+Work per point: on a GPU a work-group of at least a warp per point (several small points
+a group; work-items per element, or strided loops for reductions); on a CPU device one
+work-item per point when there are enough points to fill the cores (its vector loop runs
+the whole point), more when there are few. B is split into chunks whose buffers fit the
+device (``_BUDGET``), each chunk one launch per kernel and one product
+per matmul step.
 """
 from __future__ import annotations
 
@@ -55,7 +61,7 @@ def _enqueue(kernel: Any, queue: Any, global_size: tuple[int, ...],
 
 def batched(fused: Any) -> "BatchedCLProgram | None":
     """The batched form of ``fused`` (a ``FusedCLProgram``), made once per program; None
-    when it has a backend step (then: one replay per point)."""
+    when it has a backend step that works on one point (then: one replay per point)."""
     if not isinstance(fused, FusedCLProgram):
         return None
     if fused not in _kept:
