@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
+import easyad.nn.functional as nf
 from easyad.compiler.program import batch_cl, batch_steps, fused_cl
 
 from test_batch_cl import _check, _kernels, launches  # noqa: F401 (a fixture)
@@ -53,13 +54,29 @@ def reduced(x):             # reductions over some axes (backend reduce steps)
     return ad.sum(ad.sin(ad.sum(x, axis=0)) * ad.sum(x * x, axis=1)[0])
 
 
+WL = _rng.normal(size=(5, 4)) / 2
+BL = _rng.normal(size=5)
+WO = _rng.normal(size=(1, 5)) / 2
+XL = _rng.normal(size=(3, 4))
+TL = _rng.normal(size=(3, 1))
+
+
+def layers(x):              # linear steps: a point is a mini-batch of rows
+    return ad.sum(nf.linear(ad.tanh(nf.linear(x, WL, BL)), WO, 0.5))
+
+
+def parameters(d):          # the point is a layer's parameters: a bias row a point
+    return ad.sum((nf.linear(ad.tanh(nf.linear(XL, d["w"], d["b"])), WO) - TL) ** 2)
+
+
 # name: (f, a point's shape, its backend steps)
 PROGRAMS = {"mlp": (mlp, (6,), {"matmul"}), "least squares": (least_squares, (6,), {"matmul"}),
             "gram": (gram, (3, 4), {"matmul"}), "left": (left, (3, 2), {"matmul"}),
             "stacked": (stacked, (3, 4), {"matmul", "reduce"}),
-            "rows": (rows, (2, 3, 4), {"matmul"}), "reduced": (reduced, (3, 4), {"reduce"})}
+            "rows": (rows, (2, 3, 4), {"matmul"}), "reduced": (reduced, (3, 4), {"reduce"}),
+            "layers": (layers, (3, 4), {"linear", "linear_vjp"})}
 CASES = [(name, np.float64) for name in sorted(PROGRAMS)] + [
-    ("mlp", np.float32), ("least squares", np.float32)]
+    ("mlp", np.float32), ("least squares", np.float32), ("layers", np.float32)]
 
 
 @pytest.fixture
@@ -95,7 +112,10 @@ def test_matmul_programs_batch(opencl_device, name, dtype, launches, products): 
     assert batch_cl.batched(fused) is not None
     # one launch of each kernel and one product per matmul step for the whole batch
     assert launches == {k.name: 1 for k in _kernels(fused)}, launches
-    assert len(products) == _host_ops(fused).count("matmul")
+    ops = _host_ops(fused)
+    assert len(products) == ops.count("matmul") + ops.count("linear") + sum(
+        sum(step.instruction.params.needs[:2]) for step in fused.steps
+        if isinstance(step, fused_cl.HostStep) and step.instruction.op == "linear_vjp")
     np_values, np_grads = G.value_and_gradient(X)
     _check(values, np_values, dtype)
     _check(grads, np_grads, dtype)
@@ -213,3 +233,29 @@ def test_guard_divergence_falls_back(opencl_device, launches, products):  # noqa
                                                 np.exp(z).sum(axis=1)), rtol=1e-12)
     want = np.where(positive[:, None], (1 - np.tanh(z) ** 2) @ W1.T, np.exp(z) @ W1.T)
     np.testing.assert_allclose(grads, want, rtol=1e-12, atol=1e-12)
+
+
+def test_parameters_as_the_point(opencl_device, products):
+    """Per-point weights and biases (the point a layer's parameters), the data shared:
+    the numpy device's batch and hand-derived gradients."""
+    x0 = {"w": np.ones((5, 4)), "b": np.ones(5)}
+    F = ad.record(parameters, x0, tensor=True, device=opencl_device)
+    G = ad.record(parameters, x0, tensor=True)
+    rng = np.random.default_rng(38)
+    X = {"w": rng.normal(size=(8, 5, 4)), "b": rng.normal(size=(8, 5))}
+    V = {"w": rng.normal(size=(8, 5, 4)), "b": rng.normal(size=(8, 5))}
+    values, grads = F.value_and_gradient(X)
+    assert batch_cl.batched(F._bound["gradient"]) is not None and products
+    np_values, np_grads = G.value_and_gradient(X)
+    _check(values, np_values, np.float64)
+    h = np.tanh(np.einsum("nk,bmk->bnm", XL, X["w"]) + X["b"][:, None, :])
+    r = h @ WO.T - TL                                         # (B, 3, 1)
+    np.testing.assert_allclose(values, np.sum(r * r, axis=(1, 2)), rtol=1e-12)
+    dz = (2 * r @ WO) * (1 - h * h)                           # (B, 3, 5)
+    np.testing.assert_allclose(grads["b"], dz.sum(axis=1), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grads["w"], np.einsum("bnm,nk->bmk", dz, XL), rtol=1e-12,
+                               atol=1e-12)
+    hv, np_hv = F.hvp(X, V), G.hvp(X, V)
+    for key in x0:
+        _check(grads[key], np_grads[key], np.float64)
+        _check(hv[key], np_hv[key], np.float64)

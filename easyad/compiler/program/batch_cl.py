@@ -15,15 +15,15 @@ reduction to one number gives one partial per work-item of its point, added up p
 point by one backend ``reduce`` over the last axis (none when each point has one
 work-item, as on a CPU device with many points).
 
-Programs made of group kernels, guards and matmul and reduce steps run this way
+Programs made of group kernels, guards and matmul, reduce and linear steps run this way
 (``batchable``): a guard (a value f read on the host while recorded) is checked at every
 point at once, and where any point reads another value, ``Diverged`` sends the batch back
 to one replay per point (each point retapes or raises there, as alone); a matmul step is
 one batched product for all the points of a chunk, a reduce step one reduction
 (``batch_steps``: point b's operand at ``b * size``, a shared one at batch stride 0, the
 points' rows of x @ W one matrix; transposed operands read in place). Any other backend
-step (linear, cross-entropy, scatter-adds, host calls, ...) works on one point's
-buffers, so such a program keeps one replay per point.
+step (cross-entropy, scatter-adds, host calls, ...) works on one point's buffers, so
+such a program keeps one replay per point.
 
 Work per point: on a GPU a work-group of at least a warp per point (several small points
 a group; work-items per element, or strided loops for reductions); on a CPU device one
@@ -85,7 +85,8 @@ class Diverged(Exception):
 def batchable(fused: FusedCLProgram) -> bool:
     """Whether every step of the program is a group kernel, a guard (a value read on
     the host, checked at every point) or a backend step run for all points at once
-    (``batch_steps``: matmul, reduce); any other backend step works on one point."""
+    (``batch_steps``: matmul, reduce, linear); any other backend step works on one
+    point."""
     return all(step.instruction.op in STEPS for step in fused.steps
                if type(step) is HostStep)
 

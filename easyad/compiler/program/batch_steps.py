@@ -1,5 +1,6 @@
-"""Backend steps of a batched OpenCL program (``batch_cl.BatchedCLProgram``): ``matmul``
-and ``reduce`` run once for all the points of a chunk, on the batch's buffers.
+"""Backend steps of a batched OpenCL program (``batch_cl.BatchedCLProgram``): ``matmul``,
+``reduce``, ``linear`` and ``linear_vjp`` run once for all the points of a chunk, on the
+batch's buffers.
 
 A slot is either the point's own (a buffer of B points, point b's value at ``b * size``)
 or shared (a constant, an argument given once: the same value at every point).
@@ -16,6 +17,9 @@ or shared (a constant, an argument given once: the same value at every point).
   point first (a copy); two shared operands give one product, tiled to every point.
 - **reduce**: over the point's axes shifted by one (one backend reduction for all the
   points); a shared operand is reduced once and tiled.
+- **linear** (x @ w^T + b) and **linear_vjp** (g w, g^T x, the sum of g's rows): their
+  products as matmul's, the bias added by one map (shared, or a row a point), the bias
+  gradient as reduce's.
 """
 from __future__ import annotations
 
