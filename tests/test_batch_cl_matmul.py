@@ -11,7 +11,7 @@ import easyad as ad
 import easyad.nn.functional as nf
 from easyad.compiler.program import batch_cl, batch_steps, fused_cl
 
-from test_batch_cl import _check, _kernels, launches  # noqa: F401 (a fixture)
+from test_batch_cl import _check, _fake_gpu, _kernels, launches  # noqa: F401 (a fixture)
 from test_tensor_record import _opencl_usable
 
 pytestmark = pytest.mark.skipif(not _opencl_usable(), reason="no usable OpenCL device")
@@ -259,3 +259,19 @@ def test_parameters_as_the_point(opencl_device, products):
     for key in x0:
         _check(grads[key], np_grads[key], np.float64)
         _check(hv[key], np_hv[key], np.float64)
+
+
+@pytest.mark.parametrize("name", ["mlp", "gram", "layers"])
+def test_gpu_gemm_and_launch_shapes(opencl_device, name, products):
+    """The device as a GPU for easyad (the GEMM that reads transposes in place, the GPU
+    kernels and work-groups), against the numpy device."""
+    f, shape, _ = PROGRAMS[name]
+    F = ad.record(f, np.ones(shape), tensor=True, device=_fake_gpu(opencl_device))
+    G = ad.record(f, np.ones(shape), tensor=True)
+    X = np.random.default_rng(39).normal(size=(37,) + shape)
+    values, grads = F.value_and_gradient(X)
+    assert F._backend.device.is_gpu and products
+    np_values, np_grads = G.value_and_gradient(X)
+    _check(values, np_values, np.float64)
+    _check(grads, np_grads, np.float64)
+    _check(F.hvp(X, X[0]), G.hvp(X, X[0]), np.float64)
