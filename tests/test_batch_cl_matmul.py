@@ -275,3 +275,14 @@ def test_gpu_gemm_and_launch_shapes(opencl_device, name, products):
     _check(values, np_values, np.float64)
     _check(grads, np_grads, np.float64)
     _check(F.hvp(X, X[0]), G.hvp(X, X[0]), np.float64)
+
+
+def test_float_bias_on_the_numpy_device():
+    """linear with a float bias in a fused numpy program (its BLAS step used to read the
+    float as a slot): values and gradients by hand."""
+    G = ad.record(layers, np.ones((3, 4)), tensor=True)
+    X = np.random.default_rng(40).normal(size=(6, 3, 4))
+    values, grads = G.value_and_gradient(X)
+    h = np.tanh(X @ WL.T + BL)
+    np.testing.assert_allclose(values, (h @ WO.T + 0.5).sum(axis=(1, 2)), rtol=1e-12)
+    np.testing.assert_allclose(grads, ((1 - h * h) * WO[0]) @ WL, rtol=1e-12, atol=1e-12)
