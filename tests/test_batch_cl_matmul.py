@@ -138,6 +138,8 @@ def test_against_hand_derived_formulas(opencl_device):
     np.testing.assert_allclose(values, np.sum(r * r, axis=1), rtol=1e-12)
     np.testing.assert_allclose(grads, 2 * r @ A, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(F.hvp(X, V), 2 * V @ A.T @ A, rtol=1e-12, atol=1e-12)
+    # the Hessian: the hvp program at every unit direction, one batch
+    np.testing.assert_allclose(F.hessian(X[0]), 2 * A.T @ A, rtol=1e-12, atol=1e-12)
     M = ad.record(mlp, np.ones(6), tensor=True, device=opencl_device)
     values, grads = M.value_and_gradient(X)
     t = np.tanh(X @ W1)
