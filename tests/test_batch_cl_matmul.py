@@ -12,6 +12,7 @@ import easyad.nn.functional as nf
 from easyad.compiler.program import batch_cl, batch_steps, fused_cl
 
 from test_batch_cl import _check, _fake_gpu, _kernels, launches  # noqa: F401 (a fixture)
+from conftest import OPENCL
 from test_tensor_record import _opencl_usable
 
 pytestmark = pytest.mark.skipif(not _opencl_usable(), reason="no usable OpenCL device")
@@ -76,7 +77,7 @@ PROGRAMS = {"mlp": (mlp, (6,), {"matmul"}), "least squares": (least_squares, (6,
             "rows": (rows, (2, 3, 4), {"matmul"}), "reduced": (reduced, (3, 4), {"reduce"}),
             "layers": (layers, (3, 4), {"linear", "linear_vjp"})}
 CASES = [(name, np.float64) for name in sorted(PROGRAMS)] + [
-    ("mlp", np.float32), ("least squares", np.float32), ("layers", np.float32)]
+    ("mlp", np.float32), ("least squares", np.float32)]
 
 
 @pytest.fixture
@@ -263,10 +264,13 @@ def test_parameters_as_the_point(opencl_device, products):
         _check(hv[key], np_hv[key], np.float64)
 
 
-@pytest.mark.parametrize("name", ["mlp", "gram", "layers"])
+@pytest.mark.parametrize("name", ["layers"])
 def test_gpu_gemm_and_launch_shapes(opencl_device, name, products):
     """The device as a GPU for easyad (the GEMM that reads transposes in place, the GPU
-    kernels and work-groups), against the numpy device."""
+    kernels and work-groups), against the numpy device. On the first device only: the
+    GEMM's kernels take PoCL ~20 s to build cold."""
+    if opencl_device != OPENCL[0]:
+        pytest.skip("the first OpenCL device covers it")
     f, shape, _ = PROGRAMS[name]
     F = ad.record(f, np.ones(shape), tensor=True, device=_fake_gpu(opencl_device))
     G = ad.record(f, np.ones(shape), tensor=True)
