@@ -29,7 +29,8 @@ on machines without a GPU.
   Target: at most 1/10 of the C time.
 - **TensorFunction batch**: ``ad.record(f, x0, tensor=True, device=...)`` of a vectorised
   Rosenbrock (n = 100) given B points at once, against the numpy device's one C loop.
-- **conv2d, attention, a batch with products**: ``gpu_layers.py`` (its docstring).
+- **conv2d, attention, a batch with products**: ``gpu_layers.py`` (its docstring);
+  ``EASYAD_GPU_SECTIONS=layers`` runs only these.
 
 Every variant is checked before timing: one step from the same weights gives PyTorch's
 loss to 1e-4 (float32), the chain gives numpy's value and gradient to 1e-4.
@@ -316,9 +317,11 @@ def run(ctx):
              f"{torch.__version__} on {tdev}"
              + (f" ({torch.cuda.get_device_name()})" if tdev == "cuda" else "")
              + "; float32; medians over interleaved rounds (middle 50% in brackets); the "
-             f"float GEMM's 128x128 tile: {os.environ.get('EASYAD_OPENCL_GEMM_BIG') or 'big'}"
+             f"float GEMM's 128x128 tile: {os.environ.get('EASYAD_OPENCL_GEMM_BIG') or 'big-1buf'}"
              " (``EASYAD_OPENCL_GEMM_BIG``).", ""]
     missed = []
+    if os.environ.get("EASYAD_GPU_SECTIONS") == "layers":   # a second, shorter device run
+        sizes = []
     for hidden, batch in sizes:
         ctx.log(f"   MLP H={hidden}, B={batch}")
         variants = _mlp_variants(torch, tdev, device, hidden, batch)
@@ -335,6 +338,9 @@ def run(ctx):
             missed.append(f"MLP H={hidden}: easyad eager {ratio:.2f}x PyTorch CUDA "
                           f"(target {TARGET:g}x)")
         lines.append("")
+    if not sizes:
+        lines += _layer_sections(ctx, torch, tdev, device, missed)
+        return "\n".join(lines), missed
     ctx.log("   small ops")
     timings = ctx.measure(_small_op_variants(torch, tdev, device))
     lines += ["### small op", "", f"{SMALL_OPS} multiplications of 1,000 values, time per "
@@ -394,8 +400,8 @@ def _layer_sections(ctx, torch, tdev, device, missed):
                   "| --- | ---: | ---: |"]
         if label == "conv2d":      # forward against forward, backward against backward
             names = list(variants)
-            lines += _rows(ctx, timings, names[:2], "PyTorch, forward")
-            lines += _rows(ctx, timings, names[2:], "PyTorch, forward + backward")
+            lines += _rows(ctx, timings, names[:3], "PyTorch, forward")
+            lines += _rows(ctx, timings, names[3:], "PyTorch, forward + backward")
         else:
             lines += _rows(ctx, timings, list(variants), base)
     return lines

@@ -121,7 +121,9 @@ def test_literals_round_trip_through_the_c_compiler(tmp_path):
 def _opencl_build(opencl_device, source: str):
     import pyopencl as cl
     be = ad.Tensor.constant(np.zeros(1), device=opencl_device)._backend
-    program = cl.Program(be.context, source).build()
+    from easyad.tensor import _probe
+    # built as the library builds its programs (float division correctly rounded)
+    program = cl.Program(be.context, source).build(_probe.build_options(cl, be.context.devices))
     log = program.get_build_info(be.context.devices[0], cl.program_build_info.LOG)
     return be, program, log
 

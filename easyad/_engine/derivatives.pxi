@@ -78,6 +78,17 @@ cdef class Derivatives:
             return self._adjoints[r.index]
         return 0.0  # recorded after the output
 
+    def tensor(self, x):
+        """The derivative with respect to the tensor ``x`` as a constant tensor on x's
+        device: ``d[x]`` without the copy to the host (on an OpenCL device the gradient
+        stays there, as torch's ``.grad`` does). To be read, not written: it may be the
+        sweep's own buffer."""
+        hook = getattr(x, "_derivative_tensor", None)
+        if hook is None:
+            raise TypeError(f"d.tensor(x) takes a Tensor or a Parameter of this sweep's "
+                            f"list, not {type(x).__name__}; use d[x] for a Record")
+        return hook(self)
+
     def wrt(self, x):
         """Same as ``d[x]``: the derivative of the output with respect to ``x``."""
         return self[x]

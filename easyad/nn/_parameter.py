@@ -179,6 +179,14 @@ class Parameter:
         t = self.bound(d.tape)
         return None if t is None else self._values.gradient(t, d)
 
+    def _derivative_tensor(self, d: Any) -> Any:
+        """``d.tensor(p)``: its derivative as a constant tensor on its device."""
+        t = self.bound(d.tape)
+        if t is None:
+            self._derivative_from(d)        # raises where d[p] would
+            return Tensor.constant(np.zeros(self.shape, dtype=self.dtype), device=self.device)
+        return t._derivative_tensor(d)
+
     def _derivative_from(self, d: Any) -> np.ndarray:
         # d[p]: the Derivatives' hook for objects that are not Records
         t = self.bound(d.tape)

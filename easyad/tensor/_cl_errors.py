@@ -112,9 +112,11 @@ def _itself(backend: Any) -> Any:
     return backend
 
 
-def _quiet_build(program: Any) -> Any:
-    """``program.build()`` with the driver's own stderr output (PoCL's clang prints "1
-    warning generated." there) captured: shown only inside the error when the build fails."""
+def _quiet_build(program: Any, context: Any) -> Any:
+    """``program.build()`` with easyad's build options for ``context``'s devices (the
+    program's own attributes are not read before the build: that would defeat pyopencl's
+    binary cache) and the driver's own stderr output (PoCL's clang prints "1 warning
+    generated." there) captured: shown only inside the error when the build fails."""
     sys_fd = 2
     saved = os.dup(sys_fd)
     with tempfile.TemporaryFile() as sink:
@@ -122,7 +124,7 @@ def _quiet_build(program: Any) -> Any:
         try:
             with warnings.catch_warnings():   # pyopencl's notes on a successful build
                 warnings.simplefilter("ignore", cl.CompilerWarning)
-                return program.build()
+                return program.build(_probe.build_options(cl, context.devices))
         except cl.Error as error:
             sink.seek(0)
             printed = sink.read().decode(errors="replace").strip()

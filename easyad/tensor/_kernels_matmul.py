@@ -204,7 +204,9 @@ GEMM_CONFIGS = {
 # Variants of the float 128x128 tile that may suit a GPU better ("big-bk16": 16-deep slabs,
 # fewer barriers, twice the local memory; "big-1buf": one slab in local memory, two
 # barriers a slab). ``EASYAD_OPENCL_GEMM_BIG`` names the one gemm_plan uses for "big";
-# benchmarks/gpu_gemm.py times them all and prints the fastest.
+# benchmarks/gpu_gemm.py times them all and prints the fastest. Default "big-1buf": the
+# fastest summed over the MLP's big products on an H200 (2.51 vs 2.53 ms for "big" and
+# 3.01 for "big-bk16"; benchmarks/results/gpu.md) and on the forward product of an H100.
 GEMM_CONFIGS["float"]["big-bk16"] = dict(GEMM_CONFIGS["float"]["big"], BK=16)
 GEMM_CONFIGS["float"]["big-1buf"] = dict(GEMM_CONFIGS["float"]["big"], DB=0)
 BIG_VARIANTS = ("big", "big-bk16", "big-1buf")
@@ -212,8 +214,8 @@ BIG_VARIANTS = ("big", "big-bk16", "big-1buf")
 
 def _big(real: str) -> str:
     """The config gemm_plan uses for a big product: ``EASYAD_OPENCL_GEMM_BIG`` (float only)
-    or "big"."""
-    choice = os.environ.get("EASYAD_OPENCL_GEMM_BIG") or "big"
+    or "big-1buf"; "big" for double."""
+    choice = os.environ.get("EASYAD_OPENCL_GEMM_BIG") or "big-1buf"
     if choice not in BIG_VARIANTS:
         raise ValueError(f"EASYAD_OPENCL_GEMM_BIG is {choice!r}: expected one of "
                          f"{', '.join(BIG_VARIANTS)}")

@@ -256,7 +256,7 @@ class OpenCLBackend(DeviceMemory, Matmul, LiveBuffers, ComposedKernels):
             program = self._programs.get(source)
             if program is None:
                 try:
-                    program = _quiet_build(cl.Program(self.context, source))
+                    program = _quiet_build(cl.Program(self.context, source), self.context)
                 except _BuildFailed as failure:
                     raise DeviceError(
                         f"building the OpenCL kernel {name} for device {self.device.name} "

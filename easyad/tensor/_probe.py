@@ -197,6 +197,23 @@ def probe(requests: list[dict[str, Any]], sources: dict[str, str] | None = None,
     return verdicts
 
 
+FP32_CORRECTLY_ROUNDED = "-cl-fp32-correctly-rounded-divide-sqrt"
+
+
+def build_options(cl: Any, devices: Any) -> list[str]:
+    """The options every easyad OpenCL program is built with: float division and sqrt
+    correctly rounded where every device of the build offers it (NVIDIA's default allows
+    2.5 ulp, so a float32 kernel's x / y differed from numpy's in the last bit; PoCL's CPU
+    devices round correctly either way). Where a device does not offer it, its own
+    rounding stays (docs/tensors.md)."""
+    wanted = cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
+    try:
+        ok = all(d.single_fp_config & wanted for d in devices)
+    except cl.Error:      # a driver that cannot say: build as before
+        return []
+    return [FP32_CORRECTLY_ROUNDED] if ok and devices else []
+
+
 # ---- the child ----
 
 def _run_one(cl: Any, np: Any, handle: Any, source: str, dtype: Any) -> str | None:
@@ -204,7 +221,7 @@ def _run_one(cl: Any, np: Any, handle: Any, source: str, dtype: Any) -> str | No
     context = cl.Context([handle])
     queue = cl.CommandQueue(context)
     try:
-        program = cl.Program(context, source).build()
+        program = cl.Program(context, source).build(build_options(cl, [handle]))
     except cl.Error as error:
         return first_log_line(str(error))
     n = 1000

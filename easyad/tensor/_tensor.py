@@ -76,8 +76,27 @@ class Tensor(TensorBase, RuleMethods):
 
     def _derivative_from(self, d: Any) -> np.ndarray:
         """``d[t]``: the adjoint of this tensor in the sweep ``d``, as a numpy array."""
-        if self._tape is None or d.tape is None:
+        adjoint = self._adjoint_buffer(d)
+        if adjoint is None:
             return np.zeros(self._shape, dtype=self._dtype)
+        return np.asarray(self._backend.to_numpy(adjoint)).reshape(self._shape)
+
+    def _derivative_tensor(self, d: Any) -> Any:
+        """``d.tensor(t)``: the adjoint as a constant tensor on this tensor's device."""
+        adjoint = self._adjoint_buffer(d)
+        if adjoint is None:
+            return wrap(type(self), self._backend,
+                        self._backend.full(self._shape, 0.0, self._dtype), self._shape,
+                        self._dtype)
+        if tuple(adjoint.shape) != self._shape:
+            adjoint = self._backend.reshape(adjoint, self._shape)
+        return wrap(type(self), self._backend, adjoint, self._shape, self._dtype)
+
+    def _adjoint_buffer(self, d: Any) -> Any:
+        """The backend buffer of this tensor's adjoint in ``d``; None where nothing flowed
+        into it (a constant, an output of no list, recorded after the output)."""
+        if self._tape is None or d.tape is None:
+            return None
         if d.tape is not self._tape:
             raise TapeMismatchError(f"Derivatives mixes records of two different lists, "
                                     f"{d.tape!r} and {self._tape!r}; record a whole "
@@ -89,8 +108,7 @@ class Tensor(TensorBase, RuleMethods):
             if node.inputs and not node.retain:
                 raise ValueError("the adjoint of an intermediate tensor is not kept; call "
                                  "t.retain() before the backward sweep to read d[t]")
-            return np.zeros(self._shape, dtype=self._dtype)
-        return np.asarray(self._backend.to_numpy(adjoint)).reshape(self._shape)
+        return adjoint
 
     # -- numpy interoperability: ufuncs and functions on tensors dispatch here --
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:

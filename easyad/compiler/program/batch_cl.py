@@ -166,8 +166,11 @@ class BatchedCLProgram:
                 a = np.asarray(a)
             shape = tuple(p.shapes[s])
             size = math.prod(shape)
-            if a.ndim > len(shape) and a.shape[:1] == (count,) and a.size == count * size:
-                batched_inputs.add(s)           # a point per row (as run_batch reads it)
+            # a point per row (as run_batch reads it); a number per point may come as
+            # (count,) where the program holds it as (1,) (a scalar output's cotangent)
+            if a.shape[:1] == (count,) and a.size == count * size and \
+                    (a.ndim > len(shape) or size == 1):
+                batched_inputs.add(s)
                 a = a.reshape((count,) + shape)
             elif a.size == size:
                 a = a.reshape(shape)

@@ -181,7 +181,7 @@ class ReplayKernel:
             import pyopencl as cl
 
             from easyad.errors import DeviceError
-            from easyad.tensor import _devices
+            from easyad.tensor import _devices, _probe
             # built only where a listed device passed its proofs (float64 kernels, the
             # replay kernel among them: _proofs), as the backends' kernels are
             handle = context.devices[0]
@@ -191,7 +191,8 @@ class ReplayKernel:
                     f"the replay kernel is not built on {handle.name.strip()!r}: it is no "
                     f"device whose float64 kernels passed their proofs (see `python -m "
                     f"easyad devices`). Fix: put X on a working device listed there")
-            k = cl.Program(context, self.source).build().easyad_replay
+            k = cl.Program(context, self.source).build(
+                _probe.build_options(cl, context.devices)).easyad_replay
             k.set_scalar_arg_dtypes(_SCALARS)
             self._foreign[context] = k
         return k
