@@ -184,6 +184,11 @@ def _layers(kind: str, input: Any, weights: Any, hx: Any, bidirectional: bool,
         raise ShapeError(f"{name}: input of shape {shape} must be (L, N, input_size), "
                          f"(N, L, input_size) with batch_first, or unbatched (L, input_size)")
     gates = _GATES[kind]
+    weights = [tuple(w) for w in weights]
+    first = _shape(weights[0][0]) if weights and weights[0] else ()
+    if len(first) == 2 and first[1] != shape[-1]:
+        raise ShapeError(f"{name}: input of shape {shape} has {shape[-1]} features; the "
+                         f"layer takes input_size={first[1]} (the last axis)")
     ws, hidden = _check_weights(name, weights, directions, shape[-1], gates)
     layers = len(ws) // directions
     unbatched = len(shape) == 2
