@@ -312,6 +312,12 @@ def test_a_gru_on_opencl(device):
     _close(h.value, th, np.float64, "h_n")
     _close(d[X], tx.grad, np.float64, "input derivative")
     _close(ours.weight_hh_l1.gradient(d), theirs.weight_hh_l1.grad, np.float64)
+    # recorded once on the device, replayed at another input
+    recorded = ad.record(lambda x: ad.sum(ours(x)[0] ** 2), x)
+    x2 = _normal(3, 2, 3, seed=9)
+    tx2 = torch.tensor(x2, requires_grad=True)
+    (theirs(tx2)[0] ** 2).sum().backward()
+    _close(recorded.gradient(x2), tx2.grad, np.float64, "replayed input derivative")
 
 
 # ---- errors ----
