@@ -106,7 +106,7 @@ class LSTM(_Recurrent):
         self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
         self.generator = None if generator is None else _random.resolve(generator)
         g, h = self.gates * self.hidden_size, self.hidden_size
-        shapes = []
+        shapes: list[tuple[str, tuple[int, ...]]] = []
         for layer in range(self.num_layers):
             size = self.input_size if layer == 0 else h * (2 if bidirectional else 1)
             for suffix in self._suffixes():
@@ -186,7 +186,8 @@ class LSTMCell(_Recurrent):
                              f"positive, not {input_size}, {hidden_size}")
         self.input_size, self.hidden_size, self.bias = int(input_size), int(hidden_size), bias
         g, h = self.gates * self.hidden_size, self.hidden_size
-        shapes = [("weight_ih", (g, self.input_size)), ("weight_hh", (g, h))]
+        shapes: list[tuple[str, tuple[int, ...]]] = [("weight_ih", (g, self.input_size)),
+                                                     ("weight_hh", (g, h))]
         if bias:
             shapes += [("bias_ih", (g,)), ("bias_hh", (g,))]
         self._make(shapes, h, generator, dtype, device)
