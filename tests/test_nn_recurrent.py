@@ -342,6 +342,8 @@ def test_bad_arguments_raise():
         nn.GRU(3, 4, dropout=1.5)
     with pytest.raises(ValueError, match="positive"):
         nn.LSTM(3, 0)
+    with pytest.warns(UserWarning, match="does nothing"):
+        nn.GRU(3, 4, dropout=0.5)
     with pytest.raises(ShapeError, match=r"weights\[1\] \(layer 1\)"):
         nn.gru(np.ones((2, 3)), [(np.ones((6, 3)), np.ones((6, 2))),
                                  (np.ones((6, 3)), np.ones((6, 2)))])

@@ -6,6 +6,7 @@ state_dict loads as it is."""
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,10 @@ class LSTM(_Recurrent):
                              f"positive, not {input_size}, {hidden_size}, {num_layers}")
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"{name}: dropout is a probability in [0, 1], not {dropout}")
+        if dropout > 0.0 and int(num_layers) == 1:
+            warnings.warn(f"{name}: dropout={dropout} acts between layers, so with "
+                          f"num_layers=1 it does nothing (as torch's)", UserWarning,
+                          stacklevel=3 if name == "GRU" else 2)
         self.input_size, self.hidden_size = int(input_size), int(hidden_size)
         self.num_layers, self.bias, self.batch_first = int(num_layers), bool(bias), batch_first
         self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
