@@ -129,9 +129,10 @@ def gru_cell(input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
 
 def _direction(kind: str, x: Any, h: Any, c: Any, w: tuple[Any, ...],
                reverse: bool) -> tuple[Any, Any, Any]:
-    """One layer in one direction over ``x`` (L, N, I): (outputs (L, N, H), h, c)."""
-    w_ih, w_hh, b_ih, b_hh = w
-    hidden = _shape(w_hh)[1]
+    """One layer in one direction over ``x`` (L, N, I): (outputs (L, N, P), h, c), P the
+    state's size (the projection's with ``w_hr``, else H)."""
+    w_ih, w_hh, b_ih, b_hh, w_hr = w
+    hidden = _shape(w_hh)[0] // _GATES[kind]
     steps = _shape(x)[0]
     if kind == "lstm":      # both biases outside the loop; the GRU keeps b_hn inside r (...)
         bias = b_ih if b_hh is None else b_hh if b_ih is None else b_ih + b_hh
@@ -143,6 +144,8 @@ def _direction(kind: str, x: Any, h: Any, c: Any, w: tuple[Any, ...],
         if kind == "lstm":
             gates = gi[t] if h is None else gi[t] + F.linear(h, w_hh)
             h, c = _lstm_update(gates, c, hidden)
+            if w_hr is not None:
+                h = F.linear(h, w_hr)       # proj_size: h_t = W_hr (o tanh(c_t))
         else:
             gh = b_hh if h is None else F.linear(h, w_hh, b_hh)
             h = _gru_update(gi[t], gh, h, hidden)
@@ -150,29 +153,35 @@ def _direction(kind: str, x: Any, h: Any, c: Any, w: tuple[Any, ...],
     return _tensor.stack(outputs, axis=0), h, c
 
 
-def _check_weights(name: str, weights: Any, directions: int, input_size: int,
-                   gates: int) -> tuple[list[tuple[Any, ...]], int]:
-    weights = [tuple(w) for w in weights]
+def _check_weights(name: str, weights: list[tuple[Any, ...]], directions: int,
+                   input_size: int, gates: int) -> tuple[list[tuple[Any, ...]], int, int]:
+    """Each (w_ih, w_hh, b_ih, b_hh, w_hr) (None where absent), H and the state's size P."""
+    sizes = (2, 3, 4, 5) if gates == 4 else (2, 4)
     if not weights or len(weights) % directions:
         raise ValueError(f"{name}: weights hold one (w_ih, w_hh[, b_ih, b_hh]) per layer "
                          f"and direction ({directions} a layer), not {len(weights)}")
-    hidden = None
+    first = _shape(weights[0][1]) if len(weights[0]) > 1 else ()
+    hidden, state = (first[0] // gates, first[1]) if len(first) == 2 else (0, 0)
+    out = []
     for k, w in enumerate(weights):
-        if len(w) not in (2, 4):
+        if len(w) not in sizes:
             raise ValueError(f"{name}: weights[{k}] holds {len(w)} arrays, not (w_ih, w_hh) "
-                             f"or (w_ih, w_hh, b_ih, b_hh)")
-        s_hh = _shape(w[1])
-        if hidden is None:
-            hidden = s_hh[-1] if s_hh else 0
-        size = input_size if k < directions else directions * hidden
-        expected = [(gates * hidden, size), (gates * hidden, hidden)] + \
-            [(gates * hidden,)] * (len(w) - 2)
+                             f"or (w_ih, w_hh, b_ih, b_hh)" + (", with w_hr after them "
+                                                              "(proj_size)" if gates == 4
+                                                              else ""))
+        biased = len(w) >= 4
+        w_hr = w[-1] if len(w) in (3, 5) else None
+        size = input_size if k < directions else directions * state
+        expected = [(gates * hidden, size), (gates * hidden, state)] + \
+            [(gates * hidden,)] * (2 if biased else 0) + \
+            ([(state, hidden)] if w_hr is not None else [])
         got = [_shape(a) for a in w]
-        if got != expected:
+        if got != expected or (w_hr is None and state != hidden):
             raise ShapeError(f"{name}: weights[{k}] (layer {k // directions}) of shapes "
                              f"{got} must be {expected} (torch's weight_ih, weight_hh, "
-                             f"bias_ih, bias_hh)")
-    return [w if len(w) == 4 else w + (None, None) for w in weights], int(hidden or 0)
+                             f"bias_ih, bias_hh{', weight_hr' if w_hr is not None else ''})")
+        out.append((w[0], w[1]) + (tuple(w[2:4]) if biased else (None, None)) + (w_hr,))
+    return out, hidden, state
 
 
 def _layers(kind: str, input: Any, weights: Any, hx: Any, bidirectional: bool,
@@ -189,7 +198,7 @@ def _layers(kind: str, input: Any, weights: Any, hx: Any, bidirectional: bool,
     if len(first) == 2 and first[1] != shape[-1]:
         raise ShapeError(f"{name}: input of shape {shape} has {shape[-1]} features; the "
                          f"layer takes input_size={first[1]} (the last axis)")
-    ws, hidden = _check_weights(name, weights, directions, shape[-1], gates)
+    ws, hidden, size = _check_weights(name, weights, directions, shape[-1], gates)
     layers = len(ws) // directions
     unbatched = len(shape) == 2
     if unbatched:
@@ -199,7 +208,8 @@ def _layers(kind: str, input: Any, weights: Any, hx: Any, bidirectional: bool,
     steps, batch = _shape(x)[:2]
     if steps == 0:
         raise ValueError(f"{name}: the sequence is empty (length 0); give at least one step")
-    states = _initial_states(name, kind, hx, layers * directions, batch, hidden, unbatched)
+    states = _initial_states(name, kind, hx, layers * directions, batch, hidden, size,
+                             unbatched)
     last_h, last_c = [], []
     for layer in range(layers):
         outs = []
@@ -216,8 +226,8 @@ def _layers(kind: str, input: Any, weights: Any, hx: Any, bidirectional: bool,
     h_n = _tensor.stack(last_h, axis=0)
     c_n = _tensor.stack(last_c, axis=0) if kind == "lstm" else None
     if unbatched:
-        x = x.reshape((steps, directions * hidden))
-        h_n = h_n.reshape((layers * directions, hidden))
+        x = x.reshape((steps, directions * size))
+        h_n = h_n.reshape((layers * directions, size))
         c_n = None if c_n is None else c_n.reshape((layers * directions, hidden))
     elif batch_first:
         x = x.transpose((1, 0, 2))
@@ -225,8 +235,9 @@ def _layers(kind: str, input: Any, weights: Any, hx: Any, bidirectional: bool,
 
 
 def _initial_states(name: str, kind: str, hx: Any, count: int, batch: int, hidden: int,
-                    unbatched: bool) -> list[tuple[Any, Any]]:
-    """Per layer and direction (h0, c0), None standing for zeros."""
+                    size: int, unbatched: bool) -> list[tuple[Any, Any]]:
+    """Per layer and direction (h0, c0), None standing for zeros; h0 of the state's
+    ``size`` (proj_size, or H), c0 of H."""
     if hx is None:
         return [(None, None)] * count
     if kind == "lstm":
@@ -235,15 +246,15 @@ def _initial_states(name: str, kind: str, hx: Any, count: int, batch: int, hidde
         pair = list(hx)
     else:
         pair = [hx]
-    expected = (count, hidden) if unbatched else (count, batch, hidden)
-    for what, s in zip(("h_0", "c_0"), pair):
-        if _shape(s) != expected:
-            raise ShapeError(f"{name}: {what} of shape {_shape(s)} must be {expected} "
+    lead = (count,) if unbatched else (count, batch)
+    for what, s, n in zip(("h_0", "c_0"), pair, (size, hidden)):
+        if _shape(s) != lead + (n,):
+            raise ShapeError(f"{name}: {what} of shape {_shape(s)} must be {lead + (n,)} "
                              f"(num_layers * num_directions{'' if unbatched else ', N'}, "
-                             f"hidden_size)")
+                             f"{'proj_size' if n != hidden else 'hidden_size'})")
     if unbatched:
-        pair = [s.reshape((count, 1, hidden)) if hasattr(s, "reshape") else
-                np.reshape(s, (count, 1, hidden)) for s in pair]
+        pair = [s.reshape((count, 1, n)) if hasattr(s, "reshape") else
+                np.reshape(s, (count, 1, n)) for s, n in zip(pair, (size, hidden))]
     if kind == "lstm":
         return [(pair[0][k], pair[1][k]) for k in range(count)]
     return [(pair[0][k], None) for k in range(count)]
@@ -257,7 +268,9 @@ def lstm(input: Any, weights: Any, hx: Any = None, bidirectional: bool = False,
     ``input`` is (L, N, I), (N, L, I) with ``batch_first``, or unbatched (L, I); ``weights``
     one tuple ``(w_ih, w_hh[, b_ih, b_hh])`` per layer and direction (layer 0, layer 0
     reversed, layer 1...: torch's ``weight_ih_l0``, ``weight_ih_l0_reverse``...); ``hx``
-    ``(h_0, c_0)``, each (layers * directions, N, H) (None: zeros). ``dropout`` applies to
+    ``(h_0, c_0)``, each (layers * directions, N, H) (None: zeros). With torch's
+    ``proj_size``, each tuple ends in ``w_hr`` (P, H): the state ``h`` is ``W_hr (o
+    tanh(c))``, of size P (h_0 and the outputs too). ``dropout`` applies to
     every layer's output but the last, when ``training``, with masks from ``generator``.
     Returns ``(output, (h_n, c_n))``: output (L, N, directions * H) (batch first when the
     input is), the reversed direction's outputs after the forward one's.

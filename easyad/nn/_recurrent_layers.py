@@ -76,8 +76,10 @@ class LSTM(_Recurrent):
     (num_layers * num_directions, N, hidden_size); returns ``(output, (h_n, c_n))``.
     ``dropout`` acts between layers in training mode only. Parameters ``weight_ih_l{k}``
     (4 hidden_size, in), ``weight_hh_l{k}`` (4 hidden_size, hidden_size), ``bias_ih_l{k}``,
-    ``bias_hh_l{k}`` (4 hidden_size,), and ``..._reverse`` when bidirectional.
-    ``proj_size`` is not supported.
+    ``bias_hh_l{k}`` (4 hidden_size,), and ``..._reverse`` when bidirectional. With
+    ``proj_size`` P > 0, torch's projected LSTM: ``weight_hr_l{k}`` (P, hidden_size) maps
+    each step's ``o tanh(c)`` to the state h (and the output) of size P, ``weight_hh``
+    is (4 hidden_size, P) and h_0 (..., P).
 
     >>> import numpy as np, easyad as ad
     >>> lstm = ad.nn.LSTM(3, 5, num_layers=2, batch_first=True, generator=0)
@@ -94,9 +96,9 @@ class LSTM(_Recurrent):
                  bidirectional: bool = False, proj_size: int = 0, generator: Any = None,
                  dtype: Any = None, device: Any = None) -> None:
         name = type(self).__name__
-        if proj_size:
-            raise NotImplementedError(f"{name}: proj_size is not supported (project the "
-                                      f"outputs with an nn.Linear instead)")
+        if proj_size < 0 or proj_size and proj_size >= hidden_size:
+            raise ValueError(f"{name}: proj_size={proj_size} must be 0 (none) or between 1 "
+                             f"and hidden_size={hidden_size} - 1 (torch's rule)")
         if int(num_layers) < 1 or int(hidden_size) < 1 or int(input_size) < 1:
             raise ValueError(f"{name}: input_size, hidden_size and num_layers must be "
                              f"positive, not {input_size}, {hidden_size}, {num_layers}")
@@ -109,25 +111,29 @@ class LSTM(_Recurrent):
         self.input_size, self.hidden_size = int(input_size), int(hidden_size)
         self.num_layers, self.bias, self.batch_first = int(num_layers), bool(bias), batch_first
         self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
+        self.proj_size = int(proj_size)
         self.generator = None if generator is None else _random.resolve(generator)
         g, h = self.gates * self.hidden_size, self.hidden_size
+        p = self.proj_size or h         # the state's size
         shapes: list[tuple[str, tuple[int, ...]]] = []
         for layer in range(self.num_layers):
-            size = self.input_size if layer == 0 else h * (2 if bidirectional else 1)
+            size = self.input_size if layer == 0 else p * (2 if bidirectional else 1)
             for suffix in self._suffixes():
                 shapes += [(f"weight_ih_l{layer}{suffix}", (g, size)),
-                           (f"weight_hh_l{layer}{suffix}", (g, h))]
+                           (f"weight_hh_l{layer}{suffix}", (g, p))]
                 if bias:
                     shapes += [(f"bias_ih_l{layer}{suffix}", (g,)),
                                (f"bias_hh_l{layer}{suffix}", (g,))]
+                if self.proj_size:
+                    shapes += [(f"weight_hr_l{layer}{suffix}", (p, h))]
         self._make(shapes, h, self.generator, dtype, device)
 
     def _suffixes(self) -> tuple[str, ...]:
         return ("", "_reverse") if self.bidirectional else ("",)
 
     def _weights(self, tape: Any) -> list[tuple[Any, ...]]:
-        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh") if self.bias else \
-            ("weight_ih", "weight_hh")
+        names = ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if self.bias else ()) + \
+            (("weight_hr",) if self.proj_size else ())
         return [tuple(self._tensor(f"{n}_l{layer}{suffix}", tape) for n in names)
                 for layer in range(self.num_layers) for suffix in self._suffixes()]
 
@@ -140,7 +146,8 @@ class LSTM(_Recurrent):
         extra = "".join(f", {k}={v}" for k, v, default in (
             ("num_layers", self.num_layers, 1), ("bias", self.bias, True),
             ("batch_first", self.batch_first, False), ("dropout", self.dropout, 0.0),
-            ("bidirectional", self.bidirectional, False)) if v != default)
+            ("bidirectional", self.bidirectional, False),
+            ("proj_size", getattr(self, "proj_size", 0), 0)) if v != default)
         return f"{self.input_size}, {self.hidden_size}{extra}"
 
 
