@@ -49,6 +49,8 @@ cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object 
     cdef Node node, other
     cdef tuple inputs
     cdef object g, c, previous, contributions, vjp
+    # adjoints this sweep made for slices to add into in place (entry -> its array)
+    cdef dict owned = {}
     d._node_adjoints = tensor_adjoints
     found = nodes.get(output)
     if found is not None and not (<Node>found).scalar_output:
@@ -75,11 +77,15 @@ cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object 
             g = tensor_adjoints.get(k)
         else:
             g = tensor_adjoints.pop(k, None)
+        owned.pop(k, None)       # nothing reaches k any more: its buffer is no longer ours
         if g is not None:
             vjp = node.vjp
             if vjp is _released_vjp:
                 raise RuntimeError(f"entry {k} of {lst!r} ({node.label}): {_RELEASED}")
-            if type(vjp) is ElementwiseStep:     # the commonest node: its kernels from C
+            if type(vjp) is KeySliceStep and not _anomaly_mode and \
+                    _slice_into(lst, tensor_adjoints, owned, <KeySliceStep>vjp, inputs, g):
+                contributions = ()      # added in place already
+            elif type(vjp) is ElementwiseStep:     # the commonest node: its kernels from C
                 contributions = (<ElementwiseStep>vjp).adjoints(g)
             elif isinstance(vjp, _CoreStep):     # sum, getitem, matmul...: from C too
                 contributions = (<_CoreStep>vjp).adjoints(g)
@@ -112,3 +118,34 @@ cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object 
     if hi >= 0:
         lst._sweep_range(adjoints, 0, hi)
     return 0
+
+
+cdef bint _slice_into(WengertList lst, dict tensor_adjoints, dict owned, KeySliceStep step,
+                      tuple inputs, object g) except -1:
+    """getitem's adjoint added in place at its key into the operand's adjoint, when that is
+    an array this sweep made for it (zeros at the first slice): a loop over ``x[t]`` costs
+    one array of x's shape, not one per step. False (nothing done) where the general path
+    must run: another device, another dtype, an operand that is not a tensor node, an
+    adjoint made elsewhere of another dtype."""
+    cdef Py_ssize_t inp
+    if not inputs or type(step.be) is not _numpy_backend or type(g) is not _NDARRAY or \
+            (<cnp.ndarray>g).dtype is not step.dtype:
+        return False
+    inp = <Py_ssize_t>inputs[0]
+    if inp < 0 or lst._ops[inp] != OP_NODE or (<Node>lst._nodes[inp]).scalar_output:
+        return False
+    previous = tensor_adjoints.get(inp)
+    buf = owned.get(inp)
+    if buf is None or buf is not previous:
+        if previous is None:
+            buf = _tracked(step.be, _empty(step.shape, step.dtype, True))
+        elif type(previous) is _NDARRAY and (<cnp.ndarray>previous).dtype is step.dtype \
+                and previous.shape == step.shape:
+            buf = _tracked(step.be, previous.copy())
+        else:
+            return False
+        owned[inp] = buf
+        tensor_adjoints[inp] = buf
+    view = buf[step.key]
+    view += g
+    return True

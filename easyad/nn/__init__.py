@@ -13,8 +13,10 @@ Layout: ``_parameter`` (Parameter) -> ``_module`` (Module, Sequential) -> ``func
 device; ``_conv_functional``: convolution and pooling; ``_norm_functional``: norms,
 embedding, attention) -> ``_layers`` (Linear, ReLU, ...), ``_conv_layers`` (Conv2d,
 MaxPool2d, Flatten, ...), ``_norm_layers`` (LayerNorm, BatchNorm2d, Embedding, ...),
-``_attention`` (MultiheadAttention); ``init`` (PyTorch's initialisations); ``utils``
-(gradient clipping); ``_checkpoint`` (a model, optimizer and scheduler in one file).
+``_attention`` (MultiheadAttention); ``_recurrent`` (lstm, gru and their cells'
+functions) -> ``_recurrent_layers`` (LSTM, GRU, LSTMCell, GRUCell); ``init`` (PyTorch's
+initialisations); ``utils`` (gradient clipping); ``_checkpoint`` (a model, optimizer and
+scheduler in one file).
 
 Examples
 --------
@@ -39,6 +41,8 @@ from easyad.nn._module import Function, Module, Sequential, as_module, functiona
 from easyad.nn._norm_layers import (BatchNorm1d, BatchNorm2d, Embedding, GroupNorm,
                                     LayerNorm)
 from easyad.nn._parameter import Parameter
+from easyad.nn._recurrent import gru, gru_cell, lstm, lstm_cell
+from easyad.nn._recurrent_layers import GRU, LSTM, GRUCell, LSTMCell
 from easyad.nn.functional import (binary_cross_entropy, binary_cross_entropy_with_logits,
                                   cross_entropy, l1_loss, mse_loss, nll_loss)
 
@@ -46,6 +50,7 @@ __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "Conv1d", "Conv2d", "ConvTranspose2
            "Flatten", "MaxPool2d",
            "BatchNorm1d", "BatchNorm2d", "Embedding", "GroupNorm", "LayerNorm",
            "MultiheadAttention", "load_checkpoint", "save_checkpoint",
+           "GRU", "GRUCell", "LSTM", "LSTMCell", "gru", "gru_cell", "lstm", "lstm_cell",
            "Dropout", "Function", "GELU", "Identity", "Linear", "LogSoftmax", "Module",
            "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "as_module",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",

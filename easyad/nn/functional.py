@@ -61,7 +61,10 @@ def sigmoid(x: Any) -> Any:
     """
     if isinstance(x, Tensor):
         return _tensor.sigmoid(x)       # one tape entry, the stable form on each side of 0
-    return _sigmoid_values(np.asarray(x, dtype=float))
+    if isinstance(x, (np.ndarray, list, tuple, float, int)) and \
+            np.asarray(x).dtype.kind in "fiub":
+        return _sigmoid_values(np.asarray(x, dtype=float))
+    return _core.expit(x)       # TraceTensors, vmap's batches, Records: the rule table's
 
 
 def _sigmoid_values(x: np.ndarray) -> np.ndarray:

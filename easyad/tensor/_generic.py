@@ -114,6 +114,8 @@ def stack(tensors: Any, axis: int = 0) -> Any:
         traced = next((t for t in tensors if type(t).__name__ == "TraceTensor"), None)
         if traced is not None:
             return type(traced).stack(tensors, axis)
+        if any(isinstance(t, BatchedBase) for t in tensors):
+            return np.stack(tensors, axis=axis)     # vmap's batches: their own stack
         return _structural.stack(tensors, axis)
     return np.stack(tensors, axis=axis)
 
