@@ -66,6 +66,14 @@ def test_digits_first_loss_is_torchs(digits):
     assert float(ours) == pytest.approx(theirs.item(), rel=1e-12)
 
 
+def test_digits_full_replayed_run_reaches_the_target(digits, tmp_path):
+    # the full training (about 3 s of one core replayed; eager is held to the replayed
+    # steps above); a miss raises SystemExit inside main
+    results = digits.main(["--mode", "replayed", "--out", str(tmp_path)])
+    assert len(results["replayed"]["accuracies"]) == 20
+    assert results["replayed"]["accuracies"][-1] >= 0.97
+
+
 def test_digits_full_run_fails_when_the_target_is_missed(digits, tmp_path):
     # one epoch cannot reach 97%: a full run must exit non-zero, naming the mode
     with pytest.raises(SystemExit, match="eager missed the 97% test accuracy target"):
