@@ -58,6 +58,12 @@ run)
     if [ "${PROFILE:-1}" = 1 ]; then
         (cd benchmarks && timeout 90 python3 gpu_profile.py) > "$out/profile.txt" 2>&1 || true
     fi
+    # conv2d by both OpenCL routes (im2col + GEMM, a kernel per op): where each wins here
+    if [ "${CONV:-1}" = 1 ]; then
+        timeout "${CONV_TIMEOUT:-60}" python3 benchmarks/conv_opencl.py --rounds 5 \
+            > "$out/conv.txt" 2>&1 || echo "conv: exit $?"
+        cat "$out/conv.txt"
+    fi
     # dask's scaling on this machine's cores (issue 29; dask's wheels in .whl/ too:
     # `gpu.sh fetch` takes them): each process T threads, so 2 workers have cores of their own
     if [ "${DASK:-1}" = 1 ] && python3 -c "import distributed" 2>/dev/null; then
@@ -68,8 +74,13 @@ run)
     fi
     # every test file that runs on an OpenCL device, over 12 workers (pytest-xdist is there)
     tests=$(grep -l -i -E "opencl|_cl\b|device" tests/test_*.py | tr '\n' ' ')
-    # SIGINT at the limit: pytest stops and still writes its summary and the junit report
-    timeout -s INT "${TEST_TIMEOUT:-240}" python3 -m pytest -p no:cacheprovider -n "${WORKERS:-12}" --timeout 150 \
+    # SIGINT at the limit: pytest stops and still writes its summary and the junit report;
+    # the limit is cut to what RUN_LIMIT (the device call's seconds) leaves, less 20 s
+    limit=${TEST_TIMEOUT:-240}
+    left=$(( ${RUN_LIMIT:-100000} - SECONDS - 20 ))
+    if [ "$left" -lt "$limit" ]; then limit=$(( left > 10 ? left : 10 )); fi
+    echo "tests: ${limit} s"
+    timeout -s INT "$limit" python3 -m pytest -p no:cacheprovider -n "${WORKERS:-12}" --timeout 150 \
         --junitxml "$out/junit.xml" -rfE $tests > "$out/tests.txt" 2>&1 \
         || echo "tests: exit $?"
     tail -25 "$out/tests.txt" ;;

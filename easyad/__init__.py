@@ -95,7 +95,7 @@ from easyad.ops import (  # noqa: E402  numpy's functions on tensors
 )
 
 # subpackages, last: they build on the names above (pure Python, numpy only)
-from easyad import nn, optim, random  # noqa: E402
+from easyad import data, nn, optim, random  # noqa: E402
 from easyad import scipy  # noqa: E402  (SciPy with easyad's derivatives)
 from easyad import distributed  # noqa: E402  (dask arrays in, dask arrays out; dask lazily)
 from easyad.transforms.checkpoint import checkpoint  # noqa: E402
@@ -136,7 +136,7 @@ __all__ = [
     "prod", "repeat", "roll", "sort", "split", "squeeze", "std", "swapaxes",
     "take", "take_along_axis", "tensordot", "tile", "trace", "tril", "triu", "var",
     # neural networks
-    "nn", "optim", "random",
+    "data", "nn", "optim", "random",
     # transforms (easyad/transforms/)
     "checkpoint", "fori_loop", "scan",
     # implicit differentiation (easyad/transforms/implicit.py)

@@ -61,6 +61,8 @@ CONTRACT = {
     "ArrayPrimitive", "ShapeDtype",
     # neural networks (issue 5): subpackages
     "nn", "optim", "random",
+    # training utilities (issue 28 item 2): mini-batches of arrays
+    "data",
     # differentiable linear algebra (issue 26): a subpackage
     "linalg",
     # SciPy with easyad's derivatives (issue 26): a subpackage

@@ -253,15 +253,22 @@ def test_guards_checked_at_every_point(opencl_device, launches):
     np.testing.assert_allclose(grads, want_grads, rtol=1e-12)
 
 
+INDEX = np.array([2, 0, 4, 2, 1])     # a repeated index: the gradient's scatter-add
+
+
 def test_backend_steps_replay_per_point(opencl_device, launches):
-    """A program with a matmul keeps one replay per point, with the right numbers."""
+    """A program with a backend step that works on one point (a scatter-add) keeps one
+    replay per point, with the right numbers (matmul and reduce steps batch:
+    test_batch_cl_matmul.py)."""
     X = np.random.default_rng(6).normal(size=(3, 5))
-    A = np.random.default_rng(8).normal(size=(4, 5))
-    M = ad.record(lambda x: ad.sum(ad.tanh(x @ A.T)), np.ones(5), tensor=True,
+    M = ad.record(lambda x: ad.sum(ad.tanh(x[INDEX])), np.ones(5), tensor=True,
                   device=opencl_device)
-    values = M(X)
-    np.testing.assert_allclose(values, np.tanh(X @ A.T).sum(axis=1), rtol=1e-12)
-    assert batch_cl.batched(M._bound["value"]) is None
+    values, grads = M.value_and_gradient(X)
+    np.testing.assert_allclose(values, np.tanh(X[:, INDEX]).sum(axis=1), rtol=1e-12)
+    want = np.zeros_like(X)
+    np.add.at(want, (slice(None), INDEX), 1 - np.tanh(X[:, INDEX]) ** 2)
+    np.testing.assert_allclose(grads, want, rtol=1e-12)
+    assert batch_cl.batched(M._bound["gradient"]) is None
     assert launches == {}
 
 
@@ -306,11 +313,17 @@ def test_rows_already_on_the_device(opencl_device, launches, monkeypatch):
     assert uploads and (40, 16) not in uploads
     with pytest.raises(ValueError, match="dtype"):
         F.value_and_gradient(rows._data.astype(np.float32))
-    # a program with a backend step replays the rows point by point
+    # a program with a backend step that works on one point replays the rows point by
+    # point; one with a matmul batches them
+    M = ad.record(lambda x: ad.sum(ad.tanh(x[INDEX])), np.ones(16), tensor=True,
+                  device=opencl_device)
+    np.testing.assert_allclose(M.value_and_gradient(rows)[0],
+                               np.tanh(X[:, INDEX]).sum(axis=1), rtol=1e-12)
     A = np.random.default_rng(8).normal(size=(3, 16))
     M = ad.record(lambda x: ad.sum(ad.tanh(x @ A.T)), np.ones(16), tensor=True,
                   device=opencl_device)
     np.testing.assert_allclose(M(rows), np.tanh(X @ A.T).sum(axis=1), rtol=1e-12)
+    assert batch_cl.batched(M._bound["value"]) is not None
 
 
 def test_structures_vector_outputs_and_unit_batches(opencl_device, launches):

@@ -13,7 +13,8 @@ Layout: ``_parameter`` (Parameter) -> ``_module`` (Module, Sequential) -> ``func
 device; ``_conv_functional``: convolution and pooling; ``_norm_functional``: norms,
 embedding, attention) -> ``_layers`` (Linear, ReLU, ...), ``_conv_layers`` (Conv2d,
 MaxPool2d, Flatten, ...), ``_norm_layers`` (LayerNorm, BatchNorm2d, Embedding, ...),
-``_attention`` (MultiheadAttention); ``init`` (PyTorch's initialisations).
+``_attention`` (MultiheadAttention); ``init`` (PyTorch's initialisations); ``utils``
+(gradient clipping); ``_checkpoint`` (a model, optimizer and scheduler in one file).
 
 Examples
 --------
@@ -27,10 +28,11 @@ Examples
 >>> d[model[0].weight].shape
 (4, 3)
 """
-from easyad.nn import functional, init
+from easyad.nn import functional, init, utils
 from easyad.nn._conv_layers import (AdaptiveAvgPool2d, AvgPool2d, Conv1d, Conv2d,
                                    ConvTranspose2d, Flatten, MaxPool2d)
 from easyad.nn._attention import MultiheadAttention
+from easyad.nn._checkpoint import load_checkpoint, save_checkpoint
 from easyad.nn._layers import (GELU, Dropout, Identity, Linear, LogSoftmax, ReLU, Sigmoid,
                                Softmax, Tanh)
 from easyad.nn._module import Function, Module, Sequential, as_module, functional_call
@@ -43,8 +45,8 @@ from easyad.nn.functional import (binary_cross_entropy, binary_cross_entropy_wit
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "Conv1d", "Conv2d", "ConvTranspose2d",
            "Flatten", "MaxPool2d",
            "BatchNorm1d", "BatchNorm2d", "Embedding", "GroupNorm", "LayerNorm",
-           "MultiheadAttention",
+           "MultiheadAttention", "load_checkpoint", "save_checkpoint",
            "Dropout", "Function", "GELU", "Identity", "Linear", "LogSoftmax", "Module",
            "Parameter", "ReLU", "Sequential", "Sigmoid", "Softmax", "Tanh", "as_module",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
-           "functional", "functional_call", "init", "l1_loss", "mse_loss", "nll_loss"]
+           "functional", "functional_call", "init", "l1_loss", "mse_loss", "nll_loss", "utils"]

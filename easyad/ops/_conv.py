@@ -29,8 +29,9 @@ adds); the weight's adjoint is one GEMM per group over ``N * prod(O)``. A few la
 N small ones (one per sample) or numpy's batched matmul ran 2-10x slower on this 2-core
 machine shared with other jobs (BLAS threads on small products). The same code runs on
 object arrays of Records and Traces (``as_strided`` and matmul take them), which makes the
-op a composition of scalar operations for the scalar engines. OpenCL: a kernel per op
-(``_conv_cl``), one work-item per element of the result.
+op a composition of scalar operations for the scalar engines. OpenCL: im2col and the
+backend's GEMM (``_conv_gemm_cl``), or for small products (depthwise) a kernel per op
+(``_conv_cl``), one work-item per element of the result; ``$EASYAD_OPENCL_CONV`` forces.
 
 Batching: the leading axes are batch axes already, so a batch axis of ``x`` among them
 needs no change of parameters (the weight is not batched: vmap of per-example weights is
@@ -47,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from easyad.errors import ShapeError
-from easyad.ops import _conv_cl
+from easyad.ops import _conv_cl, _conv_gemm_cl
 from easyad.ops._apply import OpStep, apply, call
 from easyad.ops._table import Op, register
 
@@ -379,11 +380,15 @@ def _no_batch(p: ConvParams, axis: int) -> tuple[ConvParams, int]:
                               "axis of them has no rule (map over it instead)")
 
 
-# ---- the OpenCL kernels (``_conv_cl``: one work-item per element of the result) ----
+# ---- OpenCL: im2col and the GEMM (``_conv_gemm_cl``) where the products are large
+# enough, else a kernel per op (``_conv_cl``: one work-item per result element) ----
 
 def _cl(name: str, which: str) -> Any:
     def lower(be: Any, p: ConvParams, a: Any, b: Any) -> Any:
         shape, _ = RULES[name](p, tuple(a.shape), tuple(b.shape))
+        done = _conv_gemm_cl.run(be, which, p, a, b, shape)
+        if done is not None:
+            return done
         d = len(p.size)          # (conv_weight; the others read d from the weight)
         if which == "conv":
             d = len(b.shape) - 2
@@ -406,16 +411,22 @@ def _cl(name: str, which: str) -> Any:
 
 
 def _sample(which: str) -> Any:
-    def sample(rng: Any, dtype: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        kw = {"stride": (2, 1), "padding": (1, 0, 1, 2), "dilation": (1, 2), "groups": 2}
-        x = rng.normal(size=(2, 4, 7, 6)).astype(dtype)
-        w = rng.normal(size=(6, 2, 3, 2)).astype(dtype)
-        g = rng.normal(size=(2, 6, 4, 6)).astype(dtype)
+    def one(rng: Any, dtype: Any, kw: dict[str, Any], xs: tuple[int, ...],
+            ws: tuple[int, ...], gs: tuple[int, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        x, w, g = (rng.normal(size=s).astype(dtype) for s in (xs, ws, gs))
         if which == "conv":
             return (x, w), kw
         if which == "transpose":
-            return (g, w), {**kw, "size": (7, 6)}
-        return (x, g), {**kw, "size": (3, 2)}
+            return (g, w), {**kw, "size": xs[2:]}
+        return (x, g), {**kw, "size": ws[2:]}
+
+    def sample(rng: Any, dtype: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        # the direct kernels' route (3 out channels a group), then the GEMM's (4, depth 18)
+        return [one(rng, dtype, {"stride": (2, 1), "padding": (1, 0, 1, 2),
+                                 "dilation": (1, 2), "groups": 2},
+                    (2, 4, 7, 6), (6, 2, 3, 2), (2, 6, 4, 6)),
+                one(rng, dtype, {"stride": (2, 1), "padding": (1,), "dilation": (1, 2),
+                                 "groups": 2}, (2, 4, 7, 6), (8, 2, 3, 3), (2, 8, 4, 4))]
     return sample
 
 

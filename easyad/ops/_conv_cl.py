@@ -43,7 +43,9 @@ _SOURCE = """
 #define SPLIT(E0, E1, E2, A0, A1, A2) \\
     const long A2 = id % E2; id /= E2; const long A1 = id % E1; id /= E1; \\
     const long A0 = id % E0; id /= E0;
+"""
 
+_KERNELS = """
 __kernel void easyad_conv(__global const T* x, __global const T* w, __global T* y,
                           const long total, const long C, const long Cout, const long Ci,
                           const long Co, GEOM) {{
@@ -169,10 +171,16 @@ __kernel void easyad_avg_pool_transpose(__global const T* g, __global T* out,
 """
 
 
-def _source(dtype: Any) -> str:
+def header(dtype: Any) -> str:
+    """The geometry macros (GEOM, T, WINDOW_LOOP, COVER_LOOP, SPLIT) for ``dtype``: the
+    head of every convolution program (``_conv_gemm_cl``'s too)."""
     t = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}[np.dtype(dtype)]
     head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if t == "double" else ""
     return head + _SOURCE.format(geom=_GEOM, t=t)
+
+
+def _source(dtype: Any) -> str:
+    return header(dtype) + _KERNELS.format()
 
 
 def _three(values: tuple[int, ...], fill: int) -> tuple[int, ...]:

@@ -27,7 +27,8 @@ An ``Op`` is one registration holding everything every engine needs:
 - ``sample(rng, dtype) -> (operands, params)``: a small call, with which a child process
   builds, runs and checks the OpenCL kernel against the numpy lowering before any process
   of the user's builds it (``tensor/_proofs``: a driver that crashes on it takes only the
-  child down, and the op then runs on the host);
+  child down, and the op then runs on the host); or a list of such calls, each checked
+  (an op whose lowering takes several routes by shape gives one call per route);
 - ``composite_first``: the composite runs on the numpy device too (its primitives are that
   backend's own kernels: the older structural ops, whose eager results stay bit for bit);
   ``numpy`` is then the reference and the object arrays' form;

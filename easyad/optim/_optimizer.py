@@ -3,7 +3,9 @@
 ``opt.step(d)`` takes the derivatives of one step: the ``Derivatives`` of the loss (each
 parameter's gradient is ``d[p]``, read from the variable the forward pass recorded for it
 on ``d``'s list), the loss Record itself (its ``derivatives()`` are taken), or the
-gradients as a mapping ``{parameter: array}`` or a sequence in parameter order. Parameters
+gradients as a mapping ``{parameter: array}`` (``nn.utils.clip_grad_norm_``'s
+``Gradients``: the parameters it left out are read from the sweep it came from) or a
+sequence in parameter order. Parameters
 the step did not record are left alone, as PyTorch skips parameters whose ``grad`` is None.
 Gradients are never accumulated between steps, so there is no ``zero_grad``.
 
@@ -109,7 +111,16 @@ class Optimizer:
             return found
         # the gradients are only read: the updates work in their own scratch arrays
         if isinstance(gradients, Mapping):
-            return {id(p): np.asarray(g) for p, g in gradients.items() if g is not None}
+            given = {id(p): np.asarray(g) for p, g in gradients.items() if g is not None}
+            sweep = getattr(gradients, "derivatives", None)   # nn.utils.Gradients' source
+            if isinstance(sweep, Derivatives):
+                for p in params:         # parameters left out of the clipping: their own
+                    if id(p) not in given and p.requires_grad:
+                        g = p._device_adjoint(sweep)
+                        g = p._adjoint(sweep) if g is None else g
+                        if g is not None:
+                            given[id(p)] = g
+            return given
         if isinstance(gradients, Iterable):
             grads = list(gradients)
             if len(grads) != len(params):

@@ -15,16 +15,22 @@ reduction to one number gives one partial per work-item of its point, added up p
 point by one backend ``reduce`` over the last axis (none when each point has one
 work-item, as on a CPU device with many points).
 
-Only programs made of group kernels and guards run this way (``batchable``): a guard (a
-value f read on the host while recorded) is checked at every point at once, and where any
-point reads another value, ``Diverged`` sends the batch back to one replay per point
-(each point retapes or raises there, as alone); any other backend step (matmul,
-cross-entropy, ...) works on one point's buffers, so such a program keeps one replay per
-point. Work per point: on a GPU a work-group of at least a warp per point (several small
-points a group; work-items per element, or strided loops for reductions); on a CPU
-device one work-item per point when there are enough points to fill the cores (its
-vector loop runs the whole point), more when there are few. B is split into chunks whose
-buffers fit the device (``_BUDGET``), each chunk one launch per kernel.
+Programs made of group kernels, guards and matmul, reduce and linear steps run this way
+(``batchable``): a guard (a value f read on the host while recorded) is checked at every
+point at once, and where any point reads another value, ``Diverged`` sends the batch back
+to one replay per point (each point retapes or raises there, as alone); a matmul step is
+one batched product for all the points of a chunk, a reduce step one reduction
+(``batch_steps``: point b's operand at ``b * size``, a shared one at batch stride 0, the
+points' rows of x @ W one matrix; transposed operands read in place). Any other backend
+step (cross-entropy, scatter-adds, host calls, ...) works on one point's buffers, so
+such a program keeps one replay per point.
+
+Work per point: on a GPU a work-group of at least a warp per point (several small points
+a group; work-items per element, or strided loops for reductions); on a CPU device one
+work-item per point when there are enough points to fill the cores (its vector loop runs
+the whole point), more when there are few. B is split into chunks whose buffers fit the
+device (``_BUDGET``), each chunk one launch per kernel and one product
+per matmul step.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from easyad.compiler.program.batch_steps import STEPS, BatchStep
 from easyad.compiler.program.fused_cl import FusedCLProgram, HostStep, Launch
 from easyad.compiler.program.render_cl import Kernel, render_kernels
 from easyad.errors import CompilerWarning, DeviceError
@@ -54,7 +61,7 @@ def _enqueue(kernel: Any, queue: Any, global_size: tuple[int, ...],
 
 def batched(fused: Any) -> "BatchedCLProgram | None":
     """The batched form of ``fused`` (a ``FusedCLProgram``), made once per program; None
-    when it has a backend step (then: one replay per point)."""
+    when it has a backend step that works on one point (then: one replay per point)."""
     if not isinstance(fused, FusedCLProgram):
         return None
     if fused not in _kept:
@@ -76,9 +83,11 @@ class Diverged(Exception):
 
 
 def batchable(fused: FusedCLProgram) -> bool:
-    """Whether every step of the program is a group kernel or a guard (a value read on
-    the host, checked at every point); any other backend step works on one point."""
-    return all(step.instruction.op == "guard" for step in fused.steps
+    """Whether every step of the program is a group kernel, a guard (a value read on
+    the host, checked at every point) or a backend step run for all points at once
+    (``batch_steps``: matmul, reduce, linear); any other backend step works on one
+    point."""
+    return all(step.instruction.op in STEPS for step in fused.steps
                if type(step) is HostStep)
 
 
@@ -114,11 +123,14 @@ class BatchedCLProgram:
         kernels, self.source = render_kernels(fused.plan, fused.needed_later, self.be,
                                               fused.real, fused.width, points=True)
         specs = iter([k for segment in kernels for k in segment])
-        self.steps: list[_BatchLaunch | _Guard] = []
+        self.steps: list[_BatchLaunch | _Guard | BatchStep] = []
         for step in fused.steps:
             if type(step) is HostStep:
                 ins = step.instruction
-                self.steps.append(_Guard(ins.ins[0], ins.params.recorded, ins.params.key))
+                if ins.op == "guard":
+                    self.steps.append(_Guard(ins.ins[0], ins.params.recorded, ins.params.key))
+                else:
+                    self.steps.append(BatchStep(ins, fused.plan.r, fused.plan.program.shapes))
                 continue
             spec = next(specs)
             assert type(step) is Launch and spec.name == step.spec.name  # one plan, one order
@@ -126,6 +138,9 @@ class BatchedCLProgram:
                                     + [np.int64] * (2 + len(spec.strides)))
             self.steps.append(_BatchLaunch(spec, kernel))
         self.launches = [step for step in self.steps if type(step) is _BatchLaunch]
+        # the slots backend steps make (a buffer of all the points, made by the step)
+        self.stepped = {o for step in self.steps if type(step) is BatchStep
+                        for o in step.instruction.outs}
 
     def run(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
         with self._lock:
@@ -169,21 +184,24 @@ class BatchedCLProgram:
         # the outputs, but for the shared ones and those a reduction makes
         made = sorted(({key for k in specs for kind, key in k.params
                         if kind == "slot"} | {plan.r(o) for o in plan.outputs})
-                      - outside - reduced)
+                      - outside - reduced - self.stepped)
         per_point = sum(math.prod(p.shapes[s]) * np.dtype(p.dtypes[s]).itemsize
-                        for s in made + sorted(batched_inputs) + sorted(reduced))
+                        for s in made + sorted(batched_inputs) + sorted(reduced)
+                        + sorted(self.stepped))
+        one = set(p.constants) | (set(self.fused.inputs) - batched_inputs)
+        shared = one.__contains__       # a root slot the same at every point
         chunk = max(1, min(count, _BUDGET // max(per_point, 1)))
         results = [np.empty((count,) + tuple(p.shapes[o]), dtype=p.dtypes[o])
                    for o in plan.outputs]
-        shared = {s: a if be.owns(a) else be.asarray(a, p.dtypes[s])
-                  for s, a in zip(self.fused.inputs, hosts) if s not in batched_inputs}
+        uploaded = {s: a if be.owns(a) else be.asarray(a, p.dtypes[s])
+                    for s, a in zip(self.fused.inputs, hosts) if s not in batched_inputs}
         try:
             for lo in range(0, count, chunk):
                 hi = min(count, lo + chunk)
                 arrays = list(self.fused.base)
                 for s, a in zip(self.fused.inputs, hosts):
                     if s not in batched_inputs:
-                        arrays[s] = shared[s]
+                        arrays[s] = uploaded[s]
                     elif type(a) is np.ndarray:
                         arrays[s] = be.asarray(a[lo:hi], p.dtypes[s])
                     else:             # device rows: the whole buffer, or a chunk's copy
@@ -193,6 +211,8 @@ class BatchedCLProgram:
                 for step in self.steps:
                     if type(step) is _BatchLaunch:
                         self._launch(arrays, hi - lo, stride, step)
+                    elif type(step) is BatchStep:
+                        step.run(be, arrays, hi - lo, shared)
                     else:
                         self._check(arrays, hi - lo, step, batched_inputs)
                 for k, o in enumerate(plan.outputs):

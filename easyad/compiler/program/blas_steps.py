@@ -23,7 +23,7 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 def _plain(plan: Any, slots: tuple[Any, ...]) -> bool:
     p = plan.program
-    dtypes = {p.dtypes[s] for s in slots if s is not None}
+    dtypes = {p.dtypes[s] for s in slots if type(s) is int}
     return all(s is None or (type(s) is int and len(p.shapes[s]) in (1, 2)
                              and s not in p.constants) for s in slots) \
         and len(dtypes) == 1 and dtypes <= set(_FLOATS)
