@@ -8,7 +8,8 @@
   step replays that program (``value_and_gradient``) on the next batch; Adam then
   updates the parameters from the replayed gradients.
 
-Both start from the same weights and see the same batches. A tqdm bar shows the loss and
+Both start from the same weights and see the same batches (``ad.data.DataLoader``,
+shuffled from a seed). A tqdm bar shows the loss and
 the test accuracy; the figure (matplotlib, Agg backend) has the loss per step and the test
 accuracy per epoch of both. A full run exits non-zero if a mode misses the accuracy target.
 
@@ -77,10 +78,11 @@ def train(mode: str, data: tuple[np.ndarray, ...], args: argparse.Namespace
     opt = optim.Adam(model.parameters(), lr=args.lr)
     schedule = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
     named = dict(model.named_parameters())
-    batches = len(x_train) // args.batch    # whole batches only: a replay keeps its shapes
-    if args.quick:
-        batches = min(batches, 4)
-    rng = np.random.default_rng(args.seed)     # the same batches in every mode
+    # the same batches in every mode (the order is a function of the seed and the epoch);
+    # whole batches only: a replayed program keeps the shapes it was recorded with
+    loader = ad.data.DataLoader(x_train, onehot, batch_size=args.batch, shuffle=True,
+                                seed=args.seed, drop_last=True)
+    batches = min(len(loader), 4) if args.quick else len(loader)
 
     started = time.perf_counter()
     step = None
@@ -95,18 +97,18 @@ def train(mode: str, data: tuple[np.ndarray, ...], args: argparse.Namespace
     stepping = first = 0.0   # the first step (with the recording) apart from the rest
     bar = tqdm(total=args.epochs * batches, desc=f"digits {mode}", unit="step")
     for _epoch in range(args.epochs):
-        order = rng.permutation(len(x_train))
-        for i in range(batches):
-            b = order[i * args.batch:(i + 1) * args.batch]
+        for i, (xb, tb) in enumerate(loader):
+            if i == batches:
+                break
             begun = time.perf_counter()
             if step is None:
                 lst = ad.WengertList()
-                loss = nn.cross_entropy(model(x_train[b], tape=lst), onehot[b])
+                loss = nn.cross_entropy(model(xb, tape=lst), tb)
                 opt.step(loss.derivatives())
                 losses.append(loss.number)
             else:
                 value, grads = step.value_and_gradient(
-                    {k: p.data for k, p in named.items()}, x_train[b], onehot[b])
+                    {k: p.data for k, p in named.items()}, xb, tb)
                 opt.step([grads[k] for k in named])
                 losses.append(float(value))
             if len(losses) == 1:        # replayed: the recording and its compilation

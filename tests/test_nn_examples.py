@@ -35,8 +35,14 @@ def digits():
     return _example("digits_cnn")
 
 
-def test_digits_quick_eager_and_replayed_agree(digits, tmp_path):
-    results = digits.main(["--quick", "--out", str(tmp_path)])
+@pytest.fixture(scope="module")
+def quick(digits, tmp_path_factory):
+    out = tmp_path_factory.mktemp("digits")
+    return digits.main(["--quick", "--out", str(out)]), out
+
+
+def test_digits_quick_eager_and_replayed_agree(quick):
+    results, out = quick
     eager, replayed = results["eager"], results["replayed"]
     assert len(eager["losses"]) == len(replayed["losses"]) == 4
     # the replayed program computes the eager step's loss and gradients (float32)
@@ -45,25 +51,28 @@ def test_digits_quick_eager_and_replayed_agree(digits, tmp_path):
         np.testing.assert_allclose(replayed["parameters"][name], p, rtol=1e-4, atol=1e-5,
                                    err_msg=name)
     assert abs(eager["losses"][0] - math.log(10)) < 0.3      # untrained: about uniform
-    assert (tmp_path / "digits_cnn.png").stat().st_size > 0
+    assert (out / "digits_cnn.png").stat().st_size > 0
 
 
-def test_digits_first_loss_is_torchs(digits):
-    """The example's data, model and first batch give torch's loss with the same weights."""
+def test_digits_first_loss_is_torchs(digits, quick):
+    """The example's data, model and first batch give torch's loss with the same weights,
+    in float64 here; the example's own first loss (float32) is that value too."""
     torch = pytest.importorskip("torch")
     x_train, y_train, _, _ = digits.load(np.float64, 0)
     assert x_train.shape == (1437, 1, 8, 8) and x_train.max() == 1.0
     model = digits.make_model(np.float64, 0)
-    batch = np.random.default_rng(0).permutation(len(x_train))[:64]  # the example's order
-    ours = digits.nn.cross_entropy(model(x_train[batch]), y_train[batch])
+    loader = digits.ad.data.DataLoader(x_train, y_train, batch_size=64, shuffle=True, seed=0,
+                                       drop_last=True)      # the example's batches
+    xb, yb = next(iter(loader))
+    ours = digits.nn.cross_entropy(model(xb), yb)
     tm = torch.nn.Sequential(
         torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Flatten(), torch.nn.Linear(128, 10)).double()
     tm.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
-    theirs = torch.nn.functional.cross_entropy(tm(torch.tensor(x_train[batch])),
-                                               torch.tensor(y_train[batch]))
+    theirs = torch.nn.functional.cross_entropy(tm(torch.tensor(xb)), torch.tensor(yb))
     assert float(ours) == pytest.approx(theirs.item(), rel=1e-12)
+    assert quick[0]["eager"]["losses"][0] == pytest.approx(theirs.item(), rel=1e-5)
 
 
 def test_digits_full_replayed_run_reaches_the_target(digits, tmp_path):
