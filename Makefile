@@ -5,9 +5,10 @@
 #   make docs    the documentation site, strict (warnings are errors) -> docs/_build/html
 #   make bench   the benchmarks against plain floats and peer libraries (.venv-bench); prints
 #                only: `make bench-write` also rewrites the committed benchmarks/results/*.md
-#   make examples  the nn examples (regression, classifier, replayed training), plots in
-#                  examples/out/; the SciPy fits (examples/scientific.py); implicit
-#                  differentiation (examples/implicit.py)
+#   make examples  the nn examples (regression, classifier, replayed training, the digits
+#                  CNN, a character-level transformer on docs/*.md), plots in examples/out/;
+#                  the SciPy fits (examples/scientific.py); implicit differentiation
+#                  (examples/implicit.py)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -31,12 +32,14 @@ $(VENV)/.deps-run: pyproject.toml | $(BIN)/python
 
 # the test references and tools on top: sympy, scipy, PyTorch 2.13.0 (CPU), mypy, ruff, sphinx,
 # dask and distributed (tests/test_dask.py's LocalCluster),
-# and what the examples need (tqdm, matplotlib), so tests/test_nn.py::test_examples_run runs
+# and what the examples need (tqdm, matplotlib, scikit-learn's bundled digits), so
+# tests/test_nn.py::test_examples_run and tests/test_nn_examples.py run
 $(VENV)/.deps-test: pyproject.toml Makefile $(VENV)/.deps-run
 	@echo "easyad: installing the test references and tools (sympy, scipy, PyTorch, ruff, sphinx, tqdm) into $(VENV) (once, a few minutes) ..."
 	$(PIP) pytest pytest-xdist hypothesis sympy mypy ruff "scipy>=1.10" "torch==2.13.0"
 	$(PIP) "dask[array]>=2024.1" "distributed>=2024.1"
 	$(PIP) "sphinx>=7" "myst-parser>=2" furo "matplotlib>=3.7" tqdm sphinx-mathjax-offline
+	$(PIP) scikit-learn threadpoolctl
 	touch $@
 
 # codegen (codegen/ -> easyad/_generated/) + cythonize + compile, each step only when its
@@ -66,15 +69,18 @@ docs: build $(VENV)/.deps-test
 	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
 	@echo "open docs/_build/html/index.html"
 
-# the 'examples' extra (tqdm, matplotlib), on top of the test environment
+# the 'examples' extra (tqdm, matplotlib, scikit-learn, threadpoolctl), on top of the test
+# environment
 $(VENV)/.examples: pyproject.toml $(VENV)/.deps-test
-	$(PIP) tqdm matplotlib
+	$(PIP) tqdm matplotlib scikit-learn threadpoolctl
 	touch $@
 
 examples: build $(VENV)/.examples
 	$(BIN)/python examples/regression.py --out examples/out
 	$(BIN)/python examples/classifier.py --out examples/out
 	$(BIN)/python examples/replayed_training.py
+	$(BIN)/python examples/digits_cnn.py --out examples/out
+	$(BIN)/python examples/text_attention.py --out examples/out
 	$(BIN)/python examples/scientific.py
 	$(BIN)/python examples/implicit.py
 	$(BIN)/python examples/distributed_training.py
