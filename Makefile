@@ -85,6 +85,7 @@ examples: build $(VENV)/.examples
 	$(BIN)/python examples/implicit.py
 	$(BIN)/python examples/distributed_training.py
 	$(BIN)/python examples/multistart.py
+	$(BIN)/python examples/monte_carlo.py
 
 BENCH := .venv-bench
 $(BENCH)/.deps: benchmarks/requirements.txt pyproject.toml
