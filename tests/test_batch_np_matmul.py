@@ -26,6 +26,8 @@ XL = _rng.normal(size=(3, 4))
 TL = _rng.normal(size=(3, 1))
 WC = _rng.normal(size=(4, 3))
 TARGET = np.array([2, 0, 1, 1])
+W3 = _rng.normal(size=(2, 4, 5)) / 2
+L = _rng.normal(size=(5, 3))
 
 
 def _t(a, like):
@@ -72,6 +74,14 @@ def entropy(x, m=ad):            # cross-entropy of tanh(x @ WC) (softmax_c's C 
     return torch.nn.functional.cross_entropy(torch.tanh(x @ _t(WC, x)), torch.tensor(TARGET))
 
 
+def stacked(x, m=ad):            # a shared stack of matrices against the point's matrix
+    return ad.sum(ad.sin(x @ W3)) if m is ad else torch.sum(torch.sin(x @ _t(W3, x)))
+
+
+def left(x, m=ad):               # a shared matrix on the left of the point's matrix
+    return ad.sum(ad.sin(L @ x)) if m is ad else torch.sum(torch.sin(_t(L, x) @ x))
+
+
 def parameters(d, m=ad):         # the point a layer's parameters: a bias row a point
     if m is ad:
         return ad.sum((nf.linear(ad.tanh(nf.linear(XL, d["w"], d["b"])), WO) - TL) ** 2)
@@ -82,7 +92,7 @@ def parameters(d, m=ad):         # the point a layer's parameters: a bias row a 
 
 PROGRAMS = {"mlp": (mlp, (6,)), "least squares": (least_squares, (6,)),
             "gram": (gram, (3, 4)), "layers": (layers, (3, 4)), "reduced": (reduced, (3, 4)),
-            "entropy": (entropy, (4, 4))}
+            "entropy": (entropy, (4, 4)), "stacked": (stacked, (3, 4)), "left": (left, (3, 2))}
 CASES = [(name, np.float64) for name in sorted(PROGRAMS)] + [
     ("mlp", np.float32), ("layers", np.float32)]
 
@@ -260,3 +270,14 @@ def test_one_c_loop_programs_keep_their_path(monkeypatch):
     values, grads = F.value_and_gradient(X)
     assert F._bound["gradient"].batchable()
     np.testing.assert_allclose(grads, np.cos(X) * X + np.sin(X), rtol=1e-14)
+
+
+def test_jacobian_is_one_batch(products):
+    """``F.jacobian``: the vjp program at every unit direction of the output, one batch
+    (one product per product step for all the directions)."""
+    F = ad.record(lambda x: ad.tanh(x @ W1) * 2.0, np.ones(6), tensor=True)
+    x = np.random.default_rng(48).normal(size=6)
+    t = np.tanh(x @ W1)
+    np.testing.assert_allclose(F.jacobian(x), (2 * (1 - t * t))[:, None] * W1.T,
+                               rtol=1e-12, atol=1e-14)
+    assert len(products) == 2 and all(a[0] == 6 for a, _ in products)
