@@ -104,7 +104,8 @@ class BatchedNumpyProgram:
                       for k, v in self.steps]
         self.per_point = sum((math.prod(sh) + sum(m)) * np.dtype(dt).itemsize
                              for sh, dt, m in written.values())
-        self.largest = max((math.prod(sh) for sh in p.shapes if sh is not None), default=1)
+        # the C loops' length: what C writes (a large constant such as W is not looped over)
+        self.largest = max((math.prod(sh) for sh, _, _ in written.values()), default=1)
 
     def run(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
         p = self.fused.plan.program
