@@ -281,3 +281,21 @@ def test_jacobian_is_one_batch(products):
     np.testing.assert_allclose(F.jacobian(x), (2 * (1 - t * t))[:, None] * W1.T,
                                rtol=1e-12, atol=1e-14)
     assert len(products) == 2 and all(a[0] == 6 for a, _ in products)
+
+
+def _scaled_by_argmax(x):     # a keyed guard (the argmax read on the host) and a product
+    return ad.sum(ad.tanh(x @ W1)) * float(1 + np.argmax(x))
+
+
+def test_a_keyed_guard_in_a_batch(products):
+    F = ad.record(_scaled_by_argmax, np.array([0.0, 1.0, 0.0, 0.5, 0.0, 0.0]), tensor=True)
+    X = np.random.default_rng(49).uniform(0.0, 1.0, size=(20, 6))
+    X[:, 1] = 2.0                                   # the recorded argmax at every point
+    values, grads = F.value_and_gradient(X)
+    t = np.tanh(X @ W1)
+    np.testing.assert_allclose(values, 2.0 * t.sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(grads, 2.0 * (1 - t * t) @ W1.T, rtol=1e-12, atol=1e-12)
+    assert batch_np.batched(F._bound["gradient"]) is not None and products
+    X[5, 3] = 3.0                                   # one point with another argmax
+    with pytest.raises(ad.BranchChangedError):
+        F.value_and_gradient(X)
