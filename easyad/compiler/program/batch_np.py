@@ -63,11 +63,23 @@ def batched(fused: Any) -> "BatchedNumpyProgram | None":
     """The step-wise batch of ``fused`` (a ``FusedProgram``), made once per program; None
     where a Python step works on one point only, or an output is written in place."""
     if fused not in _kept:
+        shapes = fused.plan.program.shapes
         ok = not fused.in_place and all(
-            fn is not None or item.op in _STEPS or id(item) in fused.lowered
+            fn is not None or id(item) in fused.lowered or _supported(item, shapes)
             for (fn, *_), (kind, item) in zip(fused.steps, fused.plan.schedule))
         _kept[fused] = BatchedNumpyProgram(fused) if ok else None
     return _kept[fused]
+
+
+def _supported(ins: Any, shapes: list[Any]) -> bool:
+    """Whether ``_RUN`` batches this Python step: linear's x a row or rows, its weight
+    and linear_vjp's operands matrices (as the program records them)."""
+    dims = [len(shapes[i]) if type(i) is int else None for i in ins.ins]
+    if ins.op == "linear":
+        return dims[0] in (1, 2) and dims[1] == 2
+    if ins.op == "linear_vjp":
+        return all(d in (None, 2) for d in dims) and dims[0] == 2
+    return ins.op in _STEPS
 
 
 class BatchedNumpyProgram:
