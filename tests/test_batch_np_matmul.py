@@ -299,3 +299,17 @@ def test_a_keyed_guard_in_a_batch(products):
     X[5, 3] = 3.0                                   # one point with another argmax
     with pytest.raises(ad.BranchChangedError):
         F.value_and_gradient(X)
+
+
+def test_other_python_steps_replay_point_by_point(products):
+    """A step ``batch_np`` does not batch (det: a backend op) keeps one replay per point."""
+    def f(x):
+        return ad.linalg.det(ad.tanh(x @ W1[:4, :4]).reshape((2, 2)) + 3.0)
+    F = ad.record(f, np.full(4, 0.1), tensor=True)
+    X = np.random.default_rng(50).normal(size=(5, 4)) / 4
+    values, grads = F.value_and_gradient(X)
+    assert batch_np.batched(F._bound["gradient"]) is None and not products
+    t = np.tanh(X @ W1[:4, :4]).reshape(5, 2, 2) + 3.0
+    np.testing.assert_allclose(values, np.linalg.det(t), rtol=1e-12)
+    for b in (0, 4):
+        np.testing.assert_array_equal(grads[b], F.gradient(X[b]))
