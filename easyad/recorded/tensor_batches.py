@@ -1,5 +1,6 @@
 """A ``TensorFunction`` over a batch of points (each leaf of x with one more leading
-axis): one C loop without the GIL on the numpy device (``compiler/program/fused_c.py``),
+axis): one C loop without the GIL on the numpy device (``compiler/program/fused_c.py``;
+with matmul steps, ``batch_np.py``: a C loop per run of C steps, a product per matmul),
 one launch per fused kernel on OpenCL (``compiler/program/batch_cl.py``), else one replay
 per point; and the batches of unit directions behind ``hessian`` and ``jacobian``. A
 mixin of ``TensorFunction`` (``easyad/_recorded.py``): batching is a transform of the
@@ -54,7 +55,9 @@ class TensorBatches(TensorInputs):
                  tangent_specs: Sequence[tuple[tuple[int, ...], Any]] | None = None
                  ) -> list[np.ndarray]:
         """``what`` at every point of the batch ``x``, outputs with a leading axis: one C
-        loop without the GIL where the fused program allows it (no Python step in it), on
+        loop without the GIL where the fused program allows it (no Python step in it),
+        else on the numpy device each C run over all points and each matmul/linear/
+        reduce step one product for the batch (``compiler.program.batch_np``), on
         an OpenCL device one launch per fused kernel (``compiler.program.batch_cl``: no
         backend step in it; x's leaves may be rows there already: Tensors or pyopencl
         arrays), else one replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the
@@ -77,8 +80,16 @@ class TensorBatches(TensorInputs):
         extra = list(tangents) if what in ("hvp", "vjp") else [self._learning_rate]
         from easyad.compiler.program.fused_c import FusedProgram
         bound = self._bind(what, xs, statics)
-        if isinstance(bound, FusedProgram) and bound.batchable():
-            return bound.run_batch(X + floats + extra + self._live(what), count)
+        if isinstance(bound, FusedProgram):
+            if bound.batchable():
+                return bound.run_batch(X + floats + extra + self._live(what), count)
+            from easyad.compiler.program import batch_np      # C runs and BLAS steps
+            program = batch_np.batched(bound)
+            try:
+                if program is not None:
+                    return program.run(X + floats + extra + self._live(what), count)
+            except batch_np.Diverged:
+                pass       # a guard reads another value somewhere: point by point
         if self._backend.kind == "opencl":     # one launch per kernel for all the points
             from easyad.compiler.program import batch_cl
             program = batch_cl.batched(bound)

@@ -1,0 +1,311 @@
+"""A fused numpy program (``fused_c.FusedProgram``) at many points, step by step:
+``TensorFunction``'s batches on the numpy device when the program has Python steps
+(matmul, ``linear``, reductions, guards) and so cannot run in one C loop
+(``FusedProgram.run_batch``).
+
+Each run of consecutive C steps (segments, and the cross-entropy functions ``softmax_c``
+lowers) goes over all the points of a chunk in one C loop without the GIL
+(``_core._segments_batch``: before point b, each of the point's slots points at
+``base + b * stride``); each Python step runs once for the whole chunk:
+
+- a slot is either the point's own (a buffer of B points, one after another; zero margins
+  around each point where the C reads past a slot: a pad) or shared (constants, arguments
+  given once, products of shared operands: one value, pointed at by every point);
+- **matmul**: one product for the chunk (``_matmul``: numpy's BLAS or easyad's kernels, as
+  ``tensor/_blas.py`` picks). A point's (rows, K) against a shared matrix (x @ W: the
+  layers of an MLP, their gradients' g @ W^T) is one GEMM of points * rows rows; a
+  point's vector against a shared matrix (A @ w) is the points' vectors as the rows of one
+  product with A transposed (a view); anything else one ``np.matmul`` over a stack, shared
+  operands broadcast at stride 0 (no copy);
+- **linear** and **linear_vjp**: their products as matmul's, the bias added in place (a
+  row a point where each point has its own), the bias gradient a sum over the point's rows;
+- **reduce**: over the point's axes shifted by one;
+- **guard**: every point's value is checked; where any point reads another value than
+  recorded, ``Diverged`` sends the batch back to one replay per point (each point then
+  retapes or raises as alone).
+
+Any other Python step (host calls, gathers, ...) works on one point: ``batched`` says None.
+Per-point BLAS calls of a few rows (often gemv) and the batch's one GEMM block their sums
+differently, so results agree with one replay per point to ~1e-15 relative, not bitwise
+(tests/test_batch_np_matmul.py checks 1e-12); C steps give the same bits. B is split into
+chunks whose buffers fit ``_BUDGET``; the C runs of a chunk go over threads as
+``run_batch`` does, each thread with its own pointer table.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from easyad import _pool
+from easyad._core import _point_at, _segments_batch
+from easyad.tensor import _blas
+
+_BUDGET = 1 << 28        # bytes of per-point buffers one chunk of the batch may take
+_PARALLEL = 1 << 17      # points x largest slot from which a C run goes over threads
+_STEPS = ("matmul", "linear", "linear_vjp", "reduce", "guard")
+_kept: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Every product of a batch (one place, so a test can count them)."""
+    return _blas.matmul(a, b)
+
+
+class Diverged(Exception):
+    """A guard read another value at some point of the batch (see the module docstring)."""
+
+
+def batched(fused: Any) -> "BatchedNumpyProgram | None":
+    """The step-wise batch of ``fused`` (a ``FusedProgram``), made once per program; None
+    where a Python step works on one point only, or an output is written in place."""
+    if fused not in _kept:
+        shapes = fused.plan.program.shapes
+        ok = not fused.in_place and all(
+            fn is not None or id(item) in fused.lowered or _supported(item, shapes)
+            for (fn, *_), (kind, item) in zip(fused.steps, fused.plan.schedule))
+        _kept[fused] = BatchedNumpyProgram(fused) if ok else None
+    return _kept[fused]
+
+
+def _supported(ins: Any, shapes: list[Any]) -> bool:
+    """Whether ``_RUN`` batches this Python step: linear's x a row or rows, its weight
+    and linear_vjp's operands matrices (as the program records them)."""
+    dims = [len(shapes[i]) if type(i) is int else None for i in ins.ins]
+    if ins.op == "linear":
+        return dims[0] in (1, 2) and dims[1] == 2
+    if ins.op == "linear_vjp":
+        return all(d in (None, 2) for d in dims) and dims[0] == 2
+    return ins.op in _STEPS
+
+
+class BatchedNumpyProgram:
+    """``run(inputs, count)`` as ``FusedProgram.run_batch``: an input with one more axis
+    than its slot holds a point per row, any other is the same at every point; the
+    outputs come back with the leading axis ``count``."""
+
+    def __init__(self, fused: Any) -> None:
+        self.fused = fused
+        plan, p = fused.plan, fused.plan.program
+        self.r, self.shapes, self.dtypes = plan.r, p.shapes, p.dtypes
+        # the slots C writes: one buffer of the batch's points each ((shape, dtype, margins))
+        written = {s: (tuple(p.shapes[s]), p.dtypes[s], plan.margins.get(s, (0, 0)))
+                   for s in list(fused.fresh) + list(fused.work)}
+        self.steps: list[tuple[str, Any]] = []
+        for (fn, *_), (kind, item) in zip(fused.steps, plan.schedule):
+            if fn is not None:
+                if kind == "py":       # a lowered step: its saved workspace is a point's
+                    saved = fused.lowered[id(item)].extra.get("saved")
+                    if saved is not None:
+                        written[item.outs[1]] = (saved.shape, saved.dtype, (0, 0))
+                    for o in item.outs[:1]:
+                        written[plan.r(o)] = (tuple(p.shapes[o]), p.dtypes[o], (0, 0))
+                if self.steps and self.steps[-1][0] == "c":
+                    self.steps[-1][1].append(fn)
+                else:
+                    self.steps.append(("c", [fn]))
+            else:
+                self.steps.append(("py", item))
+        self.written = written
+        self.constants = {i: fused.base[i] if fused.base[i] is not None else v
+                          for i, v in p.constants.items()}
+        self.steps = [(k, np.array(v, dtype=np.uint64) if k == "c" else v)
+                      for k, v in self.steps]
+        self.per_point = sum((math.prod(sh) + sum(m)) * np.dtype(dt).itemsize
+                             for sh, dt, m in written.values())
+        # the C loops' length: what C writes (a large constant such as W is not looped over)
+        self.largest = max((math.prod(sh) for sh, _, _ in written.values()), default=1)
+
+    def run(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
+        p = self.fused.plan.program
+        own, shared = [], []
+        for s, a in zip(self.fused.inputs, inputs):
+            a = np.ascontiguousarray(a, dtype=p.dtypes[s])
+            (own if a.ndim > len(p.shapes[s]) else shared).append((s, a))
+        chunk = max(1, _BUDGET // max(1, self.per_point + sum(
+            a[0].nbytes for _, a in own)))
+        parts = [self._chunk(own, shared, lo, min(count, lo + chunk))
+                 for lo in range(0, count, chunk)]
+        if len(parts) == 1:
+            return parts[0]
+        return [np.concatenate(o) for o in zip(*parts)]
+
+    def _chunk(self, own: list[tuple[int, np.ndarray]], shared: list[tuple[int, np.ndarray]],
+               lo: int, hi: int) -> list[np.ndarray]:
+        """The program at points lo..hi-1; ``rows[root]``: (B, ...) a point's own value,
+        ``one[root]``: a value shared by every point."""
+        B, fused = hi - lo, self.fused
+        rows: dict[int, np.ndarray] = {s: a[lo:hi] for s, a in own}
+        one: dict[int, Any] = dict(self.constants)
+        one.update(shared)
+        table = fused.pointers.copy()
+        for s, a in shared:
+            _point_at(table, s, a)
+        strided: dict[int, tuple[int, int]] = {}     # root -> (address, stride) of C's
+        for s, (shape, dtype, (before, after)) in self.written.items():
+            size = math.prod(shape)
+            whole = np.zeros((B, before + size + after), dtype=dtype) if before or after \
+                else np.empty((B, size), dtype=dtype)
+            rows[s] = whole[:, before:before + size]
+            strided[s] = (rows[s].ctypes.data, whole.strides[0])
+        for kind, item in self.steps:
+            if kind == "c":
+                for s, a in rows.items():
+                    if s not in strided:
+                        strided[s] = (a.ctypes.data, a.strides[0])
+                self._c_run(item, table, strided, B)
+                continue
+            made = _RUN[item.op](self, item, rows, one, B)
+            for o, (a, is_own) in zip(item.outs, made):
+                o = self.r(o)
+                if is_own:
+                    rows[o] = np.ascontiguousarray(a).reshape(B, -1)
+                    strided.pop(o, None)
+                else:
+                    one[o] = np.ascontiguousarray(a)
+                    _point_at(table, o, one[o])
+        out = []
+        for o in fused.plan.outputs:
+            root, shape = self.r(o), (B,) + tuple(self.shapes[o])
+            if root in rows:
+                a = rows[root]
+                made_here = root in self.written or root not in dict(own)
+                a = (a if made_here and a.flags.c_contiguous else np.array(a)).reshape(shape)
+            else:
+                a = np.array(np.broadcast_to(one[root].reshape(self.shapes[o]), shape))
+            out.append(a)
+        return out
+
+    def _c_run(self, fns: np.ndarray, table: np.ndarray, strided: dict[int, tuple[int, int]],
+               B: int) -> None:
+        """The C functions ``fns`` at every point, over threads where the work repays it
+        (each thread its own pointer table: every slot C writes is a point's own)."""
+        slots = np.array(list(strided), dtype=np.int64)
+        bases = np.array([a for a, _ in strided.values()], dtype=np.uint64)
+        steps = np.array([d for _, d in strided.values()], dtype=np.int64)
+        workers = min(_pool.CORES, B) if B * self.largest >= _PARALLEL else 1
+        if workers == 1:
+            _segments_batch(fns, table, slots, bases, steps, B)
+            return
+        edges = [B * w // workers for w in range(workers + 1)]
+
+        def part(w: int) -> None:
+            start = bases + (steps * edges[w]).astype(np.uint64)
+            _segments_batch(fns, table.copy(), slots, start, steps, edges[w + 1] - edges[w])
+        futures = [_pool.threads().submit(part, w) for w in range(1, workers)]
+        part(0)
+        for future in futures:
+            future.result()
+
+    def operand(self, s: Any, rows: dict[int, np.ndarray], one: dict[int, np.ndarray],
+                B: int) -> tuple[Any, bool]:
+        """(slot s's value, whether each point has its own): (B,) + s's shape, or s's
+        shape; a literal operand (None, a number) as it is, shared."""
+        if type(s) is not int:
+            return s, False
+        root, shape = self.r(s), tuple(self.shapes[s])
+        if root in rows:
+            return rows[root].reshape((B,) + shape), True
+        return one[root].reshape(shape), False
+
+
+def _t(a: np.ndarray, flag: bool) -> np.ndarray:
+    return a.swapaxes(-1, -2) if flag else a
+
+
+def _product(B: int, a: np.ndarray, own_a: bool, b: np.ndarray, own_b: bool) -> np.ndarray:
+    """a @ b at every point (a, b: a point's ... x M x K and ... x K x N operands, views;
+    the own ones with the leading axis B): own (B, ...) or shared (own_a or own_b)."""
+    if not own_a and not own_b:
+        return _matmul(a, b)
+    if own_a and not own_b and (b.ndim == 2 or (b.ndim == 3 and b.shape[0] == 1)):
+        # the points' rows one matrix: one GEMM of B * rows rows
+        w = b if b.ndim == 2 else b[0]
+        rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+        return _matmul(rows, w).reshape(a.shape[:-1] + (w.shape[-1],))
+    if own_b and not own_a and b.shape[-1] == 1 and a.ndim == b.ndim - 1 \
+            and math.prod(a.shape[:-2]) == 1 and math.prod(b.shape[1:-2]) == 1:
+        # A @ w, a vector a point: the vectors as rows, against A^T (a view)
+        m = a.reshape(a.shape[-2:])
+        got = _matmul(np.ascontiguousarray(b).reshape(B, -1), m.T)
+        return got.reshape(b.shape[:-2] + (m.shape[0], 1))
+    if not own_a:
+        a = a[None]
+    if not own_b:
+        b = b[None]
+    return _matmul(a, b)
+
+
+def _matmul_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
+    p = ins.params
+    (a, own_a), (b, own_b) = (prog.operand(s, rows, one, B) for s in ins.ins)
+    c = _product(B, _t(a, p.transpose_a), own_a, _t(b, p.transpose_b), own_b)
+    return [(c, own_a or own_b)]
+
+
+def _reduce_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
+    a, own = prog.operand(ins.ins[0], rows, one, B)
+    be = prog.fused.be
+    axes = tuple(ins.params.axes)
+    return [(be.reduce(ins.params.op, a, tuple(d + 1 for d in axes) if own else axes), own)]
+
+
+def _linear_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
+    """x @ w^T + b at every point: one product, then the bias added in place."""
+    (x, own_x), (w, own_w), (b, own_b) = (prog.operand(s, rows, one, B) for s in ins.ins)
+    if own_x and x.ndim == 2 and own_w:      # a vector a point against a stack: a row
+        x = x[:, None, :]
+    out = _product(B, x, own_x, _t(w, True), own_w)
+    own = own_x or own_w or own_b
+    if own and not (own_x or own_w):        # only the bias differs: the product tiled
+        out = np.repeat(out[None], B, axis=0)
+    if b is not None:
+        if own_b:      # a bias a point, lined up with the point's trailing axes
+            shape = (B,) + (1,) * (out.ndim - b.ndim) + b.shape[1:]
+            out += b.reshape(shape)
+        else:
+            out += b
+    return [(out, own)]
+
+
+def _linear_vjp_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int
+                     ) -> Any:
+    """(g w, g^T x, the sum of g's rows) at every point, as ``needs`` asks."""
+    needs = ins.params.needs
+    (g, own_g), (x, own_x), (w, own_w) = (prog.operand(s, rows, one, B) for s in ins.ins)
+    found = []
+    if needs[0]:
+        found.append((_product(B, g, own_g, w, own_w), own_g or own_w))
+    if needs[1]:
+        found.append((_product(B, _t(g, True), own_g, x, own_x), own_g or own_x))
+    if needs[2]:
+        found.append((g.sum(axis=g.ndim - 2), own_g))
+    return found
+
+
+def _guard_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
+    """Every point's value against the recorded one (``_program.step``'s guard)."""
+    value, own = prog.operand(ins.ins[0], rows, one, B)
+    recorded, key = ins.params.recorded, ins.params.key
+    if key is None and own:       # all the points at once
+        rec = np.asarray(recorded)
+        if value.shape[1:] != rec.shape:
+            raise Diverged
+        same = value == rec
+        if value.dtype.kind in "fc" and rec.dtype.kind in "fc":
+            same |= np.isnan(value) & np.isnan(rec)
+        if not same.all():
+            raise Diverged
+        return []
+    for v in (value if own else [value]):
+        v = np.asarray(key(v)) if key is not None else v
+        if not np.array_equal(v, recorded, equal_nan=True):
+            raise Diverged
+    return []
+
+
+_RUN = {"matmul": _matmul_step, "reduce": _reduce_step, "linear": _linear_step,
+        "linear_vjp": _linear_vjp_step, "guard": _guard_step}
