@@ -220,13 +220,16 @@ class TensorFunction(TensorSparse):
             values = self._batched("value", x, args, count)
             if rec.scalar_output:
                 return values[0].reshape(count)
-            return _trees.unflatten(rec.out_tree, values)
+            return _trees.unflatten(rec.out_tree, [v.reshape((count,) + s) for v, (s, _)
+                                                   in zip(values, rec.out_specs)])
         out = self._run("value", x, args)
         rec = self._recordings["first"]
         values = [self._host(v) for v in out]
         if rec.scalar_output:
             return float(values[0].reshape(()))
-        return _trees.unflatten(rec.out_tree, values)
+        # each leaf of the recorded shape (a 0-d leaf comes back from a program as (1,))
+        return _trees.unflatten(rec.out_tree, [v.reshape(s) for v, (s, _)
+                                               in zip(values, rec.out_specs)])
 
     def value_and_gradient(self, x: Any, *args: Any) -> tuple[Any, Any]:
         """(f(x), its gradient in x's structure) for f returning one number; for a batch
