@@ -63,6 +63,9 @@ def _dask() -> Any:
 _LOADED: OrderedDict[bytes, Any] = OrderedDict()
 _LOADED_MAX = 16               # Functions kept per process (the least recently used go)
 _LOCK = threading.Lock()       # a worker's threads load a payload once between them
+# an OpenCL-device Function's chunks run one at a time: its kernel objects hold their
+# arguments (clSetKernelArg is not thread-safe on one kernel), and one device runs them
+_DEVICE_LOCK = threading.Lock()
 
 
 def _function(payload: Any) -> Any:
@@ -96,7 +99,12 @@ def _block(x: np.ndarray, payload: Any, shared: tuple[Any, ...], method: str,
     F = _function(payload)
     b = x.shape[0]
     rows = [a.reshape((b,) + point) for a in (x, *blocks)]
-    parts = _trees.flatten(getattr(F, method)(*rows, *shared, **dict(options)))[0]
+    if getattr(getattr(F, "_backend", None), "kind", "numpy") != "numpy":
+        with _DEVICE_LOCK:
+            result = getattr(F, method)(*rows, *shared, **dict(options))
+    else:
+        result = getattr(F, method)(*rows, *shared, **dict(options))
+    parts = _trees.flatten(result)[0]
     if len(parts) == 1:
         return np.asarray(parts[0]).reshape((b,) + shapes[0])
     widths = [int(np.prod(s, dtype=int)) for s in shapes]
@@ -271,7 +279,7 @@ def tensor_batch(T: Any, method: str, X: Any, V: Any = None, args: tuple[Any, ..
         leaves = {"gradient": [(point, dtype)], "hvp": [(point, dtype)],
                   "value_and_gradient": [((), first.out_specs[0][1]), (point, dtype)],
                   "hessian": [(point + point, dtype)]}[method]
-    x0 = [np.asarray(first.program.values[i]) for i in first.program.inputs[:1]]
+    x0 = [T._host(first.program.values[i]) for i in first.program.inputs[:1]]
     statics = T._inputs(x0[0], args)[1]        # the arguments checked here, at the client
     if method in ("hvp", "hessian") and "hvp" not in T._recordings:
         T._record("hvp", x0, statics)     # before it travels (f stays behind), at x0

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
+from conftest import OPENCL
 
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
@@ -151,6 +152,17 @@ def test_a_branch_change_on_a_chunk_raises_as_the_numpy_batch_does():
         T.gradient(da.from_array(mixed, chunks=2)).compute(scheduler="sync")
 
 
+@pytest.mark.skipif(not OPENCL, reason="no working OpenCL device")
+def test_an_opencl_tensor_function_on_dask_threads():
+    # its chunks run one at a time (a lock: kernels hold their arguments), as it is (one
+    # device, one method: recording and building kernels on OpenCL is the slow part)
+    T = ad.record(loss, np.ones((2, 3)), W, 0.25, device=OPENCL[0])
+    got = T.gradient(X, W, 0.25).compute(scheduler="threads")
+    assert np.array_equal(got, T.gradient(XN, W, 0.25))
+    np.testing.assert_allclose(got, _record().gradient(XN, W, 0.25), rtol=1e-12,
+                               atol=1e-12)
+
+
 # -- a real cluster: 2 worker processes --
 @pytest.fixture(scope="module")
 def client(module_cache):
@@ -219,3 +231,7 @@ def test_what_does_not_travel_is_refused_at_the_client(client):
     T = ad.record(loss, np.ones((2, 3)), W, 0.25, on_branch_change="retape")
     with pytest.raises(TypeError, match="retape"):
         T.gradient(X, W, 0.25)
+    if OPENCL:          # its values live on the device: record it on the numpy device
+        T = ad.record(loss, np.ones((2, 3)), W, 0.25, device=OPENCL[0])
+        with pytest.raises(TypeError, match="device='numpy'"):
+            T.gradient(X, W, 0.25)
