@@ -87,7 +87,7 @@ def _function(payload: Any) -> Any:
         return F
 
 
-def _block(x: np.ndarray, payload: Any, shared: tuple[Any, ...], method: str,
+def _block(x: np.ndarray, payload: Any, shared: _Shared, method: str,
            options: tuple[tuple[str, Any], ...], point: tuple[int, ...],
            shapes: tuple[tuple[int, ...], ...], dtype: Any, *blocks: np.ndarray
            ) -> np.ndarray:
@@ -101,9 +101,9 @@ def _block(x: np.ndarray, payload: Any, shared: tuple[Any, ...], method: str,
     rows = [a.reshape((b,) + point) for a in (x, *blocks)]
     if getattr(getattr(F, "_backend", None), "kind", "numpy") != "numpy":
         with _DEVICE_LOCK:
-            result = getattr(F, method)(*rows, *shared, **dict(options))
+            result = getattr(F, method)(*rows, *shared.values, **dict(options))
     else:
-        result = getattr(F, method)(*rows, *shared, **dict(options))
+        result = getattr(F, method)(*rows, *shared.values, **dict(options))
     parts = _trees.flatten(result)[0]
     if len(parts) == 1:
         return np.asarray(parts[0]).reshape((b,) + shapes[0])
@@ -145,13 +145,24 @@ def _payload(F: Any) -> Any:
     return future
 
 
+class _Shared:
+    """The arguments every task reads, as one opaque object (dask looks into tuples and
+    lists of a task's arguments: a callable first would read as a task)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        self.values = values
+
+
 def _shared(values: tuple[Any, ...]) -> Any:
-    """Arguments every task reads (numpy arrays, numbers): under a client scattered to
-    every worker once for this call, one Future; else in the graph as they are."""
+    """Arguments every task reads (numpy arrays, numbers, statics): under a client
+    scattered to every worker once for this call, one Future; else one object in the
+    graph, which every task refers to."""
     client = _client() if values else None
     if client is None:
-        return values
-    return client.scatter([values], broadcast=True, hash=True)[0]
+        return _Shared(values)
+    return client.scatter([_Shared(values)], broadcast=True, hash=True)[0]
 
 
 def _rows(X: Any, point: tuple[int, ...], dtype: Any, what: str) -> Any:
