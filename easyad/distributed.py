@@ -162,7 +162,7 @@ def _shared(values: tuple[Any, ...]) -> Any:
     client = _client() if values else None
     if client is None:
         return _Shared(values)
-    return client.scatter([_Shared(values)], broadcast=True, hash=True)[0]
+    return client.scatter([_Shared(values)], broadcast=True, hash=False)[0]
 
 
 def _rows(X: Any, point: tuple[int, ...], dtype: Any, what: str) -> Any:
