@@ -226,10 +226,11 @@ def batch(F: Any, method: str, X: Any, V: Any = None,
     n = F.n_inputs
     X = _rows(X, (n,), np.float64, "x")
     mode = on_branch_change if on_branch_change is not None else F.on_branch_change
-    shapes: list[tuple[int, ...]] = {
+    per_method: dict[str, list[tuple[int, ...]]] = {
         "__call__": [() if F.scalar else (len(F.outputs),)],
         "gradient": [(n,)], "value_and_gradient": [(), (n,)],
-        "hessian": [(n, n)], "hvp": [(n,)]}[method]
+        "hessian": [(n, n)], "hvp": [(n,)]}
+    shapes = per_method[method]
     leaves: list[tuple[tuple[int, ...], Any]] = [(s, np.float64) for s in shapes]
     if mode == "mask":
         leaves.append(((), np.bool_))
@@ -280,6 +281,7 @@ def tensor_batch(T: Any, method: str, X: Any, V: Any = None, args: tuple[Any, ..
     (point, dtype), = T._x_specs
     X = _rows(X, point, dtype, "x")
     first = T._recordings["first"]
+    leaves: list[tuple[tuple[int, ...], Any]]
     if method == "__call__":
         leaves = [((), first.out_specs[0][1])] if first.scalar_output else \
             [(s, d) for s, d in first.out_specs]
