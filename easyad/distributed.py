@@ -2,7 +2,11 @@
 ``F.value_and_gradient(X)``, ``F.hessian(X)`` and ``F.hvp(X, V)`` with X a dask array of
 rows (B, n) return lazy dask arrays, one task per chunk of rows (``map_blocks``), run on
 whatever scheduler computes them: dask's threads or processes, or a ``dask.distributed``
-cluster. easyad writes no cluster code of its own.
+cluster. easyad writes no cluster code of its own. A ``TensorFunction`` (``ad.record`` of
+tensor code, one array as x) does the same over X of shape (B, *x.shape), chunked along
+the points, with its arguments after x shipped once (``tensor_batch``). Both kinds go
+through one path (``_map``: X as rows, one ``_block`` task per chunk, the result's leaves
+packed side by side and sliced lazily).
 
 Under a ``distributed`` client the Function travels as its pickle (a program, not Python
 code), scattered once to every worker (``broadcast``) rather than embedded in each task;
@@ -266,7 +270,18 @@ def tensor_batch(T: Any, method: str, X: Any, V: Any = None, args: tuple[Any, ..
     """``getattr(T, method)`` of a ``TensorFunction`` over the dask array X: the recorded
     x with one more leading axis, chunked along it (the points); ``args`` (numpy arrays,
     numbers: the same for every point) shipped once; lazy results shaped as the numpy
-    batch's (a leading axis of points), one task per chunk."""
+    batch's (a leading axis of points), one task per chunk.
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da, easyad as ad
+    >>> T = ad.record(lambda x, w: ad.sum(w * x ** 2), np.zeros(2), np.ones(2))
+    >>> P = da.from_array(np.array([[1.0, 2.0], [3.0, 1.0], [2.0, 2.0]]), chunks=(2, 2))
+    >>> T.gradient(P, np.array([1.0, 0.5])).compute(scheduler="sync")   # 2 w x per point
+    array([[2., 2.],
+           [6., 1.],
+           [4., 2.]])
+    """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, not {method!r}")
     if not T._x_tree.is_leaf:
