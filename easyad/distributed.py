@@ -3,7 +3,7 @@
 rows (B, n) return lazy dask arrays, one task per chunk of rows (``map_blocks``), run on
 whatever scheduler computes them: dask's threads or processes, or a ``dask.distributed``
 cluster. easyad writes no cluster code of its own. A ``TensorFunction`` (``ad.record`` of
-tensor code, one array as x) does the same over X of shape (B, *x.shape), chunked along
+tensor code, one array as x) does the same over X of shape ``(B, *x.shape)``, chunked along
 the points, with its arguments after x shipped once (``tensor_batch``). Both kinds go
 through one path (``_map``: X as rows, one ``_block`` task per chunk, the result's leaves
 packed side by side and sliced lazily).
