@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _arrays, _trees
+from easyad import _arrays, _trees, distributed
+from easyad.distributed import is_dask_array
 from easyad.errors import BranchChangedError
 from easyad.recorded import tensor_pickle
 from easyad.recorded.tensor_sparse import TensorSparse
@@ -210,25 +211,33 @@ class TensorFunction(TensorSparse):
     def __call__(self, x: Any, *args: Any) -> Any:
         """f at ``x`` (the recorded structure and shapes), in f's output structure; at
         every point of a batch (each leaf of x with one more leading axis), the outputs
-        with that axis."""
+        with that axis (lazy dask arrays for a dask array x: ``easyad.distributed``)."""
+        if is_dask_array(x):
+            return distributed.tensor_batch(self, "__call__", x, None, args)
         count = self._batch_count(x)
         if count is not None:
             rec = self._recordings["first"]
             values = self._batched("value", x, args, count)
             if rec.scalar_output:
                 return values[0].reshape(count)
-            return _trees.unflatten(rec.out_tree, values)
+            return _trees.unflatten(rec.out_tree, [v.reshape((count,) + s) for v, (s, _)
+                                                   in zip(values, rec.out_specs)])
         out = self._run("value", x, args)
         rec = self._recordings["first"]
         values = [self._host(v) for v in out]
         if rec.scalar_output:
             return float(values[0].reshape(()))
-        return _trees.unflatten(rec.out_tree, values)
+        # each leaf of the recorded shape (a 0-d leaf comes back from a program as (1,))
+        return _trees.unflatten(rec.out_tree, [v.reshape(s) for v, (s, _)
+                                               in zip(values, rec.out_specs)])
 
     def value_and_gradient(self, x: Any, *args: Any) -> tuple[Any, Any]:
         """(f(x), its gradient in x's structure) for f returning one number; for a batch
         of points (each leaf of x with one more leading axis), the values as an array and
-        the gradients with that axis, in one C loop where the program allows."""
+        the gradients with that axis, in one C loop where the program allows (lazy dask
+        arrays for a dask array x of points: ``easyad.distributed``)."""
+        if is_dask_array(x):
+            return distributed.tensor_batch(self, "value_and_gradient", x, None, args)
         bound = self._bound.get("gradient")
         if bound is not None and self._fast and type(x) is np.ndarray and not args \
                 and not self._recordings["first"].program.live \
@@ -303,10 +312,14 @@ class TensorFunction(TensorSparse):
 
     def gradient(self, x: Any, *args: Any) -> Any:
         """The gradient of f (one number) at ``x``, in x's structure."""
+        if is_dask_array(x):
+            return distributed.tensor_batch(self, "gradient", x, None, args)
         return self.value_and_gradient(x, *args)[1]
 
     def hvp(self, x: Any, v: Any, *args: Any) -> Any:
         """The Hessian of f (one number) at ``x`` times ``v`` (x's structure)."""
+        if is_dask_array(x):
+            return distributed.tensor_batch(self, "hvp", x, v, args)
         vs, tree = _trees.flatten(v)
         if tree != self._x_tree:
             raise ValueError(f"v must have x's structure ({self._x_tree.describe()})")
@@ -337,11 +350,21 @@ class TensorFunction(TensorSparse):
         Shape ``x.shape + x.shape`` for one array; ``H[a][b]`` of shape ``a.shape +
         b.shape`` for a structure of arrays, as ``ad.hessian``. ``sparse=True``: the
         structurally non-zero entries in x flattened (``hessian_pattern()``), one HVP per
-        star colour, as ``format`` says ("csr" by default; docs/sparse.md)."""
+        star colour, as ``format`` says ("csr" by default; docs/sparse.md). A batch of
+        points (x one array with one more leading axis): the Hessians with that axis, all
+        the points' unit directions as one batch (a dask array x: lazy,
+        ``easyad.distributed``)."""
+        if is_dask_array(x):
+            if sparse or format is not None:
+                raise ValueError("sparse= and format= are for numpy inputs, not a dask array")
+            return distributed.tensor_batch(self, "hessian", x, None, args)
         if sparse:
             return self._sparse_hessian(x, args, format)
         if format is not None:
             raise ValueError("format= is for sparse results: pass sparse=True too")
+        count = self._batch_count(x) if self._x_tree.is_leaf else None
+        if count is not None:
+            return self._batch_hessian(x, args, count)
         columns = self._unit_batch("hvp", x, args, self._x_specs)
         rows = []
         for a, (shape_a, _) in enumerate(self._x_specs):
@@ -355,6 +378,11 @@ class TensorFunction(TensorSparse):
         """The vector-Jacobian product u^T J of f at ``x`` (x's structure), ``u`` in the
         structure and shapes of f's output: one replay of the VJP program (recorded on
         first use: the backward sweep of sum(u * f(x)) with u as an input)."""
+        if is_dask_array(x):
+            raise NotImplementedError(
+                "vjp does not take a dask array x yet (gradient, value_and_gradient, hvp, "
+                "hessian and calls do); map it over numpy blocks: dask.array.map_blocks("
+                "lambda b: np.stack([F.vjp(p, ...) for p in b]), X, ...)")
         specs = self._recordings["first"].out_specs
         us, tree = _trees.flatten(u)
         if tree != self._recordings["first"].out_tree:
@@ -379,6 +407,11 @@ class TensorFunction(TensorSparse):
         structurally non-zero entries of the flattened output in the flattened x
         (``jacobian_pattern()``), one VJP per row colour, as one batch, as ``format``
         says ("csr" by default; docs/sparse.md)."""
+        if is_dask_array(x):
+            raise NotImplementedError(
+                "jacobian does not take a dask array x yet (gradient, value_and_gradient, hvp, "
+                "hessian and calls do); map it over numpy blocks: dask.array.map_blocks("
+                "lambda b: np.stack([F.jacobian(p, ...) for p in b]), X, ...)")
         if sparse:
             return self._sparse_jacobian(x, args, format)
         if format is not None:

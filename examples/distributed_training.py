@@ -3,7 +3,9 @@ once (``ad.record`` of tensor code, at one shard's shapes), its gradient compute
 dataset's shards by 2 worker processes of a ``LocalCluster`` (the recording sent to each
 worker once, as its program), summed by a tree of sums, and the SGD step taken on the
 client. The same training in one process (the loss recorded on the whole dataset) must
-end with the same parameters to 1e-10. docs/distributed.md.
+end with the same parameters to 1e-10. Then the trained model's input gradients for
+every example, a ``TensorFunction`` of one example over the rows as a dask array (one
+task per chunk), equal to the numpy batch's bit for bit. docs/distributed.md.
 
     python examples/distributed_training.py [--steps 30] [--shards 8] [--workers 2]
 """
@@ -20,6 +22,11 @@ import easyad as ad
 def loss(p, x, y):
     h = ad.tanh(x @ p["w1"] + p["b1"])
     return ad.sum((h @ p["w2"] + p["b2"] - y) ** 2)
+
+
+def prediction(x, p):
+    """The model's output for one example x (4,)."""
+    return ad.sum(ad.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"])
 
 
 def init(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -63,7 +70,16 @@ def main(argv: list[str] | None = None) -> None:
             if step % 10 == 0 or step == a.steps - 1:
                 print(f"step {step:3d}  loss {value:.6f}")
         took = time.perf_counter() - start
+        # the trained model's sensitivity to each example's inputs, d prediction / d x,
+        # for every row on the workers: a TensorFunction of one example, X's chunks its
+        # batches (one task each), the parameters shipped once as a shared argument
+        at = ad.record(prediction, x[0], p)
+        S = at.gradient(X, p)                          # lazy (n, 4)
+        sensitivities = S.compute()
     cluster.close()
+    assert np.array_equal(sensitivities, at.gradient(x, p))      # the numpy batch's
+    print(f"input sensitivities of {n} examples on the workers ({S.numblocks[0]} tasks), "
+          f"mean |d prediction / d x| {np.abs(sensitivities).mean(axis=0).round(3)}")
 
     whole = ad.record(loss, p0, x, y)           # one process, the whole dataset
     q = p0

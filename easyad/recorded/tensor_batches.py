@@ -130,6 +130,22 @@ class TensorBatches(TensorInputs):
         out = self._batched(what, X, args, total, units, specs)
         return [o.reshape((total,) + s) for o, (s, _) in zip(out, self._x_specs)]
 
+    def _batch_hessian(self, x: Any, args: tuple[Any, ...], count: int) -> np.ndarray:
+        """The Hessians (count, *s, *s) at a batch of points of one array x of shape s:
+        every point with every unit direction, one batch of count * size points (row j of
+        point b's block: H_b e_j, the same numbers as ``hessian`` at that point alone)."""
+        (shape, dtype), = self._x_specs
+        rows = self._device_rows(x)
+        X = self._host(rows) if rows is not None else _arrays.real_array(x, "x", dtype)
+        size = int(np.prod(shape, dtype=int))
+        if count == 0 or size == 0:
+            return np.zeros((count,) + shape + shape, dtype=dtype)
+        units = np.eye(size, dtype=dtype).reshape((size,) + shape)
+        out = self._batched("hvp", np.repeat(X, size, axis=0), args, count * size,
+                            [np.tile(units, (count,) + (1,) * len(shape))])
+        columns = out[0].reshape((count, size) + shape)
+        return np.moveaxis(columns, 1, -1).reshape((count,) + shape + shape)
+
     def _split(self, rows: np.ndarray) -> list[np.ndarray]:
         """A batch over every element of x, split into the points of each leaf."""
         out, start = [], 0
