@@ -173,6 +173,11 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Any:
     (num_embeddings, dim) for integer indices ``input`` of any shape; an index repeated
     accumulates its rows' derivatives. The row ``padding_idx`` gets no derivative."""
     idx = np.asarray(input.value if isinstance(input, Tensor) else input)
+    if idx.dtype == object:
+        raise TypeError("embedding: the indices are data, not a traced, recorded or vmapped "
+                        "value (got an array of objects): ad.vmap over a batch of index "
+                        "arrays is not supported; loop over the examples, or embed the "
+                        "whole batch at once")
     if idx.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices are integers, not {idx.dtype}")
     wshape = _shape(weight)

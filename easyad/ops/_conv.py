@@ -372,6 +372,8 @@ def _leading_batch(name: str) -> Any:
                                       f"move it there first")
         return p, axis
     batch.__doc__ = f"{name}'s batching rule: a batch axis before the channels"
+    # (vmap: only the input carries the batch; the weight stays one for every example)
+    batch.first_operand_only = True         # type: ignore[attr-defined]
     return batch
 
 
