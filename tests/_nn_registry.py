@@ -154,9 +154,6 @@ _RECORD_BN = (ValueError, "training mode inside ad.record",
               "ad.record refuses it (record after eval(), or without running statistics)")
 _VMAP_BN = (ValueError, "running statistics cannot be updated",
             "running statistics cannot be updated from vmap's batched values")
-_CONV_VMAP = (NotImplementedError, "batches its input only",
-              "per-example gradients in a convolution's weight: grad inside vmap makes the "
-              "weight per example, and conv batches its input only")
 _EMBED_VMAP = (TypeError, "vmap over a batch of index arrays is not supported",
                "vmap over integer indices (the input is data)")
 _PADDING_JVP = ("torch 2.13's forward AD of embedding counts the padding row's tangent while "
@@ -164,19 +161,14 @@ _PADDING_JVP = ("torch 2.13's forward AD of embedding counts the padding row's t
 
 _add(
     Row("Linear", *_same(nn.Linear, T.Linear, 3, 4), (2, 3)),
-    Row("Conv1d-stride-pad", *_same(nn.Conv1d, T.Conv1d, 2, 3, 3, stride=2, padding=1), (2, 2, 7),
-        raises={"vmap_params": _CONV_VMAP}),
-    Row("Conv2d", *_same(nn.Conv2d, T.Conv2d, 2, 3, 3, padding=1), (2, 2, 5, 5),
-        raises={"vmap_params": _CONV_VMAP}),
+    Row("Conv1d-stride-pad", *_same(nn.Conv1d, T.Conv1d, 2, 3, 3, stride=2, padding=1), (2, 2, 7)),
+    Row("Conv2d", *_same(nn.Conv2d, T.Conv2d, 2, 3, 3, padding=1), (2, 2, 5, 5)),
     Row("Conv2d-stride-dilation", *_same(nn.Conv2d, T.Conv2d, 2, 3, 3, stride=2, padding=2,
-                                         dilation=2), (1, 2, 6, 6),
-        raises={"vmap_params": _CONV_VMAP}),
+                                         dilation=2), (1, 2, 6, 6)),
     Row("Conv2d-groups", *_same(nn.Conv2d, T.Conv2d, 4, 4, 3, groups=2, bias=False),
-        (1, 4, 5, 5),
-        raises={"vmap_params": _CONV_VMAP}),
+        (1, 4, 5, 5)),
     Row("ConvTranspose2d", *_same(nn.ConvTranspose2d, T.ConvTranspose2d, 2, 3, 3, stride=2,
-                                  padding=1, output_padding=1), (1, 2, 3, 3),
-        raises={"vmap_params": _CONV_VMAP}),
+                                  padding=1, output_padding=1), (1, 2, 3, 3)),
     Row("MaxPool2d", *_same(nn.MaxPool2d, T.MaxPool2d, 2, typed=False), (1, 2, 4, 4)),
     Row("MaxPool2d-stride-pad", *_same(nn.MaxPool2d, T.MaxPool2d, 3, stride=2, padding=1,
                                        typed=False), (1, 2, 5, 5)),
@@ -256,11 +248,9 @@ _add(
         torch_vmap=False),
     Row("GRUCell", *_same(nn.GRUCell, T.GRUCell, 3, 4), (2, 3), torch_vmap=False),
     Row("BasicBlock-identity", lambda dt: BasicBlock(2, 2, dtype=dt),
-        lambda dt: TorchBasicBlock(2, 2, dtype=dt), (2, 2, 4, 4),
-        raises={"vmap_params": _CONV_VMAP}),
+        lambda dt: TorchBasicBlock(2, 2, dtype=dt), (2, 2, 4, 4)),
     Row("BasicBlock-projection", lambda dt: BasicBlock(2, 3, stride=2, dtype=dt),
-        lambda dt: TorchBasicBlock(2, 3, stride=2, dtype=dt), (2, 2, 4, 4),
-        raises={"vmap_params": _CONV_VMAP}),
+        lambda dt: TorchBasicBlock(2, 3, stride=2, dtype=dt), (2, 2, 4, 4)),
     Row("ReLU", *_same(nn.ReLU, T.ReLU, typed=False), (2, 5)),
     Row("Tanh", *_same(nn.Tanh, T.Tanh, typed=False), (2, 5)),
     Row("Sigmoid", *_same(nn.Sigmoid, T.Sigmoid, typed=False), (2, 5)),

@@ -266,6 +266,11 @@ def batched_apply(op: Any, params: Any, args: tuple[Any, ...]) -> Any:
     if getattr(op.batch, "first_operand_only", False):
         # (conv: the rule batches the input's leading axes; the weight must be the same
         # for every example, so it is not broadcast to the batch)
+        grouped = getattr(op.batch, "per_example_weight", None)
+        if grouped is not None and len(pairs) == 2 and pairs[1][1]:
+            x, bx = pairs[0]
+            return Batched(grouped(op, params, x if bx else expanded(x, size), pairs[1][0],
+                                   size), level, size)
         if any(b for _, b in pairs[1:]):
             raise NotImplementedError(
                 f"ad.vmap: op {op.name!r} batches its input only, not its weight (a "
