@@ -233,3 +233,24 @@ def test_every_layer_of_the_issue_has_a_row():
     assert [n for n in listed if n not in names] == []
     conv = [rid for rid in BY_ID if rid.startswith("Conv2d")]
     assert len(conv) >= 3          # stride/padding/dilation and groups variants
+
+
+def test_per_example_weight_gradients_of_single_images():
+    """vmap over images without a batch axis of their own (C, H, W): the grouped
+    convolution of per-example weights with no leading axes, conv and its transpose."""
+    rng = np.random.default_rng(3)
+    w, wt = rng.normal(size=(4, 2, 3, 3)), rng.normal(size=(2, 3, 3, 3))
+    xs = rng.normal(size=(3, 4, 5, 5))
+    F, TF = nn.functional, torch.nn.functional
+
+    def ours(w, wt, x):
+        y = F.conv2d(x, w, padding=1, groups=2)
+        return ad.sum(ad.tanh(F.conv_transpose2d(y[:2], wt, stride=2)))
+
+    def theirs(w, wt, x):
+        y = TF.conv2d(x, w, padding=1, groups=2)
+        return torch.tanh(TF.conv_transpose2d(y[:2], wt, stride=2)).sum()
+    got = ad.vmap(ad.grad(ours, argnums=(0, 1)), in_axes=(None, None, 0))(w, wt, xs)
+    want = func.vmap(func.grad(theirs, argnums=(0, 1)), in_dims=(None, None, 0))(
+        torch.tensor(w), torch.tensor(wt), torch.tensor(xs))
+    _close({"w": got[0], "wt": got[1]}, {"w": want[0], "wt": want[1]})
