@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _core
+from easyad._levels import BatchedBase
 from easyad import random as _random
 from easyad import tensor as _tensor
 from easyad.errors import ShapeError
@@ -172,9 +173,16 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Any:
     """torch's ``embedding``: the rows ``weight[input]`` of the table ``weight``
     (num_embeddings, dim) for integer indices ``input`` of any shape; an index repeated
     accumulates its rows' derivatives. The row ``padding_idx`` gets no derivative."""
+    if isinstance(input, BatchedBase):
+        return _embedding_batched(input, weight, padding_idx)
     idx = np.asarray(input.value if isinstance(input, Tensor) else input)
+    if idx.dtype == object:
+        raise TypeError("embedding: the indices are data, not a traced or recorded value "
+                        "(got an array of objects): indices have no derivative; "
+                        "differentiate in the weight")
     if idx.dtype.kind not in "iu":
-        raise TypeError(f"embedding: indices are integers, not {idx.dtype}")
+        raise TypeError(f"embedding: indices are integers, not {idx.dtype} (indices have "
+                        f"no derivative: differentiate in the weight)")
     wshape = _shape(weight)
     if len(wshape) != 2:
         raise ShapeError(f"embedding: the weight of shape {wshape} must be "
@@ -191,6 +199,22 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Any:
         return out
     frozen = weight.stop_gradient()[idx] if hasattr(weight, "stop_gradient") else out
     return _core.where((idx == pad)[..., None], frozen, out)
+
+
+def _embedding_batched(input: Any, weight: Any, padding_idx: int | None) -> Any:
+    """embedding under ad.vmap: a batch of index arrays gathers by vmap's batched
+    indexing (the table batched too when it is per example)."""
+    if input.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices are integers, not {input.dtype} (indices "
+                        f"have no derivative: differentiate in the weight)")
+    out = weight[input]                      # (a negative index counts from the end)
+    if padding_idx is None:
+        return out
+    rows = _shape(weight)[0]
+    frozen = weight.stop_gradient()[input] if hasattr(weight, "stop_gradient") else out
+    for pad in {padding_idx % rows, padding_idx % rows - rows}:     # either spelling
+        out = _core.where((input == pad)[..., None], frozen, out)
+    return out
 
 
 def _causal(length: int, source: int) -> np.ndarray:

@@ -112,7 +112,9 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Any:
     """``x @ weight.T + bias``, ``weight`` of shape (out, in) as in PyTorch."""
     if _fusable(x, weight, bias):
         return _tensor.linear(x, weight, bias)
-    if not isinstance(weight, Tensor):
+    # only data becomes a constant: a TraceTensor (forward mode in the parameters) or a
+    # batched weight (vmap) stays what it is
+    if isinstance(weight, (np.ndarray, list, tuple)):
         weight = Tensor.constant(np.asarray(weight), device=_device_of(x))
     y = x @ weight.T
     return y if bias is None else y + bias

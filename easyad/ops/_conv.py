@@ -34,8 +34,9 @@ backend's GEMM (``_conv_gemm_cl``), or for small products (depthwise) a kernel p
 (``_conv_cl``), one work-item per element of the result; ``$EASYAD_OPENCL_CONV`` forces.
 
 Batching: the leading axes are batch axes already, so a batch axis of ``x`` among them
-needs no change of parameters (the weight is not batched: vmap of per-example weights is
-not a rule here).
+needs no change of parameters; a weight per example (per-example gradients in the weight
+make one) is one convolution with the groups multiplied by the batch
+(``_grouped_over_batch``).
 """
 from __future__ import annotations
 
@@ -372,7 +373,35 @@ def _leading_batch(name: str) -> Any:
                                       f"move it there first")
         return p, axis
     batch.__doc__ = f"{name}'s batching rule: a batch axis before the channels"
+    # (vmap: the input carries the batch, the weight is one for every example; a weight
+    # per example, as per-example gradients in it make, is the grouped convolution below)
+    batch.first_operand_only = True         # type: ignore[attr-defined]
+    batch.per_example_weight = _grouped_over_batch   # type: ignore[attr-defined]
     return batch
+
+
+def _move(a: Any, source: int, destination: int) -> Any:
+    order = list(range(len(np.shape(a) if isinstance(a, np.ndarray) else a.shape)))
+    order.insert(destination, order.pop(source))
+    return a.transpose(order) if isinstance(a, np.ndarray) else a.transpose(*order)
+
+
+def _grouped_over_batch(op: Op, p: ConvParams, x: Any, w: Any, size: int) -> Any:
+    """conv or conv_transpose of B inputs ``(B, *lead, C, *S)`` with B weights ``(B, O,
+    ...)`` as one convolution of B times the groups: example b's channels are the b-th
+    block of ``B*C`` channels and its weight the b-th block of ``B*O`` rows, so each group
+    sees one example's input and weight only (the derivatives are conv's own)."""
+    shape = tuple(x.shape)
+    lead = len(shape) - len(tuple(w.shape)) + 1          # (B, *lead, C, *S): lead axes
+    d = len(tuple(w.shape)) - 3
+    xs = _move(x, 0, lead).reshape(shape[1:lead + 1] + (size * shape[lead + 1],)
+                                   + shape[lead + 2:])
+    ws = w.reshape((size * w.shape[1],) + tuple(w.shape[2:]))
+    y = apply(op, dataclasses.replace(p, groups=p.groups * size), (xs, ws))
+    out = tuple(y.shape)
+    y = y.reshape(out[:lead] + (size, out[lead] // size) + out[lead + 1:])
+    assert len(tuple(y.shape)) == lead + 2 + d
+    return _move(y, lead, 0)
 
 
 def _no_batch(p: ConvParams, axis: int) -> tuple[ConvParams, int]:

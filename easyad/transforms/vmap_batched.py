@@ -263,7 +263,23 @@ def batched_apply(op: Any, params: Any, args: tuple[Any, ...]) -> Any:
     pairs = [at(a, level) for a in args]
     shapes = [_shape(v)[1:] if b else _shape(v) for v, b in pairs]
     _, params = op.rule(params, *shapes)           # canonical for one example
-    values = [v if b else expanded(v, size) for v, b in pairs]
+    if getattr(op.batch, "first_operand_only", False):
+        # (conv: the rule batches the input's leading axes; the weight must be the same
+        # for every example, so it is not broadcast to the batch; a per-example weight
+        # has the op's own rule: conv's grouped convolution)
+        grouped = getattr(op.batch, "per_example_weight", None)
+        if grouped is not None and len(pairs) == 2 and pairs[1][1]:
+            x, bx = pairs[0]
+            return Batched(grouped(op, params, x if bx else expanded(x, size), pairs[1][0],
+                                   size), level, size)
+        if any(b for _, b in pairs[1:]):
+            raise NotImplementedError(
+                f"ad.vmap: op {op.name!r} batches its first operand only and has no rule "
+                f"for its other operands batched (a per-example weight); differentiate in "
+                f"the input, or loop over the examples")
+        values = [v if b or k else expanded(v, size) for k, (v, b) in enumerate(pairs)]
+    else:
+        values = [v if b else expanded(v, size) for v, b in pairs]
     params, out_axis = op.batch(params, 0)
     out = apply(op, params, tuple(values))
     if out_axis != 0:
