@@ -98,3 +98,70 @@ def test_max_pool_gradient_through_the_tape_matches_finite_differences():
     step = 1e-6          # the windows' choices are stable: the values are far apart
     fd = (f(x + step * d) - f(x - step * d)) / (2 * step)
     assert np.isclose(np.sum(np.asarray(grad) * d), fd, rtol=1e-7, atol=1e-9)
+
+
+# ---- the sigmoid's hand-written numpy kernels ----
+
+def _special_values(dtype):
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(5)
+    edges = [0.0, -0.0, np.nan, np.inf, -np.inf, info.tiny, -info.tiny, info.max, -info.max,
+             88.0, -88.0, 104.0, -104.0, 710.0, -710.0, 745.0, -745.0, 1e-30, -1e-30]
+    return np.concatenate([np.array(edges), rng.normal(scale=8, size=4000),
+                           rng.uniform(-800, 800, size=2000)]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sigmoid_kernel_is_the_expression_bitwise(dtype):
+    from easyad.tensor import _fused, _numpy
+    assert _fused._SIGMOID == _numpy.SIGMOID            # the hand-written kernel applies
+    x = _special_values(dtype)
+    generic = _numpy._compile(_numpy.SIGMOID, _numpy.NAMESPACE, ("x",))
+    fast = _numpy.compile_expression(_numpy.SIGMOID, ("x",))
+    with np.errstate(all="ignore"):
+        want, got = generic(x).astype(dtype), fast(x)
+    assert got.dtype == np.dtype(dtype)
+    # bitwise (signed zeros included) but NaN's sign bit, which numpy's exp may flip
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint8), want[~nan].view(np.uint8))
+    # against float64 and torch: within a few ulps of the exact logistic function
+    wide = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    # (where the result is a normal number: below, exp(x) is subnormal, with fewer digits)
+    normal = np.isfinite(x) & (wide >= np.finfo(dtype).tiny)
+    ulp = np.spacing(np.abs(got[normal])).astype(np.float64)
+    assert np.all(np.abs(got[normal] - wide[normal]) <= 3 * ulp)     # (measured: 2.5)
+    np.testing.assert_allclose(got, torch.sigmoid(torch.tensor(x)).numpy(),
+                               rtol=4 * np.finfo(dtype).eps,
+                               atol=np.finfo(dtype).tiny)    # (torch: subnormals to 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sigmoid_vjp_kernel_is_the_expression_bitwise(dtype):
+    from easyad.tensor import _numpy
+    rng = np.random.default_rng(6)
+    s = rng.uniform(0, 1, size=500).astype(dtype)
+    g = rng.normal(size=500).astype(dtype)
+    generic = _numpy._compile(_numpy.SIGMOID_VJP, _numpy.NAMESPACE, ("g", "s"))
+    fast = _numpy.compile_expression(_numpy.SIGMOID_VJP, ("g", "s"))
+    np.testing.assert_array_equal(fast(g, s), generic(g, s))
+    # operands it was not written for go to the expression: broadcasting, mixed dtypes
+    np.testing.assert_array_equal(fast(g[:1], s), generic(g[:1], s))
+    np.testing.assert_array_equal(fast(g.astype(np.float64), s),
+                                  generic(g.astype(np.float64), s))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sigmoid_tensor_gradient_matches_torch(dtype):
+    x = _special_values(dtype)[19:400].reshape(3, -1)
+    lst = ad.WengertList()
+    xv = ad.Tensor.variable(x, lst)
+    g = np.random.default_rng(7).normal(size=x.shape).astype(dtype)
+    y = ad.nn.functional.sigmoid(xv)
+    grad = ad.sum(y * g).derivatives()[xv]
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch.sigmoid(tx)
+    ty.backward(torch.tensor(g))
+    tol = 1e-6 if dtype == "float32" else 1e-15
+    np.testing.assert_allclose(np.asarray(y.value), ty.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(grad), tx.grad.numpy(), rtol=10 * tol, atol=tol)
