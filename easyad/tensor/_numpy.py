@@ -86,13 +86,31 @@ def _sigmoid_vjp(generic: Any, g: Any, s: Any) -> Any:
     return t
 
 
+# the rule table's tanh vjp as the core's elementwise dispatch asks for it: cosh once
+TANH_VJP = "mul0(g, 1.0 / (cosh(x) * cosh(x)))"
+
+
+def _tanh_vjp(generic: Any, x: Any, g: Any) -> Any:
+    """mul0(g, 1 / (c c)) with c = cosh(x) computed once, not twice (the same floats)."""
+    if (type(x) is not np.ndarray or type(g) is not np.ndarray or g.shape != x.shape
+            or g.dtype != x.dtype or x.dtype not in _FLOATS):
+        return generic(x, g)
+    c = np.cosh(x)
+    np.multiply(c, c, out=c)
+    np.divide(1.0, c, out=c)
+    return _core._mul0_ufunc(g, c)
+
+
 HAND_WRITTEN: dict[tuple[str, tuple[str, ...]], Any] = {
-    (SIGMOID, ("x",)): _sigmoid, (SIGMOID_VJP, ("g", "s")): _sigmoid_vjp}
+    (SIGMOID, ("x",)): _sigmoid, (SIGMOID_VJP, ("g", "s")): _sigmoid_vjp,
+    (TANH_VJP, ("x", "g")): _tanh_vjp}
 
 
 @functools.lru_cache(maxsize=None)
 def _compile_for_floats(text: str, names: tuple[str, ...]) -> Any:
-    return _compile(text, FLOAT_NAMESPACE, names)
+    generic = _compile(text, FLOAT_NAMESPACE, names)
+    hand = HAND_WRITTEN.get((text, names))
+    return generic if hand is None else functools.partial(hand, generic)
 
 
 # (expressions, operand names) -> their compiled functions: one dict lookup per map
