@@ -244,3 +244,25 @@ def test_tanh_vjp_kernel_is_the_rule_bitwise(dtype):
     tx = torch.tensor(x[19:60], requires_grad=True)
     (torch.tanh(tx) * torch.tensor(g[19:60])).sum().backward()
     np.testing.assert_allclose(np.asarray(grad), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_attention_scaling_the_query_gives_the_scaled_scores_floats(dtype):
+    # E = 64: the scale 1/8 is a power of two, applied to the query instead of the scores;
+    # values and every gradient are the scores-scaled composition's bit for bit
+    rng = np.random.default_rng(12)
+    q, k, v, g = (rng.normal(size=(2, 3, 32, 64)).astype(dtype) for _ in range(4))
+    mask = np.where(np.tril(np.ones((32, 32), bool)), 0.0, -np.inf).astype(dtype)
+    results = []
+    for composed in (False, True):
+        lst = ad.WengertList()
+        Q, K, V = (ad.Tensor.variable(a, lst) for a in (q, k, v))
+        if composed:
+            scores = (Q @ K.transpose((0, 1, 3, 2))) * 0.125 + mask
+            out = ad.softmax(scores, axis=-1) @ V
+        else:
+            out = ad.nn.functional.scaled_dot_product_attention(Q, K, V, is_causal=True)
+        d = ad.sum(out * g).derivatives()
+        results.append([np.asarray(out.value)] + [np.asarray(d[t]) for t in (Q, K, V)])
+    for ours, composed in zip(*results):
+        np.testing.assert_array_equal(ours, composed)
