@@ -2,9 +2,11 @@
 (from ``_generic``), ad.logsumexp, ad.softmax, ad.log_softmax and ad.eval_shape.
 
 Generic like the scalar functions: a Tensor (or TraceTensor) takes its own method; numpy
-arrays and numbers go through numpy. The softmax family is composed of recorded tensor
-operations around a constant shift by the maximum, so it is numerically stable and its
-derivatives need no rule of their own.
+arrays and numbers go through numpy. The softmax family is composed of tensor operations
+around a constant shift by the maximum, so it is numerically stable; softmax of a recorded
+tensor computes those on the constant and records one entry (``_fused.SoftmaxStep``, vjp
+``y (g - sum(g y))``: fewer passes than the composition's vjps); the others record the
+composition, whose derivatives need no rule of their own.
 """
 from __future__ import annotations
 
