@@ -258,7 +258,13 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
                          f"(-2); transpose to (..., length, features)")
     s = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
     perm = tuple(range(len(ks) - 2)) + (len(ks) - 1, len(ks) - 2)
-    scores = (query @ key.transpose(perm)) * s
+    if math.frexp(s)[0] == 0.5:
+        # a power of two (1/sqrt(E) for E = 4, 16, 64, 256...): scaling the query is exact
+        # as scaling the scores is, the same floats from a (..., L, E) pass rather than
+        # an (..., L, S) one, forward and backward (barring subnormal products)
+        scores = (query * s) @ key.transpose(perm)
+    else:
+        scores = (query @ key.transpose(perm)) * s
     bias = _attention_bias(attn_mask, is_causal, qs[-2], ks[-2], scores.dtype)
     if bias is not None:
         scores = scores + bias

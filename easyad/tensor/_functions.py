@@ -2,9 +2,11 @@
 (from ``_generic``), ad.logsumexp, ad.softmax, ad.log_softmax and ad.eval_shape.
 
 Generic like the scalar functions: a Tensor (or TraceTensor) takes its own method; numpy
-arrays and numbers go through numpy. The softmax family is composed of recorded tensor
-operations around a constant shift by the maximum, so it is numerically stable and its
-derivatives need no rule of their own.
+arrays and numbers go through numpy. The softmax family is composed of tensor operations
+around a constant shift by the maximum, so it is numerically stable; softmax of a recorded
+tensor computes those on the constant and records one entry (``_fused.SoftmaxStep``, vjp
+``y (g - sum(g y))``: fewer passes than the composition's vjps); the others record the
+composition, whose derivatives need no rule of their own.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from easyad._core import Record, Trace
-from easyad.tensor import _meta
+from easyad.tensor import _fused, _meta
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _structural
 from easyad.tensor._base import TensorBase, refuse_object_array, wrap
@@ -72,8 +74,19 @@ def softmax(x: Any, axis: int = -1) -> Any:
     [0.25, 0.25, 0.25, 0.25]
     """
     t, was_array = _as_tensor(x)
+    if isinstance(t, TensorBase) and t._tape is not None and t._index >= 0 and t.ndim \
+            and t._backend.kind in _ONE_NODE:
+        # the same floats from the constant, then one tape entry (_fused.SoftmaxStep)
+        c = t.detach()
+        e = (c - _shift(c, axis)).exp()
+        return _fused.softmax_node(t, e / e.sum(axis=axis, keepdims=True),
+                                   shapes.normalize_axes("softmax", axis, t.ndim))
     e = (t - _shift(t, axis)).exp()
     return _unwrap(e / e.sum(axis=axis, keepdims=True), was_array)
+
+
+# the backends whose recorded softmax is one node (eval_shape's meta tensors compose)
+_ONE_NODE = frozenset({"numpy", "opencl", "program"})
 
 
 def log_softmax(x: Any, axis: int = -1) -> Any:

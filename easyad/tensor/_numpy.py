@@ -37,13 +37,80 @@ FLOAT_NAMESPACE: Mapping[str, Any] = {**NAMESPACE, "mul0": _core._mul0_ufunc,
 
 @functools.lru_cache(maxsize=None)
 def compile_expression(text: str, names: tuple[str, ...]) -> Any:
-    """An expression of the shared language as a Python function of ``names``, over numpy."""
-    return _compile(text, NAMESPACE, names)
+    """An expression of the shared language as a Python function of ``names``, over numpy
+    (a hand-written one of the same values where ``HAND_WRITTEN`` has the expression)."""
+    generic = _compile(text, NAMESPACE, names)
+    hand = HAND_WRITTEN.get((text, names))
+    return generic if hand is None else functools.partial(hand, generic)
+
+
+# ---- hand-written kernels: the same values as the expression, with less work ----
+# numpy evaluates an expression term by term (no common subexpressions, a temporary per
+# operation); these few, hot in nn, compute exactly the same floats another way. Each
+# takes the generic function first, for operands it was not written for.
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# tensor/_fused.py's sigmoid, exp(-|x|) on each side of 0 (numpy would take three
+# exponentials, exp(-x) and exp(x) twice, and a select)
+SIGMOID = "choose(x >= 0.0, 1.0 / (1.0 + exp(-x)), exp(x) / (1.0 + exp(x)))"
+SIGMOID_VJP = "g * (s * (1.0 - s))"
+
+
+def _sigmoid(generic: Any, x: Any) -> Any:
+    """exp(min(x, 0)) / (1 + exp(-|x|)): where x >= 0, 1 / (1 + exp(-x)), elsewhere
+    exp(x) / (1 + exp(x)): the expression's very floats, signed zeros included, with no
+    mask (NaN stays NaN; its sign bit may differ). Two vector exponentials and no
+    ``where`` ran 6-8x faster than the expression's select, and than one exponential
+    with a masked division (64x1024 float32: 0.17 ms against 1.3)."""
+    if type(x) is not np.ndarray or x.dtype not in _FLOATS:
+        return generic(x)
+    d = np.abs(x)
+    np.negative(d, out=d)
+    np.exp(d, out=d)
+    d += 1.0                                       # (a Python float keeps float32)
+    out = np.minimum(x, 0.0)
+    np.exp(out, out=out)
+    out /= d
+    return out
+
+
+def _sigmoid_vjp(generic: Any, g: Any, s: Any) -> Any:
+    """g (s (1 - s)) in one temporary, in the expression's order of operations."""
+    if (type(g) is not np.ndarray or type(s) is not np.ndarray or g.shape != s.shape
+            or g.dtype != s.dtype or s.dtype not in _FLOATS):
+        return generic(g, s)
+    t = np.subtract(1.0, s)
+    np.multiply(s, t, out=t)
+    np.multiply(g, t, out=t)
+    return t
+
+
+# the rule table's tanh vjp as the core's elementwise dispatch asks for it: cosh once
+TANH_VJP = "mul0(g, 1.0 / (cosh(x) * cosh(x)))"
+
+
+def _tanh_vjp(generic: Any, x: Any, g: Any) -> Any:
+    """mul0(g, 1 / (c c)) with c = cosh(x) computed once, not twice (the same floats)."""
+    if (type(x) is not np.ndarray or type(g) is not np.ndarray or g.shape != x.shape
+            or g.dtype != x.dtype or x.dtype not in _FLOATS):
+        return generic(x, g)
+    c = np.cosh(x)
+    np.multiply(c, c, out=c)
+    np.divide(1.0, c, out=c)
+    return _core._mul0_ufunc(g, c)
+
+
+HAND_WRITTEN: dict[tuple[str, tuple[str, ...]], Any] = {
+    (SIGMOID, ("x",)): _sigmoid, (SIGMOID_VJP, ("g", "s")): _sigmoid_vjp,
+    (TANH_VJP, ("x", "g")): _tanh_vjp}
 
 
 @functools.lru_cache(maxsize=None)
 def _compile_for_floats(text: str, names: tuple[str, ...]) -> Any:
-    return _compile(text, FLOAT_NAMESPACE, names)
+    generic = _compile(text, FLOAT_NAMESPACE, names)
+    hand = HAND_WRITTEN.get((text, names))
+    return generic if hand is None else functools.partial(hand, generic)
 
 
 # (expressions, operand names) -> their compiled functions: one dict lookup per map
