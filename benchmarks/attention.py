@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 if __name__ == "__main__":
     _args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -32,6 +30,8 @@ if __name__ == "__main__":
         os.environ[var] = str(ARGS.threads)        # before numpy starts its BLAS
 
 import numpy as np  # noqa: E402
+
+import _interleaved  # noqa: E402  (benchmarks/ is on sys.path: the script's folder)
 
 SHAPE = (32, 8, 128, 64)
 
@@ -75,31 +75,12 @@ def main() -> None:
     import torch
     torch.set_num_threads(ARGS.threads)
     cases = _cases(ARGS.dtype, ARGS.causal)
-    times: dict[tuple[str, str], list[float]] = {}
-    for fns in cases.values():             # warm up: imports, first allocations
-        for fn in fns.values():
-            fn()  # type: ignore[operator]
-    for _ in range(ARGS.rounds):
-        for case, fns in cases.items():
-            for lib, fn in fns.items():
-                start = time.perf_counter()
-                fn()  # type: ignore[operator]
-                times.setdefault((case, lib), []).append(time.perf_counter() - start)
-    load = os.getloadavg()
+    times = _interleaved.measure(cases, ARGS.rounds)
     print(f"q, k, v {SHAPE} (batch, heads, sequence, d), {ARGS.dtype}, "
           f"{'causal, ' if ARGS.causal else ''}{ARGS.threads} thread(s), {ARGS.rounds} "
-          f"rounds; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on "
-          f"{os.cpu_count()} cores; torch {torch.__version__}, numpy {np.__version__}\n")
-    print("| case | easyad ms (q1, median, q3) | torch ms (q1, median, q3) | ratio |")
-    print("|---|---|---|---|")
-    for case in cases:
-        cells, medians = [], []
-        for lib in ("easyad", "torch"):
-            ms = [1e3 * t for t in times[(case, lib)]]
-            q1, med, q3 = statistics.quantiles(ms, n=4)
-            cells.append(f"{q1:.1f}, **{med:.1f}**, {q3:.1f}")
-            medians.append(med)
-        print(f"| {case} | {cells[0]} | {cells[1]} | {medians[0] / medians[1]:.2f} |")
+          f"rounds; {_interleaved.load()}; torch {torch.__version__}, "
+          f"numpy {np.__version__}\n")
+    print("\n".join(_interleaved.easyad_vs_torch(cases, times)))
     sys.stdout.flush()
 
 

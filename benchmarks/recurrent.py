@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 if __name__ == "__main__":
     _args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -37,6 +35,8 @@ if __name__ == "__main__":
         os.environ["JAX_ENABLE_X64"] = "1"
 
 import numpy as np  # noqa: E402
+
+import _interleaved  # noqa: E402  (benchmarks/ is on sys.path: the script's folder)
 
 BATCH, INPUT, HIDDEN, STEPS = 64, 128, 256, 32
 
@@ -147,30 +147,14 @@ def _cases(dtype: str) -> dict[str, dict[str, object]]:
     return cases
 
 
-def _median_cell(ms: list[float]) -> tuple[str, float]:
-    q1, med, q3 = statistics.quantiles(ms, n=4)
-    return f"{q1:.1f}, **{med:.1f}**, {q3:.1f}", med
-
-
 def main() -> None:
     import torch
     torch.set_num_threads(ARGS.threads)
     cases = _cases(ARGS.dtype)
-    times: dict[tuple[str, str], list[float]] = {}
-    for fns in cases.values():             # warm up: imports, first allocations, jit
-        for fn in fns.values():
-            fn()  # type: ignore[operator]
-    for _ in range(ARGS.rounds):
-        for case, fns in cases.items():
-            for lib, fn in fns.items():
-                start = time.perf_counter()
-                fn()  # type: ignore[operator]
-                times.setdefault((case, lib), []).append(time.perf_counter() - start)
-    load = os.getloadavg()
+    times = _interleaved.measure(cases, ARGS.rounds)
     print(f"LSTM batch {BATCH}, input {INPUT}, hidden {HIDDEN}, sequence {STEPS}, "
-          f"{ARGS.dtype}, {ARGS.threads} thread(s), {ARGS.rounds} rounds; load average "
-          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores; torch "
-          f"{torch.__version__}, numpy {np.__version__}\n")
+          f"{ARGS.dtype}, {ARGS.threads} thread(s), {ARGS.rounds} rounds; "
+          f"{_interleaved.load()}; torch {torch.__version__}, numpy {np.__version__}\n")
     libs = ["easyad", "torch", "easyad replayed", "jax.jit"]
     print("| case | " + " | ".join(f"{lib} ms (q1, median, q3)" for lib in libs) +
           " | eager / torch | replayed / jax.jit |")
@@ -179,7 +163,7 @@ def main() -> None:
         cells, med = [], {}
         for lib in libs:
             if lib in fns:
-                text, med[lib] = _median_cell([1e3 * t for t in times[(case, lib)]])
+                text, med[lib] = _interleaved.cell(times[(case, lib)])
             else:
                 text = "-"
             cells.append(text)
