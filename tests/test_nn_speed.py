@@ -266,3 +266,22 @@ def test_attention_scaling_the_query_gives_the_scaled_scores_floats(dtype):
         results.append([np.asarray(out.value)] + [np.asarray(d[t]) for t in (Q, K, V)])
     for ours, composed in zip(*results):
         np.testing.assert_array_equal(ours, composed)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_hand_written_kernels_take_zero_d_arrays(dtype):
+    """A 0-d array (a scalar tensor's value: ufuncs give numpy scalars, which ``out=``
+    cannot take) goes to the generic expression, with the same floats."""
+    from easyad.tensor import _numpy
+    x, g = np.array(-0.59, dtype=dtype), np.array(0.25, dtype=dtype)
+    cases = [(_numpy.SIGMOID, ("x",), (x,)), (_numpy.TANH_VJP, ("x", "g"), (x, g))]
+    for text, names, args in cases:
+        generic = _numpy._compile(text, _numpy.NAMESPACE, names)
+        fast = _numpy.compile_expression(text, names)
+        assert np.array_equal(fast(*args), generic(*args))
+    # and through a derivative of scalar tensors, against the closed forms
+    lst = ad.WengertList()
+    t = ad.Tensor.variable(np.array(-0.59), lst)
+    d = (ad.tanh(t) + 1.0 / (1.0 + ad.exp(-t))).derivatives()
+    s = 1 / (1 + np.exp(0.59))
+    np.testing.assert_allclose(d[t], 1 - np.tanh(-0.59) ** 2 + s * (1 - s), rtol=1e-14)

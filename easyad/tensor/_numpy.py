@@ -63,7 +63,8 @@ def _sigmoid(generic: Any, x: Any) -> Any:
     mask (NaN stays NaN; its sign bit may differ). Two vector exponentials and no
     ``where`` ran 6-8x faster than the expression's select, and than one exponential
     with a masked division (64x1024 float32: 0.17 ms against 1.3)."""
-    if type(x) is not np.ndarray or x.dtype not in _FLOATS:
+    # (a 0-d array's ufunc results are numpy scalars, which out= cannot take)
+    if type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim == 0:
         return generic(x)
     d = np.abs(x)
     np.negative(d, out=d)
@@ -78,7 +79,7 @@ def _sigmoid(generic: Any, x: Any) -> Any:
 def _sigmoid_vjp(generic: Any, g: Any, s: Any) -> Any:
     """g (s (1 - s)) in one temporary, in the expression's order of operations."""
     if (type(g) is not np.ndarray or type(s) is not np.ndarray or g.shape != s.shape
-            or g.dtype != s.dtype or s.dtype not in _FLOATS):
+            or g.dtype != s.dtype or s.dtype not in _FLOATS or s.ndim == 0):
         return generic(g, s)
     t = np.subtract(1.0, s)
     np.multiply(s, t, out=t)
@@ -93,7 +94,7 @@ TANH_VJP = "mul0(g, 1.0 / (cosh(x) * cosh(x)))"
 def _tanh_vjp(generic: Any, x: Any, g: Any) -> Any:
     """mul0(g, 1 / (c c)) with c = cosh(x) computed once, not twice (the same floats)."""
     if (type(x) is not np.ndarray or type(g) is not np.ndarray or g.shape != x.shape
-            or g.dtype != x.dtype or x.dtype not in _FLOATS):
+            or g.dtype != x.dtype or x.dtype not in _FLOATS or x.ndim == 0):
         return generic(x, g)
     c = np.cosh(x)
     np.multiply(c, c, out=c)
