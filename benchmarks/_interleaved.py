@@ -48,3 +48,16 @@ def easyad_vs_torch(cases: dict[str, dict[str, Callable[[], object]]],
         (ours, a), (theirs, b) = cell(times[(case, "easyad")]), cell(times[(case, "torch")])
         lines.append(f"| {case} | {ours} | {theirs} | {a / b:.2f} |")
     return lines
+
+
+def median(call: Callable[[], object], rounds: int) -> float:
+    """The median seconds of ``rounds`` calls of one variant in a row, after one warm-up
+    call: for variants that cannot take turns in one loop (the batch scripts switch
+    easyad's batched path off between them)."""
+    call()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

@@ -14,25 +14,13 @@ machine may be shared (say so by the figures). Prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+import _interleaved  # benchmarks/ is on sys.path: the script's folder
 import easyad as ad
 from easyad.compiler.program import batch_cl
-
-
-def _median(call: Callable[[], Any], rounds: int) -> float:
-    call()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -55,18 +43,18 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for count in args.points:
         X = rng.normal(size=(count, n))
-        batched = _median(lambda X=X: F.value_and_gradient(X), args.rounds)
+        batched = _interleaved.median(lambda X=X: F.value_and_gradient(X), args.rounds)
         want = G.value_and_gradient(X)
         got = F.value_and_gradient(X)
         assert all(np.allclose(a, b, rtol=1e-10, atol=1e-12) for a, b in zip(got, want))
         original = batch_cl.batched
         batch_cl.batched = lambda fused: None
         try:
-            per_point = _median(lambda X=X: F.value_and_gradient(X),
+            per_point = _interleaved.median(lambda X=X: F.value_and_gradient(X),
                                 max(1, args.rounds // 2))
         finally:
             batch_cl.batched = original
-        numpy = _median(lambda X=X: G.value_and_gradient(X), args.rounds)
+        numpy = _interleaved.median(lambda X=X: G.value_and_gradient(X), args.rounds)
         print(f"| {count} | {batched * 1e3:.2f} ms | {per_point * 1e3:.1f} ms | "
               f"{numpy * 1e3:.2f} ms | {per_point / batched:.1f}x | {numpy / batched:.2f}x |")
 

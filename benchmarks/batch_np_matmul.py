@@ -16,27 +16,15 @@ be shared (say so by the figures). Prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import threadpoolctl
 
+import _interleaved  # benchmarks/ is on sys.path: the script's folder
 import easyad as ad
 from easyad import _pool
 from easyad.compiler.program import batch_np
-
-
-def _median(call: Callable[[], Any], rounds: int) -> float:
-    call()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -69,13 +57,14 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for count in args.points:
         X = rng.normal(size=(count, n))
-        batched = _median(lambda X=X: F.value_and_gradient(X), args.rounds)
+        batched = _interleaved.median(lambda X=X: F.value_and_gradient(X), args.rounds)
         got = F.value_and_gradient(X)
         original = batch_np.batched
         batch_np.batched = lambda fused: None
         try:
             want = F.value_and_gradient(X)
-            per_point = _median(lambda X=X: F.value_and_gradient(X), max(1, args.rounds // 2))
+            per_point = _interleaved.median(lambda X=X: F.value_and_gradient(X),
+                                            max(1, args.rounds // 2))
         finally:
             batch_np.batched = original
         for a, b in zip(got, want):
@@ -85,7 +74,7 @@ def main() -> None:
             x = torch.tensor(X)
             grads, values = vg(x)
             assert np.allclose(grads.numpy(), got[1], rtol=1e-10, atol=1e-12)
-            ref = _median(lambda x=x: vg(x), args.rounds)
+            ref = _interleaved.median(lambda x=x: vg(x), args.rounds)
             line += f"{ref * 1e3:.2f} ms | {per_point / batched:.1f}x | {ref / batched:.2f}x |"
         else:
             line += f"- | {per_point / batched:.1f}x | - |"
