@@ -154,6 +154,12 @@ _add(Row("np.sum", "reduction", lambda x: np.sum(x, axis=0), lambda t: t.sum(0))
 
 _add(Row("np.reshape", "shape", lambda x: np.reshape(x, (2, 6)), lambda t: t.reshape(2, 6)),
      Row("np.transpose", "shape", lambda x: np.transpose(x), lambda t: t.T),
+     Row("np.ravel", "shape", lambda x: np.ravel(x) * np.ravel(x[::-1]),
+         lambda t: torch.ravel(t) * torch.ravel(t.flip(0))),
+     Row("np.hstack", "shape", lambda x: np.hstack([x[0], 2.0 * x[1]]) * np.hstack([x, x])[1],
+         lambda t: torch.hstack([t[0], 2.0 * t[1]]) * torch.hstack([t, t])[1]),
+     Row("np.vstack", "shape", lambda x: np.vstack([x[0], x[1:] * x[0]]),
+         lambda t: torch.vstack([t[0], t[1:] * t[0]])),
      Row("np.moveaxis", "shape", lambda x: np.moveaxis(x, 0, 2),
          lambda t: torch.movedim(t, 0, 2), (2, 3, 2)),
      Row("np.swapaxes", "shape", lambda x: np.swapaxes(x, 0, 2),

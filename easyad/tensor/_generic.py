@@ -120,6 +120,25 @@ def stack(tensors: Any, axis: int = 0) -> Any:
     return np.stack(tensors, axis=axis)
 
 
+def _ravel(a: Any, order: str = "C") -> Any:
+    if order != "C":
+        raise TypeError(f"np.ravel(order={order!r}) is not supported on easyad tensors "
+                        "(they are row-major): use t.reshape(-1)")
+    return a.reshape(-1)
+
+
+def _hstack(tensors: Any) -> Any:
+    # numpy's rule: 1-D operands join along their only axis, others along axis 1
+    tensors = [t if np.ndim(t) else t.reshape(1) for t in tensors]
+    return concatenate(tensors, axis=0 if np.ndim(tensors[0]) == 1 else 1)
+
+
+def _vstack(tensors: Any) -> Any:
+    # numpy's rule: operands of fewer than 2 dimensions become rows (1, n)
+    tensors = [t if np.ndim(t) >= 2 else t.reshape(1, -1) for t in tensors]
+    return concatenate(tensors, axis=0)
+
+
 def _where(c: Any, a: Any, b: Any) -> Any:
     for v in (c, a, b):
         if type(v).__name__ == "TraceTensor":
@@ -145,6 +164,7 @@ NUMPY_FUNCTIONS = {
     np.transpose: lambda a, axes=None: a.transpose(*(() if axes is None else (axes,))),
     np.dot: lambda a, b: _dot(a, b),
     np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim, np.size: lambda a: a.size,
+    np.ravel: _ravel, np.hstack: _hstack, np.vstack: _vstack,
 }
 
 

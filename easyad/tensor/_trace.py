@@ -277,7 +277,32 @@ def _depth(v: Any) -> int:
         return 1 + max(_depth(v._value), _depth(v._tangent))
     if isinstance(v, Trace):
         return 1 if type(v) is Trace else int(v.depth)
+    if type(v) is np.ndarray and v.dtype == object:
+        return max((_depth(e) for e in v.flat), default=0)
     return 0
+
+
+def _traced_objects(v: Any) -> bool:
+    """Whether ``v`` is ``np.array([f1, f2])`` of traced numbers: how scientific code
+    builds a vector (an ODE's right-hand side), to be taken as one TraceTensor."""
+    return type(v) is np.ndarray and v.dtype == object and v.size > 0 and \
+        any(isinstance(e, (TraceTensor, Trace)) for e in v.flat)
+
+
+def _without_objects(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The operands with each array of traced numbers joined into one TraceTensor."""
+    if not any(_traced_objects(a) for a in args):
+        return args
+    be, over, top = _backend_of(args), _over_reverse(args), max(_depth(a) for a in args)
+    return tuple(TraceTensor._of(*_joined(a, be, over, top)) if _traced_objects(a) else a
+                 for a in args)
+
+
+def _joined(v: Any, be: Any, over_reverse: bool, top: int) -> tuple[Any, Any]:
+    """(value, tangent) tensors of an array of traced numbers, element by element."""
+    pairs = [_pair(e, be, over_reverse, top) for e in v.flat]
+    return (_generic.stack([p[0] for p in pairs], 0).reshape(v.shape),
+            _generic.stack([p[1] for p in pairs], 0).reshape(v.shape))
 
 
 def _split(args: tuple[Any, ...], top: int) -> tuple[list[Any], list[Any]]:
@@ -357,6 +382,8 @@ def _over_reverse(args: Any) -> bool:
 def _pair(v: Any, be: Any, over_reverse: bool = False, top: int = 1) -> tuple[Any, Any]:
     """``v`` as (value, tangent) tensors on backend ``be`` at level ``top`` (recorded ones
     only forward over reverse: a TraceTensor whose parts are on a tape)."""
+    if _traced_objects(v):
+        return _joined(v, be, over_reverse, top)
     if top > 1 and _depth(v) < top:       # a constant of the top level
         value = v if isinstance(v, (TraceTensor, Tensor)) else _as_part(v, be, over_reverse)
         return value, _graph.zeros(Tensor, be, value.shape, value.dtype)
@@ -521,6 +548,10 @@ def _zeros_like(v: Any) -> Any:
 
 
 def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
+    for a in args:
+        if type(a) is np.ndarray and a.dtype == object:    # np.array([f1, f2]) of Traces
+            args = _without_objects(args)
+            break
     if any(_nested(a) for a in args):      # (over recorded parts too: they recur here)
         return _jvp_nested(rule, args, max(_depth(a) for a in args))
     if _over_reverse(args):
