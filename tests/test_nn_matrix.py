@@ -17,7 +17,9 @@ nonzero even for linear layers), as a function of ``z = {"p": parameters, "x": i
 - ``vmap_params``, ``vmap_input``: per-example gradients in the parameters and in the
   input (``ad.vmap(ad.grad(loss, argnums), in_axes=(None, 0))`` over a batch of three
   inputs) vs ``torch.func.vmap`` (an example-by-example loop for torch's recurrent
-  kernels, which it cannot batch).
+  kernels, which it cannot batch);
+- ``opencl``: the output, L and the reverse sweep with the input and parameters on the
+  first OpenCL device (float64), vs torch (skipped, with the reason, where no device works).
 
 A transform a row cannot run is listed in the row's ``raises`` and checked to raise that
 exception (never skipped).
@@ -35,10 +37,11 @@ import easyad as ad
 from easyad import nn
 
 from _nn_registry import ROWS, row_ids
+from conftest import OPENCL
 
 BY_ID = dict(zip(row_ids(), ROWS))
 TRANSFORMS = ["value", "reverse", "float32", "forward", "hvp", "create_graph", "replay",
-              "vmap_params", "vmap_input"]
+              "vmap_params", "vmap_input", "opencl"]
 TOLERANCE = {np.float64: 1e-10, np.float32: 1e-5}
 
 
@@ -193,9 +196,26 @@ def _vmap(c: Case, argnums):
     _close(got, want, what="per-example gradient")
 
 
+def _opencl(c: Case):
+    """Value and reverse sweep with every leaf on the device: the layer's kernels there."""
+    lst = ad.WengertList()
+    device = OPENCL[0]
+    variables = _tree(c.z, lambda a: ad.Tensor.variable(a, lst, device=device))
+    y = c.output(variables)          # (an Embedding's indices: numpy integers, data)
+    assert str(y.device) == device, y.device
+    L = ad.sum(y * c.g + 0.25 * (y * y))
+    d = L.derivatives()
+    tz = c.torch(c.z)
+    _close(y.value, c.toutput(tz), what="output on " + device)
+    _close(L.number, c.tloss(tz).item(), what="loss on " + device)
+    _close(_tree(variables, lambda t: d[t]), func.grad(c.tloss)(tz),
+           what="gradient on " + device)
+
+
 RUN = {"value": _value, "reverse": _reverse, "forward": _forward, "hvp": _hvp,
        "create_graph": _create_graph, "replay": _replay,
-       "vmap_params": lambda c: _vmap(c, 0), "vmap_input": lambda c: _vmap(c, 1)}
+       "vmap_params": lambda c: _vmap(c, 0), "vmap_input": lambda c: _vmap(c, 1),
+       "opencl": _opencl}
 
 
 def _cells():
@@ -204,6 +224,8 @@ def _cells():
         for t in TRANSFORMS:
             marks = [pytest.mark.xfail(strict=True, reason=row.xfail[t])] \
                 if t in row.xfail else []
+            if t == "opencl" and not OPENCL:
+                marks = [pytest.mark.skip(reason="no working OpenCL device")]
             yield pytest.param(rid, t, marks=marks, id=f"{rid}-{t}")
 
 
