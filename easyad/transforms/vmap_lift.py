@@ -28,6 +28,7 @@ import numpy as np
 
 from easyad import _trees, functional
 from easyad.tensor import _generic
+from easyad.transforms import vmap_shared
 from easyad.transforms.vmap_batched import Batched, _shape, expanded
 
 LIFTED: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
@@ -71,16 +72,21 @@ class _Lifted:
         self.vmap = vmap          # (ad.vmap, given by vmap.py: the basis batched too)
         self.marks: list[list[bool]] = []
 
-    def unwrap(self, args: tuple[Any, ...], differentiated: set[int]) -> list[Any]:
-        """The arguments as whole batches (differentiated ones always batched)."""
+    def unwrap(self, args: tuple[Any, ...], differentiated: set[int],
+               shared: Callable[[Any], bool] | None = None) -> list[Any]:
+        """The arguments as whole batches (differentiated ones always batched, except
+        the leaves that ``shared`` takes: those stay as they are, unmarked)."""
         out = []
         self.marks = []
         for k, a in enumerate(args):
             leaves, tree = _trees.flatten(a)
             flags = [isinstance(v, Batched) and v._level == self.level for v in leaves]
-            values = [self.batch_of(v) if (f or k in differentiated) else v
-                      for v, f in zip(leaves, flags)]
-            self.marks.append([f or k in differentiated for f in flags])
+            if k in differentiated and shared is not None:
+                flags = [f or not shared(v) for v, f in zip(leaves, flags)]
+            else:
+                flags = [f or k in differentiated for f in flags]
+            values = [self.batch_of(v) if f else v for v, f in zip(leaves, flags)]
+            self.marks.append(flags)
             out.append(_trees.unflatten(tree, values) if any(self.marks[-1]) else a)
         return out
 
@@ -145,7 +151,13 @@ def _total(out: Any) -> Any:
 def _value_and_grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any],
                     value: bool = True) -> Any:
     argnums, aux = options.get("argnums", 0), options.get("has_aux", False)
-    xs = F.unwrap(args, set(_argnums(options, len(args))))
+    differentiated = set(_argnums(options, len(args)))
+    if any(vmap_shared.usable(v) for k in differentiated
+           for v in _trees.flatten(args[k])[0]):
+        # weights not batched: one array, per-example gradients from probes
+        xs = F.unwrap(args, differentiated, vmap_shared.usable)
+        return vmap_shared.value_and_grad(F, xs, argnums, aux, value, _total)
+    xs = F.unwrap(args, differentiated)
 
     def summed(*ys: Any) -> Any:
         out = F(*ys)
