@@ -58,7 +58,9 @@ def lift(opened: Any, vmap: Callable[..., Any], name: str, f: Callable[..., Any]
     level = max(sizes)
     token = LIFTED.set(lifted | {level})
     try:
-        return _LIFTS[name](_Lifted(f, level, sizes[level], lifted, vmap), args, options)
+        F = _Lifted(f, level, sizes[level], lifted, vmap)
+        F.alone = len(sizes) == 1 and not lifted      # (one vmap: vmap_shared may run)
+        return _LIFTS[name](F, args, options)
     finally:
         LIFTED.reset(token)
 
@@ -71,6 +73,7 @@ class _Lifted:
         self.f, self.level, self.size, self.lifted = f, level, size, lifted
         self.vmap = vmap          # (ad.vmap, given by vmap.py: the basis batched too)
         self.marks: list[list[bool]] = []
+        self.alone = False
 
     def unwrap(self, args: tuple[Any, ...], differentiated: set[int],
                shared: Callable[[Any], bool] | None = None) -> list[Any]:
@@ -152,8 +155,8 @@ def _value_and_grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any],
                     value: bool = True) -> Any:
     argnums, aux = options.get("argnums", 0), options.get("has_aux", False)
     differentiated = set(_argnums(options, len(args)))
-    if any(vmap_shared.usable(v) for k in differentiated
-           for v in _trees.flatten(args[k])[0]):
+    if F.alone and any(vmap_shared.usable(v) for k in differentiated
+                       for v in _trees.flatten(args[k])[0]):
         # weights not batched: one array, per-example gradients from probes
         xs = F.unwrap(args, differentiated, vmap_shared.usable)
         return vmap_shared.value_and_grad(F, xs, argnums, aux, value, _total)

@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 
 from easyad import _levels, _trees
+from easyad._argnums import _undifferentiated
 from easyad._evaluation import _scalar_output
 from easyad._reverse_mode import _input_tensor, _Reverse
+from easyad.tensor import Tensor
 from easyad.tensor._devices import resolve
 from easyad.transforms.vmap_batched import Batched, with_units
 
@@ -118,9 +120,11 @@ def _same(g: np.ndarray) -> np.ndarray:
 
 
 def _partner(s: Shared, other: Any) -> bool:
-    """Whether ``other`` is a batched value of s's level (not another Shared)."""
-    return isinstance(other, Batched) and not isinstance(other, Shared) and \
-        other._level == s._level
+    """Whether ``other`` is a batched value of s's level (not another Shared) whose
+    batch is an array or a tensor (not an outer vmap's batched value)."""
+    return (isinstance(other, Batched) and not isinstance(other, Shared)
+            and other._level == s._level
+            and isinstance(other._value, (np.ndarray, Tensor)))
 
 
 def _plain(v: Any) -> np.ndarray:
@@ -239,10 +243,9 @@ def value_and_grad(F: Any, xs: list[Any], argnums: Any, aux: bool,
     per_arg = [_trees.unflatten(tree, [next(grads) if c is None else next(extra)
                                        for c in kinds]) for _, tree, kinds in layout]
     gradient = tuple(per_arg) if isinstance(argnums, tuple) else per_arg[0]
-    if aux:
-        if value:
-            return F.rewrap(run.value(out)), F.rewrap(gradient)
-        return F.rewrap(gradient), F.rewrap(run.value(out[1]))
-    if value:
-        return F.rewrap(run.value(out)), F.rewrap(gradient)
-    return F.rewrap(gradient)
+    if not value and not aux:
+        return F.rewrap(gradient)
+    # (the per-example values and aux, read as numbers, as the general path's aux)
+    numbers = _undifferentiated(out if value else out[1], (0, run.tape), _levels.OUTSIDE)
+    return (F.rewrap(numbers), F.rewrap(gradient)) if value else \
+        (F.rewrap(gradient), F.rewrap(numbers))
