@@ -165,3 +165,41 @@ def test_nested_vmaps_and_closures_keep_the_general_path():
             if i == 0:
                 for g, h in zip(per_row, want):
                     np.testing.assert_allclose(g[j], h, rtol=1e-12, atol=1e-12)
+
+
+def test_transforms_inside_and_around_against_torch():
+    # a transform opened inside f (a gradient penalty, an inner gradient by the weights)
+    # reads the broadcast copy: a probe's product would take W as a constant there, and
+    # the second derivatives through it would be wrong
+    tw, tx = T(W), T(X)
+
+    def penalty(w, x):
+        g = ad.grad(lambda z: ad.sum(ad.tanh(z @ w)))(x)
+        return ad.sum(g ** 2) + ad.sum(ad.sin(x @ w))
+
+    def tpenalty(w, x):
+        g = func.grad(lambda z: torch.tanh(z @ w).sum())(x)
+        return (g ** 2).sum() + torch.sin(x @ w).sum()
+
+    def inner_by_w(w, x):
+        return ad.sum(ad.grad(lambda v: ad.sum(ad.tanh(x @ v)))(w) * w)
+
+    def tinner_by_w(w, x):
+        return (func.grad(lambda v: torch.tanh(x @ v).sum())(w) * w).sum()
+    for ours, theirs in ((penalty, tpenalty), (inner_by_w, tinner_by_w)):
+        close(ad.vmap(ad.grad(ours), in_axes=(None, 0))(W, X),
+              func.vmap(func.grad(theirs), in_dims=(None, 0))(tw, tx))
+
+    # transforms around the vmap: the general path
+    def loss(w, x):
+        return ad.sum(ad.tanh(x @ w))
+
+    def tloss(w, x):
+        return torch.tanh(x @ w).sum()
+    V = rng.normal(size=W.shape)
+    per_example = ad.vmap(ad.grad(loss), in_axes=(None, 0))
+    tper_example = func.vmap(func.grad(tloss), in_dims=(None, 0))
+    close(ad.jvp(lambda w: per_example(w, X), W, V)[1],
+          func.jvp(lambda w: tper_example(w, tx), (tw,), (T(V),))[1])
+    close(ad.grad(lambda w: ad.sum(per_example(w, X) ** 2))(W),
+          func.grad(lambda w: (tper_example(w, tx) ** 2).sum())(tw))

@@ -52,11 +52,24 @@ class Frontier:
     def __init__(self) -> None:
         self.inputs: list[Any] = []        # (tensors on the sweep's list)
         self.parts: list[tuple[int, Callable[[np.ndarray], np.ndarray]]] = []
+        # the level f runs at (the very object: a transform opened inside f sets a new
+        # one, and there the probes' meaning would be lost: a matmul's vjp would take W
+        # as a constant, so second derivatives through it would be wrong)
+        self.level: Any = None
+        self.closed = False
+
+    def here(self) -> bool:
+        """Whether f runs at this gradient's own level (no transform opened inside)."""
+        return _levels.LEVEL.get() is self.level and not self.closed
 
     def input(self, array: np.ndarray, owner: "Shared",
               part: Callable[[np.ndarray], np.ndarray]) -> Any:
-        tape = _levels.LEVEL.get()[1]
-        t = _input_tensor(array, tape, False)
+        if self.closed:
+            raise NotImplementedError(
+                "ad.grad inside ad.vmap: a weight not batched was first read during the "
+                "backward sweep (by a function recomputed there, such as ad.checkpoint's), "
+                "after the sweep's inputs were fixed; read it once before (e.g. w + 0.0)")
+        t = _input_tensor(array, self.level[1], False)
         self.inputs.append(t)
         self.parts.append((id(owner), part))
         return t
@@ -151,7 +164,8 @@ def _reduced(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def _elementwise(s: Shared, function: Any, args: tuple[Any, ...]) -> Any:
     """s + y, y + s, s - y, y - s, s * y, y * s for a batched y of s's level; other
     calls: NotImplemented (the caller reads s's broadcast copy)."""
-    if len(args) != 2 or not (function in _SIGNS or function is operator.mul):
+    if len(args) != 2 or not (function in _SIGNS or function is operator.mul) or \
+            not s._frontier.here():
         return NotImplemented
     first = args[0] is s
     other = args[1] if first else args[0]
@@ -180,7 +194,7 @@ def _matmul(s: Shared, a: Any, b: Any) -> Any:
     one product on the whole batch; each example's gradient of W one batched product."""
     w = s._array
     size = s._size
-    if w.ndim != 2:
+    if w.ndim != 2 or not s._frontier.here():
         return NotImplemented
     if b is s and _partner(s, a) and a.ndim >= 1:
         sa = a.shape
@@ -226,6 +240,7 @@ def value_and_grad(F: Any, xs: list[Any], argnums: Any, aux: bool,
         layout.append((k, tree, kinds))
 
     def inner(given: list[Any]) -> Any:
+        frontier.level = _levels.LEVEL.get()
         it = iter(given)
         ys = list(xs)
         for k, tree, kinds in layout:
@@ -236,6 +251,7 @@ def value_and_grad(F: Any, xs: list[Any], argnums: Any, aux: bool,
     out = run.result
     z = _scalar_output(total(out[0] if aux else out), inner, "grad", run.mode)
     made = len(run.inputs)
+    frontier.closed = True
     run.adopt(frontier.inputs)
     swept = run.sweep(z, last=True)
     grads = iter(_trees.flatten(run.gradient(swept[:made]))[0])
