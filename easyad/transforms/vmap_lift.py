@@ -13,7 +13,9 @@ once. The examples are independent, so
 - hessian: an hvp along each element of one example's input, the basis batched likewise.
 
 A differentiated argument that is not batched is broadcast along the batch first: each
-example then has its own copy, whose derivative is that example's. The level lifted is
+example then has its own copy, whose derivative is that example's (grad and
+value_and_grad of float64 arrays under one vmap, at the top level, make no copy:
+``vmap_shared.py``). The level lifted is
 the highest batched level among the arguments and the vmaps running, less those being
 lifted already (the transform's own calls of F must not lift again); F gives f back the
 lifted levels it had, so transforms that f calls lift as usual.
