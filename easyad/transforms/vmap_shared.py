@@ -15,8 +15,10 @@ Everything else a Shared meets reads its ``_value``: the broadcast copy, made th
 input of the sweep of its own (the general path's meaning), so no operation is refused
 and every derivative is the general path's.
 
-Used at the top level only (no other transform open, the numpy device, float64 arrays):
-elsewhere the general path runs.
+Used at the top level only (no other transform open, the numpy device, float64 arrays,
+one vmap): elsewhere the general path runs. A transform opened inside f (a gradient
+penalty's ``ad.grad``) also reads the copy: a probe's matmul takes W as a constant, right
+for the first derivative, not for derivatives of it.
 """
 from __future__ import annotations
 
