@@ -106,6 +106,14 @@ class _Reverse:
         finally:
             _LEVEL.reset(token)
 
+    def adopt(self, tensors: list[Tensor]) -> None:
+        """Take tensors made on this list while f ran (top level, numpy: vmap's probes
+        of values the same in every example) as inputs too: the sweep then gives their
+        derivatives after the point's."""
+        self.inputs = self.inputs + list(tensors)
+        self.scalar = self.scalar + [False] * len(tensors)
+        self.shapes = self.shapes + [tuple(t.shape) for t in tensors]
+
     @property
     def mode(self) -> str:
         """What f's outputs may hold: Traces too under a forward transform."""

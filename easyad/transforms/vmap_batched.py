@@ -45,6 +45,7 @@ class Batched(BatchedBase, RuleMethods):
     """One example of a vmapped function's argument, standing for the whole batch."""
 
     __slots__ = ("_value", "_level", "_size")
+    _shared = False           # (vmap_shared.Shared: the same value in every example)
     __array_priority__ = 2000.0        # above TraceTensor's: ndarray op Batched comes here
     __hash__ = None  # type: ignore[assignment]
 
@@ -236,6 +237,12 @@ def elementwise(function: Any, args: tuple[Any, ...]) -> Any:
     """``function`` (elementwise, numpy's broadcasting) of operands of which one at least
     is batched: batched ones of lower rank get unit axes after their batch axis."""
     first = top(args)
+    for a in args:           # (a Shared: vmap_shared.py, the weights' probes)
+        if getattr(a, "_shared", False) and a._level == first._level:
+            out = a._elementwise(function, args)
+            if out is not NotImplemented:
+                return out
+            break
     level, size = first._level, first._size
     pairs = [at(a, level) for a in args]
     ranks = [len(_shape(v)) - 1 if b else len(_shape(v)) for v, b in pairs]
@@ -298,6 +305,11 @@ def matmul(a: Any, b: Any) -> Any:
     """numpy's matmul of one example; a batched vector or stack times an unbatched matrix
     stays one matrix product (the batch folded into its rows)."""
     first = top((a, b))
+    shared = a if getattr(a, "_shared", False) else b
+    if getattr(shared, "_shared", False) and shared._level == first._level:
+        out = shared._matmul(a, b)
+        if out is not NotImplemented:
+            return out
     level, size = first._level, first._size
     (av, ab), (bv, bb) = at(a, level), at(b, level)
     sa = _shape(av)[1:] if ab else _shape(av)

@@ -13,7 +13,9 @@ once. The examples are independent, so
 - hessian: an hvp along each element of one example's input, the basis batched likewise.
 
 A differentiated argument that is not batched is broadcast along the batch first: each
-example then has its own copy, whose derivative is that example's. The level lifted is
+example then has its own copy, whose derivative is that example's (grad and
+value_and_grad of float64 arrays under one vmap, at the top level, make no copy:
+``vmap_shared.py``). The level lifted is
 the highest batched level among the arguments and the vmaps running, less those being
 lifted already (the transform's own calls of F must not lift again); F gives f back the
 lifted levels it had, so transforms that f calls lift as usual.
@@ -28,6 +30,7 @@ import numpy as np
 
 from easyad import _trees, functional
 from easyad.tensor import _generic
+from easyad.transforms import vmap_shared
 from easyad.transforms.vmap_batched import Batched, _shape, expanded
 
 LIFTED: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
@@ -57,7 +60,9 @@ def lift(opened: Any, vmap: Callable[..., Any], name: str, f: Callable[..., Any]
     level = max(sizes)
     token = LIFTED.set(lifted | {level})
     try:
-        return _LIFTS[name](_Lifted(f, level, sizes[level], lifted, vmap), args, options)
+        F = _Lifted(f, level, sizes[level], lifted, vmap)
+        F.alone = len(sizes) == 1 and not lifted      # (one vmap: vmap_shared may run)
+        return _LIFTS[name](F, args, options)
     finally:
         LIFTED.reset(token)
 
@@ -70,17 +75,23 @@ class _Lifted:
         self.f, self.level, self.size, self.lifted = f, level, size, lifted
         self.vmap = vmap          # (ad.vmap, given by vmap.py: the basis batched too)
         self.marks: list[list[bool]] = []
+        self.alone = False
 
-    def unwrap(self, args: tuple[Any, ...], differentiated: set[int]) -> list[Any]:
-        """The arguments as whole batches (differentiated ones always batched)."""
+    def unwrap(self, args: tuple[Any, ...], differentiated: set[int],
+               shared: Callable[[Any], bool] | None = None) -> list[Any]:
+        """The arguments as whole batches (differentiated ones always batched, except
+        the leaves that ``shared`` takes: those stay as they are, unmarked)."""
         out = []
         self.marks = []
         for k, a in enumerate(args):
             leaves, tree = _trees.flatten(a)
             flags = [isinstance(v, Batched) and v._level == self.level for v in leaves]
-            values = [self.batch_of(v) if (f or k in differentiated) else v
-                      for v, f in zip(leaves, flags)]
-            self.marks.append([f or k in differentiated for f in flags])
+            if k in differentiated and shared is not None:
+                flags = [f or not shared(v) for v, f in zip(leaves, flags)]
+            else:
+                flags = [f or k in differentiated for f in flags]
+            values = [self.batch_of(v) if f else v for v, f in zip(leaves, flags)]
+            self.marks.append(flags)
             out.append(_trees.unflatten(tree, values) if any(self.marks[-1]) else a)
         return out
 
@@ -145,7 +156,13 @@ def _total(out: Any) -> Any:
 def _value_and_grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any],
                     value: bool = True) -> Any:
     argnums, aux = options.get("argnums", 0), options.get("has_aux", False)
-    xs = F.unwrap(args, set(_argnums(options, len(args))))
+    differentiated = set(_argnums(options, len(args)))
+    if F.alone and any(vmap_shared.usable(v) for k in differentiated
+                       for v in _trees.flatten(args[k])[0]):
+        # weights not batched: one array, per-example gradients from probes
+        xs = F.unwrap(args, differentiated, vmap_shared.usable)
+        return vmap_shared.value_and_grad(F, xs, argnums, aux, value, _total)
+    xs = F.unwrap(args, differentiated)
 
     def summed(*ys: Any) -> Any:
         out = F(*ys)
