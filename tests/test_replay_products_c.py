@@ -1,4 +1,4 @@
-"""prod, cumprod and recurrence in recorded programs' fused C (``Op.loop``,
+"""prod, cumprod and recurrence (and cumsum) in recorded programs' fused C (``Op.loop``,
 ``compiler/program/table_c.py``): each op step one C function of the program's library,
 so value, gradient and Hessian-vector programs have no Python step on their account and
 batches run in one C loop. Checked against the unfused replay (the eager ops), numpy and
@@ -99,7 +99,8 @@ OPS = {"cumprod axis 1": lambda x: ad.cumprod(x, axis=1),
        "cumprod axis 0": lambda x: ad.cumprod(x, axis=0),
        "prod axis 1": lambda x: ad.prod(x, axis=1),
        "prod axis 0 kept": lambda x: ad.prod(x, axis=0, keepdims=True),
-       "recurrence": lambda x: recurrence(x, x[::-1] * 0.5, axis=1)}
+       "recurrence": lambda x: recurrence(x, x[::-1] * 0.5, axis=1),
+       "cumsum axis 1": lambda x: ad.cumsum(x, axis=1)}
 
 
 def _same_bits(a, b, what):
@@ -135,7 +136,8 @@ def test_special_values_as_the_unfused_op(name):
         numpy_op = {"cumprod axis 1": lambda a: np.cumprod(a, 1),
                     "cumprod axis 0": lambda a: np.cumprod(a, 0),
                     "prod axis 1": lambda a: np.prod(a, 1),
-                    "prod axis 0 kept": lambda a: np.prod(a, 0, keepdims=True)}[name]
+                    "prod axis 0 kept": lambda a: np.prod(a, 0, keepdims=True),
+                    "cumsum axis 1": lambda a: np.cumsum(a, 1)}[name]
         with np.errstate(invalid="ignore", over="ignore"):
             _same_bits(got, numpy_op(x), name)
     w = np.random.default_rng(7).normal(size=np.shape(got))

@@ -1,4 +1,5 @@
-"""Line loops of the product ops (``ops/_prod_ops.py``) for generated code (``Op.loop``):
+"""Line loops of the running ops (``ops/_prod_ops.py``: prod, cumprod, recurrence;
+``ops/_builtin.py``: cumsum) for generated code (``Op.loop``):
 a C-contiguous operand cut into independent lines along some axes, each line run in
 order by one iteration (C: one function of a fused program's library; the body is the
 syntax C99 and OpenCL C share).
@@ -43,7 +44,7 @@ def _offset(runs: list[tuple[int, int]], index: str) -> str:
 
 
 def axis_lines(shape: tuple[int, ...], axes: tuple[int, ...], t: str, kind: str) -> Loop:
-    """``kind`` ("prod", "cumprod", "recurrence") of an operand of ``shape`` along
+    """``kind`` ("prod", "cumprod", "cumsum", "recurrence") of an operand of ``shape`` along
     ``axes`` (cumprod and recurrence: one), element type ``t``. prod writes y[line];
     the others y at their operands' places. Each starts from the line's first element
     (not 1 * x_0: numpy's reduce and accumulate copy it), the loop in the element type."""
@@ -60,14 +61,16 @@ def axis_lines(shape: tuple[int, ...], axes: tuple[int, ...], t: str, kind: str)
                     "y[line] = total;\n")
     if n == 0:
         return Loop(0, "")
-    if kind == "cumprod":
+    if kind in ("cumprod", "cumsum"):
+        step = "*" if kind == "cumprod" else "+"
         return Loop(count, base + f"{t} total = x0[base];\ny[base] = total;\n"
                     f"for (long k = 1; k < {n}L; k++) {{\n"
                     f"    const long at = base + {at};\n"
-                    "    total *= x0[at];\n    y[at] = total;\n}\n")
+                    f"    total {step}= x0[at];\n    y[at] = total;\n}}\n")
     if kind == "recurrence":        # o_k = a_k o_(k-1) + b_k, o_0 = b_0
         return Loop(count, base + f"{t} o = x1[base];\ny[base] = o;\n"
                     f"for (long k = 1; k < {n}L; k++) {{\n"
                     f"    const long at = base + {at};\n"
                     "    o = x0[at] * o + x1[at];\n    y[at] = o;\n}\n")
-    raise ValueError(f"axis_lines: no line loop {kind!r} (prod, cumprod, recurrence)")
+    raise ValueError(f"axis_lines: no line loop {kind!r} (prod, cumprod, cumsum, "
+                     f"recurrence)")
