@@ -8,8 +8,8 @@ survival probabilities S = cumprod(1 - h), discount factors D and cash flows c:
 ``sum(c * D * S) + R * sum(D * (S_prev - S))`` (the recovery R paid in the period of
 default, S_prev the survival to the period's start) plus the final survival prod(1 - h).
 Timed: the gradient at one point (``value_and_gradient``), and at B = 1000 points
-(``value_and_gradient`` of a batch), and torch's batched autograd (the model on rows). "before" is this checkout with the lowering switched
-off (``table_c.lower`` returning nothing: each op a Python step between the C segments,
+(``value_and_gradient`` of a batch), and torch's batched autograd (the model on rows).
+"before" is this checkout with the lowering switched off (``table_c.lower`` returning nothing: each op a Python step between the C segments,
 and a batch one replay per point, as before the lowering); "after" as it is. Medians of
 wall time over interleaved rounds, one thread (torch too).
 """
@@ -70,6 +70,20 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _cells(before, after, h, H, tb, tH, rounds: int) -> dict[str, float]:
+    """Median seconds of each cell, the cells interleaved in each round."""
+    calls = {"one before": (lambda: before.value_and_gradient(h), 200),
+             "one after": (lambda: after.value_and_gradient(h), 200),
+             "batch before": (lambda: before.value_and_gradient(H), 1),
+             "batch after": (lambda: after.value_and_gradient(H), 5),
+             "torch": (lambda: tb(tH), 5)}
+    cells: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, (fn, repeats) in calls.items():
+            cells[k].append(timed(fn, repeats))
+    return {k: statistics.median(v) for k, v in cells.items()}
+
+
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     lower = table_c.lower
@@ -91,15 +105,7 @@ def main() -> None:
         tH = torch.tensor(H)
         np.testing.assert_allclose(after.value_and_gradient(H)[1], tb(tH)[1].numpy(),
                                    rtol=1e-12, atol=1e-15)
-        cells = {k: [] for k in ("one before", "one after", "batch before", "batch after",
-                                 "torch")}
-        for _ in range(rounds):
-            cells["one before"].append(timed(lambda: before.value_and_gradient(h), 200))
-            cells["one after"].append(timed(lambda: after.value_and_gradient(h), 200))
-            cells["batch before"].append(timed(lambda: before.value_and_gradient(H), 1))
-            cells["batch after"].append(timed(lambda: after.value_and_gradient(H), 5))
-            cells["torch"].append(timed(lambda: tb(tH), 5))
-        rows.append((n, {k: statistics.median(v) for k, v in cells.items()}))
+        rows.append((n, _cells(before, after, h, H, tb, tH, rounds)))
     print(f"| n | one point before (us) | after (us) | B={B} before (ms) | after (ms) | "
           "speed-up | torch batched (ms) | after/torch |")
     print("|---|---|---|---|---|---|---|---|")
