@@ -9,8 +9,9 @@ survival probabilities S = cumprod(1 - h), discount factors D and cash flows c:
 default, S_prev the survival to the period's start) plus the final survival prod(1 - h).
 Timed: the gradient at one point (``value_and_gradient``), and at B = 1000 points
 (``value_and_gradient`` of a batch), and torch's batched autograd (the model on rows).
-"before" is this checkout with the lowering switched off (``table_c.lower`` returning nothing: each op a Python step between the C segments,
-and a batch one replay per point, as before the lowering); "after" as it is. Medians of
+"before" is this checkout with the lowering switched off (``table_c.lower`` returning
+nothing: each op a Python step between the C segments, and a batch one replay per point,
+as before the lowering); "after" as it is. Medians of
 wall time over interleaved rounds, one thread (torch too).
 """
 from __future__ import annotations
