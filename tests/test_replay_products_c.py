@@ -236,3 +236,34 @@ def test_table_c_refuses_what_it_cannot_render():
     assert table_c.lowerable(Instruction("op", op, (0,), (0,)), P)
     assert not table_c.lowerable(Instruction("op", op, (1,), (0,)), P)     # an int operand
     assert not table_c.lowerable(Instruction("op", op, (2.0,), (0,)), P)   # a number
+
+
+def test_opencl_batch_is_one_program(monkeypatch):
+    # on OpenCL the ops run their kernels once over every point's lines (the batching
+    # rule), the shifts' assembles once for the chunk: no replay per point
+    from conftest import OPENCL
+    from easyad.compiler.program import batch_cl
+    if not OPENCL:
+        pytest.skip("no working OpenCL device")
+
+    def f(h):
+        s = ad.cumprod(1.0 - h, axis=1)
+        return ad.sum(ad.sin(s) * W[4]) + ad.sum(ad.prod(h, axis=0)) + \
+            ad.sum(ad.concatenate([h[:1], s[1:]]) * W[4])
+    x = _point(0)[0]
+    T = ad.record(f, x, tensor=True, device=OPENCL[0])
+    U = ad.record(f, x, tensor=True)
+    X = np.stack([_point(s)[0] for s in range(1, 6)])
+    V = RNG.normal(size=X.shape)
+    T.value_and_gradient(x)
+    T.hvp(x, x)
+    for what in ("gradient", "hvp"):
+        assert batch_cl.batched(T._bound[what]) is not None, what
+    monkeypatch.setattr(type(T), "_run", lambda *a, **k: pytest.fail("a replay per point"))
+    values, grads = T.value_and_gradient(X)
+    hvps = np.asarray(T.hvp(X, V))
+    monkeypatch.undo()
+    u_values, u_grads = U.value_and_gradient(X)
+    np.testing.assert_allclose(values, u_values, rtol=1e-13)
+    np.testing.assert_allclose(grads, u_grads, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(hvps, np.asarray(U.hvp(X, V)), rtol=1e-12, atol=1e-13)
