@@ -183,6 +183,13 @@ def test_batch_is_one_c_loop(monkeypatch):
         assert values[b] == value
         np.testing.assert_array_equal(grads[b], g)
         np.testing.assert_array_equal(hvps[b], hv)
+    # over threads, each on its own copy of the workspace the C functions write
+    from easyad.compiler.program import fused_c
+    monkeypatch.setattr(fused_c, "_PARALLEL_BATCH", 1)
+    monkeypatch.setattr(fused_c, "_BATCH_THREADS", 3)
+    threaded = T.value_and_gradient(X)
+    np.testing.assert_array_equal(threaded[0], values)
+    np.testing.assert_array_equal(threaded[1], grads)
 
 
 def test_float32_rounds_as_the_eager_op():
