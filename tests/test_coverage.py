@@ -6,7 +6,8 @@ The matrix is generated from the registry: one test per row and transform. Each 
 sample: ``reverse`` (eager Tensor: value and gradient), ``forward`` (TraceTensor: the
 derivative along v), ``create_graph`` (the gradient differentiated again: H v),
 ``replay`` (``ad.record(tensor=True)`` replayed at another point: value, gradient,
-Hessian-vector product; fused C but for the ufuncs' rows), ``opencl`` (eager on the
+Hessian-vector product; fused C but for the ufuncs' rows, prod's, cumprod's and
+cumsum's ops C functions of it), ``opencl`` (eager on the
 first OpenCL device, the same three, with the table ops that ran on host copies equal to
 the row's ``host``; and replayed there kernel by kernel: value, gradient). The coverage
 table of docs/scientific.md is the registry's rendering. The tolerance is 1e-10 but
@@ -24,12 +25,14 @@ from torch.func import grad as tgrad
 from torch.func import hessian as thessian
 
 import easyad as ad
+from easyad.compiler.program.fused_c import FusedProgram
 from easyad.ops import _table
 
 from _coverage import ROWS, row_ids, table
 from conftest import OPENCL
 
 BY_ID = dict(zip(row_ids(), ROWS))
+LINE_OPS = {"np.prod", "np.cumprod", "np.cumsum"}     # rows replayed through table_c
 TRANSFORMS = ["reverse", "forward", "create_graph", "replay", "opencl"]
 
 
@@ -100,6 +103,15 @@ def _replayed(rid: str, device: str, hessian: bool) -> None:
     np.testing.assert_allclose(T.gradient(x1), gradient, **_tol(rid), err_msg=device)
     if hessian:
         np.testing.assert_allclose(np.asarray(T.hvp(x1, v)), hv, **_tol(rid))
+    if fuse:         # the table's line ops ran as the fused program's C, none as a step
+        lowered = 0
+        for bound in T._bound.values():
+            if isinstance(bound, FusedProgram):
+                steps = [item for kind, item in bound.plan.schedule if kind == "py"
+                         and item.op == "op" and item.params.op.loop is not None]
+                assert all(id(item) in bound.lowered for item in steps), rid
+                lowered += len(steps)
+        assert lowered or BY_ID[rid].name not in LINE_OPS, rid
 
 
 @pytest.mark.parametrize("transform", TRANSFORMS)

@@ -17,7 +17,7 @@ easyad operations (no table entry: every engine differentiates the pieces).
 
 How to add an op: docs/internals.md ("How to add an op"); tests/test_add_an_op.py does it.
 """
-from easyad.ops._table import OPS, Op, get, register, unregister
+from easyad.ops._table import OPS, Loop, Op, get, register, unregister
 from easyad.ops._apply import OpStep, apply, batched, call
 from easyad.ops._builtin import cumsum, flip
 from easyad.ops import _structural  # noqa: F401  (reshape, transpose, sum, max, min)
@@ -30,7 +30,7 @@ from easyad.ops._products import einsum, inner, kron, outer, tensordot
 from easyad.ops._conv import conv, conv_transpose
 from easyad.ops._pool import adaptive_avg_pool, avg_pool, max_pool
 
-__all__ = ["OPS", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", "get",
+__all__ = ["OPS", "Loop", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", "get",
            "register", "unregister",
            # numpy's functions on tensors (NUMPY_FUNCTIONS entries), each also ad.<name>
            "argmax", "argmin", "argsort", "broadcast_to", "clip", "cumprod", "diag",

@@ -8,7 +8,8 @@
   assemble).
 - ``cumsum``: running sums along one axis. Linear; its vjp is the running sum from the
   end (flip, cumsum, flip); an OpenCL kernel (one work-item per line along the axis, in
-  order: the same additions as numpy's for each line).
+  order: the same additions as numpy's for each line) and a line loop (``Op.loop``), so a
+  recorded program's fused C runs it as a C function.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from easyad.ops._apply import apply, call
+from easyad.ops._loops import axis_lines
 from easyad.ops._table import Op, register
 from easyad.tensor import _shapes, _structural
 from easyad.tensor._generic import NUMPY_FUNCTIONS
@@ -145,6 +147,7 @@ CUMSUM: Op = register(Op(
     vjp=_cumsum_vjp,
     batch=lambda p, b: (CumsumParams(_shifted(p.axis, b)), b),
     opencl=_cumsum_opencl, linear=True, objects=True,
+    loop=lambda p, shapes, t: axis_lines(shapes[0], (p.axis,), t, "cumsum"),
     sample=lambda rng, dtype: ((rng.normal(size=(3, 70, 5)).astype(dtype),), {"axis": 1}),
     doc="running sums along an axis"))
 

@@ -30,7 +30,11 @@ each block's product of coefficients), then carries each block's start in; a res
 a value that is not finite is computed again by the plain loop (the rounds and blocks
 multiply coefficients the loop never does, which may overflow; with inf or NaN among the
 operands the loop's answer is the one given). OpenCL:
-one work-item per line, in order, for all three.
+one work-item per line, in order, for all three. Recorded programs' fused C (``Op.loop``,
+``_loops``): one C function a line loop, in order, in the element type (float32 rounds
+each product as numpy's float32 cumprod): bit for bit the eager prod along one axis and
+cumprod; the recurrence is the loop itself, which the host lowering's rounds equal to a
+few ulp.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ from easyad.ops._apply import OpStep, apply
 from easyad.ops._builtin import FLIP, FlipParams, _axis, _shifted
 from easyad.ops._structural import ReduceParams, _reduce_batch
 from easyad.ops._table import Op, get, register
+from easyad.ops._loops import axis_lines
 from easyad.tensor import _generic
 from easyad.tensor import _shapes as shapes
 
@@ -284,6 +289,7 @@ RECURRENCE: Op = register(Op(
     numpy=_recurrence_numpy, vjp=_recurrence_vjp, jvp=_recurrence_jvp,
     batch=lambda p, b: (AxisParams(_shifted(p.axis, b)), b),
     opencl=_recurrence_opencl, objects=True,
+    loop=lambda p, shapes, t: axis_lines(shapes[0], (p.axis,), t, "recurrence"),
     sample=lambda rng, dtype: ((rng.uniform(-1.2, 1.2, size=(3, 70, 5)).astype(dtype),
                                 rng.normal(size=(3, 70, 5)).astype(dtype)), {"axis": 1}),
     doc="o_k = a_k o_(k-1) + b_k along an axis"))
@@ -351,6 +357,7 @@ CUMPROD: Op = register(Op(
     vjp=_cumprod_vjp, jvp=_cumprod_jvp,
     batch=lambda p, b: (AxisParams(_shifted(p.axis, b)), b),
     opencl=_cumprod_opencl, objects=True, step=_host_step("cumprod"),
+    loop=lambda p, shapes, t: axis_lines(shapes[0], (p.axis,), t, "cumprod"),
     sample=lambda rng, dtype: ((rng.uniform(0.5, 1.5, size=(3, 70, 5)).astype(dtype),),
                                {"axis": 1}),
     doc="running products along an axis"))
@@ -451,6 +458,7 @@ PROD: Op = register(Op(
     numpy=lambda p, x: np.multiply.reduce(x, axis=p.axes, keepdims=p.keepdims),
     vjp=_prod_vjp, jvp=_prod_jvp, batch=_reduce_batch,
     opencl=_prod_opencl, objects=True, step=_host_step("prod"),
+    loop=lambda p, shapes, t: axis_lines(shapes[0], p.axes or (), t, "prod"),
     sample=lambda rng, dtype: ((rng.uniform(0.5, 1.5, size=(3, 70, 5)).astype(dtype),),
                                {"axes": (0, 2), "keepdims": False}),
     doc="products along axes (derivatives exact with zeros)"))

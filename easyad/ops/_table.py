@@ -32,6 +32,12 @@ An ``Op`` is one registration holding everything every engine needs:
 - ``composite_first``: the composite runs on the numpy device too (its primitives are that
   backend's own kernels: the older structural ops, whose eager results stay bit for bit);
   ``numpy`` is then the reference and the object arrays' form;
+- ``loop(params, shapes, ctype) -> Loop``: the op as independent lines, for generated
+  code (a recorded program's fused C, one C function of its library): ``Loop.count``
+  lines, ``Loop.body`` the statements of line ``line`` (a ``long``), reading the operands
+  ``x0``, ``x1``... (``shapes``: theirs, C-contiguous) and writing ``y`` (the result,
+  C-contiguous), all of element type ``ctype``, in the syntax C99 and OpenCL C share.
+  Without it a replayed program runs the op as a step between its C segments;
 - ``step(params, cls, be, operands, bufs, out, shape, dtype) -> Step``: the node's step, whose
   call is the vjp lowered to backend buffers (the sweep's fast form: for the older
   structural ops a step class of the compiled core, the same one their C fast paths
@@ -51,7 +57,8 @@ Who reads the table: ``easyad.ops._apply`` (the call: eager tensors of every dev
 reverse mode and create_graph, forward mode, ``eval_shape``, ``ad.record`` of tensor code,
 object arrays of scalars, plain arrays), the backends' ``op`` method (``lower``), the
 recorded programs' replay (``tensor._program``: one ``op`` instruction, read back
-through the backend's ``op``) and the batching helper (``batched``).
+through the backend's ``op``; in the numpy device's fused C, ``loop`` as a C function:
+``compiler/program/table_c.py``) and the batching helper (``batched``).
 """
 from __future__ import annotations
 
@@ -64,6 +71,13 @@ import numpy as np
 
 OPS: dict[str, Op] = {}
 _HINTS: dict[type, dict[str, Any]] = {}      # each params class's field types
+
+
+class Loop(typing.NamedTuple):
+    """An op's lowering to generated code (``Op.loop``): ``count`` independent lines,
+    ``body`` the statements of line ``line``."""
+    count: int
+    body: str
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -82,6 +96,7 @@ class Op:
     dtype: Callable[..., Any] | None = None
     sample: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]] | None = None
     step: Callable[..., Any] | None = None
+    loop: Callable[..., Loop] | None = None
     linear: bool = False
     objects: bool = False
     composite_first: bool = False

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad.compiler.program.batch_steps import STEPS, BatchStep
+from easyad.compiler.program.batch_steps import BatchStep, runs
 from easyad.compiler.program.fused_cl import FusedCLProgram, HostStep, Launch
 from easyad.compiler.program.render_cl import Kernel, render_kernels
 from easyad.errors import CompilerWarning, DeviceError
@@ -85,10 +85,9 @@ class Diverged(Exception):
 def batchable(fused: FusedCLProgram) -> bool:
     """Whether every step of the program is a group kernel, a guard (a value read on
     the host, checked at every point) or a backend step run for all points at once
-    (``batch_steps``: matmul, reduce, linear); any other backend step works on one
-    point."""
-    return all(step.instruction.op in STEPS for step in fused.steps
-               if type(step) is HostStep)
+    (``batch_steps``: matmul, reduce, linear, the table's line ops); any other backend
+    step works on one point."""
+    return all(runs(step.instruction) for step in fused.steps if type(step) is HostStep)
 
 
 class _Guard:

@@ -1,5 +1,6 @@
 """Backend steps of a batched OpenCL program (``batch_cl.BatchedCLProgram``): ``matmul``,
-``reduce``, ``linear`` and ``linear_vjp`` run once for all the points of a chunk, on the
+``reduce``, ``linear``, ``linear_vjp``, assembles of several parts and the table's line
+ops (prod, cumprod, cumsum, recurrence) run once for all the points of a chunk, on the
 batch's buffers.
 
 A slot is either the point's own (a buffer of B points, point b's value at ``b * size``)
@@ -17,6 +18,11 @@ or shared (a constant, an argument given once: the same value at every point).
   point first (a copy); two shared operands give one product, tiled to every point.
 - **reduce**: over the point's axes shifted by one (one backend reduction for all the
   points); a shared operand is reduced once and tiled.
+- **op** (an op of the table with a line loop, ``runs``): the op's kernel once over the
+  chunk, by the op's batching rule (the batch axis first: the points' lines are more
+  lines of one launch); a shared operand tiled to every point.
+- **assemble** (parts written into zeros: a concatenation, the shift of cumprod's and
+  prod's derivatives): one assemble of the chunk, each part's view given a points axis.
 - **linear** (x @ w^T + b) and **linear_vjp** (g w, g^T x, the sum of g's rows): their
   products as matmul's, the bias added by one map (shared, or a row a point), the bias
   gradient as reduce's.
@@ -161,6 +167,65 @@ def _linear_vjp_step(step: BatchStep, be: Any, arrays: list[Any], points: int,
     return found
 
 
+def _op_step(step: BatchStep, be: Any, arrays: list[Any], points: int,
+             shared: Callable[[int], bool]) -> list[Any]:
+    """An op of the table with a line loop (prod, cumprod, cumsum, recurrence: ``runs``)
+    at every point: the op once over the chunk by its batching rule (a point's operand
+    with the batch axis first; its kernel's lines then run over every point's lines),
+    shared operands tiled to every point; all shared: once, tiled."""
+    t = step.instruction.params
+    operands = _operands(step, arrays, shared)
+    if not any(own for _, own in operands):
+        out = be.op(t.op, t.params, [be.reshape(a, s) for (a, _), s in
+                                     zip(operands, step.shapes)], t.shape, t.dtype)
+        return [_tile(be, out, points, 1, out.size, True)]
+    bufs = []
+    for (a, own), shape in zip(operands, step.shapes):
+        size = math.prod(shape)
+        if not own:
+            a = _tile(be, a, points, 1, size, True)
+        bufs.append(be.reshape(a, (points,) + shape))
+    params, out_axis = t.op.batch(t.params, 0)
+    if out_axis != 0:       # (the line ops' rules keep the batch axis first)
+        raise AssertionError(f"op {t.op.name!r}: its batching rule moved the batch axis")
+    return [be.op(t.op, params, bufs, (points,) + tuple(t.shape), t.dtype)]
+
+
+def _assemble_step(step: BatchStep, be: Any, arrays: list[Any], points: int,
+                   shared: Callable[[int], bool]) -> list[Any]:
+    """Parts written into zeros at every point: one assemble of the chunk, each part's
+    view with a leading points axis (a point's output ``size`` apart); a shared part
+    broadcast to its view and tiled, a point's own given the view's dimensions."""
+    p = step.instruction.params
+    size = math.prod(p.shape)
+    parts = []
+    for part, (buf, own), shape in zip(p.parts, _operands(step, arrays, shared),
+                                       step.shapes):
+        view = tuple(part.shape)
+        if own:
+            src = be.reshape(buf, (points,) + (1,) * (len(view) - len(shape)) + shape)
+        else:
+            src = be.reshape(buf, shape)
+            if shape != view:
+                src = be.map("broadcast", ("g",), {"g": src}, view, (src.dtype,))[0]
+            src = be.reshape(_tile(be, src, points, 1, math.prod(view), True),
+                             (points,) + view)
+        parts.append((part.offset, (points,) + view, (size,) + tuple(part.strides), src))
+    return [be.assemble((points,) + tuple(p.shape), p.dtype, parts)]
+
+
+def runs(ins: Instruction) -> bool:
+    """Whether a backend step runs once for all the points here (``STEPS``; an op of
+    the table: one with a line loop and a batching rule, its operands slots)."""
+    if ins.op == "assemble":
+        return all(type(i) is int for i in ins.ins)
+    if ins.op != "op":
+        return ins.op in STEPS
+    op = ins.params.op
+    return op.loop is not None and op.batch is not None and \
+        all(type(i) is int for i in ins.ins)
+
+
 _RUN = {"matmul": _matmul_step, "reduce": _reduce_step, "linear": _linear_step,
-        "linear_vjp": _linear_vjp_step}
+        "linear_vjp": _linear_vjp_step, "op": _op_step, "assemble": _assemble_step}
 STEPS = ("guard",) + tuple(_RUN)     # the backend steps a batched program runs

@@ -33,7 +33,9 @@
   from +0: Rosenbrock's gradient loop keeps one of six, the same bits out.
 - **Python steps**: matmul and ``linear`` (BLAS through numpy) and guards, as
   ``_program.step`` runs them. ``cross_entropy`` and its vjp are C functions of the same
-  library (``softmax_c``), called from the pointer table like segments.
+  library (``softmax_c``), called from the pointer table like segments; so are the op
+  table's ops with a line loop (``Op.loop``: prod, cumprod, recurrence; ``table_c``),
+  which keep a program batchable in one C loop.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
   groups get workspace buffers, shared between values whose lives (in groups) do not
   overlap; results are new arrays each call.
@@ -56,7 +58,7 @@ import numpy as np
 from easyad import _pool
 from easyad.compiler.tape import library as c_library
 from easyad._core import _point_at, _segment_call, _segments_batch
-from easyad.compiler.program import blas_steps, softmax_c
+from easyad.compiler.program import blas_steps, softmax_c, table_c
 from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
 from easyad.compiler.optimiser import optimise_program
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
@@ -154,9 +156,11 @@ class FusedProgram:
     def batchable(self) -> bool:
         """Whether the program runs at many points in one C loop (``run_batch``): every
         step generated C, nothing written in place, every output made fresh in C."""
-        fresh = set(self.fresh)      # (lowered steps keep one workspace: not per thread)
+        fresh = set(self.fresh)
+        # (cross-entropy's lowered steps keep one saved workspace: not per point)
         return all(fn is not None for fn, *_ in self.steps) and not self.in_place \
-            and not self.lowered \
+            and not any("saved" in step.extra or "target" in step.extra
+                        for step in self.lowered.values()) \
             and all(self.plan.r(o) in fresh for o in self.outputs)
 
     def run_batch(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
@@ -300,7 +304,8 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     instructions = live_instructions(program, outputs)
     plan = Plan(program, instructions, outputs, CDialect.types)
     segments = [item for kind, item in plan.schedule if kind == "c"]
-    if not segments:
+    in_c = table_c.lower(plan)            # op-table steps with a line loop: C functions
+    if not segments and not in_c:
         return None
     # which values are read outside the group that makes them: by Python steps, outputs,
     # other segments; computed by rendering once with everything stored, then again
@@ -311,6 +316,7 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
                       and s not in made_in_python and program.dtypes[s] is not None}
     renderer = Renderer(plan, stored, CDialect())
     lowered = softmax_c.lower(plan, len(program.shapes) + len(plan.aux))
+    lowered[0].update(in_c)
     source = c_header() + [renderer.render(seg, k) for k, seg in enumerate(segments)] \
         + [step.text for step in lowered[0].values()]
     text = "\n".join(source)
