@@ -198,7 +198,7 @@ def record_scalar(cls: type[TensorBase], label: str, backend: Backend, value: An
     return tape._push_node(Node(label, inputs, vjp, scalar_output=True, graph=graph), number)
 
 
-def read_number(backend: Any, buf: Any) -> float:
+def read_number(backend: Backend, buf: Any) -> float:
     """The one number of a 0-d (or one-element) buffer, as a float."""
     return float(np.asarray(backend.to_numpy(buf)).reshape(()))
 
@@ -216,7 +216,7 @@ def read_keyed(x: Any, key: Any) -> Any:
                           else x))
 
 
-def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],
+def fold(backend: Backend, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],
          scalar: bool = False) -> Any:
     """Sum a broadcast adjoint of ``shape`` back to an operand's ``target`` shape; a float
     for a ``scalar`` operand (a Record, whose adjoint is a float)."""

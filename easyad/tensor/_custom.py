@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from easyad.tensor._meta import META, MetaArray, ShapeDtype
 from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor
+
+if TYPE_CHECKING:
+    from easyad.tensor._program import ProgramBackend
 
 _NUMERIC = "numeric"
 
@@ -258,7 +261,7 @@ class ArrayPrimitive:
         return record(cls, self.name, be, data, shape, dtype, tape, inputs, step, graph)
 
     def _program(self, args: tuple[Any, ...], ops: list[Any], dtype: Any, cls: type,
-                 kwargs: dict[str, Any], be: Any) -> Any:
+                 kwargs: dict[str, Any], be: ProgramBackend) -> Any:
         """While ``ad.record`` records tensor code: f and its vjp as host calls of the
         program (replay calls them again on the new values); no second derivative."""
         f, user_vjp, _ = self._bound(kwargs)
@@ -491,7 +494,7 @@ class ProgramStep(_PrimitiveStep):
 
 # ---- operands ----
 
-def _operand(a: Any, be: Any) -> Any:
+def _operand(a: Any, be: Backend) -> Any:
     """The tensor Operand of a differentiable argument, or None for a static one (passed
     to f as it is: integer arrays, strings, None...)."""
     if isinstance(a, TensorBase) or type(a) is Record:
