@@ -20,6 +20,7 @@ import pytest
 import easyad as ad
 from easyad import _core
 from easyad.tensor import _interpreters
+from easyad.tensor._backend import Backend
 from easyad.tensor._meta import META, SHAPES
 from easyad.tensor._numpy import NumpyBackend
 from easyad.tensor._program import RECORDING, Program, ProgramBackend
@@ -111,6 +112,7 @@ def test_each_backend_names_its_interpreter():
     assert numpy_be.interpreter is _interpreters.EVALUATE
     assert META.interpreter is SHAPES
     assert recorder.interpreter is RECORDING
+    assert isinstance(recorder, Backend)     # the recorder is a backend like the others
     for it in (_interpreters.EVALUATE, SHAPES, RECORDING):
         assert isinstance(it, _interpreters.Interpreter)
     # (has_values, numbers_stay_tensors, replays, takes_any_device, fuses, checkpoints)
