@@ -175,7 +175,7 @@ def refuse_recording(x: Any, what: str) -> None:
     """A transform's point may not be a value ``ad.record`` is recording in tensor code:
     read as numbers it would be the recording's constants, and the replay gave the
     derivative at the recorded point, or zeros, silently."""
-    if isinstance(x, Tensor) and x._backend.kind == "program":
+    if isinstance(x, Tensor) and x._backend.interpreter.replays:
         raise NotImplementedError(
             f"a derivative transform (ad.grad, ad.jacobian, ad.jvp...) called inside "
             f"ad.record of tensor code, at a recorded value ({what}): it cannot be "

@@ -2,7 +2,8 @@
 
 Three backends conform: ``NumpyBackend`` (``_numpy.py``, host arrays), ``OpenCLBackend``
 (``_opencl.py``, device buffers) and ``MetaBackend`` (``_meta.py``, shapes only, for
-``eval_shape``); ``tests/test_layers.py`` checks each, at run time and with mypy. The
+``eval_shape``), and so does the recorder's ``ProgramBackend`` (``_program.py``), which wraps
+one of the first two; ``tests/test_layers.py`` checks each, at run time and with mypy. The
 tensor operations (``_base``, ``_elementwise``, ``_structural``, ``_fused``) call nothing
 else on a backend, so a new device is one class with these members.
 
@@ -28,6 +29,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from easyad.tensor._interpreters import Interpreter
+
 
 @runtime_checkable
 class Backend(Protocol):
@@ -35,8 +38,14 @@ class Backend(Protocol):
 
     @property
     def kind(self) -> str:
-        """"numpy", "opencl" or "meta": for messages and reports only; the tensor layer
-        never branches on it."""
+        """"numpy", "opencl", "meta" or "program": for messages and reports only; the
+        tensor layer never branches on it (it asks ``interpreter``)."""
+
+    @property
+    def interpreter(self) -> Interpreter:
+        """What running an operation on these buffers means (``_interpreters``): evaluate
+        it (numpy, OpenCL), trace shapes (meta) or record it (a program); the tensor layer
+        asks it, by method, whatever differs between them."""
 
     @property
     def device(self) -> Any:

@@ -15,7 +15,7 @@ calls them.
 from __future__ import annotations
 
 import math
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
 from easyad.tensor import _devices, _meta, _program
 from easyad.tensor import _shapes as shapes
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 FLOAT64, FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
 FLOAT_DTYPES = (FLOAT64, FLOAT32)
@@ -86,7 +89,7 @@ def live_tape(t: TensorBase) -> Any:
     return tape
 
 
-def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
+def operand(v: Any, backend: Backend, dtype: Any = None) -> Operand | None:
     """``v`` as an Operand for ``backend``, or None if tensors cannot take it."""
     if type(v) is float:      # the commonest constants first
         return Operand(v, (), None, -1, None)
@@ -96,24 +99,10 @@ def operand(v: Any, backend: Any, dtype: Any = None) -> Operand | None:
             if tape is not None and tape.generation != v._generation:
                 live_tape(v)    # raises StaleRecordError
             return Operand(v._data, v._shape, tape, v._index, v._dtype)
-        if backend.kind == "meta":
-            # eval_shape: a tensor of any device counts by its shape (nothing is computed)
-            return Operand(backend.full(v._shape, 0.0, v._dtype), v._shape, live_tape(v),
-                           v._index, v._dtype)
-        if v._backend is not backend:
-            if backend.kind == "program":
-                raise ValueError("ad.record of tensor code: a tensor made outside f (a "
-                                 "module's parameter, a constant) is used inside it, and "
-                                 "replay would not see its later values; pass it to f as an "
-                                 "argument (ad.nn.functional_call(model, params, x) for "
-                                 "a module's parameters)")
-            if v._backend.kind == "meta":
-                raise ValueError(f"eval_shape: a tensor on {backend.device} made outside the "
-                                 f"traced function comes first in an operation with traced "
-                                 f"tensors; make it inside the function or pass it in")
-            raise ValueError(f"tensors on different devices ({v._backend.device} and "
-                             f"{backend.device}); move one with .to(device)")
-        return Operand(v._data, v._shape, live_tape(v), v._index, v._dtype)
+        # another backend's tensor: this one's interpreter takes it (eval_shape: by its
+        # shape) or raises why not (two devices; a tensor from outside ad.record's f)
+        return Operand(backend.interpreter.adopt(backend, v), v._shape, live_tape(v),
+                       v._index, v._dtype)
     if type(v) is Record:
         if v.tape is None:
             return Operand(float(v.number), (), None, -1, None)
@@ -191,14 +180,14 @@ def _any_entry(inputs: tuple[int, ...]) -> bool:
     return False
 
 
-def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, tape: Any,
-                  inputs: tuple[int, ...], vjp: Any, graph: Any = None) -> Any:
+def record_scalar(cls: type[TensorBase], label: str, backend: Backend, value: Any,
+                  tape: Any, inputs: tuple[int, ...], vjp: Any, graph: Any = None) -> Any:
     """A single-number result: a scalar Record (its entry a node whose adjoint is a float),
-    a float for constants, or a 0-d tensor when only shapes are traced (eval_shape)."""
-    if backend.kind == "meta":
-        return wrap(cls, backend, value, (), np.dtype(np.float64))
-    if backend.kind == "program":   # ad.record of tensor code: numbers stay 0-d tensors
-        return record(cls, label, backend, value, (), value.dtype, tape, inputs, vjp, graph)
+    a float for constants, or a 0-d tensor where the interpreter keeps numbers as tensors
+    (eval_shape, ad.record of tensor code)."""
+    interpreter = backend.interpreter
+    if interpreter.numbers_stay_tensors:
+        return interpreter.number(cls, label, backend, value, tape, inputs, vjp, graph)
     if backend.lazy_numbers and tape is not None and _any_entry(inputs):
         # read when first used (the core's PendingNumber): a step need not wait for it
         return tape._push_pending_node(Node(label, inputs, vjp, scalar_output=True,
@@ -209,7 +198,7 @@ def record_scalar(cls: type[TensorBase], label: str, backend: Any, value: Any, t
     return tape._push_node(Node(label, inputs, vjp, scalar_output=True, graph=graph), number)
 
 
-def read_number(backend: Any, buf: Any) -> float:
+def read_number(backend: Backend, buf: Any) -> float:
     """The one number of a 0-d (or one-element) buffer, as a float."""
     return float(np.asarray(backend.to_numpy(buf)).reshape(()))
 
@@ -227,7 +216,7 @@ def read_keyed(x: Any, key: Any) -> Any:
                           else x))
 
 
-def fold(backend: Any, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],
+def fold(backend: Backend, buf: Any, shape: tuple[int, ...], target: tuple[int, ...],
          scalar: bool = False) -> Any:
     """Sum a broadcast adjoint of ``shape`` back to an operand's ``target`` shape; a float
     for a ``scalar`` operand (a Record, whose adjoint is a float)."""
@@ -282,7 +271,7 @@ class TensorBase(_core.TensorCore):
     everything here is what the operation modules below it need."""
 
     __slots__ = ()
-    _backend: Any          # the device's backend (NumpyBackend, OpenCLBackend, meta)
+    _backend: Backend      # the device's backend (NumpyBackend, OpenCLBackend, meta)
     _data: Any             # the backend's buffer
     _shape: tuple[int, ...]
     _dtype: np.dtype
@@ -417,7 +406,7 @@ class TensorBase(_core.TensorCore):
 
     def __repr__(self) -> str:
         kind = "constant" if self._tape is None else f"on {self._tape!r}"
-        if self._backend.kind == "meta":
+        if not self._backend.interpreter.has_values:
             return f"Tensor(shape={self._shape}, dtype={self._dtype}, {kind})"
         body = np.array2string(self.value, separator=", ", threshold=20)
         return f"Tensor({body}, dtype={self._dtype}, device={self.device}, {kind})"
@@ -429,7 +418,7 @@ class TensorBase(_core.TensorCore):
         # stay allowed there: they are the branches of ordinary Python (guards in a
         # recording). Outside (a tape made by hand) np.asarray is the caller's explicit
         # choice, and its result visibly a plain array.
-        if self._tape is not None and (_levels.inside() or self._backend.kind == "program"):
+        if self._tape is not None and (_levels.inside() or self._backend.interpreter.replays):
             raise TypeError(
                 "np.asarray() of a recorded Tensor would drop its derivative silently: use "
                 "the ad. functions or the numpy functions easyad implements on Tensors "

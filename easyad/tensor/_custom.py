@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,12 +35,16 @@ from easyad import primitives
 from easyad._core import Record, Trace
 from easyad.errors import ShapeError
 from easyad.tensor import _devices, _graph, _structural
+from easyad.tensor._backend import Backend
 from easyad.tensor._base import (Operand, TensorBase, common_tape, operand, record,
                                  record_scalar, result_dtype, wrap)
 from easyad.tensor._meta import META, MetaArray, ShapeDtype
 from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor
+
+if TYPE_CHECKING:
+    from easyad.tensor._program import ProgramBackend
 
 _NUMERIC = "numeric"
 
@@ -219,18 +223,18 @@ class ArrayPrimitive:
     # ---- reverse mode (and eval_shape): one node ----
     def _reverse(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         first = next((a for a in args if isinstance(a, TensorBase)), None)
-        if any(isinstance(a, TensorBase) and a._backend.kind == "meta" for a in args):
-            be: Any = META
-        else:
+        # an interpreter that takes any device's tensors (eval_shape) runs the whole call
+        be: Backend | None = next((a._backend for a in args if isinstance(a, TensorBase)
+                                   and a._backend.interpreter.takes_any_device), None)
+        if be is None:
             be = first._backend if first is not None else _devices.resolve("numpy")
         cls = type(first) if first is not None else Tensor
         ops: list[Any] = [_operand(a, be) for a in args]
         operands = [o for o in ops if o is not None]
         dtype = result_dtype(operands)
-        if be.kind == "meta":
-            return self._meta(args, ops, dtype, cls, kwargs)
-        if be.kind == "program":
-            return self._program(args, ops, dtype, cls, kwargs, be)
+        done = be.interpreter.primitive(self, args, ops, dtype, cls, kwargs, be)
+        if done is not NotImplemented:      # shapes only, or host calls of a program
+            return done
         f, user_vjp, _ = self._bound(kwargs)
         xs = [a if o is None else (float(o.data) if o.dtype is None else be.to_numpy(o.data))
               for a, o in zip(args, ops)]
@@ -257,7 +261,7 @@ class ArrayPrimitive:
         return record(cls, self.name, be, data, shape, dtype, tape, inputs, step, graph)
 
     def _program(self, args: tuple[Any, ...], ops: list[Any], dtype: Any, cls: type,
-                 kwargs: dict[str, Any], be: Any) -> Any:
+                 kwargs: dict[str, Any], be: ProgramBackend) -> Any:
         """While ``ad.record`` records tensor code: f and its vjp as host calls of the
         program (replay calls them again on the new values); no second derivative."""
         f, user_vjp, _ = self._bound(kwargs)
@@ -490,7 +494,7 @@ class ProgramStep(_PrimitiveStep):
 
 # ---- operands ----
 
-def _operand(a: Any, be: Any) -> Any:
+def _operand(a: Any, be: Backend) -> Any:
     """The tensor Operand of a differentiable argument, or None for a static one (passed
     to f as it is: integer arrays, strings, None...)."""
     if isinstance(a, TensorBase) or type(a) is Record:

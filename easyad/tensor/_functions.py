@@ -75,7 +75,7 @@ def softmax(x: Any, axis: int = -1) -> Any:
     """
     t, was_array = _as_tensor(x)
     if isinstance(t, TensorBase) and t._tape is not None and t._index >= 0 and t.ndim \
-            and t._backend.kind in _ONE_NODE:
+            and t._backend.interpreter.fuses:
         # the same floats from the constant, then one tape entry (_fused.SoftmaxStep)
         c = t.detach()
         e = (c - _shift(c, axis)).exp()
@@ -83,10 +83,6 @@ def softmax(x: Any, axis: int = -1) -> Any:
                                    shapes.normalize_axes("softmax", axis, t.ndim))
     e = (t - _shift(t, axis)).exp()
     return _unwrap(e / e.sum(axis=axis, keepdims=True), was_array)
-
-
-# the backends whose recorded softmax is one node (eval_shape's meta tensors compose)
-_ONE_NODE = frozenset({"numpy", "opencl", "program"})
 
 
 def log_softmax(x: Any, axis: int = -1) -> Any:

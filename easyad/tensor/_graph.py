@@ -26,10 +26,11 @@ from easyad import _rules
 from easyad._expressions import (CompiledRule, compile_rule, derivative_namespace,
                                  generic_namespace, number_of)
 from easyad.tensor import _shapes as shapes
+from easyad.tensor._backend import Backend
 from easyad.tensor._base import BOOL, TensorBase, wrap
 
 
-def handle(cls: type, be: Any, data: Any, shape: tuple[int, ...], dtype: Any, tape: Any,
+def handle(cls: type, be: Backend, data: Any, shape: tuple[int, ...], dtype: Any, tape: Any,
            index: int) -> Any:
     """Entry ``index`` of ``tape`` as a recorded tensor over ``data`` (its value); a
     constant tensor when ``index`` < 0. ``dtype`` None: a scalar operand (a Record or a
@@ -41,11 +42,11 @@ def handle(cls: type, be: Any, data: Any, shape: tuple[int, ...], dtype: Any, ta
     return wrap(cls, be, data, shape, dtype, tape, tape._record_at(index))
 
 
-def zeros(cls: type, be: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+def zeros(cls: type, be: Backend, shape: tuple[int, ...], dtype: Any) -> Any:
     return wrap(cls, be, be.full(shape, 0.0, dtype), shape, dtype)
 
 
-def as_tensor(g: Any, cls: type, be: Any, dtype: Any) -> Any:
+def as_tensor(g: Any, cls: type, be: Backend, dtype: Any) -> Any:
     """A scalar adjoint (Record or float) as a 0-d tensor of class ``cls`` on ``be``;
     tensors pass through."""
     if isinstance(g, TensorBase):
@@ -53,7 +54,7 @@ def as_tensor(g: Any, cls: type, be: Any, dtype: Any) -> Any:
     return zeros(cls, be, (), dtype) + g
 
 
-def broadcast(g: Any, kept: tuple[int, ...], shape: tuple[int, ...], cls: type, be: Any,
+def broadcast(g: Any, kept: tuple[int, ...], shape: tuple[int, ...], cls: type, be: Backend,
               dtype: Any) -> Any:
     """``g`` (an adjoint of the reduced shape ``kept``) broadcast to ``shape``, recorded."""
     g = as_tensor(g, cls, be, dtype).reshape(kept)
@@ -121,7 +122,8 @@ def _kernel_mask(expr: str, a: Any, b: Any, like: TensorBase) -> TensorBase:
 
 
 def _recording(like: TensorBase) -> bool:
-    return bool(like._backend.kind == "program")
+    # values read on the host would be baked into the replay: the masks are kernels then
+    return like._backend.interpreter.replays
 
 
 def _mul0(a: Any, b: Any) -> Any:

@@ -19,7 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _core
+from easyad.tensor._backend import Backend
 from easyad.tensor._composed import ComposedKernels
+from easyad.tensor._interpreters import Interpreter
 
 
 class MetaArray:
@@ -39,10 +42,43 @@ class _MetaDevice:
         return "meta"
 
 
+class Shapes(Interpreter):
+    """eval_shape's interpreter: every operation runs on shapes alone (``MetaBackend``)."""
+
+    name = "eval_shape"
+    has_values = False
+    numbers_stay_tensors = True     # a loss is a 0-d tensor: a float would need its value
+    takes_any_device = True         # a tensor of any device counts by its shape
+    fuses = False                   # fused steps read values: composed of their parts
+    checkpoints = False             # nothing is kept to save: f runs as it is
+
+    def adopt(self, backend: Backend, tensor: Any) -> MetaArray:
+        # nothing is computed: a tensor of any device is its shape
+        return backend.full(tensor._shape, 0.0, tensor._dtype)
+
+    def mixed_message(self, tensor: Any, backend: Backend) -> str:
+        return (f"eval_shape: a tensor on {backend.device} made outside the traced function "
+                f"comes first in an operation with traced tensors; make it inside the "
+                f"function or pass it in")
+
+    def number(self, cls: type, label: str, backend: Backend, value: Any, tape: Any,
+               inputs: tuple[int, ...], vjp: Any, graph: Any) -> Any:
+        # nothing is recorded: eval_shape's result is shapes only
+        return _core.wrap(cls, backend, value, (), np.dtype(np.float64))
+
+    def primitive(self, prim: Any, args: tuple[Any, ...], ops: list[Any], dtype: Any,
+                  cls: type, kwargs: dict[str, Any], backend: Backend) -> Any:
+        return prim._meta(args, ops, dtype, cls, kwargs)
+
+
+SHAPES = Shapes()
+
+
 class MetaBackend(ComposedKernels):
     """The Backend Protocol on shapes alone (fused kernels composed of the primitives)."""
 
     kind = "meta"
+    interpreter = SHAPES
     lazy_numbers = False
     device = _MetaDevice()
     live_buffers = 0

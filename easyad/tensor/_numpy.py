@@ -22,6 +22,7 @@ from easyad._expressions import compile_expression as _compile
 from easyad._expressions import numpy_namespace
 from easyad.tensor import _blas
 from easyad.tensor._buffers import LiveBuffers
+from easyad.tensor._interpreters import EVALUATE
 
 
 # ---- the expression namespace (easyad/_expressions.py owns it) ----
@@ -188,6 +189,7 @@ class NumpyBackend(LiveBuffers):
     """Tensor storage and kernels on the host, with numpy."""
 
     kind = "numpy"
+    interpreter = EVALUATE   # operations compute their values now
     lazy_numbers = False     # reading a host array costs nothing: numbers are read at once
 
     def __init__(self, device: Any) -> None:

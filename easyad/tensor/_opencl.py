@@ -42,6 +42,7 @@ from easyad.tensor._cl_errors import _translate  # noqa: F401  (compiler/program
 from easyad.tensor._cl_matmul import Matmul
 from easyad.tensor._cl_memory import _LONG, DeviceMemory, _collapse
 from easyad.tensor._composed import ComposedKernels
+from easyad.tensor._interpreters import EVALUATE
 from easyad.tensor._shapes import contiguous_strides
 
 
@@ -221,6 +222,7 @@ class OpenCLBackend(DeviceMemory, Matmul, LiveBuffers, ComposedKernels):
     its primitives, ``_composed.py``)."""
 
     kind = "opencl"
+    interpreter = EVALUATE   # operations compute their values now (queued on the device)
     lazy_numbers = True      # a read waits for the queue: numbers are read when first used
     _busy = False     # an operation is running: inner ones leave errors to it (_guarded)
     _plain = False    # arrays' state is a plain dict: copied to make views (_first_array)

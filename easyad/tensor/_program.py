@@ -31,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from easyad import _core
 from easyad.compiler import ir, optimiser
+from easyad.tensor._backend import Backend
+from easyad.tensor._interpreters import Interpreter
 
 # ---- what capturing is doing (Tensor.constant and friends put new tensors on it) ----
 
@@ -180,11 +183,45 @@ def _real(v: Any) -> Any:
     return v
 
 
+class Recording(Interpreter):
+    """``ad.record(..., tensor=True)``'s interpreter: every operation computes at the
+    recording point and is appended to a program that replays at other points
+    (``ProgramBackend``)."""
+
+    name = "ad.record"
+    # numbers stay 0-d tensors: a float would be baked into later kernels
+    numbers_stay_tensors = True
+    replays = True
+    # the recording is the saved computation: f runs as it is
+    checkpoints = False
+
+    def adopt(self, backend: Backend, tensor: Any) -> Any:
+        raise ValueError("ad.record of tensor code: a tensor made outside f (a module's "
+                         "parameter, a constant) is used inside it, and replay would not "
+                         "see its later values; pass it to f as an argument "
+                         "(ad.nn.functional_call(model, params, x) for a module's "
+                         "parameters)")
+
+    def number(self, cls: type, label: str, backend: Backend, value: Any, tape: Any,
+               inputs: tuple[int, ...], vjp: Any, graph: Any) -> Any:
+        return _core.record(cls, label, backend, value, (), value.dtype, tape, inputs, vjp,
+                            graph)
+
+    def primitive(self, prim: Any, args: tuple[Any, ...], ops: list[Any], dtype: Any,
+                  cls: type, kwargs: dict[str, Any], backend: Backend) -> Any:
+        # f and its vjp become host calls of the program, run again at every replay
+        return prim._program(args, ops, dtype, cls, kwargs, backend)
+
+
+RECORDING = Recording()
+
+
 class ProgramBackend:
     """The Backend Protocol recording every call into a ``Program`` (see the module's
     docstring); the kernels themselves run on ``real``."""
 
     kind = "program"
+    interpreter = RECORDING
     lazy_numbers = False
     live_buffers = 0
 

@@ -171,7 +171,7 @@ def bypassed(v: Any) -> bool:
     if isinstance(v, (Trace, NestedTrace, TraceTensor)) or \
             getattr(type(v), "_is_taylor_series", False):
         return True
-    return isinstance(v, Tensor) and v._backend.kind in ("meta", "program")
+    return isinstance(v, Tensor) and not v._backend.interpreter.checkpoints
 
 
 def recorded(v: Any) -> bool:

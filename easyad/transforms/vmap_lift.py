@@ -30,6 +30,7 @@ import numpy as np
 
 from easyad import _trees, functional
 from easyad.tensor import _generic
+from easyad.tensor import _interpreters as interpreters
 from easyad.transforms import vmap_shared
 from easyad.transforms.vmap_batched import Batched, _shape, expanded
 
@@ -49,7 +50,7 @@ def lift(opened: Any, vmap: Callable[..., Any], name: str, f: Callable[..., Any]
             sizes[v._level] = v._size
     if not sizes:
         return NotImplemented
-    if any(getattr(getattr(v, "_backend", None), "kind", None) == "program"
+    if any(getattr(interpreters.of(v), "replays", False)
            for v in _trees.flatten(args)[0] + [getattr(v, "_value", None) for v in leaves]):
         raise NotImplementedError(
             f"ad.{name} inside ad.vmap inside ad.record: a derivative transform recorded "
