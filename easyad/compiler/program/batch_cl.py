@@ -20,7 +20,8 @@ Programs made of group kernels, guards and matmul, reduce and linear steps run t
 point at once, and where any point reads another value, ``Diverged`` sends the batch back
 to one replay per point (each point retapes or raises there, as alone); a matmul step is
 one batched product for all the points of a chunk, a reduce step one reduction
-(``batch_steps``: point b's operand at ``b * size``, a shared one at batch stride 0, the
+(``batch_plan`` decides each such step's products once for both devices, ``batch_steps``
+carries them out: point b's operand at ``b * size``, a shared one at batch stride 0, the
 points' rows of x @ W one matrix; transposed operands read in place). Any other backend
 step (cross-entropy, scatter-adds, host calls, ...) works on one point's buffers, so
 such a program keeps one replay per point.
@@ -43,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from easyad.compiler.program.batch_steps import STEPS, BatchStep
+from easyad.compiler.program.batch_plan import supported
+from easyad.compiler.program.batch_steps import BatchStep
 from easyad.compiler.program.fused_cl import FusedCLProgram, HostStep, Launch
 from easyad.compiler.program.render_cl import Kernel, render_kernels
 from easyad.errors import CompilerWarning, DeviceError
@@ -85,10 +87,11 @@ class Diverged(Exception):
 def batchable(fused: FusedCLProgram) -> bool:
     """Whether every step of the program is a group kernel, a guard (a value read on
     the host, checked at every point) or a backend step run for all points at once
-    (``batch_steps``: matmul, reduce, linear); any other backend step works on one
-    point."""
-    return all(step.instruction.op in STEPS for step in fused.steps
-               if type(step) is HostStep)
+    (``batch_plan.supported``: matmul, reduce, linear, linear_vjp); any other backend
+    step works on one point."""
+    shapes = fused.plan.program.shapes
+    return all(step.instruction.op == "guard" or supported(step.instruction, shapes)
+               for step in fused.steps if type(step) is HostStep)
 
 
 class _Guard:
