@@ -214,22 +214,28 @@ class BatchedNumpyProgram:
 
 
 def _step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
-    """A matmul, linear, linear_vjp or reduce step as ``batch_plan`` plans it: (value,
-    whether each point has its own) per output."""
+    """A matmul, linear, linear_vjp or reduce step as ``batch_plan`` plans it."""
     bufs, own = zip(*(prog.buffer(s, rows, one) for s in ins.ins))
     key = (id(ins), own)
     plan = prog.plans.get(key)
     if plan is None:
         plan = prog.plans[key] = plan_step(ins, prog.shapes, own, True)
+    return run_plan(prog.fused.be, plan, bufs, B)
+
+
+def run_plan(be: Any, plan: StepPlan, bufs: Sequence[Any], B: int
+             ) -> list[tuple[np.ndarray, bool]]:
+    """(value, whether each point has its own) per output of a step planned with
+    ``hold_shared=True``; ``bufs``: the step's operands, (B, size) rows where own."""
     found = []
     for result in plan.results:
         if type(result) is Product:
-            out = _product(prog.fused.be, result, bufs, B)
+            out = _product(be, result, bufs, B)
             if plan.bias is not None:
                 out = _add_bias(plan.bias, result, out, bufs, B)
         else:
-            out = prog.fused.be.reduce(result.op, bufs[result.arg].reshape(result.shape(B)),
-                                       result.axes)
+            out = be.reduce(result.op, bufs[result.arg].reshape(result.shape(B)),
+                            result.axes)
             if result.tile:
                 out = np.repeat(out.reshape(1, -1), B, axis=0)
         found.append((out, result.own or result.tile))

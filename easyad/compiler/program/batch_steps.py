@@ -47,16 +47,26 @@ class BatchStep:
         ins = self.instruction
         bufs = [arrays[r] if r is not None else v for r, v in zip(self.roots, ins.ins)]
         plan = self.plan(tuple(r is not None and not shared(r) for r in self.roots))
-        for o, result in zip(ins.outs, plan.results):
-            if type(result) is Product:
-                out = _product(be, result, bufs, points)
-                if plan.bias is not None:
-                    out = _add_bias(be, plan, result, out, bufs, points)
-            else:
-                out = _reduction(be, result, bufs, points)
+        for o, out in zip(ins.outs, run_plan(be, plan, bufs, points)):
             if getattr(out, "offset", 0):       # the kernels take whole buffers
                 out = out.copy()
             arrays[o] = out
+
+
+def run_plan(be: Any, plan: StepPlan, bufs: list[Any], points: int) -> list[Any]:
+    """The outputs (a buffer of all the points each) of a step planned with
+    ``hold_shared=False``; ``bufs``: the step's operands (a buffer of all the points
+    where the point's own)."""
+    found = []
+    for result in plan.results:
+        if type(result) is Product:
+            out = _product(be, result, bufs, points)
+            if plan.bias is not None:
+                out = _add_bias(be, plan, result, out, bufs, points)
+        else:
+            out = _reduction(be, result, bufs, points)
+        found.append(out)
+    return found
 
 
 def _read(be: Any, read: Read, buf: Any, points: int) -> Any:
