@@ -73,7 +73,32 @@ def _reduce_case(rng):
     return ir.Node("reduce", ir.Reduce(op, axes), (0,), (1,)), [shape, None]
 
 
-_MAKERS = (_matmul_case, _linear_case, _linear_vjp_case, _reduce_case)
+def _scatter_case(rng):
+    shape = tuple(int(d) for d in rng.integers(1, 5, size=rng.integers(1, 3)))
+    size = int(np.prod(shape))
+    unique = bool(rng.integers(0, 2))
+    if unique:
+        index = rng.permutation(size)[:rng.integers(1, size + 1)]
+        index = index.reshape(1, -1) if rng.random() < 0.5 else index
+    else:                        # repeated indices: added up
+        index = rng.integers(0, size, size=(int(rng.integers(1, 4)), 5))
+    g = (index.shape, index.shape[-1:], (1,))[rng.integers(0, 3)]   # or broadcast
+    params = ir.ScatterAdd(shape, np.dtype(np.float64), index.astype(np.int64), unique)
+    return ir.Node("scatter_add", params, (0,), (1,)), [g, None]
+
+
+def _assemble_case(rng):
+    rows, cols = (int(d) for d in rng.integers(2, 6, size=2))
+    cut = sorted({0, rows, *(int(c) for c in rng.integers(1, rows, size=2))})
+    parts = tuple(ir.Part(a * cols, (b - a, cols), (cols, 1)) for a, b in zip(cut, cut[1:]))
+    ins = tuple(range(len(parts)))
+    out = len(parts)
+    return (ir.Node("assemble", ir.Assemble((rows, cols), np.dtype(np.float64), parts), ins,
+                    (out,)), [tuple(q.shape) for q in parts] + [None])
+
+
+_MAKERS = (_matmul_case, _linear_case, _linear_vjp_case, _reduce_case, _scatter_case,
+           _assemble_case)
 
 
 def _cases(count, seed):
@@ -86,6 +111,9 @@ def _cases(count, seed):
         B = int((1, 2, 5)[rng.integers(0, 3)])
         dtype = (np.float64, np.float32)[rng.integers(0, 2)]
         kind = ("normal", "ints", "large")[rng.integers(0, 3)]
+        if ins.op in ("scatter_add", "assemble"):       # the result's dtype: x's
+            ins = ir.Node(ins.op, ins.params._replace(dtype=np.dtype(dtype)), ins.ins,
+                          ins.outs)
         cases.append((ins, shapes, own, B, dtype, kind, seed * 1000 + i))
     return cases
 
@@ -97,6 +125,12 @@ def _one_point(ins, point):
         return [be.matmul(point[0], point[1], p.transpose_a, p.transpose_b)]
     if ins.op == "reduce":
         return [be.reduce(p.op, point[0], p.axes)]
+    if ins.op == "scatter_add":
+        g = np.broadcast_to(point[0], p.index.shape)
+        return [be.scatter_add(p.shape, point[0].dtype, p.index, g, p.unique)]
+    if ins.op == "assemble":
+        return [be.assemble(p.shape, point[0].dtype, [
+            (q.offset, q.shape, q.strides, v) for q, v in zip(p.parts, point)])]
     if ins.op == "linear":
         x = point[0]
         out = be.linear(x.reshape(1, -1) if x.ndim == 1 else x, point[1], point[2])
@@ -125,6 +159,16 @@ def _bounds(ins, point, dtype):
         n = np.prod([wide[0].shape[d] for d in p.axes])
         bound = n * u * np.sum(absolute[0], axis=p.axes) if p.op == "sum" else 0 * exact
         return [(exact, bound)]
+    if ins.op == "scatter_add":
+        exact = np.zeros(int(np.prod(p.shape)), dtype=np.longdouble)
+        bound = np.zeros_like(exact)
+        g = np.broadcast_to(wide[0], p.index.shape).reshape(-1)
+        np.add.at(exact, p.index.reshape(-1), g)
+        np.add.at(bound, p.index.reshape(-1), np.abs(g))
+        return [(exact.reshape(p.shape), p.index.size * u * bound.reshape(p.shape))]
+    if ins.op == "assemble":
+        exact = np.concatenate(wide)
+        return [(exact, 0 * exact)]
     if ins.op == "linear":
         x, w, b = wide
         k = w.shape[1]
@@ -191,18 +235,21 @@ def _agree(got, want, bound, exact, what):
 def _check_case(case, be):
     ins, shapes, own, B, dtype, kind, _ = case
     numpy_out, cl_out, per_point, bounds = _run_engines(case, be)
-    bitwise = kind == "ints" or (ins.op == "reduce" and ins.params.op != "sum")
+    bitwise = kind == "ints" or ins.op == "assemble" or (
+        ins.op == "reduce" and ins.params.op != "sum")
+    # a scatter adds each point's values in index order on either engine: the same bits
+    same = bitwise or ins.op == "scatter_add"
     for k, (exact, bound) in enumerate(bounds):
         what = f"{ins.op} {ins.params} {shapes} own={own} B={B} {np.dtype(dtype)} {kind}"
         assert numpy_out[k].dtype == per_point[k].dtype == dtype, what
         if kind != "large" or np.isfinite(exact).all():
             _agree(numpy_out[k], exact, bound, bitwise, what + " numpy vs exact")
             _agree(per_point[k], exact, bound, bitwise, what + " per point vs exact")
-        _agree(numpy_out[k], per_point[k], 2 * bound, bitwise, what + " numpy vs per point")
+        _agree(numpy_out[k], per_point[k], 2 * bound, same, what + " numpy vs per point")
         if cl_out is not None:
             assert cl_out[k].dtype == dtype, what
             _agree(cl_out[k], exact, bound, bitwise, what + " OpenCL vs exact")
-            _agree(cl_out[k], numpy_out[k], 2 * bound, bitwise, what + " OpenCL vs numpy")
+            _agree(cl_out[k], numpy_out[k], 2 * bound, same, what + " OpenCL vs numpy")
 
 
 def test_numpy_engine_random_steps():

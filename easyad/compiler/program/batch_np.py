@@ -41,7 +41,7 @@ import numpy as np
 from easyad import _pool
 from easyad._core import _point_at, _segments_batch
 from easyad.compiler.program.batch_plan import (
-    Bias, Product, Read, StepPlan, plan_step, supported)
+    Bias, Product, Read, Reduction, Scatter, StepPlan, plan_step, supported)
 from easyad.tensor import _blas
 
 _BUDGET = 1 << 28        # bytes of per-point buffers one chunk of the batch may take
@@ -233,11 +233,25 @@ def run_plan(be: Any, plan: StepPlan, bufs: Sequence[Any], B: int
             out = _product(be, result, bufs, B)
             if plan.bias is not None:
                 out = _add_bias(plan.bias, result, out, bufs, B)
-        else:
+        elif type(result) is Reduction:
             out = be.reduce(result.op, bufs[result.arg].reshape(result.shape(B)),
                             result.axes)
-            if result.tile:
-                out = np.repeat(out.reshape(1, -1), B, axis=0)
+        elif type(result) is Scatter:
+            g = bufs[result.arg]
+            copy = result.copy(B)
+            if copy is not None:
+                g = be.strided(np.ascontiguousarray(g), 0, *copy)
+            out = be.scatter_add(result.shape(B), result.dtype, result.index_at(B),
+                                 g.reshape(result.g_at(B)), result.unique)
+        else:
+            parts = []
+            for k, (place, src) in enumerate(zip(result.parts_at(B), bufs)):
+                if result.spread[k]:
+                    src = be.strided(np.ascontiguousarray(src), 0, *result.copy(k, B))
+                parts.append((*place, src.reshape(place[1])))
+            out = be.assemble(result.shape(B), result.dtype, parts)
+        if type(result) is not Product and result.tile:
+            out = np.repeat(out.reshape(1, -1), B, axis=0)
         found.append((out, result.own or result.tile))
     return found
 

@@ -27,16 +27,25 @@ takes them: (batch, rows, cols)):
   product repeats) it is copied to one per product first (``Layout.TILE``).
 
 A reduction is over the point's axes shifted by one (the point's axis first), once for a
-shared operand. ``StepPlan``s are cached by the executors per (step, own operands).
+shared operand. A scatter-add (``Scatter``: repeated indices, which OpenCL adds on the
+host) and an assemble of several parts (``Assembly``) write the points' parts of one
+(B,) + shape buffer: the index moved by ``b * size`` per point, each part's view given
+the point's axis first; a shared or broadcast operand is copied to every point first.
+``StepPlan``s are cached by the executors per (step, own operands).
 """
 from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-STEPS = ("matmul", "linear", "linear_vjp", "reduce")   # the steps planned here
+import numpy as np
+
+from easyad.compiler.program.plan import broadcast_strides
+
+# the steps planned here
+STEPS = ("matmul", "linear", "linear_vjp", "reduce", "scatter_add", "assemble")
 
 
 class Layout(enum.Enum):
@@ -135,11 +144,75 @@ class Bias:
 
 
 @dataclass(frozen=True)
+class Scatter:
+    """scatter_add at every point: zeros of ``shape(points)``, the operand ``arg`` (read
+    as ``copy(points)`` first where not None) added at ``index_at(points)``."""
+    arg: int
+    own: bool
+    point_shape: tuple[int, ...]
+    dtype: Any
+    index: np.ndarray = field(compare=False, repr=False)
+    unique: bool
+    g_shape: tuple[int, ...]
+    tile: bool
+    size: int
+
+    def shape(self, points: int) -> tuple[int, ...]:
+        return ((points,) if self.own else ()) + self.point_shape
+
+    def index_at(self, points: int) -> np.ndarray:
+        if not self.own:
+            return self.index
+        moved = np.arange(points, dtype=np.int64) * self.size
+        return moved.reshape((points,) + (1,) * self.index.ndim) + self.index[None]
+
+    def g_at(self, points: int) -> tuple[int, ...]:
+        """g's shape as the scatter reads it (after ``copy``): one value per index entry."""
+        return ((points,) if self.own else ()) + self.index.shape
+
+    def copy(self, points: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(shape, strides) of g broadcast to one value per index entry (of every point
+        where own), or None (g is that already)."""
+        if self.g_shape == self.index.shape:
+            return None
+        inner = tuple(broadcast_strides(self.g_shape, self.index.shape))
+        if not self.own:
+            return self.index.shape, inner
+        return (points,) + self.index.shape, (math.prod(self.g_shape),) + inner
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """assemble at every point: zeros of ``shape(points)`` with operand k written into
+    ``parts_at(points)[k]``; ``spread[k]``: operand k is shared while the result is per
+    point, so it is copied to every point first (``copy(k, points)``)."""
+    point_shape: tuple[int, ...]
+    dtype: Any
+    parts: tuple[Any, ...]          # ir.Part: a point's offset, part shape and strides
+    own: bool
+    spread: tuple[bool, ...]
+    tile: bool
+    size: int
+
+    def shape(self, points: int) -> tuple[int, ...]:
+        return ((points,) if self.own else ()) + self.point_shape
+
+    def parts_at(self, points: int) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+        if not self.own:
+            return [(q.offset, tuple(q.shape), tuple(q.strides)) for q in self.parts]
+        return [(q.offset, (points,) + tuple(q.shape), (self.size,) + tuple(q.strides))
+                for q in self.parts]
+
+    def copy(self, k: int, points: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return (points, math.prod(self.parts[k].shape)), (0, 1)
+
+
+@dataclass(frozen=True)
 class StepPlan:
-    """A batched step: one ``Product``/``Reduction`` per output, in the step's output
-    order; linear's ``bias`` (added to the product's rows) or None."""
+    """A batched step: one ``Product``/``Reduction``/``Scatter``/``Assembly`` per output,
+    in the step's output order; linear's ``bias`` (added to the product's rows) or None."""
     op: str
-    results: tuple[Product | Reduction, ...]
+    results: tuple[Product | Reduction | Scatter | Assembly, ...]
     bias: Bias | None = None
 
 
@@ -153,6 +226,8 @@ def supported(ins: Any, shapes: list[Any]) -> bool:
         return dims[0] in (1, 2) and dims[1] == 2 and dims[2] in (None, 0, 1)
     if ins.op == "linear_vjp":
         return all(d in (None, 2) for d in dims) and dims[0] == 2
+    if ins.op in ("scatter_add", "assemble"):       # of slots only
+        return all(type(i) is int for i in ins.ins)
     return True
 
 
@@ -170,6 +245,17 @@ def plan_step(ins: Any, shapes: list[Any], own: tuple[bool, ...], hold_shared: b
     if ins.op == "reduce":
         return StepPlan("reduce", (_reduction(0, p.op, own[0], shape[0], tuple(p.axes),
                                               hold_shared),))
+    if ins.op == "scatter_add":
+        size = math.prod(p.shape)
+        return StepPlan("scatter_add", (Scatter(
+            0, own[0], tuple(p.shape), p.dtype, np.asarray(p.index), bool(p.unique),
+            shape[0], not own[0] and not hold_shared, size),))
+    if ins.op == "assemble":
+        mine = any(own)
+        return StepPlan("assemble", (Assembly(
+            tuple(p.shape), p.dtype, tuple(p.parts), mine,
+            tuple(mine and not o for o in own), not mine and not hold_shared,
+            math.prod(p.shape)),))
     if ins.op == "linear":
         (*_, k), (m, _) = shape[0], shape[1]
         n = shape[0][0] if len(shape[0]) == 2 else 1

@@ -1,6 +1,7 @@
 """The OpenCL executor of batched backend steps (``batch_cl.BatchedCLProgram``):
 ``matmul``, ``reduce``, ``linear`` and ``linear_vjp`` once for all the points of a chunk,
-on the batch's buffers, as ``batch_plan`` plans them (which operand is per point or
+(and scatter-adds with repeated indices, assembles of several parts), on the batch's
+buffers, as ``batch_plan`` plans them (which operand is per point or
 shared, which product, what is copied first). This module only carries the plan out with
 the backend's ``matmul`` (one GEMM launch a product), ``strided`` (the plan's copies),
 ``reduce`` and ``map`` (the bias).
@@ -13,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from easyad.compiler.program.batch_plan import Product, Read, Reduction, StepPlan, plan_step
+from easyad.compiler.program.batch_plan import (
+    Assembly, Product, Read, Reduction, Scatter, StepPlan, plan_step)
 from easyad.tensor._program import Instruction
 
 
@@ -63,8 +65,12 @@ def run_plan(be: Any, plan: StepPlan, bufs: list[Any], points: int) -> list[Any]
             out = _product(be, result, bufs, points)
             if plan.bias is not None:
                 out = _add_bias(be, plan, result, out, bufs, points)
-        else:
+        elif type(result) is Reduction:
             out = _reduction(be, result, bufs, points)
+        elif type(result) is Scatter:
+            out = _scatter(be, result, bufs[result.arg], points)
+        else:
+            out = _assembly(be, result, bufs, points)
         found.append(out)
     return found
 
@@ -91,6 +97,25 @@ def _product(be: Any, p: Product, bufs: list[Any], points: int) -> Any:
 def _reduction(be: Any, r: Reduction, bufs: list[Any], points: int) -> Any:
     total = be.reduce(r.op, be.reshape(bufs[r.arg], r.shape(points)), r.axes)
     return _tile(be, total, points, r.size) if r.tile else total
+
+
+def _scatter(be: Any, s: Scatter, g: Any, points: int) -> Any:
+    copy = s.copy(points)
+    if copy is not None:
+        g = be.strided(g, 0, *copy)
+    out = be.scatter_add(s.shape(points), s.dtype, s.index_at(points),
+                         be.reshape(g, s.g_at(points)), s.unique)
+    return _tile(be, out, points, s.size) if s.tile else out
+
+
+def _assembly(be: Any, a: Assembly, bufs: list[Any], points: int) -> Any:
+    parts = []
+    for k, (place, src) in enumerate(zip(a.parts_at(points), bufs)):
+        if a.spread[k]:
+            src = be.strided(src, 0, *a.copy(k, points))
+        parts.append((*place, be.reshape(src, place[1])))
+    out = be.assemble(a.shape(points), a.dtype, parts)
+    return _tile(be, out, points, a.size) if a.tile else out
 
 
 def _add_bias(be: Any, plan: StepPlan, p: Product, out: Any, bufs: list[Any],
