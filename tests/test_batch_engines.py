@@ -321,3 +321,33 @@ def test_recorded_program_on_both_devices(count):
         value, g = G.value_and_gradient(X[b])
         np.testing.assert_allclose(np_values[b], value, rtol=1e-13, atol=1e-13)
         np.testing.assert_allclose(np_grads[b], g, rtol=1e-13, atol=1e-13)
+
+
+_IDX = np.array([0, 2, 2, 1, 0])
+
+
+def _gathered(x):        # a gather's adjoint (repeated indices) and a two-part concatenate
+    return ad.sum(ad.sin(x[_IDX])) + ad.sum(ad.concatenate([ad.tanh(x[:2]), x[1:] * 2.0])
+                                            ** 2)
+
+
+@pytest.mark.skipif(not OPENCL, reason="no usable OpenCL device")
+def test_scatter_and_assemble_batch_on_opencl():
+    """A program whose OpenCL form has a scatter-add of repeated indices and an assemble
+    of two parts (backend steps) batches there now: hand-derived values and gradients."""
+    F = ad.record(_gathered, np.ones(4), tensor=True, device=OPENCL[0])
+    X = np.random.default_rng(64).normal(size=(6, 4))
+    values, grads = F.value_and_gradient(X)
+    fused = F._bound["gradient"]
+    assert {"scatter_add", "assemble"} <= {s.instruction.op for s in fused.steps
+                                            if hasattr(s, "instruction")}
+    assert batch_cl.batched(fused) is not None
+    t = np.tanh(X[:, :2])
+    want = np.sin(X[:, _IDX]).sum(axis=1) + (t * t).sum(axis=1) + (4 * X[:, 1:] ** 2).sum(
+        axis=1)
+    np.testing.assert_allclose(values, want, rtol=1e-13)
+    g = np.zeros_like(X)
+    np.add.at(g.T, _IDX, np.cos(X[:, _IDX]).T)
+    g[:, :2] += 2 * t * (1 - t * t)
+    g[:, 1:] += 8 * X[:, 1:]
+    np.testing.assert_allclose(grads, g, rtol=1e-13, atol=1e-14)
