@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import easyad as ad
-import easyad.nn.functional as nf
 from easyad.compiler import ir
 from easyad.compiler.program import batch_cl, batch_np, batch_steps
 from easyad.compiler.program.batch_plan import Layout, plan_step, supported
@@ -292,35 +291,6 @@ def test_unplannable_steps_are_refused():
     with pytest.raises(ValueError, match="3-d operands"):
         plan_step(ir.Node("matmul", ir.Matmul(False, False), (0, 1), (2,)),
                   [(2, 3), (3, 4), None], (True, False), True)
-
-
-def _program(x):          # x @ x.T, a linear layer without bias, a reduction by axis
-    h = nf.linear(ad.tanh(x @ x.T), _W[:, :x.shape[0]])
-    return ad.sum(ad.sin(ad.sum(h, axis=0)))
-
-
-_W = np.random.default_rng(62).normal(size=(5, 3))
-
-
-@pytest.mark.skipif(not OPENCL, reason="no usable OpenCL device")
-@pytest.mark.parametrize("count", [1, 7])
-def test_recorded_program_on_both_devices(count):
-    """A recorded program batched on both devices and replayed per point: the same
-    values and gradients within the products' tolerance."""
-    x0 = np.ones((3, 4))
-    F = ad.record(_program, x0, tensor=True, device=OPENCL[0])
-    G = ad.record(_program, x0, tensor=True)
-    X = np.random.default_rng(63).normal(size=(count, 3, 4))
-    values, grads = F.value_and_gradient(X)
-    np_values, np_grads = G.value_and_gradient(X)
-    assert batch_cl.batched(F._bound["gradient"]) is not None
-    assert batch_np.batched(G._bound["gradient"]) is not None
-    np.testing.assert_allclose(values, np_values, rtol=1e-13, atol=1e-13)
-    np.testing.assert_allclose(grads, np_grads, rtol=1e-13, atol=1e-13)
-    for b in range(count):
-        value, g = G.value_and_gradient(X[b])
-        np.testing.assert_allclose(np_values[b], value, rtol=1e-13, atol=1e-13)
-        np.testing.assert_allclose(np_grads[b], g, rtol=1e-13, atol=1e-13)
 
 
 _IDX = np.array([0, 2, 2, 1, 0])
