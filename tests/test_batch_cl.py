@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import easyad as ad
+import easyad.nn.functional as nf
 from easyad.compiler.program import batch_cl, fused_cl
 from easyad.tensor import _devices
 
@@ -257,9 +258,25 @@ INDEX = np.array([2, 0, 4, 2, 1])     # a repeated index: the gradient's scatter
 
 
 def test_backend_steps_replay_per_point(opencl_device, launches):
-    """A program with a backend step that works on one point (a scatter-add) keeps one
-    replay per point, with the right numbers (matmul and reduce steps batch:
-    test_batch_cl_matmul.py)."""
+    """A program with a backend step that works on one point (cross-entropy) keeps one
+    replay per point, with the right numbers (matmul, reduce, scatter-add and assemble
+    steps batch: test_batch_cl_matmul.py, test_batch_engines.py)."""
+    X = np.random.default_rng(6).normal(size=(3, 5))
+    M = ad.record(lambda x: nf.cross_entropy(ad.tanh(x).reshape((1, 5)), np.array([2])),
+                  np.ones(5), tensor=True, device=opencl_device)
+    values, grads = M.value_and_gradient(X)
+    t = np.tanh(X)
+    np.testing.assert_allclose(values, np.log(np.exp(t).sum(axis=1)) - t[:, 2], rtol=1e-12)
+    soft = np.exp(t) / np.exp(t).sum(axis=1, keepdims=True)
+    soft[:, 2] -= 1.0
+    np.testing.assert_allclose(grads, soft * (1 - t * t), rtol=1e-12, atol=1e-15)
+    assert batch_cl.batched(M._bound["gradient"]) is None
+    assert launches == {}
+
+
+def test_scatter_add_batches(opencl_device, launches):
+    """A gather's adjoint of repeated indices (a scatter-add the host adds up) runs once
+    for all the points: one launch per kernel, the right numbers."""
     X = np.random.default_rng(6).normal(size=(3, 5))
     M = ad.record(lambda x: ad.sum(ad.tanh(x[INDEX])), np.ones(5), tensor=True,
                   device=opencl_device)
@@ -268,8 +285,8 @@ def test_backend_steps_replay_per_point(opencl_device, launches):
     want = np.zeros_like(X)
     np.add.at(want, (slice(None), INDEX), 1 - np.tanh(X[:, INDEX]) ** 2)
     np.testing.assert_allclose(grads, want, rtol=1e-12)
-    assert batch_cl.batched(M._bound["gradient"]) is None
-    assert launches == {}
+    assert batch_cl.batched(M._bound["gradient"]) is not None
+    assert launches == {k.name: 1 for k in _kernels(M._bound["gradient"])}
 
 
 def test_bad_batches(opencl_device):

@@ -20,9 +20,11 @@ Programs made of group kernels, guards and matmul, reduce and linear steps run t
 point at once, and where any point reads another value, ``Diverged`` sends the batch back
 to one replay per point (each point retapes or raises there, as alone); a matmul step is
 one batched product for all the points of a chunk, a reduce step one reduction
-(``batch_steps``: point b's operand at ``b * size``, a shared one at batch stride 0, the
-points' rows of x @ W one matrix; transposed operands read in place). Any other backend
-step (cross-entropy, scatter-adds, host calls, ...) works on one point's buffers, so
+(``batch_plan`` decides each such step's products once for both devices, ``batch_steps``
+carries them out: point b's operand at ``b * size``, a shared one at batch stride 0, the
+points' rows of x @ W one matrix; transposed operands read in place); a scatter-add of
+repeated indices and an assemble of several parts are one backend call for the chunk.
+Any other backend step (cross-entropy, host calls, ...) works on one point's buffers, so
 such a program keeps one replay per point.
 
 Work per point: on a GPU a work-group of at least a warp per point (several small points
@@ -43,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from easyad.compiler.program.batch_steps import BatchStep, runs
+from easyad.compiler.program.batch_plan import supported
+from easyad.compiler.program.batch_steps import BatchStep
 from easyad.compiler.program.fused_cl import FusedCLProgram, HostStep, Launch
 from easyad.compiler.program.render_cl import Kernel, render_kernels
 from easyad.errors import CompilerWarning, DeviceError
@@ -85,9 +88,11 @@ class Diverged(Exception):
 def batchable(fused: FusedCLProgram) -> bool:
     """Whether every step of the program is a group kernel, a guard (a value read on
     the host, checked at every point) or a backend step run for all points at once
-    (``batch_steps``: matmul, reduce, linear, the table's line ops); any other backend
-    step works on one point."""
-    return all(runs(step.instruction) for step in fused.steps if type(step) is HostStep)
+    (``batch_plan.supported``: matmul, reduce, linear, linear_vjp, scatter_add,
+    assemble, the table's line ops); any other backend step works on one point."""
+    shapes = fused.plan.program.shapes
+    return all(step.instruction.op == "guard" or supported(step.instruction, shapes)
+               for step in fused.steps if type(step) is HostStep)
 
 
 class _Guard:

@@ -11,15 +11,13 @@ lowers) goes over all the points of a chunk in one C loop without the GIL
 - a slot is either the point's own (a buffer of B points, one after another; zero margins
   around each point where the C reads past a slot: a pad) or shared (constants, arguments
   given once, products of shared operands: one value, pointed at by every point);
-- **matmul**: one product for the chunk (``_matmul``: numpy's BLAS or easyad's kernels, as
-  ``tensor/_blas.py`` picks). A point's (rows, K) against a shared matrix (x @ W: the
-  layers of an MLP, their gradients' g @ W^T) is one GEMM of points * rows rows; a
-  point's vector against a shared matrix (A @ w) is the points' vectors as the rows of one
-  product with A transposed (a view); anything else one ``np.matmul`` over a stack, shared
-  operands broadcast at stride 0 (no copy);
-- **linear** and **linear_vjp**: their products as matmul's, the bias added in place (a
-  row a point where each point has its own), the bias gradient a sum over the point's rows;
-- **reduce**: over the point's axes shifted by one;
+- **matmul**, **linear**, **linear_vjp**, **reduce**: as ``batch_plan`` plans them for
+  both devices (the OpenCL batch runs the same plans): one product per product for the
+  chunk (``_matmul``: numpy's BLAS or easyad's kernels, as ``tensor/_blas.py`` picks;
+  x @ W one GEMM of points * rows rows, A @ w the points' vectors as rows against A
+  read transposed, a shared operand of a stack at stride 0), linear's bias added in
+  place, reductions over the point's axes shifted by one. Outputs made only of shared
+  values stay one value (``hold_shared``);
 - **guard**: every point's value is checked; where any point reads another value than
   recorded, ``Diverged`` sends the batch back to one replay per point (each point then
   retapes or raises as alone).
@@ -42,11 +40,13 @@ import numpy as np
 
 from easyad import _pool
 from easyad._core import _point_at, _segments_batch
+from easyad.compiler.program import batch_steps
+from easyad.compiler.program.batch_plan import (
+    Bias, LineOp, Product, Read, Reduction, Scatter, StepPlan, plan_step, supported)
 from easyad.tensor import _blas
 
 _BUDGET = 1 << 28        # bytes of per-point buffers one chunk of the batch may take
 _PARALLEL = 1 << 17      # points x largest slot from which a C run goes over threads
-_STEPS = ("matmul", "linear", "linear_vjp", "reduce", "guard")
 _kept: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
@@ -65,21 +65,11 @@ def batched(fused: Any) -> "BatchedNumpyProgram | None":
     if fused not in _kept:
         shapes = fused.plan.program.shapes
         ok = not fused.in_place and all(
-            fn is not None or id(item) in fused.lowered or _supported(item, shapes)
+            fn is not None or id(item) in fused.lowered or item.op == "guard"
+            or supported(item, shapes)
             for (fn, *_), (kind, item) in zip(fused.steps, fused.plan.schedule))
         _kept[fused] = BatchedNumpyProgram(fused) if ok else None
     return _kept[fused]
-
-
-def _supported(ins: Any, shapes: list[Any]) -> bool:
-    """Whether ``_RUN`` batches this Python step: linear's x a row or rows, its weight
-    and linear_vjp's operands matrices (as the program records them)."""
-    dims = [len(shapes[i]) if type(i) is int else None for i in ins.ins]
-    if ins.op == "linear":
-        return dims[0] in (1, 2) and dims[1] == 2
-    if ins.op == "linear_vjp":
-        return all(d in (None, 2) for d in dims) and dims[0] == 2
-    return ins.op in _STEPS
 
 
 class BatchedNumpyProgram:
@@ -89,6 +79,7 @@ class BatchedNumpyProgram:
 
     def __init__(self, fused: Any) -> None:
         self.fused = fused
+        self.plans: dict[tuple[int, tuple[bool, ...]], StepPlan] = {}   # batch_plan's
         plan, p = fused.plan, fused.plan.program
         self.r, self.shapes, self.dtypes = plan.r, p.shapes, p.dtypes
         # the slots C writes: one buffer of the batch's points each ((shape, dtype, margins))
@@ -200,6 +191,17 @@ class BatchedNumpyProgram:
         for future in futures:
             future.result()
 
+    def buffer(self, s: Any, rows: dict[int, np.ndarray], one: dict[int, np.ndarray]
+               ) -> tuple[Any, bool]:
+        """(slot s's buffer, whether each point has its own): (B, size) rows of the
+        points, or the one value; a literal operand (None, a number) as it is, shared."""
+        if type(s) is not int:
+            return s, False
+        root = self.r(s)
+        if root in rows:
+            return rows[root], True
+        return one[root], False
+
     def operand(self, s: Any, rows: dict[int, np.ndarray], one: dict[int, np.ndarray],
                 B: int) -> tuple[Any, bool]:
         """(slot s's value, whether each point has its own): (B,) + s's shape, or s's
@@ -212,78 +214,77 @@ class BatchedNumpyProgram:
         return one[root].reshape(shape), False
 
 
-def _t(a: np.ndarray, flag: bool) -> np.ndarray:
-    return a.swapaxes(-1, -2) if flag else a
+def _step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
+    """A matmul, linear, linear_vjp or reduce step as ``batch_plan`` plans it."""
+    bufs, own = zip(*(prog.buffer(s, rows, one) for s in ins.ins))
+    key = (id(ins), own)
+    plan = prog.plans.get(key)
+    if plan is None:
+        plan = prog.plans[key] = plan_step(ins, prog.shapes, own, True)
+    return run_plan(prog.fused.be, plan, bufs, B)
 
 
-def _product(B: int, a: np.ndarray, own_a: bool, b: np.ndarray, own_b: bool) -> np.ndarray:
-    """a @ b at every point (a, b: a point's ... x M x K and ... x K x N operands, views;
-    the own ones with the leading axis B): own (B, ...) or shared (own_a or own_b)."""
-    if not own_a and not own_b:
-        return _matmul(a, b)
-    if own_a and not own_b and (b.ndim == 2 or (b.ndim == 3 and b.shape[0] == 1)):
-        # the points' rows one matrix: one GEMM of B * rows rows
-        w = b if b.ndim == 2 else b[0]
-        rows = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
-        return _matmul(rows, w).reshape(a.shape[:-1] + (w.shape[-1],))
-    if own_b and not own_a and b.shape[-1] == 1 and a.ndim == b.ndim - 1 \
-            and math.prod(a.shape[:-2]) == 1 and math.prod(b.shape[1:-2]) == 1:
-        # A @ w, a vector a point: the vectors as rows, against A^T (a view)
-        m = a.reshape(a.shape[-2:])
-        got = _matmul(np.ascontiguousarray(b).reshape(B, -1), m.T)
-        return got.reshape(b.shape[:-2] + (m.shape[0], 1))
-    if not own_a:
-        a = a[None]
-    if not own_b:
-        b = b[None]
-    return _matmul(a, b)
-
-
-def _matmul_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
-    p = ins.params
-    (a, own_a), (b, own_b) = (prog.operand(s, rows, one, B) for s in ins.ins)
-    c = _product(B, _t(a, p.transpose_a), own_a, _t(b, p.transpose_b), own_b)
-    return [(c, own_a or own_b)]
-
-
-def _reduce_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
-    a, own = prog.operand(ins.ins[0], rows, one, B)
-    be = prog.fused.be
-    axes = tuple(ins.params.axes)
-    return [(be.reduce(ins.params.op, a, tuple(d + 1 for d in axes) if own else axes), own)]
-
-
-def _linear_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
-    """x @ w^T + b at every point: one product, then the bias added in place."""
-    (x, own_x), (w, own_w), (b, own_b) = (prog.operand(s, rows, one, B) for s in ins.ins)
-    if own_x and x.ndim == 2 and own_w:      # a vector a point against a stack: a row
-        x = x[:, None, :]
-    out = _product(B, x, own_x, _t(w, True), own_w)
-    own = own_x or own_w or own_b
-    if own and not (own_x or own_w):        # only the bias differs: the product tiled
-        out = np.repeat(out[None], B, axis=0)
-    if b is not None:
-        if own_b:      # a bias a point, lined up with the point's trailing axes
-            shape = (B,) + (1,) * (out.ndim - b.ndim) + b.shape[1:]
-            out += b.reshape(shape)
-        else:
-            out += b
-    return [(out, own)]
-
-
-def _linear_vjp_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int
-                     ) -> Any:
-    """(g w, g^T x, the sum of g's rows) at every point, as ``needs`` asks."""
-    needs = ins.params.needs
-    (g, own_g), (x, own_x), (w, own_w) = (prog.operand(s, rows, one, B) for s in ins.ins)
+def run_plan(be: Any, plan: StepPlan, bufs: Sequence[Any], B: int
+             ) -> list[tuple[np.ndarray, bool]]:
+    """(value, whether each point has its own) per output of a step planned with
+    ``hold_shared=True``; ``bufs``: the step's operands, (B, size) rows where own."""
     found = []
-    if needs[0]:
-        found.append((_product(B, g, own_g, w, own_w), own_g or own_w))
-    if needs[1]:
-        found.append((_product(B, _t(g, True), own_g, x, own_x), own_g or own_x))
-    if needs[2]:
-        found.append((g.sum(axis=g.ndim - 2), own_g))
+    for result in plan.results:
+        if type(result) is Product:
+            out = _product(be, result, bufs, B)
+            if plan.bias is not None:
+                out = _add_bias(plan.bias, result, out, bufs, B)
+        elif type(result) is Reduction:
+            out = be.reduce(result.op, bufs[result.arg].reshape(result.shape(B)),
+                            result.axes)
+        elif type(result) is LineOp:       # (a line op C could not take: mixed dtypes)
+            out = np.asarray(batch_steps.line_op(
+                be, result, [np.ascontiguousarray(b) for b in bufs], B))
+        elif type(result) is Scatter:
+            g = bufs[result.arg]
+            copy = result.copy(B)
+            if copy is not None:
+                g = be.strided(np.ascontiguousarray(g), 0, *copy)
+            out = be.scatter_add(result.shape(B), result.dtype, result.index_at(B),
+                                 g.reshape(result.g_at(B)), result.unique)
+        else:
+            parts = []
+            for k, (place, src) in enumerate(zip(result.parts_at(B), bufs)):
+                if result.spread[k]:
+                    src = be.strided(np.ascontiguousarray(src), 0, *result.copy(k, B))
+                parts.append((*place, src.reshape(place[1])))
+            out = be.assemble(result.shape(B), result.dtype, parts)
+        if type(result) is not Product and result.tile:
+            out = np.repeat(out.reshape(1, -1), B, axis=0)
+        found.append((out, result.own or result.tile))
     return found
+
+
+def _read(be: Any, read: Read, buf: Any, points: int) -> np.ndarray:
+    copy = read.copy(points)
+    if copy is not None:
+        return be.strided(np.ascontiguousarray(buf), 0, *copy).reshape(read.shape(points))
+    return buf.reshape(read.shape(points))
+
+
+def _product(be: Any, p: Product, bufs: Sequence[Any], B: int) -> np.ndarray:
+    a = _read(be, p.left, bufs[p.left.arg], B)
+    b = _read(be, p.right, bufs[p.right.arg], B)
+    if a.shape[0] == b.shape[0] == 1:         # one matrix each: a plain 2-d product
+        a, b = a[0], b[0]
+    c = _matmul(a.swapaxes(-1, -2) if p.transpose_left else a,
+                b.swapaxes(-1, -2) if p.transpose_right else b)
+    if p.tile:
+        return np.repeat(c.reshape(1, -1), B, axis=0)
+    return c
+
+
+def _add_bias(bias: Bias, p: Product, out: np.ndarray, bufs: Sequence[Any], B: int
+              ) -> np.ndarray:
+    """linear's product plus its bias, added in place (a row a point, or one for all)."""
+    out = np.ascontiguousarray(out).reshape(bias.out(p.points(B)))
+    out += bufs[bias.arg].reshape(bias.shape(B)) if bias.arg is not None else bias.value
+    return out
 
 
 def _guard_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
@@ -307,5 +308,5 @@ def _guard_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int
     return []
 
 
-_RUN = {"matmul": _matmul_step, "reduce": _reduce_step, "linear": _linear_step,
-        "linear_vjp": _linear_vjp_step, "guard": _guard_step}
+_RUN = {"matmul": _step, "reduce": _step, "linear": _step, "linear_vjp": _step,
+        "guard": _guard_step}
