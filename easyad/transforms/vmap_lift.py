@@ -46,14 +46,6 @@ def lift(opened: Any, vmap: Callable[..., Any], name: str, f: Callable[..., Any]
             sizes[v._level] = v._size
     if not sizes:
         return NotImplemented
-    if any(getattr(getattr(v, "_backend", None), "kind", None) == "program"
-           for v in _trees.flatten(args)[0] + [getattr(v, "_value", None) for v in leaves]):
-        raise NotImplementedError(
-            f"ad.{name} inside ad.vmap inside ad.record: a derivative transform recorded "
-            f"in tensor code does not replay its values correctly yet; record the batched "
-            f"function itself and differentiate the recording (F.gradient, F.vjp), e.g. "
-            f"the gradient of sum(vmap(loss)(stacked parameters, xs)) gives every "
-            f"example's gradient")
     level = max(sizes)
     token = LIFTED.set(lifted | {level})
     try:
