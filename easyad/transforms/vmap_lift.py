@@ -26,7 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _trees, functional
+from easyad import _higher, _trees, functional
+from easyad._evaluation import in_program
+from easyad._reverse_mode import _Reverse
+from easyad.tensor import Tensor
 from easyad.tensor import _generic
 from easyad.transforms.vmap_batched import Batched, _shape, expanded
 
@@ -178,7 +181,13 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
     s = _shape(x)[1:]
     n = int(np.prod(s, dtype=np.int64))
     mode = options.get("mode", "auto")
-    value = one(x) if mode != "forward" else None
+    run = None
+    if mode != "forward" and in_program(x):
+        # recorded (ad.record of tensor code): f once on the whole batch, on a list
+        run = _Reverse(one, x, ())
+        value = run.result
+    else:
+        value = one(x) if mode != "forward" else None
     o = _shape(value)[1:] if value is not None else ()
     m = int(np.prod(o, dtype=np.int64))
     # the basis is one more batch (a vmap of its own level around the jvps or vjps): one
@@ -189,6 +198,13 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
     weights = np.stack(list(_columns(value, m))) if m else np.zeros((0,) + _shape(value))
+    if run is not None and isinstance(value, Tensor) and value.tape is run.tape and m:
+        # one recorded sweep with the basis as a batched seed: the vjp rules (easyad ops)
+        # batch over it, so f's values are computed once, not once per basis element
+        x_on_list = run.inputs[0]
+        out = F.vmap(lambda u: _higher.backward_graph(value.handle, u)[x_on_list],
+                     out_axes=1)(weights)
+        return F.rewrap(out.reshape((F.size,) + o + s))
     out = F.vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
     return F.rewrap(out.reshape((F.size,) + o + s))
 
