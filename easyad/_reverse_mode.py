@@ -26,6 +26,7 @@ from easyad.errors import TapeMismatchError
 from easyad.tensor import Tensor, TraceTensor, _meta, get_device, stack
 from easyad.tensor._base import FLOAT64, Elements, _no_vjp, wrap
 from easyad.tensor._devices import resolve
+from easyad.tensor._program import capturing
 from easyad.tensor._structural import from_scalars
 
 
@@ -69,6 +70,10 @@ class _Reverse:
         if not tapes and open_tape is not None:
             # f may close over Records of an outer reverse transform: record on its list
             tapes = {id(open_tape): open_tape}
+        recording = capturing()
+        if not tapes and program and recording is not None and recording.tape is not None:
+            # f may close over the recording's inputs: record on the recording's list
+            tapes = {id(recording.tape): recording.tape}
         self.nested = bool(tapes) or program
         self.tape: WengertList = next(iter(tapes.values())) if tapes else WengertList()
         self.point = None if self.nested else _Point(_trees.unflatten(tree, leaves))

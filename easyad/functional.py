@@ -75,7 +75,7 @@ from easyad._argnums import ArgNums, Selection, check_argnums, plain
 from easyad._core import Record, Trace
 from easyad._evaluation import (_arguments, _as_array, _name, _open_level, _output_leaves,
                                 _Point, _point_leaves, _scalar_output, _shape, _split_top,
-                                _tape_of, _value)
+                                _tape_of, _value, in_program)
 from easyad._forward_mode import (_forward_nested, _forward_point, _forward_run,
                                   _jacobian_forward, _tangent)
 from easyad._reverse_mode import _jacobian_reverse, _Reverse
@@ -459,8 +459,15 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
                          f"({tree.describe()}), got {wtree.describe()}")
     total: Any = 0.0
     for leaf, weight, name in zip(leaves, weights, _trees.paths(tree, "u")):
-        w = _as_array(weight, name)
         shape = _shape(leaf)
+        if in_program(weight):     # weights ad.record is recording: the sum is recorded
+            if tuple(weight.shape) not in (shape, (1,) if shape == () else shape):
+                raise ValueError(f"{name} must have one weight per output element of "
+                                 f"{_name(f)}, of shape {shape}; got shape "
+                                 f"{tuple(weight.shape)}")
+            total = total + (leaf * weight.reshape(shape)).sum()
+            continue
+        w = _as_array(weight, name)
         if w.shape != shape and not (shape == () and w.shape == (1,)):
             what = "a scalar" if shape == () else f"shape {shape}"
             raise ValueError(f"{name} must have one weight per output element of "
