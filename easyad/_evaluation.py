@@ -372,6 +372,8 @@ def _lift(value: Any, tangent: Any) -> Any:
     """A value with a tangent: a TraceTensor over a (recorded) tensor, a Trace (of a
     Record), or, from numbers and arrays, a plain TraceTensor or Trace."""
     if isinstance(value, Tensor):
+        if isinstance(tangent, _levels.BatchedBase):   # (vmap_lift's batched basis)
+            return TraceTensor._of(value, tangent)
         if not isinstance(tangent, Tensor):
             tangent = Tensor.constant(np.broadcast_to(np.asarray(tangent, dtype=np.float64),
                                                       value.shape), device=value.device)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _arrays, _expr, _levels, _rules
+from easyad._levels import BatchedBase
 from easyad._core import Record, Trace
 from easyad._expressions import compile_rule
 from easyad.tensor import _shapes as shapes
@@ -429,7 +430,8 @@ def _jvp_recorded(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
             tangent = term if tangent is None else tangent + term
     if not isinstance(z, Tensor):
         return _scalar(z, 0.0 if tangent is None else tangent)
-    if not isinstance(tangent, Tensor) or tangent.shape != z.shape:
+    if not isinstance(tangent, (Tensor, BatchedBase)) or tangent.shape != z.shape:
+        # (a batched tangent, of vmap: a recorded Jacobian's basis, stays batched)
         tangent = _graph.zeros(Tensor, z._backend, z.shape, z.dtype) + \
             (0.0 if tangent is None else tangent)
     return TraceTensor._of(z, tangent)

@@ -28,8 +28,9 @@ import numpy as np
 
 from easyad import _higher, _trees, functional
 from easyad._evaluation import in_program
+from easyad._forward_mode import _forward_point, _forward_run
 from easyad._reverse_mode import _Reverse
-from easyad.tensor import Tensor
+from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor import _generic
 from easyad.transforms.vmap_batched import Batched, _shape, expanded
 
@@ -194,6 +195,11 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
     # pass for every element of every example, as torch's and JAX's Jacobians
     if mode == "forward" or (mode == "auto" and n <= m):
         basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+        if in_program(x) and isinstance(x, Tensor) and x.tape is not None and n:
+            # recorded: one forward pass with the basis as a batched tangent, f's values
+            # computed once (not once per basis element)
+            out = F.vmap(lambda t: _batched_tangent(one, x, t), out_axes=-1)(basis)
+            return F.rewrap(out.reshape(_shape(out)[:-1] + s))
         out = F.vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
@@ -207,6 +213,18 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
         return F.rewrap(out.reshape((F.size,) + o + s))
     out = F.vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
     return F.rewrap(out.reshape((F.size,) + o + s))
+
+
+def _batched_tangent(f: Callable[..., Any], x: Any, t: Any) -> Any:
+    """The tangent of f at x along t (vmap's batched basis, inside its vmap), by one
+    forward pass over recorded values: jvp's own evaluation, without jvp's vmap lift
+    (which would copy x along the basis)."""
+    point = _forward_point(x, "jacobian")
+    out = _forward_run(f, point, [t], ())
+    if not isinstance(out, TraceTensor):
+        raise NotImplementedError("a recorded forward-mode Jacobian inside ad.vmap of a "
+                                  "function returning a structure: use mode='reverse'")
+    return out._tangent
 
 
 def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
