@@ -60,6 +60,8 @@ def broadcast(g: Any, kept: tuple[int, ...], shape: tuple[int, ...], cls: type, 
     g = as_tensor(g, cls, be, dtype).reshape(kept)
     if kept == shape:
         return g
+    if isinstance(g, BatchedBase):      # (a batched seed's adjoint: broadcast per example)
+        return g + np.zeros(shape, dtype)
     return g + zeros(cls, be, shape, dtype)
 
 

@@ -548,13 +548,21 @@ def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
     return TraceTensor._of(wrap(Tensor, be, z, shape, dtype), wrap(Tensor, be, dz, shape, dtype))
 
 
+def _product(a: Any, b: Any) -> Any:
+    # a tensor's @ does not defer to vmap's batched value (a recorded Jacobian's batched
+    # tangent): its reflected product then
+    if isinstance(b, BatchedBase) and not isinstance(a, BatchedBase):
+        return b.__rmatmul__(a)  # type: ignore[attr-defined]
+    return a @ b
+
+
 def _matmul(a: Any, b: Any) -> Any:
     be = _backend_of([a, b])
     over = _over_reverse((a, b))
     top = max(_depth(a), _depth(b))
     (av, at), (bv, bt) = _pair(a, be, over, top), _pair(b, be, over, top)
     value = av @ bv
-    tangent = at @ bv + av @ bt
+    tangent = _product(at, bv) + _product(av, bt)
     if isinstance(value, _PARTS):
         return TraceTensor._of(value, tangent)
     return _scalar(value, tangent)

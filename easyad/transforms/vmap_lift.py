@@ -198,8 +198,10 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
         if in_program(x) and isinstance(x, Tensor) and x.tape is not None and n:
             # recorded: one forward pass with the basis as a batched tangent, f's values
             # computed once (not once per basis element)
-            out = F.vmap(lambda t: _batched_tangent(one, x, t), out_axes=-1)(basis)
-            return F.rewrap(out.reshape(_shape(out)[:-1] + s))
+            out = _batched_pass(lambda: F.vmap(lambda t: _batched_tangent(one, x, t),
+                                               out_axes=-1)(basis))
+            if out is not None:
+                return F.rewrap(out.reshape(_shape(out)[:-1] + s))
         out = F.vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
@@ -208,11 +210,24 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
         # one recorded sweep with the basis as a batched seed: the vjp rules (easyad ops)
         # batch over it, so f's values are computed once, not once per basis element
         x_on_list = run.inputs[0]
-        out = F.vmap(lambda u: _higher.backward_graph(value.handle, u)[x_on_list],
-                     out_axes=1)(weights)
-        return F.rewrap(out.reshape((F.size,) + o + s))
+        out = _batched_pass(lambda: F.vmap(
+            lambda u: _higher.backward_graph(value.handle, u)[x_on_list],
+            out_axes=1)(weights))
+        if out is not None:
+            return F.rewrap(out.reshape((F.size,) + o + s))
     out = F.vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
     return F.rewrap(out.reshape((F.size,) + o + s))
+
+
+def _batched_pass(run: Callable[[], Any]) -> Any:
+    """A recorded Jacobian's one pass with a batched basis, or None where an op's vjp or
+    jvp does not take vmap's batched value yet (it reads a tensor's backend, say): the
+    caller then takes the basis element by element (jvp's or vjp's own lift: the same
+    values, f once per basis element). What the failed pass recorded is never read."""
+    try:
+        return run()
+    except (AttributeError, TypeError, NotImplementedError):
+        return None
 
 
 def _batched_tangent(f: Callable[..., Any], x: Any, t: Any) -> Any:
@@ -221,10 +236,9 @@ def _batched_tangent(f: Callable[..., Any], x: Any, t: Any) -> Any:
     (which would copy x along the basis)."""
     point = _forward_point(x, "jacobian")
     out = _forward_run(f, point, [t], ())
-    if not isinstance(out, TraceTensor):
-        raise NotImplementedError("a recorded forward-mode Jacobian inside ad.vmap of a "
-                                  "function returning a structure: use mode='reverse'")
-    return out._tangent
+    # (f of one output tensor, as vmap's Jacobians take: anything else is refused by the
+    # path of jvp, which reads f's output as usual)
+    return out._tangent if isinstance(out, TraceTensor) else None
 
 
 def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
