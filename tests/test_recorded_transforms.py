@@ -114,13 +114,20 @@ def test_a_recorded_vmap_jacobian_computes_f_once(mode):
     assert sizes and max(sizes) == 6 * 4
 
 
-def test_vmap_of_grad_and_hessian_recorded():
+def test_vmap_of_grad_and_hessian_recorded(monkeypatch):
+    from easyad.transforms import vmap_lift
+    monkeypatch.setattr(vmap_lift, "_batched_pass", lambda run: run())   # (no fallback)
     X = rng.normal(size=(3, 4))
     for ours, theirs in ((ad.vmap(ad.grad(loss)), func.vmap(func.grad(tloss))),
                          (ad.vmap(ad.hessian(loss)), func.vmap(func.hessian(tloss)))):
         F = ad.record(ours, X, tensor=True)
         Y = rng.normal(size=(3, 4))
         close(F(Y), theirs(T(Y)))
+        # the Hessian too computes f once per example (the gradient recorded once, its
+        # rows by one sweep with a batched seed), not once per basis element
+        (rec,) = F._recordings.values()
+        assert max(int(np.prod(i.params.shape)) for i in rec.program.instructions
+                   if i.op == "map" and any("sin(" in e for e in i.params.exprs)) == 3 * 4
 
 
 def test_guards_inside_f_are_checked_at_replay():

@@ -206,17 +206,25 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
     weights = np.stack(list(_columns(value, m))) if m else np.zeros((0,) + _shape(value))
-    if run is not None and isinstance(value, Tensor) and value.tape is run.tape and m:
-        # one recorded sweep with the basis as a batched seed: the vjp rules (easyad ops)
-        # batch over it, so f's values are computed once, not once per basis element
-        x_on_list = run.inputs[0]
-        out = _batched_pass(lambda: F.vmap(
-            lambda u: _higher.backward_graph(value.handle, u)[x_on_list],
-            out_axes=1)(weights))
+    if run is not None:
+        out = _seeded_rows(F, run, weights)
         if out is not None:
             return F.rewrap(out.reshape((F.size,) + o + s))
     out = F.vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
     return F.rewrap(out.reshape((F.size,) + o + s))
+
+
+def _seeded_rows(F: _Lifted, run: Any, weights: Any) -> Any:
+    """Recorded: every row of every example's Jacobian by ONE sweep of the recording's
+    list with the basis ``weights`` as a batched seed (the vjp rules are easyad ops, which
+    batch over it), so f's values are computed once, not once per basis element; None
+    where that cannot be done (the caller takes the basis element by element)."""
+    value = run.result
+    if not (isinstance(value, Tensor) and value.tape is run.tape and len(weights)):
+        return None
+    x_on_list = run.inputs[0]
+    return _batched_pass(lambda: F.vmap(
+        lambda u: _higher.backward_graph(value.handle, u)[x_on_list], out_axes=1)(weights))
 
 
 def _batched_pass(run: Callable[[], Any]) -> Any:
@@ -250,6 +258,13 @@ def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         return _total(F(*xs[:k], z, *xs[k + 1:]))
     s = _shape(x)[1:]
     n = int(np.prod(s, dtype=np.int64))
+    if in_program(x) and n:
+        # recorded: the gradient on the recording's list once (its sweep recorded), then
+        # its Jacobian by one sweep with a batched seed (reverse over reverse)
+        run = _Reverse(lambda z: functional.grad(summed)(z), x, ())
+        out = _seeded_rows(F, run, np.stack(list(_columns(x, n))))
+        if out is not None:
+            return F.rewrap(out.reshape((F.size,) + s + s))
     basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
     out = F.vmap(lambda t: functional.hvp(summed, x, t), out_axes=-1)(basis)
     return F.rewrap(out.reshape((F.size,) + s + s))
