@@ -562,7 +562,14 @@ def _matmul(a: Any, b: Any) -> Any:
     top = max(_depth(a), _depth(b))
     (av, at), (bv, bt) = _pair(a, be, over, top), _pair(b, be, over, top)
     value = av @ bv
-    tangent = _product(at, bv) + _product(av, bt)
+    # a constant operand (no Trace levels) has tangent zero: its product is left out
+    # (a recorded program would compute a product of zeros and add it)
+    if not isinstance(a, (TraceTensor, Trace)):
+        tangent = _product(av, bt)
+    elif not isinstance(b, (TraceTensor, Trace)):
+        tangent = _product(at, bv)
+    else:
+        tangent = _product(at, bv) + _product(av, bt)
     if isinstance(value, _PARTS):
         return TraceTensor._of(value, tangent)
     return _scalar(value, tangent)
