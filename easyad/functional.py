@@ -460,15 +460,9 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
     total: Any = 0.0
     for leaf, weight, name in zip(leaves, weights, _trees.paths(tree, "u")):
         shape = _shape(leaf)
-        if in_program(weight):     # weights ad.record is recording: the sum is recorded
-            if tuple(weight.shape) not in (shape, (1,) if shape == () else shape):
-                raise ValueError(f"{name} must have one weight per output element of "
-                                 f"{_name(f)}, of shape {shape}; got shape "
-                                 f"{tuple(weight.shape)}")
-            total = total + (leaf * weight.reshape(shape)).sum()
-            continue
-        w = _as_array(weight, name)
-        if w.shape != shape and not (shape == () and w.shape == (1,)):
+        # (weights ad.record is recording stay tensors: the weighted sum is recorded)
+        w = weight if in_program(weight) else _as_array(weight, name)
+        if tuple(w.shape) != shape and not (shape == () and tuple(w.shape) == (1,)):
             what = "a scalar" if shape == () else f"shape {shape}"
             raise ValueError(f"{name} must have one weight per output element of "
                              f"{_name(f)}, so {what}; got shape {w.shape}")
@@ -479,6 +473,8 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
 
 def _weighted(leaf: Any, w: NDArray[np.float64]) -> Any:
     """sum(w * leaf), leaving out the zero weights."""
+    if in_program(w):
+        return (leaf * w).sum()
     if isinstance(leaf, Tensor):
         return (leaf * w).sum() if w.shape else leaf.sum() * float(w)
     if isinstance(leaf, np.ndarray):
