@@ -164,6 +164,14 @@ def _detached(v: Any) -> Any:
 
 def _as_array(x: Any, what: str) -> NDArray[np.float64]:
     if isinstance(x, Tensor):
+        if in_program(x):
+            # read as numbers it would be a constant of the recording (a guard on its value)
+            raise NotImplementedError(
+                f"{what}: this derivative transform reads its argument as numbers (as "
+                f"ad.jacobian and ad.hessian with sparse=True do), so at a tensor that "
+                f"ad.record is recording it cannot be recorded; call it outside the "
+                f"recording, or record f and differentiate the recording (F.jacobian(x, "
+                f"sparse=True), F.gradient, F.vjp, F.hvp)")
         return np.array(x.value, dtype=np.float64)
     array = np.asarray(x)
     _arrays.check_real(array, what)

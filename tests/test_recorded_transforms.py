@@ -219,3 +219,11 @@ def test_recorded_vmap_jacobians_through_reductions_and_products(name, mode, mon
                   tensor=True)
     Y = rng.normal(size=(3, 4))
     close(F(Y), func.vmap(func.jacrev(theirs))(T(Y)))
+
+
+def test_a_transform_that_reads_its_point_as_numbers_is_refused_by_name():
+    # sparse Jacobians and Hessians read the point's values (a guard would bake them in)
+    for g in (ad.jacobian(ad.sin, sparse=True),
+              ad.hessian(lambda v: ad.sum(ad.sin(v)), sparse=True)):
+        with pytest.raises(NotImplementedError, match="sparse=True"):
+            ad.record(g, X0, tensor=True)
