@@ -203,7 +203,8 @@ def _extreme_vjp(p: ReduceParams, g: Any, x: Any, out: Any) -> tuple[Any]:
     # each element's share of the adjoint (1/ties where it equals the result, else 0) is
     # piecewise constant: a constant factor of the broadcast adjoint
     # (x's backend: g may be vmap's batched value, a recorded sweep's batched seed)
-    cls, be, dtype = type(x), x._backend, x.dtype
+    cls = type(g) if hasattr(g, "_backend") else type(x)
+    be, dtype = x._backend, x.dtype
     kept = _kept(p, x.shape)
     m = out._data if hasattr(out, "_data") else be.full((), float(out), dtype)
     if tuple(m.shape) != kept:
