@@ -14,8 +14,10 @@ Problems, float64, every library on one thread (set before any import):
   parameters broadcast into the stacked buffers in every call: a training step would);
 - **batched Jacobians** of ``f(x) = tanh(A x + c) * x[0]`` (16 -> 16) at batch 64: easyad
   ``ad.vmap(ad.jacobian(f))``; torch ``vmap(jacrev(f))`` and ``vmap(jacfwd(f))``; jax
-  ``jit(vmap(jacrev(f)))`` and ``jit(vmap(jacfwd(f)))``; easyad replayed: one VJP replay
-  of the recorded ``ad.vmap(f)`` per output element, for every example at once.
+  ``jit(vmap(jacrev(f)))`` and ``jit(vmap(jacfwd(f)))``; easyad replayed: the recording
+  of ``ad.vmap(ad.jacobian(f))`` itself (reverse and forward mode: the transform's sweeps
+  are program kernels, one fused program for all examples), and for comparison the old
+  route, one VJP replay of the recorded ``ad.vmap(f)`` per output element.
 
 Inputs are made once, outside the timed calls; every variant's result is checked against
 easyad's eager one first. Each round times every variant (in a freshly shuffled order) for
@@ -130,13 +132,16 @@ def batched_jacobians(batch: int, torch: Any, jax: Any) -> dict[str, Callable[[]
     F = ad.record(ad.vmap(f), x, tensor=True)
     units = [np.broadcast_to(np.eye(n)[j], (batch, n)).copy() for j in range(n)]
 
-    def replayed() -> Any:
+    def rows() -> Any:
         return np.stack([F.vjp(x, u) for u in units], axis=1)
 
     variants: dict[str, Callable[[], Any]] = {"easyad eager (ad.vmap(ad.jacobian))":
-                                              lambda: eager(x),
-                                              "easyad replayed (ad.record, F.vjp rows)":
-                                              replayed}
+                                              lambda: eager(x)}
+    for mode in ("reverse", "forward"):
+        # recorded on the first call, so its time (recording and C compile) is reported
+        variants[f"easyad replayed (ad.record(ad.vmap(ad.jacobian(f, {mode!r}))))"] = \
+            _recorded(ad.vmap(ad.jacobian(f, mode=mode)), x)
+    variants["easyad replayed (ad.record(ad.vmap(f)), F.vjp rows)"] = rows
     if torch is not None:
         tA, tc, tx = torch.tensor(A), torch.tensor(c), torch.tensor(x)
 
@@ -157,6 +162,17 @@ def batched_jacobians(batch: int, torch: Any, jax: Any) -> dict[str, Callable[[]
         variants["jax.jit(vmap(jacrev))"] = lambda: jax.block_until_ready(jrev(jx))
         variants["jax.jit(vmap(jacfwd))"] = lambda: jax.block_until_ready(jfwd(jx))
     return variants
+
+
+def _recorded(g: Callable[..., Any], x: np.ndarray) -> Callable[[], Any]:
+    """A replay of ``ad.record(g, x, tensor=True)``, recorded at its first call."""
+    made: list[Any] = []
+
+    def call() -> Any:
+        if not made:
+            made.append(ad.record(g, x, tensor=True))
+        return made[0](x)
+    return call
 
 
 def run(title: str, variants: dict[str, Callable[[], Any]], rounds: int,
@@ -196,6 +212,8 @@ def run(title: str, variants: dict[str, Callable[[], Any]], rounds: int,
     for name, t in compile_times.items():
         if name.startswith("jax"):
             print(f"\n{name}: first call (trace and compile) {t * 1e3:.0f} ms")
+        elif name.startswith("easyad replayed (ad.record(ad.vmap(ad.jacobian"):
+            print(f"\n{name}: first call (record and compile) {t * 1e3:.0f} ms")
 
 
 def _once(call: Callable[[], Any]) -> float:

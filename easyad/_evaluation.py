@@ -164,23 +164,33 @@ def _detached(v: Any) -> Any:
 
 def _as_array(x: Any, what: str) -> NDArray[np.float64]:
     if isinstance(x, Tensor):
-        refuse_recording(x, what)
+        if in_program(x):
+            # read as numbers it would be a constant of the recording (a guard on its value)
+            raise NotImplementedError(
+                f"{what}: this derivative transform reads its argument as numbers (as "
+                f"ad.jacobian and ad.hessian with sparse=True do), so at a tensor that "
+                f"ad.record is recording it cannot be recorded; call it outside the "
+                f"recording, or record f and differentiate the recording (F.jacobian(x, "
+                f"sparse=True), F.gradient, F.vjp, F.hvp)")
         return np.array(x.value, dtype=np.float64)
     array = np.asarray(x)
     _arrays.check_real(array, what)
     return np.array(array, dtype=np.float64)
 
 
-def refuse_recording(x: Any, what: str) -> None:
-    """A transform's point may not be a value ``ad.record`` is recording in tensor code:
-    read as numbers it would be the recording's constants, and the replay gave the
-    derivative at the recorded point, or zeros, silently."""
-    if isinstance(x, Tensor) and x._backend.interpreter.replays:
-        raise NotImplementedError(
-            f"a derivative transform (ad.grad, ad.jacobian, ad.jvp...) called inside "
-            f"ad.record of tensor code, at a recorded value ({what}): it cannot be "
-            f"recorded yet; record the function itself and differentiate the recording "
-            f"(F.gradient, F.vjp, F.jacobian, F.hvp)")
+def in_program(v: Any) -> bool:
+    """Whether ``v`` is (or carries, as a TraceTensor) a tensor of a program ad.record is
+    capturing: a transform at such a point is recorded too, as program kernels."""
+    if isinstance(v, TraceTensor):
+        return in_program(v._value) or in_program(v._tangent)
+    return isinstance(v, Tensor) and v._backend.interpreter.replays
+
+
+def _recording_point(v: Any) -> NDArray[np.float64]:
+    """A recorded tensor's value at the recording point, read without a guard: only its
+    shape is used (the transform computes from the recorded tensor itself)."""
+    v = _base(v)
+    return np.array(v._backend.real.to_numpy(v._data.value), dtype=np.float64)
 
 
 def _name(f: Callable[..., Any]) -> str:
@@ -195,7 +205,7 @@ class _Point:
         names = _trees.paths(self.tree, what)
         # recorded leaves (a forward transform inside a reverse one) are kept: the
         # forward pass runs on TraceTensors over them
-        self.recorded = [_as_recorded(v) if _trees.is_recorded(v)
+        self.recorded = [_as_recorded(v) if _trees.is_recorded(v) or in_program(v)
                          or isinstance(v, (Trace, TraceTensor)) else None for v in leaves]
         self.arrays = [_as_array(v if r is None else _number(r), n)
                        for v, r, n in zip(leaves, self.recorded, names)]
@@ -220,6 +230,12 @@ class _Point:
                                  f"({self.tree.describe()}), got {tree.describe()}")
         out = []
         for a, leaf, name in zip(self.arrays, leaves, _trees.paths(self.tree, what)):
+            if in_program(leaf):       # a recorded direction: kept, the pass records it
+                if tuple(leaf.shape) != a.shape:
+                    raise ValueError(f"{name} must have the shape of x0's leaf, {a.shape}, "
+                                     f"got {tuple(leaf.shape)}")
+                out.append(leaf)
+                continue
             array = _as_array(leaf, name)
             if array.shape != a.shape:
                 raise ValueError(f"{name} must have the shape of x0's leaf, {a.shape}, got "
@@ -364,6 +380,8 @@ def _lift(value: Any, tangent: Any) -> Any:
     """A value with a tangent: a TraceTensor over a (recorded) tensor, a Trace (of a
     Record), or, from numbers and arrays, a plain TraceTensor or Trace."""
     if isinstance(value, Tensor):
+        if isinstance(tangent, _levels.BatchedBase):   # (vmap_lift's batched basis)
+            return TraceTensor._of(value, tangent)
         if not isinstance(tangent, Tensor):
             tangent = Tensor.constant(np.broadcast_to(np.asarray(tangent, dtype=np.float64),
                                                       value.shape), device=value.device)
@@ -371,6 +389,8 @@ def _lift(value: Any, tangent: Any) -> Any:
     if isinstance(value, TraceTensor) and not isinstance(tangent, TraceTensor):
         # forward over forward: the new direction, constant at the levels below
         return TraceTensor._of(value, _constant_like(np.asarray(tangent, np.float64), value))
+    if isinstance(value, np.ndarray) and isinstance(tangent, Tensor):   # (recorded)
+        return TraceTensor._of(Tensor.constant(value, device=tangent.device), tangent)
     if isinstance(value, np.ndarray):
         return TraceTensor(value, np.broadcast_to(np.asarray(tangent), value.shape))
     if isinstance(tangent, Tensor):          # a scalar value with a recorded 0-d tangent
@@ -421,6 +441,8 @@ def _as_recorded(v: Any) -> Any:
 
 
 def _number(v: Any) -> Any:
+    if in_program(v):
+        return _recording_point(v)
     if isinstance(v, (Tensor, TraceTensor)):       # (a TraceTensor: its innermost values)
         return v.value
     while isinstance(v, (Trace, Record)):      # a Trace (of Traces): its innermost value

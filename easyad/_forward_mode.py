@@ -12,12 +12,13 @@ import numpy as np
 
 from easyad import _trees
 from easyad._core import Trace
-from easyad._evaluation import (_base, _call, _constant_above, _depth, _lift, _name,
+from easyad._evaluation import (in_program, _base, _call, _constant_above, _depth, _lift, _name,
                                 _output_leaves, _Point, _shape, _split_top, _tape_of,
                                 _traces_block)
 from easyad._levels import LEVEL as _LEVEL
 from easyad._trees import TreeDef
 from easyad.tensor import Tensor, TraceTensor, get_device, stack
+from easyad.tensor._program import capturing
 
 
 def _forward_point(x0: Any, caller: str) -> _Point:
@@ -44,7 +45,8 @@ def _forward_inputs(point: _Point, tangents: list[Any]) -> list[Any]:
     inputs: list[Any] = []
     for a, t, scalar, device, recorded in zip(point.arrays, tangents, point.scalar,
                                               point.devices, point.recorded):
-        if recorded is None and depth == 1 and tape is None:      # the common case
+        if recorded is None and depth == 1 and tape is None and not in_program(t):
+            # the common case
             inputs.append(Trace(float(a), float(t)) if scalar else TraceTensor._input(
                 a, t, device if device is not None else get_device()))
             continue
@@ -73,7 +75,7 @@ def _forward_nested(point: _Point) -> bool:
     """Whether a forward transform's results stay values of the levels around it
     (Traces, Records) rather than numbers."""
     depth, tape = point.level
-    return depth > 1 or tape is not None
+    return depth > 1 or tape is not None or capturing() is not None
 
 
 def _tangent(leaf: Any) -> Any:

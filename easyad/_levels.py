@@ -40,7 +40,9 @@ def opened(depth: int, tape: Any) -> Iterator[None]:
 class BatchedBase:
     """The base of vmap's batched values, here so that the layers below the transforms
     (the op table's call, the tensor functions) recognise one without importing it: a
-    value of this class answers ``_batched_apply(op, params, args)``."""
+    value of this class answers ``_batched_apply(op, params, args)`` and
+    ``_elementwise(function, args)`` (an elementwise function of plain operands, run on
+    the whole batch: the strong-zero helpers of recorded sweeps)."""
 
     __slots__ = ()
 

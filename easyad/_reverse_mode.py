@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from easyad import _trees
+from easyad import _higher, _trees
 from easyad._core import Node, Record, Trace, WengertList
-from easyad._evaluation import (_as_array, _base, _call, _depth, _detached, _join,
+from easyad._evaluation import (in_program, _as_array, _base, _call, _depth, _detached, _join,
                                 _output_leaves, _Point, _point_leaves, _primal_of, _rebase,
-                                _tangent_of, _tape_of, _value, refuse_recording)
+                                _tangent_of, _tape_of, _value)
 from easyad._levels import LEVEL as _LEVEL
 from easyad._levels import opened as _level
 from easyad._trees import LEAF
@@ -26,6 +26,7 @@ from easyad.errors import TapeMismatchError
 from easyad.tensor import Tensor, TraceTensor, _meta, get_device, stack
 from easyad.tensor._base import FLOAT64, Elements, _no_vjp, wrap
 from easyad.tensor._devices import resolve
+from easyad.tensor._program import capturing
 from easyad.tensor._structural import from_scalars
 
 
@@ -46,8 +47,9 @@ class _Reverse:
             self._one_array(f, x0, args, elements)
             return
         leaves, tree = _point_leaves(x0)
-        for v in leaves:
-            refuse_recording(v, "x0")
+        # a point ad.record is recording as tensor code: the transform is recorded too
+        # (inputs on a list over its slots, sweeps with create_graph: program kernels)
+        program = any(in_program(v) for v in leaves)
         # under forward levels (Traces reach us, in the point or in f's closure): forward
         # over reverse. The inputs are variables under the point's Trace levels (raised
         # to the open depth), f runs on Traces of Records (TraceTensors over recorded
@@ -68,7 +70,11 @@ class _Reverse:
         if not tapes and open_tape is not None:
             # f may close over Records of an outer reverse transform: record on its list
             tapes = {id(open_tape): open_tape}
-        self.nested = bool(tapes)
+        recording = capturing()
+        if not tapes and program and recording is not None and recording.tape is not None:
+            # f may close over the recording's inputs: record on the recording's list
+            tapes = {id(recording.tape): recording.tape}
+        self.nested = bool(tapes) or program
         self.tape: WengertList = next(iter(tapes.values())) if tapes else WengertList()
         self.point = None if self.nested else _Point(_trees.unflatten(tree, leaves))
         if self.nested:
@@ -128,8 +134,12 @@ class _Reverse:
         # a new entry for the inner transform to differentiate by (its adjoint is the
         # derivative with respect to this argument alone)
         if isinstance(v, Tensor):
-            return v + 0.0 if v.tape is not None else Tensor.variable(v.value, self.tape,
-                                                                      device=v.device)
+            if v.tape is not None:
+                return v + 0.0
+            if in_program(v):      # a recorded input off any list: a variable over its slot
+                handle = self.tape._push_node(Node("variable", (), _no_vjp))
+                return wrap(Tensor, v._backend, v._data, v.shape, v.dtype, self.tape, handle)
+            return Tensor.variable(v.value, self.tape, device=v.device)
         if type(v) is Record:
             return v + 0.0 if v.tape is not None else self.tape.variable(v.number)
         if isinstance(v, np.ndarray) and v.dtype == object:
@@ -176,6 +186,12 @@ class _Reverse:
             return self._read(d)
         if isinstance(z, Tensor):
             z = z.sum()
+        if isinstance(z, Tensor) and z.tape is self.tape and self.nested:
+            # recorded tensor code keeps numbers as 0-d tensors: the recorded sweep from one
+            seed = wrap(Tensor, z._backend, z._backend.full(z.shape, 1.0, z.dtype), z.shape,
+                        z.dtype)
+            d = _higher.backward_graph(z.handle, seed)
+            return [d[x] for x in self.inputs]
         if type(z) is not Record or z.tape is None:
             return [self._zero(k) for k in range(len(self.inputs))]
         if z.tape is not self.tape:

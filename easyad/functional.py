@@ -75,7 +75,7 @@ from easyad._argnums import ArgNums, Selection, check_argnums, plain
 from easyad._core import Record, Trace
 from easyad._evaluation import (_arguments, _as_array, _name, _open_level, _output_leaves,
                                 _Point, _point_leaves, _scalar_output, _shape, _split_top,
-                                _tape_of, _value)
+                                _tape_of, _value, in_program)
 from easyad._forward_mode import (_forward_nested, _forward_point, _forward_run,
                                   _jacobian_forward, _tangent)
 from easyad._reverse_mode import _jacobian_reverse, _Reverse
@@ -459,9 +459,10 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
                          f"({tree.describe()}), got {wtree.describe()}")
     total: Any = 0.0
     for leaf, weight, name in zip(leaves, weights, _trees.paths(tree, "u")):
-        w = _as_array(weight, name)
         shape = _shape(leaf)
-        if w.shape != shape and not (shape == () and w.shape == (1,)):
+        # (weights ad.record is recording stay tensors: the weighted sum is recorded)
+        w = weight if in_program(weight) else _as_array(weight, name)
+        if tuple(w.shape) != shape and not (shape == () and tuple(w.shape) == (1,)):
             what = "a scalar" if shape == () else f"shape {shape}"
             raise ValueError(f"{name} must have one weight per output element of "
                              f"{_name(f)}, so {what}; got shape {w.shape}")
@@ -472,6 +473,8 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
 
 def _weighted(leaf: Any, w: NDArray[np.float64]) -> Any:
     """sum(w * leaf), leaving out the zero weights."""
+    if in_program(w):
+        return (leaf * w).sum()
     if isinstance(leaf, Tensor):
         return (leaf * w).sum() if w.shape else leaf.sum() * float(w)
     if isinstance(leaf, np.ndarray):

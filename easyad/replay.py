@@ -54,8 +54,23 @@ def _one_flat_array(x0: Any) -> bool:
     return a.ndim == 1 and a.dtype != object
 
 
+def _refuse_tensors(y: Any, lst: WengertList) -> None:
+    """A tensor on the recording's list (a derivative transform called in f: ad.grad,
+    ad.jacobian... of an array, recorded as tensor operations) cannot be replayed by a
+    scalar recording: refused, naming the recordings that can."""
+    for v in (y if isinstance(y, (list, tuple)) else [y]):
+        if hasattr(v, "_backend") and getattr(v, "tape", None) is lst:
+            raise TypeError(
+                "f returned a tensor recorded on the list (a derivative transform such as "
+                "ad.grad or ad.jacobian of an array records its sweep as tensor "
+                "operations), which a scalar recording cannot replay: record it as tensor "
+                "code, ad.record(f, x0, tensor=True), or record the function itself and "
+                "differentiate the recording (F.gradient, F.jacobian, F.hessian)")
+
+
 def _output_records(lst: WengertList, y: Any) -> tuple[list[Record], bool]:
     """The output Records of f and whether f returned a scalar."""
+    _refuse_tensors(y, lst)
     scalar = not isinstance(y, (list, tuple, np.ndarray))
     items = [y] if scalar else list(np.asarray(y, dtype=object).ravel())
     records = []

@@ -189,9 +189,17 @@ def test_bad_input_is_named():
         ad.vmap(lambda x: x if x[0] > 0 else -x)(X)
     with pytest.raises(ValueError, match="out_axes None"):
         ad.vmap(lambda x: x, out_axes=None)(X)
-    with pytest.raises(NotImplementedError, match="no batching rule"):
-        ad.vmap(lambda x: ad.ops.call(ad.ops.get("put"), (x,),
-                                      {"shape": (4,), "key": (slice(0, 3),)}))(X)
+    # every op of the table batches (put by a rule of vmap's own: it needs the size), so
+    # an op without one is registered here
+    import dataclasses
+    unbatched = dataclasses.replace(ad.ops.get("put"), name="put_unbatched_for_test")
+    ad.ops.register(unbatched)
+    try:
+        with pytest.raises(NotImplementedError, match="no batching rule"):
+            ad.vmap(lambda x: ad.ops.call(unbatched, (x,),
+                                          {"shape": (4,), "key": (slice(0, 3),)}))(X)
+    finally:
+        ad.ops.unregister("put_unbatched_for_test")
 
 
 def test_the_outer_product_path_of_the_numpy_matmul():
@@ -202,13 +210,3 @@ def test_the_outer_product_path_of_the_numpy_matmul():
     assert np.array_equal(_blas.matmul(a, b), np.matmul(a, b))
     assert np.array_equal(_blas.matmul(a, b[0]), np.matmul(a, b[0]))
     assert np.array_equal(_blas.matmul(a, np.ones(1)), np.matmul(a, np.ones(1)))
-
-
-def test_a_derivative_recorded_in_tensor_code_is_refused_not_wrong():
-    # (it replayed zeros before: the recorded point was read as the recording's numbers)
-    x = np.array([1.0, 2.0, 3.0])
-    for f in (lambda w: ad.grad(lambda v: ad.sum(v * v * v))(w),
-              lambda w: ad.jvp(lambda v: v * v, w, w)[1],
-              ad.vmap(ad.grad(lambda v: ad.sum(v * v * v)))):
-        with pytest.raises(NotImplementedError, match="inside ad.record"):
-            ad.record(f, x.reshape(1, 3) if f.__name__ != "<lambda>" else x, tensor=True)

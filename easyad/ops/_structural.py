@@ -184,7 +184,9 @@ def _kept(p: ReduceParams, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _sum_vjp(p: ReduceParams, g: Any, x: Any, out: Any) -> tuple[Any]:
-    return (_graph.broadcast(g, _kept(p, x.shape), x.shape, type(g), g._backend, x.dtype),)
+    # (g may be vmap's batched value: a recorded sweep with a batched seed)
+    return (_graph.broadcast(g, _kept(p, x.shape), x.shape, type(g),
+                             getattr(g, "_backend", None), x.dtype),)
 
 
 SUM: Op = register(Op(
@@ -200,7 +202,9 @@ SUM: Op = register(Op(
 def _extreme_vjp(p: ReduceParams, g: Any, x: Any, out: Any) -> tuple[Any]:
     # each element's share of the adjoint (1/ties where it equals the result, else 0) is
     # piecewise constant: a constant factor of the broadcast adjoint
-    cls, be, dtype = type(g), g._backend, x.dtype
+    # (x's backend: g may be vmap's batched value, a recorded sweep's batched seed)
+    cls = type(g) if hasattr(g, "_backend") else type(x)
+    be, dtype = x._backend, x.dtype
     kept = _kept(p, x.shape)
     m = out._data if hasattr(out, "_data") else be.full((), float(out), dtype)
     if tuple(m.shape) != kept:

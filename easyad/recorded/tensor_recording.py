@@ -117,7 +117,7 @@ class _Recording:
         hvp = kind == "hvp"
         self.program = program = Program()
         be = ProgramBackend(backend, program)
-        lst = WengertList()
+        lst = be.tape = WengertList()
         tape: Any = lst
         xs = []
         for a in x_leaves:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _rules
+from easyad._levels import BatchedBase
 from easyad._expressions import (CompiledRule, compile_rule, derivative_namespace,
                                  generic_namespace, number_of)
 from easyad.tensor import _shapes as shapes
@@ -48,8 +49,8 @@ def zeros(cls: type, be: Backend, shape: tuple[int, ...], dtype: Any) -> Any:
 
 def as_tensor(g: Any, cls: type, be: Backend, dtype: Any) -> Any:
     """A scalar adjoint (Record or float) as a 0-d tensor of class ``cls`` on ``be``;
-    tensors pass through."""
-    if isinstance(g, TensorBase):
+    tensors (and vmap's batched values) pass through."""
+    if isinstance(g, (TensorBase, BatchedBase)):
         return g
     return zeros(cls, be, (), dtype) + g
 
@@ -60,13 +61,15 @@ def broadcast(g: Any, kept: tuple[int, ...], shape: tuple[int, ...], cls: type, 
     g = as_tensor(g, cls, be, dtype).reshape(kept)
     if kept == shape:
         return g
+    if isinstance(g, BatchedBase):      # (a batched seed's adjoint: broadcast per example)
+        return g + np.zeros(shape, dtype)
     return g + zeros(cls, be, shape, dtype)
 
 
 def fold(g: Any, shape: tuple[int, ...], target: tuple[int, ...], scalar: bool = False) -> Any:
     """A broadcast adjoint of ``shape`` summed back to ``target``, recorded; a scalar (a
     Record) for a ``scalar`` operand."""
-    if not isinstance(g, TensorBase):
+    if not isinstance(g, (TensorBase, BatchedBase)):
         return g
     t: Any = g      # a Tensor: sum is the subclass's
     if scalar:
@@ -74,6 +77,8 @@ def fold(g: Any, shape: tuple[int, ...], target: tuple[int, ...], scalar: bool =
     if shape == target:
         return g
     total = t.sum(axis=shapes.reduced_axes(shape, target))
+    if isinstance(total, BatchedBase):
+        return total.reshape(target)  # type: ignore[attr-defined]
     return as_tensor(total, type(g), g._backend, g._dtype).reshape(target)
 
 
@@ -114,6 +119,9 @@ _STRONG_DIV = "choose(x == 0.0, choose(y == 0.0, 1.0, choose(y == y, 0.0, 1.0)),
 def _kernel_mask(expr: str, a: Any, b: Any, like: TensorBase) -> TensorBase:
     """A constant boolean tensor: ``expr`` of the values of a and b, as a kernel."""
     be = like._backend
+    # (an array operand, a batched seed's basis: a constant of the program)
+    a, b = (wrap(type(like), be, be.asarray(v, like._dtype), v.shape, like._dtype)
+            if isinstance(v, np.ndarray) and v.ndim else v for v in (a, b))
     shapes_ = [v._shape for v in (a, b) if isinstance(v, TensorBase)]
     shape = shapes.broadcast("mul0", *shapes_) if len(shapes_) == 2 else shapes_[0]
     data = [v._data if isinstance(v, TensorBase) else float(number_of(v)) for v in (a, b)]
@@ -126,10 +134,22 @@ def _recording(like: TensorBase) -> bool:
     return like._backend.interpreter.replays
 
 
+def _batched(function: Any, args: tuple[Any, ...]) -> Any:
+    """``function`` of operands one of which is vmap's batched value (a sweep recorded
+    with a batched seed: vmap_lift's Jacobians), on the whole batch; else None."""
+    for v in args:
+        if isinstance(v, BatchedBase):
+            return v._elementwise(function, args)  # type: ignore[attr-defined]
+    return None
+
+
 def _mul0(a: Any, b: Any) -> Any:
     # as the generic helper, elementwise: a zero factor against inf or NaN gives exactly 0;
     # elsewhere the plain product, so a factor whose value is 0 still passes on its
     # derivative
+    batched = _batched(_mul0, (a, b))
+    if batched is not None:
+        return batched
     like = _like(a, b)
     if like is None:
         return generic_namespace()["mul0"](a, b)
@@ -146,6 +166,9 @@ def _mul0(a: Any, b: Any) -> Any:
 
 def _div0(a: Any, b: Any) -> Any:
     # 0/0 and 0/NaN count as 0, elementwise
+    batched = _batched(_div0, (a, b))
+    if batched is not None:
+        return batched
     like = _like(a, b)
     if like is None:
         return generic_namespace()["div0"](a, b)
@@ -163,6 +186,8 @@ def _div0(a: Any, b: Any) -> Any:
 def _piecewise(name: str, function: Any, generic: Any) -> Any:
     # a piecewise-constant helper: its value as a constant (no derivative)
     def apply(t: Any) -> Any:
+        if isinstance(t, BatchedBase):
+            return t._elementwise(apply, (t,))  # type: ignore[attr-defined]
         if not isinstance(t, TensorBase):
             return generic(t)
         if _recording(t):
@@ -178,6 +203,9 @@ def _piecewise(name: str, function: Any, generic: Any) -> Any:
 def _pick(a: Any, b: Any) -> Any:
     # fmax's share of a, elementwise: piecewise constant, so a constant tensor computed
     # as a kernel of the values (a recorded program reads them at every replay)
+    batched = _batched(_pick, (a, b))
+    if batched is not None:
+        return batched
     like = _like(a, b)
     if like is None:
         return generic_namespace()["pick"](a, b)

@@ -229,6 +229,9 @@ class ProgramBackend:
         self.real, self.program = real, program
         program.backend = self
         self.guards: list[tuple[int, np.ndarray]] = []
+        # the list the recording differentiates on (TensorFunction's sweeps): derivative
+        # transforms called in f record on it too, so f's closures meet their inputs
+        self.tape: Any = None
 
     @property
     def device(self) -> Any:

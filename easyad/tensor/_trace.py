@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from easyad import _arrays, _expr, _levels, _rules
+from easyad._levels import BatchedBase
 from easyad._core import Record, Trace
 from easyad._expressions import compile_rule
 from easyad.tensor import _shapes as shapes
@@ -456,7 +457,8 @@ def _jvp_recorded(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
             tangent = term if tangent is None else tangent + term
     if not isinstance(z, Tensor):
         return _scalar(z, 0.0 if tangent is None else tangent)
-    if not isinstance(tangent, Tensor) or tangent.shape != z.shape:
+    if not isinstance(tangent, (Tensor, BatchedBase)) or tangent.shape != z.shape:
+        # (a batched tangent, of vmap: a recorded Jacobian's basis, stays batched)
         tangent = _graph.zeros(Tensor, z._backend, z.shape, z.dtype) + \
             (0.0 if tangent is None else tangent)
     return TraceTensor._of(z, tangent)
@@ -577,13 +579,28 @@ def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
     return TraceTensor._of(wrap(Tensor, be, z, shape, dtype), wrap(Tensor, be, dz, shape, dtype))
 
 
+def _product(a: Any, b: Any) -> Any:
+    # a tensor's @ does not defer to vmap's batched value (a recorded Jacobian's batched
+    # tangent): its reflected product then
+    if isinstance(b, BatchedBase) and not isinstance(a, BatchedBase):
+        return b.__rmatmul__(a)  # type: ignore[attr-defined]
+    return a @ b
+
+
 def _matmul(a: Any, b: Any) -> Any:
     be = _backend_of([a, b])
     over = _over_reverse((a, b))
     top = max(_depth(a), _depth(b))
     (av, at), (bv, bt) = _pair(a, be, over, top), _pair(b, be, over, top)
     value = av @ bv
-    tangent = at @ bv + av @ bt
+    # a constant operand (no Trace levels) has tangent zero: its product is left out
+    # (a recorded program would compute a product of zeros and add it)
+    if not isinstance(a, (TraceTensor, Trace)):
+        tangent = _product(av, bt)
+    elif not isinstance(b, (TraceTensor, Trace)):
+        tangent = _product(at, bv)
+    else:
+        tangent = _product(at, bv) + _product(av, bt)
     if isinstance(value, _PARTS):
         return TraceTensor._of(value, tangent)
     return _scalar(value, tangent)

@@ -179,6 +179,10 @@ class Batched(BatchedBase, RuleMethods):
     def _where(condition: Any, a: Any, b: Any) -> Any:     # ad.where's hook
         return where(condition, a, b)
 
+    @staticmethod
+    def _elementwise(function: Any, args: tuple[Any, ...]) -> Any:   # _levels' hook
+        return elementwise(function, args)
+
     def _batched_apply(self, op: Any, params: Any, args: tuple[Any, ...]) -> Any:
         return batched_apply(op, params, args)
 
@@ -260,6 +264,8 @@ def batched_apply(op: Any, params: Any, args: tuple[Any, ...]) -> Any:
         return matmul(*args)
     if op is table.WHERE:
         return where(*args)
+    if op is table.PUT:
+        return put(params, *args)
     if op.batch is None:
         raise NotImplementedError(
             f"ad.vmap: op {op.name!r} has no batching rule (its Op.batch is None), so it "
@@ -351,6 +357,14 @@ def where(condition: Any, a: Any, b: Any) -> Any:
             return np.where(c, x, y)
         return apply(table.WHERE, table.WhereParams(), (c, x, y))
     return elementwise(chosen, (condition, a, b))
+
+
+def put(params: Any, g: Batched) -> Batched:
+    """getitem's adjoint (a recorded sweep with a batched seed): each example's part put
+    into zeros of one example's shape, the key after the batch axis."""
+    key = params.key if isinstance(params.key, tuple) else (params.key,)
+    batched = table.PutParams((g._size,) + tuple(params.shape), (slice(None),) + key)
+    return Batched(apply(table.PUT, batched, (g._value,)), g._level, g._size)
 
 
 def getitem(x: Any, key: Any) -> Any:

@@ -28,9 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _trees, functional
+from easyad import _higher, _trees, functional
+from easyad._evaluation import in_program
+from easyad._forward_mode import _forward_point, _forward_run
+from easyad._reverse_mode import _Reverse
+from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor import _generic
-from easyad.tensor import _interpreters as interpreters
 from easyad.transforms import vmap_shared
 from easyad.transforms.vmap_batched import Batched, _shape, expanded
 
@@ -50,14 +53,6 @@ def lift(opened: Any, vmap: Callable[..., Any], name: str, f: Callable[..., Any]
             sizes[v._level] = v._size
     if not sizes:
         return NotImplemented
-    if any(getattr(interpreters.of(v), "replays", False)
-           for v in _trees.flatten(args)[0] + [getattr(v, "_value", None) for v in leaves]):
-        raise NotImplementedError(
-            f"ad.{name} inside ad.vmap inside ad.record: a derivative transform recorded "
-            f"in tensor code does not replay its values correctly yet; record the batched "
-            f"function itself and differentiate the recording (F.gradient, F.vjp), e.g. "
-            f"the gradient of sum(vmap(loss)(stacked parameters, xs)) gives every "
-            f"example's gradient")
     level = max(sizes)
     token = LIFTED.set(lifted | {level})
     try:
@@ -204,19 +199,71 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
     s = _shape(x)[1:]
     n = int(np.prod(s, dtype=np.int64))
     mode = options.get("mode", "auto")
-    value = one(x) if mode != "forward" else None
+    run = None
+    if mode != "forward" and in_program(x):
+        # recorded (ad.record of tensor code): f once on the whole batch, on a list
+        run = _Reverse(one, x, ())
+        value = run.result
+    else:
+        value = one(x) if mode != "forward" else None
     o = _shape(value)[1:] if value is not None else ()
     m = int(np.prod(o, dtype=np.int64))
     # the basis is one more batch (a vmap of its own level around the jvps or vjps): one
     # pass for every element of every example, as torch's and JAX's Jacobians
     if mode == "forward" or (mode == "auto" and n <= m):
         basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+        if in_program(x) and isinstance(x, Tensor) and x.tape is not None and n:
+            # recorded: one forward pass with the basis as a batched tangent, f's values
+            # computed once (not once per basis element)
+            out = _batched_pass(lambda: F.vmap(lambda t: _batched_tangent(one, x, t),
+                                               out_axes=-1)(basis))
+            if out is not None:
+                return F.rewrap(out.reshape(_shape(out)[:-1] + s))
         out = F.vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
     weights = np.stack(list(_columns(value, m))) if m else np.zeros((0,) + _shape(value))
+    if run is not None:
+        out = _seeded_rows(F, run, weights)
+        if out is not None:
+            return F.rewrap(out.reshape((F.size,) + o + s))
     out = F.vmap(lambda u: functional.vjp(one, x, u)[1], out_axes=1)(weights)
     return F.rewrap(out.reshape((F.size,) + o + s))
+
+
+def _seeded_rows(F: _Lifted, run: Any, weights: Any) -> Any:
+    """Recorded: every row of every example's Jacobian by ONE sweep of the recording's
+    list with the basis ``weights`` as a batched seed (the vjp rules are easyad ops, which
+    batch over it), so f's values are computed once, not once per basis element; None
+    where that cannot be done (the caller takes the basis element by element)."""
+    value = run.result
+    if not (isinstance(value, Tensor) and value.tape is run.tape and len(weights)):
+        return None
+    x_on_list = run.inputs[0]
+    return _batched_pass(lambda: F.vmap(
+        lambda u: _higher.backward_graph(value.handle, u)[x_on_list], out_axes=1)(weights))
+
+
+def _batched_pass(run: Callable[[], Any]) -> Any:
+    """A recorded Jacobian's one pass with a batched basis, or None where an op's vjp or
+    jvp does not take vmap's batched value yet (it reads a tensor's backend, say): the
+    caller then takes the basis element by element (jvp's or vjp's own lift: the same
+    values, f once per basis element). What the failed pass recorded is never read."""
+    try:
+        return run()
+    except (AttributeError, TypeError, NotImplementedError):
+        return None
+
+
+def _batched_tangent(f: Callable[..., Any], x: Any, t: Any) -> Any:
+    """The tangent of f at x along t (vmap's batched basis, inside its vmap), by one
+    forward pass over recorded values: jvp's own evaluation, without jvp's vmap lift
+    (which would copy x along the basis)."""
+    point = _forward_point(x, "jacobian")
+    out = _forward_run(f, point, [t], ())
+    # (f of one output tensor, as vmap's Jacobians take: anything else is refused by the
+    # path of jvp, which reads f's output as usual)
+    return out._tangent if isinstance(out, TraceTensor) else None
 
 
 def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
@@ -228,6 +275,13 @@ def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         return _total(F(*xs[:k], z, *xs[k + 1:]))
     s = _shape(x)[1:]
     n = int(np.prod(s, dtype=np.int64))
+    if in_program(x) and n:
+        # recorded: the gradient on the recording's list once (its sweep recorded), then
+        # its Jacobian by one sweep with a batched seed (reverse over reverse)
+        run = _Reverse(lambda z: functional.grad(summed)(z), x, ())
+        out = _seeded_rows(F, run, np.stack(list(_columns(x, n))))
+        if out is not None:
+            return F.rewrap(out.reshape((F.size,) + s + s))
     basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
     out = F.vmap(lambda t: functional.hvp(summed, x, t), out_axes=-1)(basis)
     return F.rewrap(out.reshape((F.size,) + s + s))
