@@ -264,3 +264,23 @@ def star_sources(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp],
     src_row = np.where(direct, rows, cols)
     src_colour = np.where(direct, colour[cols], colour[rows])
     return src_row, src_colour
+
+
+def symmetric_sources(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp],
+                      colour: NDArray[np.intp]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Like ``star_sources``, but H[r, c] and H[c, r] read one place, so the recovered
+    matrix is exactly symmetric: the pair (low, high) = (min, max) is read at (low,
+    colour[high]) where low is alone in its row with that colour, else at (high,
+    colour[low]). For a partition of columns (a distance-2 colouring) every entry is the
+    first kind: the upper triangle, as the sweeps have always read it. Raises ValueError
+    where ``colour`` is not a star colouring of the pattern."""
+    rows = np.asarray(rows, dtype=np.intp)
+    cols = np.asarray(cols, dtype=np.intp)
+    K = int(colour.max()) + 1 if n else 1
+    count = np.bincount(rows * K + colour[cols], minlength=n * K)
+    low, high = np.minimum(rows, cols), np.maximum(rows, cols)
+    direct = count[low * K + colour[high]] == 1
+    other = count[high * K + colour[low]] == 1
+    if not np.all(direct | other):
+        raise ValueError("not a star colouring: some entry is in no row alone in its colour")
+    return np.where(direct, low, high), np.where(direct, colour[high], colour[low])

@@ -237,11 +237,11 @@ cdef class _TangentWriter:
         out.scale = u.scale
         if w.id < 0:                  # s v + c = s (v + c / s)
             out.id = self.emit(self.op_add, u.id, 0.0, -1, w.scale / u.scale)
-        elif u.id == w.id:
+        elif u.id == w.id and u.scale != w.scale:
             out.id, out.scale = u.id, u.scale + w.scale
             if out.scale == 0.0:
                 out.id = -1
-        elif w.scale == u.scale:
+        elif w.scale == u.scale:    # also v + v: an entry now keeps later scales at 1
             out.id = self.emit(self.op_add, u.id, 0.0, w.id, 0.0)
         elif w.scale == -u.scale:
             out.id = self.emit(self.op_sub, u.id, 0.0, w.id, 0.0)

@@ -19,7 +19,6 @@ import numpy as np
 
 from easyad import _core, _expr, _rules, _sparsity, _tapeview
 from easyad.compiler.tape.opcodes import GUARD_OPS, RULE_OF, RULE_OPCODE
-from easyad.compiler.tape.optimiser import rebuild_tape
 from easyad.compiler.tape.second_order import _Decline, _Emitter, _partial_tree
 
 _VARIABLE = _rules.OP_VARIABLE
@@ -118,7 +117,7 @@ def _partials(parts: _Parts, entries: np.ndarray, ops: np.ndarray, k: int,
 
 def jacobian_program(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...],
                      rows: np.ndarray, cols: np.ndarray, colour: Any = None
-                     ) -> tuple[Any, list[int], list[int]] | None:
+                     ) -> tuple[Any, np.ndarray, np.ndarray] | None:
     """A WengertList whose outputs are J[rows[t], cols[t]] in the pattern's order, then
     the values of the entries with an error policy (log, pow...) that f reads and the
     nonzeros do not (so the program fails wherever f's replay would). The tangent of
@@ -210,20 +209,37 @@ def jacobian_program(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...
     P_a0 = P_a0.astype(np.int32)
     P_a1 = P_a1.astype(np.int32)
     select = np.zeros(len(P_ops), dtype=np.uint8)
-    guards = np.flatnonzero(_GUARD[P_ops])
+    fixed_roots = np.concatenate([np.asarray(ins, dtype=np.int64),
+                                  np.flatnonzero(_GUARD[P_ops])])
 
-    def live(roots: list[int]) -> np.ndarray:
-        return _core._sparse_live(P_a0, P_a1, select,
-                                  np.asarray([*roots, *ins, *guards], dtype=np.int64),
+    def live(roots: np.ndarray) -> np.ndarray:
+        return _core._sparse_live(P_a0, P_a1, select, np.concatenate([roots, fixed_roots]),
                                   len(P_ops))
 
-    outs = out.tolist()
+    outs = out.astype(np.int64)
     keep = live(outs)
     # the entries f reads whose error policy the nonzeros would not check
     never_fails = (ops == RULE_OPCODE["div"]) & (a["arg1"][:size] < 0) \
         & (a["partial1"][:size] != 0.0)
     checked = np.flatnonzero((read > 0) & _CHECKED[ops] & (keep[:size] == 0) & ~never_fails)
     if len(checked):
-        outs += checked.tolist()
+        outs = np.concatenate([outs, checked])
         keep = live(outs)
-    return rebuild_tape(keep.astype(bool), P_ops, (P_a0, P_a1), P_v, (P_c0, P_c1), ins, outs)
+    return _rebuild(keep.astype(bool), P_ops, P_a0, P_a1, P_v, P_c0, P_c1,
+                    np.asarray(ins, dtype=np.int64), outs)
+
+
+def _rebuild(keep: np.ndarray, ops: np.ndarray, a0: np.ndarray, a1: np.ndarray,
+             values: np.ndarray, c0: np.ndarray, c1: np.ndarray, ins: np.ndarray,
+             outs: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray]:
+    """The kept entries as a WengertList, renumbered; inputs and outputs as index arrays
+    (``rebuild_tape``'s work without a Python int per entry)."""
+    index = np.cumsum(keep) - 1
+    kept = np.flatnonzero(keep)
+    a0, a1 = (np.where(a[kept] >= 0, index[np.maximum(a[kept], 0)], -1) for a in (a0, a1))
+    parts = (values[kept].astype("<f8").tobytes(), c0[kept].astype("<f8").tobytes(),
+             c1[kept].astype("<f8").tobytes(), a0.astype("<i4").tobytes(),
+             a1.astype("<i4").tobytes(), ops[kept].astype(np.uint8).tobytes())
+    tape = _core._rebuild_wengert_list(len(kept), parts, {}, None, None, None,
+                                       source="sparse Jacobian program")
+    return tape, index[ins], index[outs]
