@@ -136,7 +136,7 @@ def no_cyclic_gc() -> Iterator[None]:
 
 
 def jacobian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
-                     outputs: tuple[int, ...]
+                     outputs: tuple[int, ...], found: Any = None
                      ) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
     """(rows, cols) of the Jacobian's structurally non-zero entries, row by row, or None
     where the tape holds tensor nodes (their inputs are not operand slots).
@@ -146,10 +146,11 @@ def jacobian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
     depend on, comparisons and guards on nothing (they are piecewise constant), a select
     on both its operands (the pattern holds on either side of the branch). Guards are not
     part of the pattern: where replay finds another branch, ``on_branch_change`` says
-    what happens, as for every other method."""
+    what happens, as for every other method. ``found``: ``dependencies``' result, where
+    the caller has it."""
     if not outputs:
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
-    found = dependencies(arrays, inputs, outputs)
+    found = found or dependencies(arrays, inputs, outputs)
     if found is None:
         return None
     _, start, length, pool = found

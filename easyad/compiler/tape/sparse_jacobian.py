@@ -116,8 +116,8 @@ def _partials(parts: _Parts, entries: np.ndarray, ops: np.ndarray, k: int,
 
 
 def jacobian_program(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...],
-                     rows: np.ndarray, cols: np.ndarray, colour: Any = None
-                     ) -> tuple[Any, np.ndarray, np.ndarray] | None:
+                     rows: np.ndarray, cols: np.ndarray, colour: Any = None,
+                     found: Any = None) -> tuple[Any, np.ndarray, np.ndarray] | None:
     """A WengertList whose outputs are J[rows[t], cols[t]] in the pattern's order, then
     the values of the entries with an error policy (log, pow...) that f reads and the
     nonzeros do not (so the program fails wherever f's replay would). The tangent of
@@ -129,7 +129,8 @@ def jacobian_program(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...
     rounding; a 0 * inf that the sweeps' strong zero makes 0 shows as NaN, and the
     caller then runs the sweeps). Guards are kept, so a changed branch is flagged. None
     where the tape holds selects, comparisons, user primitives, tensor nodes or
-    abs/maximum/minimum. ``colour`` is not needed (kept for callers)."""
+    abs/maximum/minimum. ``colour`` is not needed (kept for callers); ``found``:
+    ``_sparsity.dependencies`` of this tape, where the caller has them."""
     if not outputs:
         return None
     a = tape._arrays()
@@ -137,7 +138,8 @@ def jacobian_program(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...
     ops = a["ops"][:size]
     if _DECLINE[ops].any():
         return None
-    found = _sparsity.dependencies(a, inputs, outputs)
+    if found is None:     # (the pattern's, where the caller has them)
+        found = _sparsity.dependencies(a, inputs, outputs)
     if found is None:
         return None
     read, start, length, pool = found
@@ -164,10 +166,9 @@ def jacobian_program(tape: Any, inputs: tuple[int, ...], outputs: tuple[int, ...
                      & (length[np.maximum(operand, 0)] > 0)]
         if not len(need):
             continue
-        order = np.argsort(ops[need], kind="stable")
-        need = need[order]
-        bounds = np.flatnonzero(np.diff(ops[need].astype(np.int64))) + 1
-        for group in np.split(need, bounds):
+        their = ops[need]
+        for op in np.flatnonzero(np.bincount(their, minlength=_N_OPS)):
+            group = need[their == op]
             got = _partials(parts, group, ops, k, arg, const)
             if got is None:
                 return None
