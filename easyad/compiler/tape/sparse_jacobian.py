@@ -81,7 +81,10 @@ def _partials(parts: _Parts, entries: np.ndarray, ops: np.ndarray, k: int,
     keys = np.stack([a[j] < 0 if j < arity else np.ones(len(entries), bool)
                      for j in (0, 1)] + [np.where(a[j] < 0, c[j], 0.0) for j in (0, 1)],
                     axis=1)
-    groups, which = np.unique(keys, axis=0, return_inverse=True)
+    if np.all(keys == keys[0]):       # the common case: one group, no sort
+        groups, which = keys[:1], np.zeros(len(keys), dtype=np.intp)
+    else:
+        groups, which = np.unique(keys, axis=0, return_inverse=True)
     for g, key in enumerate(groups):
         rows = np.flatnonzero(which.reshape(-1) == g)
         E = _Emitter()
