@@ -79,13 +79,15 @@ class Hessians(Rows):
                     return H1
         if out is not None:         # checked before the sweeps run
             _arrays.out_array(out, self._result_shape(x, self._hessian_shape(sparse)))
-        result = self._hessian_dense(x, on_branch_change)
-        if sparse:
-            rows, cols = self.hessian_pattern()
-            if isinstance(result, tuple):
-                result = (result[0][..., rows, cols], result[1])
-            else:
-                result = result[..., rows, cols]
+        result = self._hessian_sparse(x, on_branch_change) if sparse else None
+        if result is None:
+            result = self._hessian_dense(x, on_branch_change)
+            if sparse:       # dense (no plan) or compiled: the nonzeros picked out
+                rows, cols = self.hessian_pattern()
+                if isinstance(result, tuple):
+                    result = (result[0][..., rows, cols], result[1])
+                else:
+                    result = result[..., rows, cols]
         if out is not None:
             if isinstance(result, tuple):
                 return _arrays.write_out(out, result[0]), result[1]
@@ -276,6 +278,27 @@ class Hessians(Rows):
         if mask is not None:
             H[mask] = np.nan
         return self._masked(H if batch else H[0], mask, batch)
+
+    def _hessian_sparse(self, x: ArrayLike, on_branch_change: str | None) -> Any:
+        """The nonzeros by the sweeps, one per colour, read straight from the compressed
+        H @ S (no (n, n) array): one C call at one point, else the batch sweeps. None
+        where there is no plan (dense) or the compiled Hessian should answer."""
+        plan = self._hessian_plan()
+        native = self._native
+        if plan is None or (native is not None and native.second_order):
+            return None
+        if on_branch_change is None and self.on_branch_change != "mask" \
+                and type(x) is np.ndarray:      # one point: one C call
+            h = self._replayer.hessian_point(x, plan[3], plan[4], plan[5], True)
+            if h is not None:
+                return h
+        X, batch = self._rows(x)
+        _, _, compressed, mask = self._run(_SECOND, X, on_branch_change, "hessian",
+                                           (plan[0],))
+        values = compressed.reshape(X.shape[0], -1)[:, plan[2]]
+        if mask is not None:
+            values[mask] = np.nan
+        return self._masked(values if batch else values[0], mask, batch)
 
     def _hessian_plan(self) -> tuple[Any, ...] | None:
         """The Hessian's sparsity and colouring (star or a partition of columns, whichever
