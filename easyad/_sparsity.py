@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from easyad import _expr, _rules
-from easyad._tapeview import (COMPARE, CONSTANT, CUSTOM, GUARD, KINDS, NODE, SELECT,
+from easyad._tapeview import (COMPARE, CONSTANT, CUSTOM, GUARD, KINDS, NODE, RULE, SELECT,
                               VARIABLE, TapeView, select_condition)
 
 # a pattern denser than this share of n*n is computed densely (colouring would not pay)
@@ -57,7 +57,58 @@ def _ancestors(view: TapeView, output: int) -> bytearray:
 
 def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], output: int
                     ) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
-    """(rows, cols) of the structurally non-zero Hessian entries, or None when dense."""
+    """(rows, cols) of the structurally non-zero Hessian entries, or None when dense.
+
+    The index sets come from ``dependencies`` (C); each pair of sets an entry couples
+    (below) becomes its cartesian product with numpy. Tapes with tensor nodes take the
+    same rules entry by entry in Python (``_hessian_pattern_entries``)."""
+    found = dependencies(arrays, inputs, (output,))
+    if found is None:
+        return _hessian_pattern_entries(arrays, inputs, output)
+    live, start, length, pool = found
+    n = len(inputs)
+    size = output + 1
+    ops = arrays["ops"][:size]
+    arg = (arrays["arg0"][:size].astype(np.intp), arrays["arg1"][:size].astype(np.intp))
+    couplings = _couplings()
+    first: list[NDArray[np.intp]] = []      # couples: entries whose sets are multiplied
+    second: list[NDArray[np.intp]] = []
+    computes = np.flatnonzero(live & (length > 0))
+    for op in np.flatnonzero(np.bincount(ops[computes], minlength=len(KINDS))):
+        at = computes[ops[computes] == op]
+        if KINDS[op] in (CUSTOM, NODE):      # every pair of what it reads
+            first.append(at)
+            second.append(at)
+        if KINDS[op] != RULE:
+            continue
+        for k, names in enumerate(couplings[int(op)]):
+            own = at[arg[k][at] >= 0]
+            for name, other in (("dx", arg[0][own]), ("dy", arg[1][own]), ("dz", own)):
+                if name in names:
+                    keep = other >= 0
+                    first.append(arg[k][own][keep])
+                    second.append(other[keep])
+    if not first:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    a, b = np.concatenate(first), np.concatenate(second)
+    la, lb = length[a].astype(np.intp), length[b].astype(np.intp)
+    sizes = la * lb
+    limit = _DENSE_SHARE * n * n
+    if sizes.sum() > 8 * limit + 10**6:     # the products alone say dense
+        return None
+    owner = np.repeat(np.arange(len(a)), sizes)
+    t = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    p = pool[start[a][owner] + t // lb[owner]].astype(np.intp)
+    q = pool[start[b][owner] + t % lb[owner]].astype(np.intp)
+    codes = np.unique(np.concatenate([p * n + q, q * n + p]))
+    if len(codes) > limit:
+        return None
+    return codes // n, codes % n
+
+
+def _hessian_pattern_entries(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
+                             output: int) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
+    """hessian_pattern entry by entry (a tape with tensor nodes)."""
     n = len(inputs)
     view = TapeView.of_arrays(arrays)
     position = {entry: k for k, entry in enumerate(inputs)}
