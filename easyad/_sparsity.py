@@ -62,35 +62,43 @@ def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], ou
     The index sets come from ``dependencies`` (C); each pair of sets an entry couples
     (below) becomes its cartesian product with numpy. Tapes with tensor nodes take the
     same rules entry by entry in Python (``_hessian_pattern_entries``)."""
-    found = dependencies(arrays, inputs, (output,))
-    if found is None:
-        return _hessian_pattern_entries(arrays, inputs, output)
-    live, start, length, pool = found
+    from easyad import _core
     n = len(inputs)
     size = output + 1
     ops = arrays["ops"][:size]
-    arg = (arrays["arg0"][:size].astype(np.intp), arrays["arg1"][:size].astype(np.intp))
+    arg = (np.ascontiguousarray(arrays["arg0"][:size], dtype=np.int32),
+           np.ascontiguousarray(arrays["arg1"][:size], dtype=np.int32))
+    live = _core._sparse_live(arg[0], arg[1], _SELECT_OPS[ops],
+                              np.asarray([output], dtype=np.int64), size)
+    if np.any((_DEPENDS[ops] == 3) & (live > 0)):
+        return _hessian_pattern_entries(arrays, inputs, output)
     couplings = _couplings()
     first: list[NDArray[np.intp]] = []      # couples: entries whose sets are multiplied
     second: list[NDArray[np.intp]] = []
-    computes = np.flatnonzero(live & (length > 0))
+    computes = np.flatnonzero(live & (_DEPENDS[ops] == 2))
+    wide = (arg[0].astype(np.intp), arg[1].astype(np.intp))
     for op in np.flatnonzero(np.bincount(ops[computes], minlength=len(KINDS))):
         at = computes[ops[computes] == op]
-        if KINDS[op] in (CUSTOM, NODE):      # every pair of what it reads
+        if KINDS[op] == CUSTOM:      # every pair of what it reads
             first.append(at)
             second.append(at)
         if KINDS[op] != RULE:
             continue
         for k, names in enumerate(couplings[int(op)]):
-            own = at[arg[k][at] >= 0]
-            for name, other in (("dx", arg[0][own]), ("dy", arg[1][own]), ("dz", own)):
+            own = at[wide[k][at] >= 0]
+            for name, other in (("dx", wide[0][own]), ("dy", wide[1][own]), ("dz", own)):
                 if name in names:
                     keep = other >= 0
-                    first.append(arg[k][own][keep])
+                    first.append(wide[k][own][keep])
                     second.append(other[keep])
     if not first:
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
     a, b = np.concatenate(first), np.concatenate(second)
+    # index sets only where a couple reads them (and below): a long sum of squares never
+    # builds the sets of its partial sums (quadratic in its length)
+    needed = _core._sparse_live(arg[0], arg[1], _SELECT_OPS[ops],
+                                np.concatenate([a, b]).astype(np.int64), size)
+    _, start, length, pool = dependencies(arrays, inputs, (output,), needed)
     la, lb = length[a].astype(np.intp), length[b].astype(np.intp)
     sizes = la * lb
     limit = _DENSE_SHARE * n * n
@@ -227,20 +235,22 @@ _SELECT_OPS = np.array([k == SELECT for k in KINDS], dtype=np.uint8)
 
 
 def dependencies(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
-                 outputs: tuple[int, ...]
+                 outputs: tuple[int, ...], within: NDArray[np.uint8] | None = None
                  ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int32],
                             NDArray[np.int32]] | None:
     """(live, start, length, pool) over entries 0..max(outputs): live marks the outputs'
     ancestors; the input columns entry i depends on are pool[start[i]:][:length[i]],
-    sorted (none for dead entries). None where a live entry is a tensor node. The loops
-    run in C (``_core._sparse_live``, ``_sparse_deps``)."""
+    sorted (none for dead entries). None where a live entry is a tensor node.
+    ``within``: the entries to find sets for, in place of the outputs' ancestors. The
+    loops run in C (``_core._sparse_live``, ``_sparse_deps``)."""
     from easyad import _core
     size = max(outputs) + 1
     ops = arrays["ops"][:size]
     arg0 = np.ascontiguousarray(arrays["arg0"][:size], dtype=np.int32)
     arg1 = np.ascontiguousarray(arrays["arg1"][:size], dtype=np.int32)
     live = _core._sparse_live(arg0, arg1, _SELECT_OPS[ops],
-                              np.asarray(outputs, dtype=np.int64), size)
+                              np.asarray(outputs, dtype=np.int64), size) \
+        if within is None else within
     kind = _DEPENDS[ops] * live
     if np.any(kind == 3):
         return None
