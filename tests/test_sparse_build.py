@@ -240,3 +240,27 @@ def test_partition_limit_and_empty_patterns():
     empty = np.zeros(0, dtype=np.intp)
     assert _sparsity.colour_partition(empty, empty, (3, 4)).tolist() == [0, 0, 0, 0]
     assert _sparsity.star_colouring(3, empty, empty).tolist() == [0, 0, 0]
+
+
+def test_hessian_pattern_of_a_long_sum_of_squares():
+    # half the sum of squares of a tridiagonal residual: pentadiagonal, found without the
+    # partial sums' sets; values against the dense Hessian and differences of gradients
+    n = 300
+
+    def f(u):
+        left = np.concatenate([[0.0], u[:-1]])
+        right = np.concatenate([u[1:], [0.0]])
+        r = left - 2 * u + right + u ** 3
+        return 0.5 * np.sum(r * r)
+    x = np.linspace(-0.5, 0.5, n)
+    F = ad.record(f, x)
+    rows, cols = F.hessian_pattern()
+    assert set(zip(rows.tolist(), cols.tolist())) == \
+        {(i, j) for i in range(n) for j in range(n) if abs(i - j) <= 2}
+    H = F.hessian(x + 0.01, sparse=True, format="csr").toarray()
+    np.testing.assert_allclose(H, F.hessian(x + 0.01), rtol=1e-12, atol=1e-12)
+    h, e = 1e-6, np.eye(n)
+    idx = [0, 1, 150, n - 1]
+    fd = np.array([(F.gradient(x + 0.01 + h * e[j]) - F.gradient(x + 0.01 - h * e[j]))
+                   / (2 * h) for j in idx]).T
+    np.testing.assert_allclose(H[:, idx], fd, rtol=1e-6, atol=1e-6)
