@@ -249,13 +249,10 @@ class _Decline(Exception):
 
 def emit_values(E: _Emitter, ops: list[int], kinds: list[int], arg: tuple[list[int], ...],
                 recorded: list[float], partial: tuple[list[float], ...],
-                position: dict[int, int], ins: list[int],
-                visit: Any = None) -> list[tuple[str, Any]]:
+                position: dict[int, int], ins: list[int]) -> list[tuple[str, Any]]:
     """The recorded program's values as E's references (``("e", entry)`` or a constant
     ``("c", v)``), the guards kept wherever recorded; fills ``ins`` with the inputs'
-    entries. ``visit(e, rule, refs, ref)`` runs after each entry (``ref``: its value; rule
-    None for inputs, constants and guards): the sparse Jacobian's tangents ride on this
-    one pass. Raises _Decline for abs/maximum/minimum (piecewise partials)."""
+    entries. Raises _Decline for abs/maximum/minimum (piecewise partials)."""
     value: list[tuple[str, Any]] = []
     for e, op in enumerate(ops):
         kind = kinds[e]
@@ -279,8 +276,6 @@ def emit_values(E: _Emitter, ops: list[int], kinds: list[int], arg: tuple[list[i
                     raise _Decline(rule.name)
                 value.append(("c", recorded[e]) if all(r[0] == "c" for r in refs[:rule.arity])
                              else E.rule(rule.name, refs[0], refs[1], exact=True))
-        if visit is not None:
-            visit(e, rule, refs, value[e])
     return value
 
 
