@@ -17,7 +17,10 @@ random order, garbage collector off; medians and quartiles over rounds):
   flags ``F.compile()`` gives gcc, from easyad/compiler/tape/library.py) for the sizes
   in ``--jit``.
 One-off costs are reported apart: recording, pattern, colouring, building the program
-(easyad); building the expression and the Jacobian Function, and the JIT compile (CasADi).
+(easyad); building the expression, the Jacobian, the Function, and the JIT compile
+(CasADi); building the sparse Jacobian is compared as easyad's pattern + colouring +
+program against CasADi's jacobian + Function (each side's expression, or recording,
+apart), once, then over ``--build-rounds`` interleaved rounds.
 Values are checked against CasADi's before anything is timed.
 
 Run: ``.venv-bench/bin/python benchmarks/sparse_jacobian.py`` (``--sizes 10000 100000
@@ -136,13 +139,14 @@ def build_casadi(ca, problem, n, x, jit):
     costs = {}
     started = time.perf_counter()
     z, r = PROBLEMS[problem][1](ca, n)
+    costs["expression"] = time.perf_counter() - started
+    started = time.perf_counter()
     J = ca.jacobian(r, z)
-    expression = time.perf_counter() - started
+    costs["jacobian"] = time.perf_counter() - started
     started = time.perf_counter()
     options = _jit_options(J.nnz() * 4) if jit else {}
     G = ca.Function("J", [z], [J], options)
     costs["jit compile" if jit else "function"] = time.perf_counter() - started
-    costs["expression + jacobian"] = expression
     buf, call = G.buffer()
     xs = np.ascontiguousarray(x)
     out = np.zeros(G.nnz_out(0))
@@ -153,10 +157,47 @@ def build_casadi(ca, problem, n, x, jit):
     return call, out, (np.asarray(rows), np.asarray(cols), G.size_out(0)), costs
 
 
-def _same(F, values, casadi_out, sparsity):
+def build_rounds(ca, problem, n, rounds):
+    """Building the sparse Jacobian, interleaved (each round both sides in a random order,
+    the garbage collector off): easyad's pattern + colouring + program after recording,
+    CasADi's jacobian + Function after building the expression. Medians and quartiles
+    (seconds) per side."""
+    f, z0 = PROBLEMS[problem][0](n)
+    times = {"easyad": [], "casadi": []}
+
+    def easyad_side():
+        F = ad.record(f, z0)
+        started = time.perf_counter()
+        F.jacobian_pattern()
+        F.jacobian_colouring()
+        F._jacobian_program()
+        return time.perf_counter() - started
+
+    def casadi_side():
+        z, r = PROBLEMS[problem][1](ca, n)
+        started = time.perf_counter()
+        ca.Function("J", [z], [ca.jacobian(r, z)])
+        return time.perf_counter() - started
+
+    sides = {"easyad": easyad_side, "casadi": casadi_side}
+    for _ in range(rounds):
+        order = list(sides)
+        random.shuffle(order)
+        for name in order:
+            gc.collect()
+            gc.disable()
+            try:
+                times[name].append(sides[name]())
+            finally:
+                gc.enable()
+    return {name: quartiles(ts) for name, ts in times.items()}
+
+
+def _same(F, values, casadi_out, sparsity, hessian=False):
     import scipy.sparse
-    rows, cols = F.jacobian_pattern()
-    mine = scipy.sparse.csc_matrix((values, (rows, cols)), shape=(F.n_outputs, F.n_inputs))
+    rows, cols = F.hessian_pattern() if hessian else F.jacobian_pattern()
+    shape = (F.n_inputs, F.n_inputs) if hessian else (F.n_outputs, F.n_inputs)
+    mine = scipy.sparse.csc_matrix((values, (rows, cols)), shape=shape)
     r, c, shape = sparsity
     theirs = scipy.sparse.csc_matrix((casadi_out, (r, c)), shape=shape)
     gap = abs(mine - theirs).max()
@@ -204,12 +245,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--build-rounds", type=int, default=3,
+                        help="interleaved rounds of building the sparse Jacobian")
     args = parser.parse_args()
     random.seed(args.seed)
     try:
         import casadi as ca
     except ImportError:
         ca = None
+    build_easyad("pde", 10, False)       # imports and caches, before anything is timed
     for problem in args.problems:
         for n in args.sizes:
             jit = n in args.jit
@@ -235,6 +279,17 @@ def main():
                 print(f"nonzeros: easyad {nnz[0]:,}, casadi {nnz[1]:,}")
                 print("casadi one-off seconds: " + ", ".join(f"{k} {v:.3f}"
                                                             for k, v in ccosts.items()))
+                mine = costs["pattern"] + costs["colouring"] + costs["program"]
+                theirs = ccosts["jacobian"] + ccosts["function"]
+                print(f"building the sparse Jacobian once (easyad pattern + colouring + "
+                      f"program; casadi jacobian + function): easyad {mine:.3f} s, casadi "
+                      f"{theirs:.3f} s")
+                if args.build_rounds:
+                    got = build_rounds(ca, problem, n, args.build_rounds)
+                    (e1, em, e3), (c1, cm, c3) = got["easyad"], got["casadi"]
+                    print(f"building, median of {args.build_rounds} interleaved rounds "
+                          f"(quartiles): easyad {em:.3f} s ({e1:.3f}-{e3:.3f}), casadi "
+                          f"{cm:.3f} s ({c1:.3f}-{c3:.3f}), ratio {em / cm:.2f}")
                 if jit:
                     jcall, jout, jsparsity, jcosts = build_casadi(ca, problem, n, x, True)
                     jcall()

@@ -10,8 +10,8 @@ conventions (what a tape entry means) -> nodes, tensors, structural, ufuncs, gem
 (WengertList's arrays, the list, the backward sweep, pickles, Derivatives) ->
 trace, record, nested (generated; nested: Traces of Traces or of Records) -> branches
 (comparisons, guards, selects) -> validate (the gate for tapes from outside) -> generic
-(generated) -> replay (program, schedule, layout, sweeps, replayer, native: the call into
-compiled code).
+(generated) -> programs, sparsity (the sparse derivatives' sequential loops) -> replay
+(program, schedule, layout, sweeps, replayer, native: the call into compiled code).
 """
 cimport cython
 from libc.math cimport floor, isnan, isinf, isfinite, NAN
@@ -263,6 +263,7 @@ include "_engine/branches.pxi"
 include "_engine/validate.pxi"
 include "_generated/_generic.pxi"
 include "_engine/programs.pxi"
+include "_engine/sparsity.pxi"
 include "_engine/replay/program.pxi"
 include "_engine/replay/schedule.pxi"
 include "_engine/replay/layout.pxi"

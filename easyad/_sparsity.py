@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from easyad import _expr, _rules
-from easyad._tapeview import (COMPARE, CONSTANT, CUSTOM, GUARD, KINDS, NODE, SELECT,
+from easyad._tapeview import (COMPARE, CONSTANT, CUSTOM, GUARD, KINDS, NODE, RULE, SELECT,
                               VARIABLE, TapeView, select_condition)
 
 # a pattern denser than this share of n*n is computed densely (colouring would not pay)
@@ -57,7 +57,66 @@ def _ancestors(view: TapeView, output: int) -> bytearray:
 
 def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], output: int
                     ) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
-    """(rows, cols) of the structurally non-zero Hessian entries, or None when dense."""
+    """(rows, cols) of the structurally non-zero Hessian entries, or None when dense.
+
+    The index sets come from ``dependencies`` (C); each pair of sets an entry couples
+    (below) becomes its cartesian product with numpy. Tapes with tensor nodes take the
+    same rules entry by entry in Python (``_hessian_pattern_entries``)."""
+    from easyad import _core
+    n = len(inputs)
+    size = output + 1
+    ops = arrays["ops"][:size]
+    arg = (np.ascontiguousarray(arrays["arg0"][:size], dtype=np.int32),
+           np.ascontiguousarray(arrays["arg1"][:size], dtype=np.int32))
+    live = _core._sparse_live(arg[0], arg[1], _SELECT_OPS[ops],
+                              np.asarray([output], dtype=np.int64), size)
+    if np.any((_DEPENDS[ops] == 3) & (live > 0)):
+        return _hessian_pattern_entries(arrays, inputs, output)
+    couplings = _couplings()
+    first: list[NDArray[np.intp]] = []      # couples: entries whose sets are multiplied
+    second: list[NDArray[np.intp]] = []
+    computes = np.flatnonzero(live & (_DEPENDS[ops] == 2))
+    wide = (arg[0].astype(np.intp), arg[1].astype(np.intp))
+    for op in np.flatnonzero(np.bincount(ops[computes], minlength=len(KINDS))):
+        at = computes[ops[computes] == op]
+        if KINDS[op] == CUSTOM:      # every pair of what it reads
+            first.append(at)
+            second.append(at)
+        if KINDS[op] != RULE:
+            continue
+        for k, names in enumerate(couplings[int(op)]):
+            own = at[wide[k][at] >= 0]
+            for name, other in (("dx", wide[0][own]), ("dy", wide[1][own]), ("dz", own)):
+                if name in names:
+                    keep = other >= 0
+                    first.append(wide[k][own][keep])
+                    second.append(other[keep])
+    if not first:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    a, b = np.concatenate(first), np.concatenate(second)
+    # index sets only where a couple reads them (and below): a long sum of squares never
+    # builds the sets of its partial sums (quadratic in its length)
+    needed = _core._sparse_live(arg[0], arg[1], _SELECT_OPS[ops],
+                                np.concatenate([a, b]).astype(np.int64), size)
+    _, start, length, pool = dependencies(arrays, inputs, (output,), needed)
+    la, lb = length[a].astype(np.intp), length[b].astype(np.intp)
+    sizes = la * lb
+    limit = _DENSE_SHARE * n * n
+    if sizes.sum() > 8 * limit + 10**6:     # the products alone say dense
+        return None
+    owner = np.repeat(np.arange(len(a)), sizes)
+    t = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    p = pool[start[a][owner] + t // lb[owner]].astype(np.intp)
+    q = pool[start[b][owner] + t % lb[owner]].astype(np.intp)
+    codes = np.unique(np.concatenate([p * n + q, q * n + p]))
+    if len(codes) > limit:
+        return None
+    return codes // n, codes % n
+
+
+def _hessian_pattern_entries(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
+                             output: int) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
+    """hessian_pattern entry by entry (a tape with tensor nodes)."""
     n = len(inputs)
     view = TapeView.of_arrays(arrays)
     position = {entry: k for k, entry in enumerate(inputs)}
@@ -115,19 +174,8 @@ def hessian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...], ou
 def colour_columns(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp]) -> NDArray[np.intp]:
     """A colour per column such that no row has non-zeros in two columns of one colour
     (greedy, columns with most non-zeros first)."""
-    in_column: list[list[int]] = [[] for _ in range(n)]
-    for r, c in zip(rows.tolist(), cols.tolist()):
-        in_column[c].append(r)
-    used_in_row: list[set[int]] = [set() for _ in range(n)]
-    colour = np.zeros(n, dtype=np.intp)
-    for c in sorted(range(n), key=lambda j: -len(in_column[j])):
-        taken = set().union(*(used_in_row[r] for r in in_column[c])) if in_column[c] else set()
-        k = 0
-        while k in taken:
-            k += 1
-        colour[c] = k
-        for r in in_column[c]:
-            used_in_row[r].add(k)
+    colour = colour_partition(rows, cols, (n, n))
+    assert colour is not None
     return colour
 
 
@@ -147,75 +195,81 @@ def no_cyclic_gc() -> Iterator[None]:
 
 
 def jacobian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
-                     outputs: tuple[int, ...]
+                     outputs: tuple[int, ...], found: Any = None
                      ) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
-    with no_cyclic_gc():
-        return _jacobian_pattern(arrays, inputs, outputs)
-
-
-def _jacobian_pattern(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
-                      outputs: tuple[int, ...]
-                      ) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
     """(rows, cols) of the Jacobian's structurally non-zero entries, row by row, or None
     where the tape holds tensor nodes (their inputs are not operand slots).
 
-    Index sets are propagated forward over the outputs' ancestors: an input is its own
-    column, a rule or a user primitive depends on what its operands depend on,
-    comparisons and guards on nothing (they are piecewise constant), a select on both its
-    operands (the pattern holds on either side of the branch). Guards are not part of
-    the pattern: where replay finds another branch, ``on_branch_change`` says what
-    happens, as for every other method."""
+    Index sets are propagated forward over the outputs' ancestors (``dependencies``): an
+    input is its own column, a rule or a user primitive depends on what its operands
+    depend on, comparisons and guards on nothing (they are piecewise constant), a select
+    on both its operands (the pattern holds on either side of the branch). Guards are not
+    part of the pattern: where replay finds another branch, ``on_branch_change`` says
+    what happens, as for every other method. ``found``: ``dependencies``' result, where
+    the caller has it."""
     if not outputs:
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
-    view = TapeView.of_arrays(arrays)
-    last = max(outputs)
-    live = bytearray(last + 1)
-    for o in outputs:
-        live[o] = 1
-    ops = view.ops[:last + 1].tolist()
-    kind_of = [KINDS[op] for op in ops]
-    arg0, arg1 = view.arg0[:last + 1].tolist(), view.arg1[:last + 1].tolist()
-    for i in range(last, -1, -1):        # the outputs' ancestors (operands come before)
-        if live[i]:
-            if kind_of[i] == NODE:
-                return None
-            for j in (arg0[i], arg1[i]):
-                if j >= 0:
-                    live[j] = 1
-            if kind_of[i] == SELECT:
-                live[select_condition(i)] = 1
-    position = {entry: k for k, entry in enumerate(inputs)}
-    empty: frozenset[int] = frozenset()
-    deps: list[frozenset[int]] = [empty] * (last + 1)
-    for i in range(last + 1):
-        if not live[i]:
-            continue
-        kind = kind_of[i]
-        if kind == VARIABLE:
-            if i in position:
-                deps[i] = frozenset((position[i],))
-            continue
-        if kind in (COMPARE, GUARD, CONSTANT):
-            continue
-        a, b = arg0[i], arg1[i]
-        da = deps[a] if a >= 0 else empty
-        db = deps[b] if b >= 0 else empty
-        deps[i] = db if not da else (da if not db or da is db else da | db)
-    rows: list[int] = []
-    cols: list[int] = []
-    for r, o in enumerate(outputs):
-        found = sorted(deps[o])
-        rows += [r] * len(found)
-        cols += found
-    return np.asarray(rows, dtype=np.intp), np.asarray(cols, dtype=np.intp)
+    found = found or dependencies(arrays, inputs, outputs)
+    if found is None:
+        return None
+    _, start, length, pool = found
+    outs = np.asarray(outputs, dtype=np.intp)
+    return runs(start[outs], length[outs], pool)
 
-def _members(rows: NDArray[np.intp], cols: NDArray[np.intp], groups: int
-             ) -> list[list[int]]:
-    """Per group (a column), the rows it has non-zeros in."""
-    order = np.argsort(cols, kind="stable")
-    bounds = np.searchsorted(cols[order], np.arange(groups + 1))
-    r = rows[order].tolist()
-    return [r[bounds[g]:bounds[g + 1]] for g in range(groups)]
+
+def runs(start: NDArray[np.int64], length: NDArray[np.int32], pool: NDArray[np.int32]
+         ) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """(run number, member) of the runs pool[start[r]:start[r] + length[r]], in order."""
+    counts = length.astype(np.intp)
+    rows = np.repeat(np.arange(len(counts), dtype=np.intp), counts)
+    first = np.cumsum(counts) - counts
+    at = np.repeat(start.astype(np.intp) - first, counts) + np.arange(len(rows), dtype=np.intp)
+    return rows, pool[at].astype(np.intp)
+
+
+# per opcode: 0 nothing passes (comparisons, guards, constants), 1 a variable (an input's
+# own column where it is one), 2 the union of its operands, 3 a tensor node
+_DEPENDS = np.array([{VARIABLE: 1, COMPARE: 0, GUARD: 0, CONSTANT: 0, NODE: 3}.get(k, 2)
+                     for k in KINDS], dtype=np.uint8)
+_SELECT_OPS = np.array([k == SELECT for k in KINDS], dtype=np.uint8)
+
+
+def dependencies(arrays: dict[str, NDArray[Any]], inputs: tuple[int, ...],
+                 outputs: tuple[int, ...], within: NDArray[np.uint8] | None = None
+                 ) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.int32],
+                            NDArray[np.int32]] | None:
+    """(live, start, length, pool) over entries 0..max(outputs): live marks the outputs'
+    ancestors; the input columns entry i depends on are pool[start[i]:][:length[i]],
+    sorted (none for dead entries). None where a live entry is a tensor node.
+    ``within``: the entries to find sets for, in place of the outputs' ancestors. The
+    loops run in C (``_core._sparse_live``, ``_sparse_deps``)."""
+    from easyad import _core
+    size = max(outputs) + 1
+    ops = arrays["ops"][:size]
+    arg0 = np.ascontiguousarray(arrays["arg0"][:size], dtype=np.int32)
+    arg1 = np.ascontiguousarray(arrays["arg1"][:size], dtype=np.int32)
+    live = _core._sparse_live(arg0, arg1, _SELECT_OPS[ops],
+                              np.asarray(outputs, dtype=np.int64), size) \
+        if within is None else within
+    kind = _DEPENDS[ops] * live
+    if np.any(kind == 3):
+        return None
+    column = np.full(size, -1, dtype=np.int32)
+    ins = np.asarray(inputs, dtype=np.intp)
+    inside = ins < size
+    column[ins[inside]] = np.arange(len(ins), dtype=np.int32)[inside]
+    kind[(kind == 1) & (column < 0)] = 0
+    start, length, pool = _core._sparse_deps(kind, arg0, arg1, column)
+    return live, start, length, pool
+
+
+def _csr(groups: NDArray[np.intp], members: NDArray[np.intp], count: int
+         ) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+    """Members of each group 0..count-1 as (ptr, members), each group's in given order."""
+    order = np.argsort(groups, kind="stable")
+    ptr = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(groups, minlength=count), out=ptr[1:])
+    return ptr, np.ascontiguousarray(members[order], dtype=np.int32)
 
 
 def colour_partition(rows: NDArray[np.intp], cols: NDArray[np.intp],
@@ -228,27 +282,15 @@ def colour_partition(rows: NDArray[np.intp], cols: NDArray[np.intp],
     free. None once more than ``limit`` colours would be needed. The colours are at least
     the most non-zeros of a row (a lower bound any partition needs). Rows: call with
     (cols, rows) and the shape reversed."""
+    from easyad import _core
     m, n = shape
-    in_column = _members(np.asarray(rows, dtype=np.intp), np.asarray(cols, dtype=np.intp), n)
-    order = sorted(range(n), key=lambda j: -len(in_column[j]))
-    used: list[list[int]] = [[] for _ in range(m)]
-    mark: list[int] = []
-    colour = np.zeros(n, dtype=np.intp)
-    for c in order:
-        for r in in_column[c]:
-            for k in used[r]:
-                mark[k] = c
-        k = 0
-        while k < len(mark) and mark[k] == c:
-            k += 1
-        if limit is not None and k >= limit:
-            return None
-        if k == len(mark):
-            mark.append(-1)
-        colour[c] = k
-        for r in in_column[c]:
-            used[r].append(k)
-    return colour
+    rows = np.asarray(rows, dtype=np.intp)
+    cols = np.asarray(cols, dtype=np.intp)
+    col_ptr, col_rows = _csr(cols, rows, n)
+    row_ptr, row_cols = _csr(rows, cols, m)
+    order = np.argsort(-np.diff(col_ptr), kind="stable").astype(np.int64)
+    return _core._sparse_partition(col_ptr, col_rows, row_ptr, row_cols, order,
+                                   -1 if limit is None else limit)
 
 
 def star_colouring(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp]
@@ -258,31 +300,15 @@ def star_colouring(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp]
     two-coloured path of length 3). Then every H[i, j] is read directly from the
     compressed H @ S: at (i, colour[j]) where j is the only neighbour of i in its colour,
     else at (j, colour[i]) (``star_sources``). Greedy (Gebremedhin, Manne and Pothen's
-    simple star colouring), vertices in largest-first order. An arrowhead needs 2 colours
+    simple star colouring), vertices in largest-first order, in C. An arrowhead needs 2 colours
     where a partition of columns needs n."""
+    from easyad import _core
+    rows = np.asarray(rows, dtype=np.intp)
+    cols = np.asarray(cols, dtype=np.intp)
     off = rows != cols
-    neighbours = _members(np.asarray(cols[off], dtype=np.intp),
-                          np.asarray(rows[off], dtype=np.intp), n)
-    colour = [-1] * n
-    for v in sorted(range(n), key=lambda j: -len(neighbours[j])):
-        forbid = set()
-        for w in neighbours[v]:
-            cw = colour[w]
-            if cw >= 0:
-                forbid.add(cw)
-            for x in neighbours[w]:
-                cx = colour[x]
-                if x == v or cx < 0:
-                    continue
-                if cw < 0:
-                    forbid.add(cx)     # v, x at distance 2: w may still take any colour
-                elif any(colour[y] == cw for y in neighbours[x] if y != w):
-                    forbid.add(cx)     # v-w-x-y would be two-coloured
-        k = 0
-        while k in forbid:
-            k += 1
-        colour[v] = k
-    return np.asarray(colour, dtype=np.intp)
+    ptr, adj = _csr(rows[off], cols[off], n)
+    order = np.argsort(-np.diff(ptr), kind="stable").astype(np.int64)
+    return _core._star_colour(ptr, adj, order)
 
 
 def star_sources(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp],
@@ -300,3 +326,23 @@ def star_sources(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp],
     src_row = np.where(direct, rows, cols)
     src_colour = np.where(direct, colour[cols], colour[rows])
     return src_row, src_colour
+
+
+def symmetric_sources(n: int, rows: NDArray[np.intp], cols: NDArray[np.intp],
+                      colour: NDArray[np.intp]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Like ``star_sources``, but H[r, c] and H[c, r] read one place, so the recovered
+    matrix is exactly symmetric: the pair (low, high) = (min, max) is read at (low,
+    colour[high]) where low is alone in its row with that colour, else at (high,
+    colour[low]). For a partition of columns (a distance-2 colouring) every entry is the
+    first kind: the upper triangle, as the sweeps have always read it. Raises ValueError
+    where ``colour`` is not a star colouring of the pattern."""
+    rows = np.asarray(rows, dtype=np.intp)
+    cols = np.asarray(cols, dtype=np.intp)
+    K = int(colour.max()) + 1 if n else 1
+    count = np.bincount(rows * K + colour[cols], minlength=n * K)
+    low, high = np.minimum(rows, cols), np.maximum(rows, cols)
+    direct = count[low * K + colour[high]] == 1
+    other = count[high * K + colour[low]] == 1
+    if not np.all(direct | other):
+        raise ValueError("not a star colouring: some entry is in no row alone in its colour")
+    return np.where(direct, low, high), np.where(direct, colour[high], colour[low])

@@ -1,6 +1,7 @@
 """Hessians and Hessian-vector products of a scalar ``Function``: the sparsity pattern and
-its column colouring (``_sparsity``), the Hessian's own second-order program
-(``compiler.tape.second_order_program``) and the forward-over-reverse sweeps of the VM.
+its colouring (``_sparsity``: star, or a partition of columns where that needs as few),
+the Hessian's own second-order program (``compiler.tape.second_order_program``) and the
+forward-over-reverse sweeps of the VM.
 A mixin of ``Function`` (``easyad/replay.py``): the five routes to a Hessian and the
 caches they share are one concern, apart from first-order evaluation.
 """
@@ -78,13 +79,15 @@ class Hessians(Rows):
                     return H1
         if out is not None:         # checked before the sweeps run
             _arrays.out_array(out, self._result_shape(x, self._hessian_shape(sparse)))
-        result = self._hessian_dense(x, on_branch_change)
-        if sparse:
-            rows, cols = self.hessian_pattern()
-            if isinstance(result, tuple):
-                result = (result[0][..., rows, cols], result[1])
-            else:
-                result = result[..., rows, cols]
+        result = self._hessian_sparse(x, on_branch_change) if sparse else None
+        if result is None:
+            result = self._hessian_dense(x, on_branch_change)
+            if sparse:       # dense (no plan) or compiled: the nonzeros picked out
+                rows, cols = self.hessian_pattern()
+                if isinstance(result, tuple):
+                    result = (result[0][..., rows, cols], result[1])
+                else:
+                    result = result[..., rows, cols]
         if out is not None:
             if isinstance(result, tuple):
                 return _arrays.write_out(out, result[0]), result[1]
@@ -111,15 +114,21 @@ class Hessians(Rows):
         return result if mask is None else (result, mask)
 
     def hessian_colouring(self) -> tuple[int, int]:
-        """(colours of the sweeps' column partition, colours of a star colouring) of the
-        Hessian's pattern: a star colouring needs as few or fewer (an arrowhead: 2
-        against n), and every entry can still be read directly from its compressed
-        H @ S (``_sparsity.star_sources``)."""
-        from easyad import _sparsity
-        rows, cols, colour = self._pattern()
-        n = self.n_inputs
-        star = _sparsity.star_colouring(n, rows, cols)
-        return (int(colour.max()) + 1 if n else 0, int(star.max()) + 1 if n else 0)
+        """(colours of a partition of the Hessian's columns, colours of a star colouring)
+        of the Hessian's pattern. The sweeps and the Hessian's program use the star
+        colouring where it needs fewer colours (an arrowhead: 2 against n; a band with a
+        dense border: a few against n; a plain band: as many), the partition otherwise:
+        one forward-over-reverse sweep per colour either way, and every entry read
+        directly from the compressed H @ S, H[r, c] and H[c, r] from one place
+        (``_sparsity.symmetric_sources``).
+
+        >>> import numpy as np, easyad as ad
+        >>> F = ad.record(lambda x: x[0] * np.sum(x[1:] ** 2), np.ones(6))   # an arrowhead
+        >>> F.hessian_colouring()
+        (6, 2)
+        """
+        self._pattern()
+        return self._colourings
 
     def _hessian_shape(self, sparse: bool) -> tuple[int, ...]:
         """The shape of one point's Hessian: (nnz,) sparse, else (n, n)."""
@@ -135,20 +144,37 @@ class Hessians(Rows):
         return pattern_as(rows, cols, (self.n_inputs, self.n_inputs), format)
 
     def _pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
-        """(rows, cols, colour of each column), found once."""
+        """(rows, cols, colour of each input), found once: the colouring the sweeps and
+        the second-order program use (see ``hessian_colouring``)."""
         if not hasattr(self, "_pattern_cache"):
             from easyad import _sparsity
             n = self.n_inputs
             pattern = _sparsity.hessian_pattern(self.tape._arrays(), self.inputs,
                                                 self.outputs[0])
+            self._pattern_found = pattern is not None
             if pattern is None:      # dense: every entry, one colour per column
                 rows, cols = np.divmod(np.arange(n * n, dtype=np.intp), n)
                 colour = np.arange(n, dtype=np.intp)
+                self._colourings = (n, n)
             else:
                 rows, cols = pattern
                 colour = _sparsity.colour_columns(n, rows, cols)
+                star = _sparsity.star_colouring(n, rows, cols)
+                self._colourings = (int(colour.max()) + 1 if n else 0,
+                                    int(star.max()) + 1 if n else 0)
+                if self._colourings[1] < self._colourings[0]:
+                    colour = star
             self._pattern_cache = (rows, cols, colour)
         return self._pattern_cache
+
+    def _hessian_sources(self) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+        """Per pattern entry, (input, colour) of the compressed H @ S it is read from."""
+        if not hasattr(self, "_sources_cache"):
+            from easyad import _sparsity
+            rows, cols, colour = self._pattern()
+            self._sources_cache = _sparsity.symmetric_sources(self.n_inputs, rows, cols,
+                                                              colour)
+        return self._sources_cache
 
     def bind_hessian(self, x: NDArray[np.float64], h: NDArray[np.float64]
                      ) -> Callable[[], None]:
@@ -199,7 +225,8 @@ class Hessians(Rows):
                 rows, cols, colour = self._pattern()
                 order = self._replayer._layout()["original"]   # the sweeps' order
                 program = tape_compiler.second_order_program(
-                    self.tape, self.inputs, self.outputs[0], rows, cols, colour, order)
+                    self.tape, self.inputs, self.outputs[0], rows, cols, colour, order,
+                    self._hessian_sources())
                 if program is not None:
                     # the program computes the upper triangle: H[r, c] is output k of the
                     # k-th (r <= c) pair, H[c, r] the same
@@ -242,7 +269,7 @@ class Hessians(Rows):
             below = np.tril_indices(n, -1)    # the upper triangle, mirrored (see _plan)
             H[:, below[0], below[1]] = H[:, below[1], below[0]]
             return self._masked(H if batch else H[0], mask, batch)
-        # sparse: one sweep direction per colour of columns, then direct recovery
+        # sparse: one sweep direction per colour, then direct recovery
         seeds, target, source = plan[:3]
         _, _, compressed, mask = self._run(_SECOND, X, on_branch_change, "hessian", (seeds,))
         B = X.shape[0]
@@ -252,31 +279,47 @@ class Hessians(Rows):
             H[mask] = np.nan
         return self._masked(H if batch else H[0], mask, batch)
 
+    def _hessian_sparse(self, x: ArrayLike, on_branch_change: str | None) -> Any:
+        """The nonzeros by the sweeps, one per colour, read straight from the compressed
+        H @ S (no (n, n) array): one C call at one point, else the batch sweeps. None
+        where there is no plan (dense) or the compiled Hessian should answer."""
+        plan = self._hessian_plan()
+        native = self._native
+        if plan is None or (native is not None and native.second_order):
+            return None
+        if on_branch_change is None and self.on_branch_change != "mask" \
+                and type(x) is np.ndarray:      # one point: one C call
+            h = self._replayer.hessian_point(x, plan[3], plan[4], plan[5], True)
+            if h is not None:
+                return h
+        X, batch = self._rows(x)
+        _, _, compressed, mask = self._run(_SECOND, X, on_branch_change, "hessian",
+                                           (plan[0],))
+        values = compressed.reshape(X.shape[0], -1)[:, plan[2]]
+        if mask is not None:
+            values[mask] = np.nan
+        return self._masked(values if batch else values[0], mask, batch)
+
     def _hessian_plan(self) -> tuple[Any, ...] | None:
-        """The Hessian's sparsity and column colouring, found once (None: go dense)."""
+        """The Hessian's sparsity and colouring (star or a partition of columns, whichever
+        needs fewer), found once (None: go dense)."""
         if not hasattr(self, "_plan"):
-            from easyad import _sparsity
             n = self.n_inputs
-            pattern = _sparsity.hessian_pattern(self.tape._arrays(), self.inputs,
-                                                self.outputs[0])
+            rows, cols, colour = self._pattern()
+            colours = int(colour.max()) + 1 if n else 0
             plan = None
-            if pattern is not None:
-                rows, cols = pattern
-                colour = _sparsity.colour_columns(n, rows, cols)
-                colours = int(colour.max()) + 1 if n else 0
-                if colours < n:
-                    seeds = np.zeros((1, n, colours))
-                    seeds[0, np.arange(n), colour] = 1.0
-                    # H[r, c] is entry (r, colour[c]) of the compressed H @ seeds, taken
-                    # from the upper triangle (r <= c) for both (r, c) and (c, r): the
-                    # two sweeps round (and overflow) differently, the Hessian is
-                    # symmetric, and the second-order program computes that triangle
-                    # too, with the same operations. The last three: the same, as the
-                    # one-point C path takes them
-                    low, high = np.minimum(rows, cols), np.maximum(rows, cols)
-                    target, source = rows * n + cols, low * colours + colour[high]
-                    plan = (seeds, target, source, np.ascontiguousarray(seeds[0]),
-                            target.astype(np.int64), source.astype(np.int64))
+            if self._pattern_found and colours < n:
+                seeds = np.zeros((1, n, colours))
+                seeds[0, np.arange(n), colour] = 1.0
+                # H[r, c] is entry (source row, source colour) of the compressed
+                # H @ seeds, one place for both (r, c) and (c, r): the two sweeps round
+                # (and overflow) differently, the Hessian is symmetric, and the
+                # second-order program computes those same places, with the same
+                # operations. The last three: the same, as the one-point C path takes them
+                src_row, src_colour = self._hessian_sources()
+                target, source = rows * n + cols, src_row * colours + src_colour
+                plan = (seeds, target, source, np.ascontiguousarray(seeds[0]),
+                        target.astype(np.int64), source.astype(np.int64))
             self._plan = plan
         return self._plan
 

@@ -97,8 +97,12 @@ class SparseJacobians(Rows):
     def _jacobian_pattern(self) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
         if not hasattr(self, "_jacobian_pattern_cache"):
             from easyad import _sparsity
-            pattern = _sparsity.jacobian_pattern(self.tape._arrays(), self.inputs,
-                                                 self.outputs)
+            arrays = self.tape._arrays()
+            # the index sets, kept for the Jacobian's program (built from them too)
+            self._dependencies = _sparsity.dependencies(arrays, self.inputs, self.outputs) \
+                if self.outputs else None
+            pattern = _sparsity.jacobian_pattern(arrays, self.inputs, self.outputs,
+                                                 self._dependencies)
             if pattern is None:       # tensor nodes: every entry
                 rows, cols = np.divmod(np.arange(self.n_outputs * self.n_inputs,
                                                  dtype=np.intp), self.n_inputs)
@@ -241,9 +245,9 @@ class SparseJacobians(Rows):
                 rows, cols = self._jacobian_pattern()
                 colour = self._column_colour()
                 with _sparsity.no_cyclic_gc():
-                    program = sparse_jacobian.jacobian_program(self.tape, self.inputs,
-                                                               self.outputs, rows, cols,
-                                                               colour)
+                    program = sparse_jacobian.jacobian_program(
+                        self.tape, self.inputs, self.outputs, rows, cols, colour,
+                        getattr(self, "_dependencies", None))
                 if program is not None:
                     made = type(self)(program[0], program[1], program[2], scalar=False)
                     self._jacobian_source = np.arange(len(rows), dtype=np.int64)

@@ -256,11 +256,12 @@ cdef class _Replayer:
             free(vals)
 
     def hessian_point(self, cnp.ndarray x, cnp.ndarray seeds, cnp.ndarray target,
-                      cnp.ndarray source):
+                      cnp.ndarray source, bint sparse=False):
         """The Hessian (n, n) at one point in one call, from the sweep in the seed
-        directions (n, K) of a column colouring: H.flat[target] = (H @ seeds).flat[source]
-        (int64 indices), other entries 0. None when the general path must handle it (as
-        point)."""
+        directions (n, K) of a colouring: H.flat[target] = (H @ seeds).flat[source]
+        (int64 indices), other entries 0; ``sparse``: only the nonzeros (len(source),),
+        h[t] = (H @ seeds).flat[source[t]], no (n, n) array at all. None when the general
+        path must handle it (as point)."""
         cdef WengertList tape = self.tape
         cdef const _Program* P = &self.program
         cdef Py_ssize_t n = self.n_inputs, K, k, count
@@ -279,9 +280,9 @@ cdef class _Replayer:
         K = cnp.PyArray_DIM(seeds, 1)
         count = cnp.PyArray_SIZE(target)
         cdef cnp.npy_intp dims[2]
-        dims[0] = n
+        dims[0] = count if sparse else n
         dims[1] = n
-        cdef cnp.ndarray H = cnp.PyArray_ZEROS(2, dims, cnp.NPY_DOUBLE, 0)
+        cdef cnp.ndarray H = cnp.PyArray_ZEROS(1 if sparse else 2, dims, cnp.NPY_DOUBLE, 0)
         cdef double* h = <double*>cnp.PyArray_DATA(H)
         cdef const double* X = <const double*>cnp.PyArray_DATA(x)
         cdef const double* S = <const double*>cnp.PyArray_DATA(seeds)
@@ -306,7 +307,10 @@ cdef class _Replayer:
                                          wide + 2 * width * K, wide + 3 * width * K,
                                          P.outputs[0], compressed, &status_entry)
                 memset(adj, 0, slots * sizeof(double))
-                if code == 0:
+                if code == 0 and sparse:
+                    for k in range(count):
+                        h[k] = compressed[frm[k]]
+                elif code == 0:
                     for k in range(count):
                         h[to[k]] = compressed[frm[k]]
         self._give_work(work)

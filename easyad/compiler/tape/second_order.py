@@ -249,13 +249,10 @@ class _Decline(Exception):
 
 def emit_values(E: _Emitter, ops: list[int], kinds: list[int], arg: tuple[list[int], ...],
                 recorded: list[float], partial: tuple[list[float], ...],
-                position: dict[int, int], ins: list[int],
-                visit: Any = None) -> list[tuple[str, Any]]:
+                position: dict[int, int], ins: list[int]) -> list[tuple[str, Any]]:
     """The recorded program's values as E's references (``("e", entry)`` or a constant
     ``("c", v)``), the guards kept wherever recorded; fills ``ins`` with the inputs'
-    entries. ``visit(e, rule, refs, ref)`` runs after each entry (``ref``: its value; rule
-    None for inputs, constants and guards): the sparse Jacobian's tangents ride on this
-    one pass. Raises _Decline for abs/maximum/minimum (piecewise partials)."""
+    entries. Raises _Decline for abs/maximum/minimum (piecewise partials)."""
     value: list[tuple[str, Any]] = []
     for e, op in enumerate(ops):
         kind = kinds[e]
@@ -279,35 +276,34 @@ def emit_values(E: _Emitter, ops: list[int], kinds: list[int], arg: tuple[list[i
                     raise _Decline(rule.name)
                 value.append(("c", recorded[e]) if all(r[0] == "c" for r in refs[:rule.arity])
                              else E.rule(rule.name, refs[0], refs[1], exact=True))
-        if visit is not None:
-            visit(e, rule, refs, value[e])
     return value
 
 
 def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
                          rows: np.ndarray, cols: np.ndarray, colour: np.ndarray,
-                         order: Any = None) -> tuple[Any, list[int], list[int]] | None:
-    """The Hessian's nonzeros as a program of their own, built once: a WengertList whose
-    outputs are H[rows[t], cols[t]] for each t with rows[t] <= cols[t] (the upper triangle
-    in the pattern's order: the Hessian is symmetric), then the values of the entries with
-    an error policy (log, pow...) that f reads but the nonzeros do not. It is
-    forward-over-reverse done symbolically, over the tape: the adjoints of the reverse
-    sweep and, per colour k of the columns (``colour``: no row has two columns of one
-    colour), the tangents of values, partials and adjoints along the colour's seed (the
-    sum of its unit vectors); entries are shared when equal, constants folded (the
-    adjoints of sums are 1 and vanish from the program), products with a zero tangent
-    dropped, and only what the nonzeros read kept. The partials and their tangents are the
-    rule table's expressions (``_expr``), as the sweeps compute them, and every rewrite
-    keeps values bit for bit; ``order`` (the tape's entries in the VM's layout order,
-    ``_Replayer._layout()["original"]``) makes the adjoints and their tangents summed in
-    the sweeps' order. So, replayed by the VM (values only) or compiled, it gives the
+                         order: Any = None, sources: Any = None
+                         ) -> tuple[Any, list[int], list[int]] | None:
+    """The Hessian's nonzeros as a program of their own, built once: a WengertList whose outputs
+    are H[rows[t], cols[t]] for each t with rows[t] <= cols[t] (the upper triangle in the
+    pattern's order: the Hessian is symmetric), then the values of the entries with an error
+    policy (log, pow...) that f reads but the nonzeros do not. It is forward-over-reverse
+    done symbolically, over the tape: the adjoints of the reverse sweep and, per colour k
+    (``colour``: a partition of the columns, where no row has two columns of one colour, or
+    a star colouring with ``sources``), the tangents of values, partials and adjoints along
+    the colour's seed (the sum of its unit vectors); entries are shared when equal,
+    constants folded (the adjoints of sums are 1 and vanish from the program), products with
+    a zero tangent dropped, and only what the nonzeros read kept. The partials and their
+    tangents are the rule table's expressions (``_expr``), as the sweeps compute them, and
+    every rewrite keeps values bit for bit; ``order`` (the tape's entries in the VM's layout
+    order, ``_Replayer._layout()["original"]``) makes the adjoints and their tangents summed
+    in the sweeps' order. So, replayed by the VM (values only) or compiled, it gives the
     sweeps' numbers for H[r, c], r <= c (the sweeps mirror that triangle too) wherever its
-    outputs are finite, but for the sign of a zero (at run time its products are plain
-    ones: a 0 * inf the sweeps' strong zero makes 0 shows as NaN here, and the caller
-    then runs the sweeps). Guards are kept, so a changed branch is flagged. None where the
-    Hessian has no nonzero, or the tape holds selects, comparisons feeding arithmetic,
-    user primitives, tensor nodes, abs/maximum/minimum (whose partials are piecewise
-    helpers), or is too large (``_SECOND_LIMIT``)."""
+    outputs are finite, but for the sign of a zero (at run time its products are plain ones:
+    a 0 * inf the sweeps' strong zero makes 0 shows as NaN here, and the caller then runs
+    the sweeps). Guards are kept, so a changed branch is flagged. None where the Hessian has
+    no nonzero, or the tape holds selects, comparisons feeding arithmetic, user primitives,
+    tensor nodes, abs/maximum/minimum (whose partials are piecewise helpers), or is too
+    large (``_SECOND_LIMIT``)."""
     view = _tapeview.TapeView(tape)
     ops = view.ops.tolist()
     K = int(colour.max()) + 1 if len(colour) else 1
@@ -397,8 +393,12 @@ def second_order_program(tape: Any, inputs: tuple[int, ...], output: int,
     except _Decline:
         return None
     outs = []
-    upper = [result[int(colour[cc])][int(rr)]
-             for rr, cc in zip(rows.tolist(), cols.tolist()) if rr <= cc]
+    # where each is read: (input, colour) per entry (a star colouring's
+    # ``_sparsity.symmetric_sources``), else the row along its column's colour
+    src_row, src_colour = sources if sources is not None else (rows, colour[cols])
+    upper = [result[int(k)][int(r)] for rr, cc, r, k in
+             zip(rows.tolist(), cols.tolist(), src_row.tolist(), src_colour.tolist())
+             if rr <= cc]
     if not upper:
         return None      # a linear function: the sweeps' zeros (and checks) are cheap
     for r in upper:

@@ -1,0 +1,132 @@
+"""Sparse Hessians of a Function: star colouring against a partition of columns, and
+against CasADi's sparse ``hessian``, in one interleaved run (issue 27 item 2).
+
+Problems (scalar objectives, from the residuals of benchmarks/sparse_jacobian.py):
+- ``pde``: half the sum of squares of the reaction-diffusion residual (a pentadiagonal
+  Hessian: a partition of its columns needs 5 colours, a star colouring fewer);
+- ``ocp``: the same of the bordered-banded optimal-control residual, plus a ridge term
+  (3 global parameters couple with every step: an arrowhead border).
+
+Per problem and size: the colours of both colourings (the forward-over-reverse sweeps
+per Hessian), and, timed interleaved (medians and quartiles over rounds, each round in a
+fresh random order): ``F.hessian(x, sparse=True)`` with the star colouring (easyad's
+default where it needs fewer colours) and with the column partition (the colouring
+forced, for comparison), by the route ``hessian`` takes (printed: the Hessian's
+second-order program where colours x tape entries are within its limit, else one C
+call of the sweeps, one per colour), and CasADi's ``Function("H", [z], [hessian(f, z)[0]])``
+called through ``Function.buffer()``. Values are checked against CasADi's first.
+
+Run: ``.venv-bench/bin/python benchmarks/sparse_hessian.py`` (``--sizes 1000 10000
+--rounds 15``). The machine may be shared: say so next to the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import numpy as np
+import sparse_jacobian as problems  # noqa: E402  (benchmarks/ is on sys.path)
+
+import easyad as ad
+
+
+def objective_easyad(problem, n):
+    r, z0 = problems.PROBLEMS[problem][0](n)
+    return (lambda z: 0.5 * np.sum(r(z) ** 2) + 0.5e-3 * np.sum(z * z)), z0
+
+
+def objective_casadi(ca, problem, n):
+    z, r = problems.PROBLEMS[problem][1](ca, n)
+    return z, 0.5 * ca.sumsqr(r) + 0.5e-3 * ca.sumsqr(z)
+
+
+def build_easyad(problem, n, star):
+    f, z0 = objective_easyad(problem, n)
+    F = ad.record(f, z0)
+    started = time.perf_counter()
+    rows, cols, colour = F._pattern()
+    columns, stars = F.hessian_colouring()
+    if not star and stars < columns:
+        # the partition of columns forced (private caches: for this comparison only)
+        from easyad import _sparsity
+        F._pattern_cache = (rows, cols, _sparsity.colour_columns(F.n_inputs, rows, cols))
+    F._hessian_plan()
+    built = time.perf_counter() - started
+    x = z0 + 0.01 * np.cos(np.arange(len(z0)))
+    used = int(F._pattern()[2].max()) + 1
+    return F, x, dict(columns=columns, star=stars, used=used, build=built)
+
+
+def build_casadi(ca, problem, n, x):
+    started = time.perf_counter()
+    z, f = objective_casadi(ca, problem, n)
+    H, _ = ca.hessian(f, z)
+    G = ca.Function("H", [z], [H])
+    built = time.perf_counter() - started
+    buf, call = G.buffer()
+    xs = np.ascontiguousarray(x)
+    out = np.zeros(G.nnz_out(0))
+    buf.set_arg(0, memoryview(xs))
+    buf.set_res(0, memoryview(out))
+    problems.ALIVE.append((buf, xs, out))
+    rows, cols = G.sparsity_out(0).get_triplet()
+    return call, out, (np.asarray(rows), np.asarray(cols), G.size_out(0)), built
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000])
+    parser.add_argument("--problems", nargs="+", default=list(problems.PROBLEMS))
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    random.seed(args.seed)
+    try:
+        import casadi as ca
+    except ImportError:
+        ca = None
+    for problem in args.problems:
+        for n in args.sizes:
+            F, x, info = build_easyad(problem, n, True)
+            star_values = F.hessian(x, sparse=True)
+            print(f"\n## {problem}, n = {F.n_inputs}: Hessian {len(F.hessian_pattern()[0]):,} "
+                  f"nonzeros; colours: partition of columns {info['columns']}, star "
+                  f"{info['star']}")
+            route = "second-order program" if F._second() is not None else "sweeps"
+            print(f"easyad pattern + colourings {info['build']:.3f} s; route: {route}")
+            variants = {f"easyad star ({info['used']} sweeps)":
+                        lambda F=F, x=x: F.hessian(x, sparse=True)}
+            if info["columns"] * len(F) <= 5e7:     # else n sweeps, an (n, n) array
+                G, _, ginfo = build_easyad(problem, n, False)
+                column_values = G.hessian(x, sparse=True)
+                gap = np.abs(star_values - column_values).max()
+                print(f"star vs partition of columns: max gap {gap:.1e}")
+                variants[f"easyad columns ({ginfo['used']} sweeps)"] = \
+                    lambda G=G, x=x: G.hessian(x, sparse=True)
+            else:
+                print(f"partition of columns not timed: {info['columns']} sweeps of "
+                      f"{len(F):,} entries (the dense route)")
+            if ca is not None:
+                ccall, cout, sparsity, built = build_casadi(ca, problem, n, x)
+                ccall()
+                problems._same(F, star_values, cout, sparsity, hessian=True)
+                print(f"casadi expression + hessian + function {built:.3f} s")
+                variants["casadi VM (buffer)"] = ccall
+            times = problems.measure(variants, args.rounds, args.seconds)
+            print("\n| variant | median us | quartiles us | vs casadi VM |")
+            print("|---|---|---|---|")
+            ref = times.get("casadi VM (buffer)")
+            for name, ts in times.items():
+                q1, med, q3 = problems.quartiles(ts)
+                cell = ""
+                if ref is not None:
+                    r1, rm, r3 = problems.quartiles([a / b for a, b in zip(ts, ref)])
+                    cell = f"{rm:.2f} ({r1:.2f}-{r3:.2f})"
+                print(f"| {name} | {med * 1e6:,.1f} | {q1 * 1e6:,.1f}-{q3 * 1e6:,.1f} "
+                      f"| {cell} |")
+
+
+if __name__ == "__main__":
+    main()
