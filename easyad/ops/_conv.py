@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from easyad.errors import ShapeError
-from easyad.ops import _conv_cl, _conv_gemm_cl
+from easyad.ops import _conv_cl, _conv_cpu, _conv_gemm_cl
 from easyad.ops._apply import OpStep, apply, call
 from easyad.ops._table import Op, register
 
@@ -255,6 +255,8 @@ def _from_groups(y: np.ndarray, n: int, spatial: tuple[int, ...]) -> np.ndarray:
 
 
 def _conv_numpy(p: ConvParams, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    if _conv_cpu.takes(x, w):
+        return _conv_cpu.conv(p, x, w)
     d = w.ndim - 2
     xf = _flat(x, d)
     o = out_size(p, xf.shape[2:], w.shape[2:])
@@ -285,6 +287,8 @@ def _add_back(cols: np.ndarray, p: ConvParams, spatial: tuple[int, ...],
 
 
 def _transpose_numpy(p: ConvParams, g: np.ndarray, w: np.ndarray) -> np.ndarray:
+    if _conv_cpu.takes(g, w):
+        return _conv_cpu.conv_transpose(p, g, w)
     d = w.ndim - 2
     gf = _flat(g, d)
     kernel, o = w.shape[2:], gf.shape[2:]
@@ -297,6 +301,8 @@ def _transpose_numpy(p: ConvParams, g: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _weight_numpy(p: ConvParams, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    if _conv_cpu.takes(x, g):
+        return _conv_cpu.conv_weight(p, x, g)
     d = len(p.size)
     xf, gf = _flat(x, d), _flat(g, d)
     groups = p.groups
