@@ -255,11 +255,11 @@ def _from_groups(y: np.ndarray, n: int, spatial: tuple[int, ...]) -> np.ndarray:
 
 
 def _conv_numpy(p: ConvParams, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    if _conv_cpu.takes(x, w):
-        return _conv_cpu.conv(p, x, w)
     d = w.ndim - 2
+    o = out_size(p, tuple(x.shape[-d:]), tuple(w.shape[2:]))
+    if _conv_cpu.takes(x, w):
+        return _conv_cpu.conv(p, x, w, o)
     xf = _flat(x, d)
-    o = out_size(p, xf.shape[2:], w.shape[2:])
     cols = _columns(xf, p, w.shape[2:], p.groups)
     y = np.matmul(w.reshape(p.groups, w.shape[0] // p.groups, -1), cols)   # (G, Co, N*O)
     return _from_groups(y, xf.shape[0], o).reshape(x.shape[:-d - 1] + (w.shape[0],) + o)

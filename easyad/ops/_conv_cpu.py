@@ -10,14 +10,15 @@ still in the cache when the GEMM reads them, and a batched matmul of the weight
 the result's own NCHW memory, no transposing copy.
 
 - ``conv``: the above.
-- ``conv_transpose`` (the input's gradient): with stride 1 it is a convolution of the
+- ``conv_transpose`` (the input's gradient): with stride 1 (and no more than twice as
+  many out channels as in channels a group) it is a convolution of the
   adjoint padded by ``r (K - 1) - pad`` per side (cut where negative) with the kernel
   flipped and its in and out channels swapped per group, so the same im2col and GEMM
-  serve, with no scatter-add. With a stride, the GEMM makes a chunk's columns and they are
+  serve, with no scatter-add. Otherwise the GEMM makes a chunk's columns and they are
   added back into a zeroed padded chunk window offset by window offset (col2im), written
   into the result's NCHW memory.
-- ``conv_weight``: per chunk the GEMM ``(G, Co, O) @ (G, O, Ci*K)`` of each image summed
-  into the weight's gradient (the images' partial sums added in image order).
+- ``conv_weight``: per image the GEMM ``(G, Ci*K, O) @ (G, O, Co)`` (the columns as for
+  ``conv``), the images' products summed into the weight's gradient, then transposed.
 
 The sums run in another order than the whole-batch GEMM's (a float32 result may differ
 from ``_conv``'s object form by a few ulps of its size; float64 likewise at 1e-16).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -46,17 +48,35 @@ def _chunk(images: int, per_image: int) -> int:
     return max(1, min(images, CHUNK_BYTES // max(per_image, 1)))
 
 
+_KEPT = threading.local()
+
+
+def _kept(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """This thread's padded-input buffer for dtype, made once and grown as needed: a
+    fresh one of several MB costs its page faults again at every call (about as much as
+    filling it). The caller is done with it before its next call in the same thread."""
+    kept = getattr(_KEPT, "buffers", None)
+    if kept is None:
+        kept = _KEPT.buffers = {}
+    size = math.prod(shape)
+    buf = kept.get(dtype)
+    if buf is None or buf.size < size:
+        buf = kept[dtype] = np.empty(size, dtype=dtype)
+    return buf[:size].reshape(shape)
+
+
 def _padded(x: np.ndarray, lo: tuple[int, ...], hi: tuple[int, ...]) -> np.ndarray:
     """x (N, C, *S) padded with zeros by lo/hi per spatial axis (a negative entry cuts
-    that many off), C-contiguous."""
+    that many off), C-contiguous; where it pads, in this thread's kept buffer."""
     d = len(lo)
     cut = tuple(slice(max(-a, 0), s - max(-b, 0)) for a, b, s in zip(lo, hi, x.shape[2:]))
     x = x[(slice(None),) * 2 + cut]
     lo, hi = tuple(max(a, 0) for a in lo), tuple(max(b, 0) for b in hi)
     if not any(lo) and not any(hi):
         return np.ascontiguousarray(x)
-    out = np.zeros(x.shape[:2] + tuple(s + a + b for s, a, b in zip(x.shape[2:], lo, hi)),
-                   dtype=x.dtype)
+    shape = x.shape[:2] + tuple(s + a + b for s, a, b in zip(x.shape[2:], lo, hi))
+    out = _kept(shape, x.dtype)
+    out.fill(0)
     out[(slice(None),) * 2 + tuple(slice(a, a + s) for a, s in zip(lo, x.shape[2:]))] = x
     assert out.ndim == d + 2
     return out
@@ -87,18 +107,17 @@ def _convolve(y: np.ndarray, xf: np.ndarray, w: np.ndarray, p: Any,
     chunk = _chunk(n, c * math.prod(kernel) * length * xf.itemsize)
     cols = np.empty((chunk, groups, depth, length), dtype=xf.dtype)
     ym = y.reshape(n, groups, w.shape[0] // groups, length)
+    windows = _windows(xp, p, kernel, o)     # (one view: as_strided costs ~10 us a call)
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
-        np.copyto(cols[:m].reshape((m, c) + kernel + o),
-                  _windows(xp[n0:n0 + m], p, kernel, o))
+        np.copyto(cols[:m].reshape((m, c) + kernel + o), windows[n0:n0 + m])
         np.matmul(wm, cols[:m], out=ym[n0:n0 + m])
 
 
-def conv(p: Any, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    from easyad.ops._conv import out_size
+def conv(p: Any, x: np.ndarray, w: np.ndarray, o: tuple[int, ...]) -> np.ndarray:
+    """conv of x ``(..., C, *S)`` and w, whose result's spatial shape is o."""
     d = w.ndim - 2
     xf = x.reshape((-1,) + x.shape[-d - 1:])
-    o = out_size(p, xf.shape[2:], tuple(w.shape[2:]))
     y = np.empty(x.shape[:-d - 1] + (w.shape[0],) + o, dtype=x.dtype)
     _convolve(y.reshape((xf.shape[0], w.shape[0]) + o), xf, w, p, o)
     return y
@@ -121,7 +140,11 @@ def conv_transpose(p: Any, g: np.ndarray, w: np.ndarray) -> np.ndarray:
     n, cin = gf.shape[0], w.shape[1] * p.groups
     x = np.empty(g.shape[:-d - 1] + (cin,) + size, dtype=g.dtype)
     xf = x.reshape((n, cin) + size)
-    if all(s == 1 for s in p.stride):
+    # (the convolution's columns hold the adjoint's channels, col2im's GEMM makes the
+    # input's: the first costs more where the adjoint has many more channels, the second
+    # adds K strided slices back; measured: 32 -> 32 channels 3x3 4x faster as a
+    # convolution, 3 -> 16 channels 5x5 2.6x slower)
+    if all(s == 1 for s in p.stride) and w.shape[0] // p.groups <= 2 * w.shape[1]:
         reach = tuple(p.dilation[i] * (kernel[i] - 1) for i in range(d))
         q = type(p)(stride=p.stride, dilation=p.dilation, groups=p.groups,
                     padding=tuple(reach[i] - p.padding[i] for i in range(d))
@@ -184,13 +207,12 @@ def conv_weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     cols = np.empty((chunk, groups, depth, length), dtype=xf.dtype)
     # (G, Ci*K, O) @ (G, O, Co): OpenBLAS ran this orientation faster than (Co, O) @
     # (O, Ci*K) (CPU time, 64 images of 32 channels 28x28: 18 vs 23 ms)
-    part = np.empty((groups, depth, cout // groups), dtype=xf.dtype)
+    part = np.empty((chunk, groups, depth, cout // groups), dtype=xf.dtype)
     total = np.zeros((groups, depth, cout // groups), dtype=xf.dtype)
+    windows = _windows(xp, p, kernel, o)
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
-        np.copyto(cols[:m].reshape((m, c) + kernel + o),
-                  _windows(xp[n0:n0 + m], p, kernel, o))
-        for i in range(m):
-            np.matmul(cols[i], gm[n0 + i].swapaxes(1, 2), out=part)
-            total += part
+        np.copyto(cols[:m].reshape((m, c) + kernel + o), windows[n0:n0 + m])
+        np.matmul(cols[:m], gm[n0:n0 + m].swapaxes(2, 3), out=part[:m])
+        total += part[:m].sum(axis=0) if m > 1 else part[0]
     return np.ascontiguousarray(total.swapaxes(1, 2)).reshape((cout, c // groups) + kernel)
