@@ -114,7 +114,8 @@ def test_the_kept_buffer_grows_and_is_never_returned():
     small = rng.normal(size=(1, 2, 3, 3)), rng.normal(size=(2, 2, 3, 3))
     big = rng.normal(size=(3, 2, 9, 8)).astype(np.float32), \
         rng.normal(size=(2, 2, 3, 3)).astype(np.float32)
-    y_small = _ours(*small, None, *geometry)[0]
+    _ours(rng.normal(size=(3, 2, 9, 8)), small[1], None, *geometry)  # data where the
+    y_small = _ours(*small, None, *geometry)[0]     # next call's borders lie: re-zeroed
     kept = y_small.copy()
     y_big = _ours(*big, None, *geometry)[0]             # another dtype, a bigger buffer
     _ours(small[0] * 2.0, small[1], None, *geometry)    # reuses the float64 buffer

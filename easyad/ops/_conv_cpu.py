@@ -76,8 +76,11 @@ def _padded(x: np.ndarray, lo: tuple[int, ...], hi: tuple[int, ...]) -> np.ndarr
         return np.ascontiguousarray(x)
     shape = x.shape[:2] + tuple(s + a + b for s, a, b in zip(x.shape[2:], lo, hi))
     out = _kept(shape, x.dtype)
-    out.fill(0)
     out[(slice(None),) * 2 + tuple(slice(a, a + s) for a, s in zip(lo, x.shape[2:]))] = x
+    for i in range(d):          # the borders only: the inside was just written
+        at = (slice(None),) * (2 + i)
+        out[at + (slice(0, lo[i]),)] = 0
+        out[at + (slice(lo[i] + x.shape[2 + i], None),)] = 0
     assert out.ndim == d + 2
     return out
 
