@@ -20,14 +20,15 @@ padding (lo, hi) per axis and dilation r, the result is ``(..., C_out, *O)``,
   ``<k, conv_weight(x, g)> = <conv(x, k), g>``, so its vjp is ``conv_transpose(g, k)`` to x
   and ``conv(x, k)`` to g.
 
-numpy lowering: im2col. The padded input's windows are one ``as_strided`` view
+numpy lowering: float32 and float64 arrays take ``_conv_cpu`` (im2col a few images at
+a time, the GEMM writing NCHW, the stride-1 transpose as a convolution with the flipped
+kernel: see there). Object arrays take the whole-batch form below, im2col: the padded
+input's windows are one ``as_strided`` view
 ``(C, *K, N, *O)`` copied once into columns ``(G, Ci*prod(K), N*prod(O))``; the
 convolution is then one BLAS GEMM per group with the weight as ``(Co, Ci*prod(K))``
 (the result's channels then moved behind N: one copy). The transpose runs the GEMM the
 other way and adds the columns back window offset by window offset (prod(K) strided
-adds); the weight's adjoint is one GEMM per group over ``N * prod(O)``. A few large GEMMs:
-N small ones (one per sample) or numpy's batched matmul ran 2-10x slower on this 2-core
-machine shared with other jobs (BLAS threads on small products). The same code runs on
+adds); the weight's adjoint is one GEMM per group over ``N * prod(O)``. The same code runs on
 object arrays of Records and Traces (``as_strided`` and matmul take them), which makes the
 op a composition of scalar operations for the scalar engines. OpenCL: im2col and the
 backend's GEMM (``_conv_gemm_cl``), or for small products (depthwise) a kernel per op
