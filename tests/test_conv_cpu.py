@@ -2,7 +2,8 @@
 against torch's autograd in float64: the result, the input's gradient (conv_transpose, by
 both of its routes) and the weight's (conv_weight), over strides, asymmetric and
 over-wide padding, dilation, groups, 1-3 spatial axes, leading axes, several chunks with
-a remainder; then the kept per-thread buffer (growth, no aliasing, threads)."""
+a remainder; then the kept per-thread buffer (growth, no aliasing, threads), and which
+operands and BLAS thread counts take it."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,9 +13,33 @@ import numpy as np
 import pytest
 
 from easyad.ops import _conv, _conv_cpu
+from easyad.tensor import _blas
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
+
+
+@pytest.fixture(autouse=True)
+def one_blas_thread():
+    """The chunked lowering runs where numpy's BLAS runs one thread (``takes``)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if _blas.blas_threads() is None:
+        pytest.skip("numpy's BLAS is not an OpenBLAS: the whole-batch form runs")
+    with threadpoolctl.threadpool_limits(1):
+        assert _conv_cpu.takes(np.zeros(1), np.zeros(1))
+        yield
+
+
+def test_a_many_threaded_blas_takes_the_whole_batch_form():
+    import threadpoolctl
+    a = np.zeros((1, 1, 3, 3), dtype=np.float32)
+    with threadpoolctl.threadpool_limits(2):
+        if _blas.blas_threads() != 2:
+            pytest.skip("this OpenBLAS was built for one thread")
+        assert not _conv_cpu.takes(a, a)
+    assert _conv_cpu.takes(a, a)          # (the fixture's one thread again)
+    assert not _conv_cpu.takes(a.astype(object), a.astype(object))
+    assert not _conv_cpu.takes(a, a.astype(np.float64))
 
 # (x shape, w shape, stride, padding (low sides, then high sides), dilation, groups)
 CASES = {

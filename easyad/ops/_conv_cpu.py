@@ -32,16 +32,21 @@ from typing import Any
 
 import numpy as np
 
+from easyad.tensor import _blas
+
 # bytes of columns per chunk of images: about one core's L2, where the GEMM finds them
 CHUNK_BYTES = 1 << 20
 
 
 def takes(*arrays: np.ndarray) -> bool:
     """Whether this module lowers these operands: float32 or float64, one dtype, native
-    byte order (everything else, object arrays of scalars first, takes ``_conv``'s)."""
+    byte order, and numpy's BLAS an OpenBLAS running one thread (everything else takes
+    ``_conv``'s whole-batch form). A many-threaded BLAS on one small GEMM per image keeps
+    its threads waiting on each other: on this 2-core machine, loaded, 2 threads ran the
+    three convolutions of the case above 5.5x slower than the whole batch's few GEMMs."""
     dtype = arrays[0].dtype
     return dtype in (np.dtype(np.float32), np.dtype(np.float64)) and \
-        all(a.dtype == dtype for a in arrays)
+        all(a.dtype == dtype for a in arrays) and _blas.blas_threads() == 1
 
 
 def _chunk(images: int, per_image: int) -> int:
