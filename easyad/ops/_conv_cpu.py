@@ -20,6 +20,13 @@ the result's own NCHW memory, no transposing copy.
 - ``conv_weight``: per image the GEMM ``(G, Ci*K, O) @ (G, O, Co)`` (the columns as for
   ``conv``), the images' products summed into the weight's gradient, then transposed.
 
+Measured (CPU time, one thread, batch 64, 32 -> 32 channels, 28x28, 3x3, float32, on
+this loaded 2-core machine): conv 36 -> 21 ms, conv_transpose 44 -> 21, conv_weight 30 ->
+21 against the whole-batch form; torch's oneDNN kernels take about 10 each. What is left
+is OpenBLAS's GEMM (about 14 ms of each: 50-60 GFLOP/s on these shapes against 110 on
+large squares) and the columns' copy (about 6 ms): a direct or implicit-GEMM kernel that
+packs the windows itself is the next step.
+
 The sums run in another order than the whole-batch GEMM's (a float32 result may differ
 from ``_conv``'s object form by a few ulps of its size; float64 likewise at 1e-16).
 """
