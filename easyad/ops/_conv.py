@@ -20,14 +20,15 @@ padding (lo, hi) per axis and dilation r, the result is ``(..., C_out, *O)``,
   ``<k, conv_weight(x, g)> = <conv(x, k), g>``, so its vjp is ``conv_transpose(g, k)`` to x
   and ``conv(x, k)`` to g.
 
-numpy lowering: im2col. The padded input's windows are one ``as_strided`` view
+numpy lowering: float32 and float64 arrays take ``_conv_cpu`` (im2col a few images at
+a time, the GEMM writing NCHW, the stride-1 transpose as a convolution with the flipped
+kernel: see there). Object arrays take the whole-batch form below, im2col: the padded
+input's windows are one ``as_strided`` view
 ``(C, *K, N, *O)`` copied once into columns ``(G, Ci*prod(K), N*prod(O))``; the
 convolution is then one BLAS GEMM per group with the weight as ``(Co, Ci*prod(K))``
 (the result's channels then moved behind N: one copy). The transpose runs the GEMM the
 other way and adds the columns back window offset by window offset (prod(K) strided
-adds); the weight's adjoint is one GEMM per group over ``N * prod(O)``. A few large GEMMs:
-N small ones (one per sample) or numpy's batched matmul ran 2-10x slower on this 2-core
-machine shared with other jobs (BLAS threads on small products). The same code runs on
+adds); the weight's adjoint is one GEMM per group over ``N * prod(O)``. The same code runs on
 object arrays of Records and Traces (``as_strided`` and matmul take them), which makes the
 op a composition of scalar operations for the scalar engines. OpenCL: im2col and the
 backend's GEMM (``_conv_gemm_cl``), or for small products (depthwise) a kernel per op
@@ -49,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from easyad.errors import ShapeError
-from easyad.ops import _conv_cl, _conv_gemm_cl
+from easyad.ops import _conv_cl, _conv_cpu, _conv_gemm_cl
 from easyad.ops._apply import OpStep, apply, call
 from easyad.ops._table import Op, register
 
@@ -256,8 +257,10 @@ def _from_groups(y: np.ndarray, n: int, spatial: tuple[int, ...]) -> np.ndarray:
 
 def _conv_numpy(p: ConvParams, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     d = w.ndim - 2
+    o = out_size(p, tuple(x.shape[-d:]), tuple(w.shape[2:]))
+    if _conv_cpu.takes(x, w):
+        return _conv_cpu.conv(p, x, w, o)
     xf = _flat(x, d)
-    o = out_size(p, xf.shape[2:], w.shape[2:])
     cols = _columns(xf, p, w.shape[2:], p.groups)
     y = np.matmul(w.reshape(p.groups, w.shape[0] // p.groups, -1), cols)   # (G, Co, N*O)
     return _from_groups(y, xf.shape[0], o).reshape(x.shape[:-d - 1] + (w.shape[0],) + o)
@@ -285,6 +288,8 @@ def _add_back(cols: np.ndarray, p: ConvParams, spatial: tuple[int, ...],
 
 
 def _transpose_numpy(p: ConvParams, g: np.ndarray, w: np.ndarray) -> np.ndarray:
+    if _conv_cpu.takes(g, w):
+        return _conv_cpu.conv_transpose(p, g, w)
     d = w.ndim - 2
     gf = _flat(g, d)
     kernel, o = w.shape[2:], gf.shape[2:]
@@ -297,6 +302,8 @@ def _transpose_numpy(p: ConvParams, g: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _weight_numpy(p: ConvParams, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    if _conv_cpu.takes(x, g):
+        return _conv_cpu.conv_weight(p, x, g)
     d = len(p.size)
     xf, gf = _flat(x, d), _flat(g, d)
     groups = p.groups

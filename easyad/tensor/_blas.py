@@ -35,10 +35,9 @@ _SMALLEST = 1 << 15             # multiply-adds
 _AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
 
 
-def _openblas() -> Any:
-    """OpenBLAS's thread count function and core name, when numpy's BLAS is an OpenBLAS
-    without AVX-512 kernels for this CPU (None otherwise, or where the process's
-    libraries cannot be listed)."""
+def _openblas_calls() -> Any:
+    """OpenBLAS's thread count function and its core name, when numpy's BLAS is an
+    OpenBLAS (None otherwise, or where the process's libraries cannot be listed)."""
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps
@@ -57,11 +56,23 @@ def _openblas() -> Any:
                 continue
             threads.restype, threads.argtypes = ctypes.c_int, []
             corename.restype, corename.argtypes = ctypes.c_char_p, []
-            name = (corename() or b"").decode(errors="replace").lower()
-            if any(core in name for core in _AVX512_CORES):
-                return None
-            return threads
+            return threads, (corename() or b"").decode(errors="replace").lower()
     return None
+
+
+def _openblas() -> Any:
+    """OpenBLAS's thread count function, when numpy's BLAS is an OpenBLAS without AVX-512
+    kernels for this CPU (None otherwise)."""
+    found = _OPENBLAS
+    if found is None or any(core in found[1] for core in _AVX512_CORES):
+        return None
+    return found[0]
+
+
+def blas_threads() -> int | None:
+    """The threads numpy's BLAS runs now (threadpoolctl and OPENBLAS_NUM_THREADS change
+    it), or None where that BLAS is not an OpenBLAS this can ask."""
+    return None if _OPENBLAS is None else int(_OPENBLAS[0]())
 
 
 def _mode() -> str:
@@ -74,6 +85,7 @@ def _mode() -> str:
 
 
 _MODE = _mode()
+_OPENBLAS = _openblas_calls()
 _THREADS = _openblas() if _MODE == "auto" and _core.GEMM_SUPPORTED else None
 
 
