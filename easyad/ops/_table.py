@@ -74,9 +74,9 @@ _HINTS: dict[type, dict[str, Any]] = {}      # each params class's field types
 
 
 class Loop(typing.NamedTuple):
-    """An op's lowering to generated code (``Op.loop``): ``count`` independent lines,
+    """An op's lowering to generated code (``Op.loop``): ``lines`` independent lines,
     ``body`` the statements of line ``line``."""
-    count: int
+    lines: int
     body: str
 
 

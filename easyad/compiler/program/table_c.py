@@ -43,7 +43,7 @@ def render(ins: Instruction, plan: Any, number: int) -> Lowered:
     text = (f"\n/* {ins.params.op.name} {ins.params.params} */\n"
             f"void {name}(void** P) {{\n{reads}"
             f"    {t}* const y = ({t}*)P[{plan.r(out)}];\n"
-            f"    for (long line = 0; line < {loop.count}L; line++) {{\n{body}    }}\n}}\n")
+            f"    for (long line = 0; line < {loop.lines}L; line++) {{\n{body}    }}\n}}\n")
     return Lowered(name, text, (plan.r(out),), {})
 
 
