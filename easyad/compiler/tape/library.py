@@ -58,7 +58,9 @@ _NATIVE = "-march=native"
 # helper gcc calls; libc's few symbols (memcpy) come from the process that loads it, as
 # every Python process has libc loaded. The linker then reads three files, not a dozen:
 # ~0.006 s of a ~0.08 s compile at n = 10. Elsewhere the compiler's ordinary link.
-_LINK = ("-nostdlib", "-lm", "-lgcc") if sys.platform.startswith("linux") else ("-lm",)
+# A toolchain that refuses it (clang with compiler-rt and no libgcc) links the ordinary way.
+_PLAIN_LINK = ("-lm",)
+_LINK = ("-nostdlib", "-lm", "-lgcc") if sys.platform.startswith("linux") else _PLAIN_LINK
 _BIG = 30_000                     # entries from which -O1 (compile time) replaces -O3
 _EASYAD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _lock = threading.Lock()
@@ -336,6 +338,9 @@ def _compile(argv: list[str], flags: list[str], includes: list[str], source: str
         command = [*argv, *flags, "-pipe", *includes, "program.c", "-o", "program.so", *_LINK]
         try:
             code, said = _run(command, work, max(0.1, deadline - time.monotonic()))
+            if code != 0 and _LINK != _PLAIN_LINK:     # the ordinary link, once more
+                command[-len(_LINK):] = _PLAIN_LINK
+                code, said = _run(command, work, max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             refused += [f"the C compiler {argv[0]!r} did not finish within {timeout:g} s "
                         f"(the program is too big to compile in that time). Raise "
