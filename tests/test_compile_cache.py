@@ -420,6 +420,20 @@ def test_a_changed_header_gives_a_new_library_not_the_stale_one(cache, tmp_path,
     assert len(list(cache.glob("compiled/*.so"))) == 2
 
 
+@needs_cc
+def test_a_link_the_toolchain_refuses_falls_back_to_the_ordinary_one(cache, monkeypatch):
+    """library._LINK (-nostdlib on Linux) is tried first; where the linker refuses it (here
+    a library that does not exist) the ordinary link follows, and the program works."""
+    monkeypatch.setattr(tape_library, "_LINK", ("-nostdlib", "-lm", "-leasyad_no_such_lib"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ad.CompilerWarning)
+        F = ad.record(lambda x: x[0] ** 2 * ad.exp(x[1]), [1.0, 0.5]).compile()
+    assert F.compiled
+    x = np.array([1.5, -0.25])
+    np.testing.assert_allclose(F.gradient(x), [3.0 * np.exp(-0.25), 2.25 * np.exp(-0.25)],
+                               rtol=1e-15)
+
+
 def test_the_key_covers_compiler_flags_version_and_cpu(monkeypatch):
     source = '#include "_ops.h"\nint main(void) { return 0; }\n'
     _, headers = tape_library._included(source)

@@ -517,6 +517,13 @@ def test_prelude_copies_the_rule_functions_called_and_falls_back_to_the_headers(
     assert "easyad_sin_value(double x, double y) {" in text and "double sin(double);" in text
     assert "easyad_cos_value" not in text and "easyad_sin_d0" not in text
     assert "_rule_functions.h" not in text.split("#else")[0]
+    # _helpers.h's functions only where reached (through macros and each other)
+    assert "easyad_fn_digamma(" not in text and "easyad_fn_hypot(" not in text
+    deep = P.prelude(body.replace("easyad_sin_value(v[0], 0.0)", "polygamma(2.0, v[0])"))
+    for name in ("easyad_fn_polygamma(", "easyad_hurwitz(", "easyad_cotpi(",
+                 "easyad_fn_digamma(", "easyad_fn_pow("):
+        assert name in deep
+    assert "easyad_fn_logit(" not in deep and "easyad_fn_mul0(" not in deep
     # a name nothing here declares (a new rule's libm function): the headers themselves
     assert P.prelude(body.replace("easyad_sin_value", "j0")) == P.HEADERS
 

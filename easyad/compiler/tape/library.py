@@ -53,6 +53,14 @@ _FLAGS = ("-fPIC", "-shared", "-fno-trapping-math", "-fno-math-errno", "-ffp-con
           "-fno-tree-slp-vectorize", "-std=gnu99", "-w",
           *(f"-fno-builtin-{f}" for f in _NOT_FOLDED))
 _NATIVE = "-march=native"
+# How the shared object is linked (not how its code is compiled): on Linux without the C
+# library's start files and linker scripts (-nostdlib), libm named and libgcc for any
+# helper gcc calls; libc's few symbols (memcpy) come from the process that loads it, as
+# every Python process has libc loaded. The linker then reads three files, not a dozen:
+# ~0.006 s of a ~0.08 s compile at n = 10. Elsewhere the compiler's ordinary link.
+# A toolchain that refuses it (clang with compiler-rt and no libgcc) links the ordinary way.
+_PLAIN_LINK = ("-lm",)
+_LINK = ("-nostdlib", "-lm", "-lgcc") if sys.platform.startswith("linux") else _PLAIN_LINK
 _BIG = 30_000                     # entries from which -O1 (compile time) replaces -O3
 _EASYAD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _lock = threading.Lock()
@@ -199,7 +207,7 @@ def _key(source: str, headers: list[tuple[str, bytes]], argv: list[str], flags: 
          native: bool) -> str:
     """The cache name: a hash of everything that changes the shared object."""
     digest = hashlib.sha256()
-    for part in [str(_FORMAT), __version__, source, " ".join(argv),
+    for part in [str(_FORMAT), __version__, source, " ".join(argv), " ".join(_LINK),
                  _compiler_identity(tuple(argv)), " ".join(flags), platform.machine(),
                  _cpu() if native else "", sys.platform, sys.implementation.cache_tag or "",
                  *(os.environ.get(v, "") for v in ("CPATH", "C_INCLUDE_PATH",
@@ -327,9 +335,12 @@ def _compile(argv: list[str], flags: list[str], includes: list[str], source: str
         # relative names: the object holds no temporary path, so builds are identical;
         # -pipe: the assembler reads the compiler's output as it comes (no file between
         # them; the same object)
-        command = [*argv, *flags, "-pipe", *includes, "program.c", "-o", "program.so", "-lm"]
+        command = [*argv, *flags, "-pipe", *includes, "program.c", "-o", "program.so", *_LINK]
         try:
             code, said = _run(command, work, max(0.1, deadline - time.monotonic()))
+            if code != 0 and _LINK != _PLAIN_LINK:     # the ordinary link, once more
+                command[-len(_LINK):] = _PLAIN_LINK
+                code, said = _run(command, work, max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             refused += [f"the C compiler {argv[0]!r} did not finish within {timeout:g} s "
                         f"(the program is too big to compile in that time). Raise "

@@ -26,6 +26,8 @@ HEADERS = '#include <math.h>\n#include "_rule_functions.h"\n'
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _RULE_FUNCTION = re.compile(r"\beasyad_(\w+?)_(?:value|d0|d1|t0|t1)\b")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_DEFINE = re.compile(r"^#define (\w+)(.*)$", re.M)
 
 
 def _path(name: str) -> str:
@@ -72,6 +74,46 @@ def _parse(helpers_file: tuple[str, int, int], rules_file: tuple[str, int, int]
     return helpers, functions, defined
 
 
+def _blocks(text: str) -> list[tuple[str, int, int]]:
+    """The top-level ``static inline`` functions of a header: (name, start, end) spans of
+    their text (to the line closing their braces)."""
+    spans, offset, start, name, depth = [], 0, 0, "", 0
+    for line in text.splitlines(keepends=True):
+        match = None if name else re.match(r"static inline \w+ (\w+)\(", line)
+        if match:
+            name, start, depth = match.group(1), offset, 0
+        if name:
+            depth += line.count("{") - line.count("}")
+            if depth <= 0 and "{" in text[start:offset + len(line)]:
+                spans.append((name, start, offset + len(line)))
+                name = ""
+        offset += len(line)
+    return spans
+
+
+@functools.lru_cache(maxsize=64)
+def _used_helpers(helpers: str, names: frozenset[str]) -> str:
+    """_helpers.h without the functions nothing in ``names`` (the identifiers of the body
+    and its rule functions) reaches, directly or through the header's macros and other
+    functions: gcc parses ~a third of the header less (digamma, polygamma, hypot...)."""
+    macros = {m.group(1): set(_NAME.findall(m.group(2))) for m in _DEFINE.finditer(helpers)}
+    blocks = _blocks(helpers)
+    texts = {name: set(_NAME.findall(_COMMENT.sub(" ", helpers[a:b]))) for name, a, b in blocks}
+    wanted, pending = set(), set(names)
+    while pending:
+        name = pending.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        pending |= (macros.get(name, set()) | texts.get(name, set())) - wanted
+    kept, last = [], 0
+    for name, a, b in blocks:
+        if name not in wanted:
+            kept.append(helpers[last:a])
+            last = b
+    return "".join(kept) + helpers[last:]
+
+
 def prelude(body: str) -> str:
     """The C before body: the rule functions body calls, the helpers and libm's
     declarations (for gcc and clang; <math.h> for other compilers); the headers
@@ -88,6 +130,7 @@ def prelude(body: str) -> str:
                    for m in _RULE_FUNCTION.finditer(functions[name])} \
             & functions.keys() - wanted
     kept = "".join(functions[name] for name in functions if name in wanted)
+    helpers = _used_helpers(helpers, frozenset(_NAME.findall(_COMMENT.sub(" ", body + kept))))
     code = _COMMENT.sub(" ", body + kept + helpers)
     calls = set(_CALL.findall(code))
     unknown = calls - _KNOWN - DECLARED.keys() - defined - functions.keys() \

@@ -3,7 +3,9 @@
 call each to one step function per (rule, operands needed), and the adjoints' tangents as
 loops over tables of rows. gcc's time grows with the statements: a ~340-entry program as a
 statement and a K-direction loop per entry took 12-18 s of gcc at -O3, ~2 s so, and its
-Hessian runs as fast (the rows' loops vectorized)."""
+Hessian runs as fast (the rows' loops vectorized). The HVP (one direction) of a program
+with few entries outside affine runs (``INLINE_HVP``) is written entry by entry instead:
+a step call and a row-table load per entry cost it ~1.3x per call at n = 10."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,6 +17,12 @@ from easyad.compiler.cstyle import CStyleRenderer
 from easyad.compiler.dialect import C, Dialect
 from easyad.compiler.tape.layout import Layout, chunks, output_ancestors, pow_exponent
 from easyad.compiler.tape.opcodes import RULE_OF, SELECT_OP
+
+
+# entries (outside affine runs) up to which the HVP is written entry by entry, inline (as
+# before the steps and row loops, which cost it a call per entry); gcc's time grows with
+# the statements (a 330-entry random program: 2.9 -> 7.6 s), so bigger programs keep them
+INLINE_HVP = 32
 
 
 class SecondOrderRenderer(CStyleRenderer):
@@ -83,14 +91,18 @@ def _render_second(r: CStyleRenderer, layout: dict[str, Any], seeds: np.ndarray 
             if s < Lo:
                 src = (f"S[{j * K} + k]" if name == "hessian" else f"dir[{j}]")
                 lines.append(f"    {r.loop(k_dirs, 'k')} dv[{s * k_dirs} + k] = {src};\n")
+        # a small program's HVP entry by entry, inline (no call per entry, no row table:
+        # ~1.5x faster per call), a big one's through the steps and row loops (gcc's time)
+        inline = name == "hvp" and _stepped(P, runs, Lo, ancestors) <= INLINE_HVP
         steps, tables = Steps(r, P, name, max(1, Lo * k_dirs)), len(P.decls)
         for run in runs:
             if run[0] < Lo:
-                lines += _tangent_run(r, P, run, Lo, ancestors, k_dirs, steps)
+                lines += _tangent_run(r, P, run, Lo, ancestors, k_dirs,
+                                      None if inline else steps)
         items: list[str | tuple[int, int, int]] = []
         for run in reversed(runs):
             if run[0] < Lo:
-                items += _tangent_adjoint_run(r, P, run, Lo, ancestors, k_dirs)
+                items += _tangent_adjoint_run(r, P, run, Lo, ancestors, k_dirs, inline)
         lines += _row_loops(r, P, items, k_dirs)
         out += P.decls[tables:] + steps.defs
         for j, s in enumerate(inputs):
@@ -122,6 +134,13 @@ int easyad_native_{name}(const double* restrict x, const double* restrict dir,
 }}
 """)
     return "".join(out)
+
+
+def _stepped(P: Layout, runs: list[tuple[int, ...]], Lo: int, ancestors: np.ndarray) -> int:
+    """The entries whose tangents are a step call each (not a run's loop): the
+    statements an inline HVP adds."""
+    return sum(int(ancestors[lo:min(hi, Lo)].sum())
+               for lo, hi, op, _, affine, _, _ in runs if lo < Lo and op != 0 and not affine)
 
 
 def second_work_size(layout: dict[str, Any], K: int) -> int:
@@ -169,7 +188,7 @@ def _tangent_entry(r: CStyleRenderer, P: Layout, rule: _rules.Rule | None, i: st
 
 
 def _tangent_run(r: CStyleRenderer, P: Layout, run: tuple[int, ...], Lo: int, ancestors: np.ndarray,
-                 k_dirs: int, steps: Steps) -> list[str]:
+                 k_dirs: int, steps: Steps | None) -> list[str]:
     lo, hi, op, need, affine, base0, base1 = run
     hi = min(hi, Lo)
     if not ancestors[lo:hi].any():
@@ -207,6 +226,14 @@ def _tangent_run(r: CStyleRenderer, P: Layout, run: tuple[int, ...], Lo: int, an
         body = _tangent_entry(r, P, rule, f"{lo} + j", x, y, need, dx, dy, k_dirs)
         return [f"    {r.loop(hi - lo)} {body}\n"]
     lines = []
+    if steps is None:            # inline: the entry's statements themselves
+        for i in range(lo, hi):
+            if ancestors[i]:
+                s0, s1 = int(P.slot0[i]), int(P.slot1[i])
+                lines.append("    " + _tangent_entry(
+                    r, P, rule, str(i), P.operand(s0), pow_exponent(op, P.operand(s1)), need,
+                    _tan(P, s0, k_dirs), _tan(P, s1, k_dirs), k_dirs) + "\n")
+        return lines
     step = steps.get(op, need, k_dirs)
     for i in range(lo, hi):
         if not ancestors[i]:
@@ -259,9 +286,11 @@ class Steps:
 
 
 def _tangent_adjoint_run(r: CStyleRenderer, P: Layout, run: tuple[int, ...], Lo: int,
-                         ancestors: np.ndarray, k_dirs: int) -> list[str | tuple[int, int, int]]:
+                         ancestors: np.ndarray, k_dirs: int, inline: bool = False
+                         ) -> list[str | tuple[int, int, int]]:
     """The adjoints' tangents of a run's entries, in reverse position order (the VM's):
-    an affine run's loop, the others' rows (entry, operand, operand) for ``_row_loops``."""
+    an affine run's loop, the others' rows (entry, operand, operand) for ``_row_loops``
+    (inline: a statement per entry instead)."""
     lo, hi, op, need, affine, base0, base1 = run
     hi = min(hi, Lo)
     if not ancestors[lo:hi].any():
@@ -293,7 +322,10 @@ def _tangent_adjoint_run(r: CStyleRenderer, P: Layout, run: tuple[int, ...], Lo:
         if op == 0 and int(P.ops[i]) != SELECT_OP:
             continue                   # comparisons: adjoint and its tangent stay 0
         a0, a1 = int(P.arg0[i]), int(P.arg1[i])
-        if a0 >= 0 or a1 >= 0:         # a missing operand's terms go to the spare row Lo
+        if inline:
+            text = body(str(i), str(a0) if a0 >= 0 else None, str(a1) if a1 >= 0 else None)
+            rows += [f"    {text}\n"] if text else []
+        elif a0 >= 0 or a1 >= 0:       # a missing operand's terms go to the spare row Lo
             rows.append((i, a0 if a0 >= 0 else Lo, a1 if a1 >= 0 else Lo))
     return rows
 
