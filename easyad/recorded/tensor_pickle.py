@@ -46,15 +46,15 @@ def state(F: Any) -> tuple[Any, ...]:
     recordings = {}
     for key, rec in F._recordings.items():
         p = rec.program
-        if p.live:
-            raise TypeError("this TensorFunction reads module parameters at every call, "
-                            "which do not travel; pass the parameters as arguments of f "
-                            "(arrays after x0) to pickle it")
         if p.effects:
             raise TypeError("this TensorFunction updates live arrays at every replay "
                             "(BatchNorm's running statistics in training mode), which do "
                             "not travel with a pickle; record it after model.eval() to "
                             "send it, or record f again in the other process")
+        if p.live:
+            raise TypeError("this TensorFunction reads module parameters at every call, "
+                            "which do not travel; pass the parameters as arguments of f "
+                            "(arrays after x0) to pickle it")
         if any(i.op == "host" for i in p.instructions) or any(d is None for d in p.dtypes):
             raise TypeError("this TensorFunction calls host Python code (a user array "
                             "primitive or an opaque step), which does not pickle as a "
