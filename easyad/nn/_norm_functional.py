@@ -18,8 +18,7 @@ from easyad._levels import BatchedBase
 from easyad import random as _random
 from easyad import tensor as _tensor
 from easyad.errors import ShapeError
-from easyad.tensor import Tensor, recorded_host_value
-from easyad.tensor import _program
+from easyad.tensor import Tensor, recorded_effect, recorded_host_value
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -187,20 +186,16 @@ class _Update:
 
 
 def _running(input: Any, axes: tuple[int, ...], n: int, update: _Update) -> None:
-    be = _program.capturing()
-    if be is not None:
-        if not (isinstance(input, Tensor) and input._backend is be):
-            raise ValueError("batch_norm: training mode inside ad.record needs the input as "
-                             "a tensor of the recording (computed from f's inputs), so "
-                             "that each replay updates the running statistics with its "
-                             "own batch; got a constant or a tensor made outside f")
-        # the batch statistics as recorded operations, kept as hidden outputs of the
-        # program: each replay updates the running statistics with its own batch
-        x = input.stop_gradient().astype(np.float64)
+    def statistics() -> list[Any]:
+        # the batch statistics as recorded operations (no derivative): an effect of the
+        # program, applied after every replay with that replay's batch
+        t = Tensor.constant(input) if isinstance(input, np.ndarray) else input
+        x = t.stop_gradient().astype(np.float64)
         mean = _tensor.mean(x, axis=axes, keepdims=True)
         centred = x - mean
-        var = _tensor.mean(centred * centred, axis=axes) * (n / (n - 1))
-        be.program.effect(update, [mean.reshape((-1,))._data, var._data])
+        return [mean.reshape((-1,)), _tensor.mean(centred * centred, axis=axes)
+                * (n / (n - 1))]
+    if not isinstance(input, BatchedBase) and recorded_effect(update, statistics):
         return
     x = _values(input)
     if x is None:
