@@ -232,3 +232,27 @@ def test_vmap_refuses_clearly():
     with pytest.raises(ValueError, match="torch.func.vmap refuses this too"):
         ad.vmap(lambda x: ad.sum(bn(x)))(RNG.normal(size=(3, 4, 2)))
     assert int(bn.num_batches_tracked) == 0
+
+
+def _device_run(device, lazy):
+    ad.random.seed(3)
+    net = nn.Sequential(nn.Linear(4, 8, dtype=np.float64),
+                        nn.BatchNorm1d(8, momentum=None, dtype=np.float64), nn.Tanh(),
+                        nn.Linear(8, 1, dtype=np.float64))
+    params = {k: p.data.copy() for k, p in net.named_parameters()}
+    step = ad.record(lambda p, X: ad.sum(nn.functional_call(net, p, X) ** 2), params,
+                     np.ones((16, 4)), device=device)
+    losses = []
+    for k in range(3):
+        X = np.random.default_rng(k).normal(size=(16, 4)) + 2.0
+        losses.append(float(step.sgd_step(params, X, lr=0.01, lazy=lazy)))
+    return losses, _buffers(net)
+
+
+def test_opencl_replays_update_as_the_numpy_device(opencl_device):
+    losses, stats = _device_run("numpy", False)
+    for lazy in (False, True):
+        got, got_stats = _device_run(opencl_device, lazy)
+        np.testing.assert_allclose(got, losses, rtol=1e-12)
+        _same(got_stats, stats, f"OpenCL statistics (lazy={lazy})")
+        assert got_stats["1.num_batches_tracked"] == 3
