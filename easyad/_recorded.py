@@ -128,6 +128,7 @@ class TensorFunction(TensorSparse):
             if rec.hvp is None:
                 raise ValueError("hvp needs f to return one number")
             outputs = rec.hvp
+        outputs = list(outputs) + rec.program.effect_slots    # hidden: see _effects
         bound = None
         if self.fuse and self._backend.kind == "numpy":
             from easyad.compiler.program import fused_c
@@ -148,7 +149,7 @@ class TensorFunction(TensorSparse):
         raise _Retape(value, recorded)
 
     def _run(self, what: str, x: Any, args: tuple[Any, ...], tangents: Sequence[Any] = (),
-             xs_statics: Any = None) -> list[Any]:
+             xs_statics: Any = None, effects: bool = True) -> list[Any]:
         xs, statics = xs_statics or self._inputs(x, args)
         floats = [a for a in statics if not isinstance(a, _Static)]
         extra = list(tangents) if what in ("hvp", "vjp") else [self._learning_rate]
@@ -166,7 +167,8 @@ class TensorFunction(TensorSparse):
                            if what in ("hvp", "vjp") else [self._device_learning_rate()])
                 inputs += [be.asarray(a, a.dtype) for a in live]
             try:
-                return bound.run(inputs)
+                out = bound.run(inputs)
+                return self._effects(what, out) if effects else list(out)
             except _Retape:
                 if self.on_branch_change != "retape" or attempt:
                     raise BranchChangedError(
@@ -176,6 +178,31 @@ class TensorFunction(TensorSparse):
                         "use ad.where for elementwise choices") from None
                 self._record(what, _on_host(xs), _on_host(statics))
         raise AssertionError("unreachable")   # pragma: no cover
+
+    def _effects(self, what: str, out: Sequence[Any], row: int | None = None) -> list[Any]:
+        """The outputs of one replay less the hidden ones, after applying the recording's
+        host effects (BatchNorm's running statistics) with them: at every replay, as eager
+        code would at every call. ``row``: the outputs are a batch of one point's runs
+        (hessian's directions): the effect applies once, with that row."""
+        effects = self._recordings[_recording_of(what)].program.effects
+        if not effects:
+            return list(out)
+        k = sum(len(slots) for _, slots in effects)
+        hidden, out = out[len(out) - k:], list(out[:len(out) - k])
+        start = 0
+        for apply, slots in effects:
+            values = [self._host(v) for v in hidden[start:start + len(slots)]]
+            apply(*(v if row is None else v[row] for v in values))
+            start += len(slots)
+        return out
+
+    def _refuse_effects(self, how: str) -> None:
+        if self._recordings["first"].program.effects:
+            raise ValueError(
+                f"{how}: f updates running statistics (BatchNorm in training mode) at "
+                "every replay, and a batch of points has no one batch whose statistics "
+                "to take; call it once per point (F(x), F.value_and_gradient, "
+                "F.sgd_step), or record after model.eval()")
 
     def _device_learning_rate(self) -> Any:
         """sgd_step's learning rate on the device: uploaded when it changes, not at every
@@ -241,6 +268,7 @@ class TensorFunction(TensorSparse):
         bound = self._bound.get("gradient")
         if bound is not None and self._fast and type(x) is np.ndarray and not args \
                 and not self._recordings["first"].program.live \
+                and not self._recordings["first"].program.effects \
                 and x.shape == self._x_specs[0][0] and x.dtype == self._x_specs[0][1]:
             try:        # one array in, numpy device, bound already: straight to the program
                 value, g = bound.run((x, self._learning_rate))

@@ -284,6 +284,7 @@ def tensor_batch(T: Any, method: str, X: Any, V: Any = None, args: tuple[Any, ..
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, not {method!r}")
+    T._refuse_effects(f"{method.strip('_')} over a dask array of points")
     if not T._x_tree.is_leaf:
         raise NotImplementedError(
             "a dask array x is for a TensorFunction recorded with one array as x; this one "

@@ -18,7 +18,7 @@ from easyad._levels import BatchedBase
 from easyad import random as _random
 from easyad import tensor as _tensor
 from easyad.errors import ShapeError
-from easyad.tensor import Tensor, recorded_host_value
+from easyad.tensor import Tensor, recorded_effect, recorded_host_value
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -111,8 +111,20 @@ def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = No
     Training: normalise with the batch's mean and biased variance per channel, and update
     the numpy arrays ``running_mean`` and ``running_var`` in place (unless None) with
     ``(1 - momentum) running + momentum batch``, the variance unbiased (n / (n - 1)).
+    Inside ``ad.record`` the update is an effect of the recording: every replay at one
+    point updates them with that replay's batch (docs/nn.md, "BatchNorm and recording").
     Evaluation: normalise with the running statistics. Then ``weight`` and ``bias`` (C,).
     """
+    return _batch_norm(input, running_mean, running_var, weight, bias, training, momentum,
+                       eps, None)
+
+
+def _batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any, bias: Any,
+                training: bool, momentum: float | None, eps: float,
+                tracked: np.ndarray | None) -> Any:
+    """``batch_norm``; ``tracked`` (a module's num_batches_tracked, or None) counts the
+    updates, and momentum None is then its cumulative average (1 / count), both read when
+    the update happens (at each replay of a recording, not once at the recording)."""
     shape = _shape(input)
     if len(shape) < 2:
         raise ShapeError(f"batch_norm: the input of shape {shape} needs axes (N, C, *); "
@@ -129,7 +141,8 @@ def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = No
         if n <= 1:
             raise ValueError(f"batch_norm: training needs more than one value per channel, "
                              f"got an input of shape {shape} (use eval() or a larger batch)")
-        _update_running(input, running_mean, running_var, axes, n, momentum)
+        if running_mean is not None or running_var is not None or tracked is not None:
+            _running(input, axes, n, _Update(running_mean, running_var, momentum, tracked))
         y = _normalise(input, axes, eps)
     else:
         if running_mean is None or running_var is None:
@@ -142,31 +155,56 @@ def batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = No
     return _affine(y, weight, bias, per_channel)
 
 
-def _update_running(input: Any, running_mean: Any, running_var: Any,
-                    axes: tuple[int, ...], n: int, momentum: float) -> None:
-    if running_mean is None and running_var is None:
+class _Update:
+    """One training step's update of the running statistics, given the batch's mean and
+    unbiased variance per channel (float64): eager calls it at once, a recording after
+    each replay (``Program.effect``)."""
+
+    def __init__(self, running_mean: Any, running_var: Any, momentum: float | None,
+                 tracked: np.ndarray | None) -> None:
+        if momentum is None and tracked is None:
+            raise ValueError("batch_norm: momentum=None (the cumulative average) needs the "
+                             "module's num_batches_tracked; pass a number to the functional "
+                             "form")
+        self.mean, self.var, self.momentum, self.tracked = \
+            running_mean, running_var, momentum, tracked
+
+    def __call__(self, mean: np.ndarray, var: np.ndarray) -> None:
+        m = self.momentum
+        if self.tracked is not None:
+            self.tracked += 1
+            if m is None:                 # torch's cumulative average: read now
+                m = 1.0 / float(self.tracked)
+        mean = np.asarray(mean, dtype=np.float64).reshape(-1)
+        var = np.asarray(var, dtype=np.float64).reshape(-1)
+        if self.mean is not None:
+            self.mean *= 1.0 - m
+            self.mean += m * mean
+        if self.var is not None:
+            self.var *= 1.0 - m
+            self.var += m * var
+
+
+def _running(input: Any, axes: tuple[int, ...], n: int, update: _Update) -> None:
+    def statistics() -> list[Any]:
+        # the batch statistics as recorded operations (no derivative): an effect of the
+        # program, applied after every replay with that replay's batch
+        t = Tensor.constant(input) if isinstance(input, np.ndarray) else input
+        x = t.stop_gradient().astype(np.float64)
+        mean = _tensor.mean(x, axis=axes, keepdims=True)
+        centred = x - mean
+        return [mean.reshape((-1,)), _tensor.mean(centred * centred, axis=axes)
+                * (n / (n - 1))]
+    if not isinstance(input, BatchedBase) and recorded_effect(update, statistics):
         return
-    if isinstance(input, Tensor) and recorded_host_value(lambda: np.zeros(()),
-                                                         input.dtype) is not None:
-        # replay would never update them: refuse rather than train with stale statistics
-        raise ValueError("batch_norm: training mode inside ad.record would update the "
-                         "running statistics once, at recording, and never at replay; "
-                         "record after model.eval(), or use track_running_stats=False "
-                         "(running_mean=running_var=None)")
     x = _values(input)
     if x is None:
-        raise ValueError("batch_norm: the running statistics cannot be updated from a "
-                         "tensor without values (a recording or vmap); call it eagerly, "
-                         "or pass running_mean=running_var=None")
+        raise ValueError("batch_norm: the running statistics cannot be updated under vmap "
+                         "(which example's batch statistics?): torch.func.vmap refuses "
+                         "this too; call the model eagerly or inside ad.record, use eval() "
+                         "or track_running_stats=False (running_mean=running_var=None)")
     x = x.astype(np.float64)
-    mean = x.mean(axis=axes)
-    var = x.var(axis=axes) * (n / (n - 1))
-    if running_mean is not None:
-        running_mean *= 1.0 - momentum
-        running_mean += momentum * mean
-    if running_var is not None:
-        running_var *= 1.0 - momentum
-        running_var += momentum * var
+    update(x.mean(axis=axes), x.var(axis=axes) * (n / (n - 1)))
 
 
 def embedding(input: Any, weight: Any, padding_idx: int | None = None) -> Any:

@@ -108,17 +108,15 @@ class _BatchNorm(Module):
             raise ShapeError(f"{type(self).__name__}: the input has {x.shape[1]} channels "
                              f"(axis 1), the layer num_features={self.num_features}")
         batch_stats = self.training or not self.track_running_stats
-        momentum = self.momentum
-        if self.training and self.track_running_stats:
-            assert self.num_batches_tracked is not None
-            self.num_batches_tracked += 1
-            if momentum is None:
-                momentum = 1.0 / float(self.num_batches_tracked)
+        # num_batches_tracked and momentum=None's average move with each update (at
+        # every replay of a recording): F._batch_norm counts them there
+        tracking = self.training and self.track_running_stats
         running = (self.running_mean, self.running_var) \
             if not self.training or self.track_running_stats else (None, None)
-        return F.batch_norm(x, running[0], running[1], _tensor(self.weight, tape),
-                            _tensor(self.bias, tape), batch_stats,
-                            0.0 if momentum is None else momentum, self.eps)
+        return F._batch_norm(x, running[0], running[1], _tensor(self.weight, tape),
+                             _tensor(self.bias, tape), batch_stats,
+                             self.momentum if tracking else (self.momentum or 0.0),
+                             self.eps, self.num_batches_tracked if tracking else None)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "

@@ -52,8 +52,8 @@ class TensorBatches(TensorInputs):
 
     def _batched(self, what: str, x: Any, args: tuple[Any, ...], count: int,
                  tangents: Sequence[Any] = (),
-                 tangent_specs: Sequence[tuple[tuple[int, ...], Any]] | None = None
-                 ) -> list[np.ndarray]:
+                 tangent_specs: Sequence[tuple[tuple[int, ...], Any]] | None = None,
+                 one_point: bool = False) -> list[np.ndarray]:
         """``what`` at every point of the batch ``x``, outputs with a leading axis: one C
         loop without the GIL where the fused program allows it (no Python step in it),
         else on the numpy device each C run over all points and each matmul/linear/
@@ -61,9 +61,23 @@ class TensorBatches(TensorInputs):
         an OpenCL device one launch per fused kernel (``compiler.program.batch_cl``: no
         backend step in it; x's leaves may be rows there already: Tensors or pyopencl
         arrays), else one replay per point. ``tangents`` (hvp: of x's shapes; vjp: of the
-        outputs', ``tangent_specs``) may be batched too."""
+        outputs', ``tangent_specs``) may be batched too. ``one_point``: every row is the
+        same x (hessian's and jacobian's directions), so a recording's host effects
+        (BatchNorm's running statistics) apply once, with the first row's values; other
+        batches with effects are refused (which point's statistics?)."""
         if count == 0:
             raise ValueError("a batch of no points: x's leading axis is 0")
+        if not one_point:
+            self._refuse_effects(f"{'a call' if what == 'value' else what} over a batch "
+                                 f"of {count} points")
+        return self._effects(what, self._batch_outputs(what, x, args, count, tangents,
+                                                       tangent_specs), row=0)
+
+    def _batch_outputs(self, what: str, x: Any, args: tuple[Any, ...], count: int,
+                       tangents: Sequence[Any],
+                       tangent_specs: Sequence[tuple[tuple[int, ...], Any]] | None
+                       ) -> list[np.ndarray]:
+        """``_batched``'s outputs, the hidden ones (host effects) included."""
         leaves, _ = _trees.flatten(x)
         X = [self._device_rows(v) for v in leaves]      # rows already on this device
         X = [_arrays.real_array(v, "x", dt) if a is None else a
@@ -105,7 +119,8 @@ class TensorBatches(TensorInputs):
             point = _trees.unflatten(self._x_tree, [a[b] for a in X])
             ts = [t[b] if np.ndim(t) > len(s) else t
                   for t, (s, _) in zip(tangents, tangent_specs or self._x_specs)]
-            outs.append([self._host(o) for o in self._run(what, point, args, ts)])
+            outs.append([self._host(o) for o in self._run(what, point, args, ts,
+                                                          effects=False)])
         return [np.stack([o[k] for o in outs]) for k in range(len(outs[0]))]
 
     def _unit_batch(self, what: str, x: Any, args: tuple[Any, ...],
@@ -127,7 +142,7 @@ class TensorBatches(TensorInputs):
             u[np.arange(start, start + size), np.arange(size)] = 1.0
             units.append(u.reshape((total,) + shape))
             start += size
-        out = self._batched(what, X, args, total, units, specs)
+        out = self._batched(what, X, args, total, units, specs, one_point=True)
         return [o.reshape((total,) + s) for o, (s, _) in zip(out, self._x_specs)]
 
     def _batch_hessian(self, x: Any, args: tuple[Any, ...], count: int) -> np.ndarray:

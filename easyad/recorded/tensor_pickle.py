@@ -46,6 +46,11 @@ def state(F: Any) -> tuple[Any, ...]:
     recordings = {}
     for key, rec in F._recordings.items():
         p = rec.program
+        if p.effects:
+            raise TypeError("this TensorFunction updates live arrays at every replay "
+                            "(BatchNorm's running statistics in training mode), which do "
+                            "not travel with a pickle; record it after model.eval() to "
+                            "send it, or record f again in the other process")
         if p.live:
             raise TypeError("this TensorFunction reads module parameters at every call, "
                             "which do not travel; pass the parameters as arguments of f "

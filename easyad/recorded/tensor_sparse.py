@@ -306,6 +306,6 @@ class TensorSparse(TensorBatches):
             tangents.append(np.ascontiguousarray(seeds[:, start:start + size], dtype=dtype)
                             .reshape((K,) + shape))
             start += size
-        out = self._batched(what, X, args, K, tangents, specs)
+        out = self._batched(what, X, args, K, tangents, specs, one_point=True)
         return np.concatenate([np.asarray(o, dtype=np.float64).reshape(K, -1) for o in out],
                               axis=1)

@@ -27,14 +27,16 @@ from easyad.tensor._fused import cross_entropy, linear, sigmoid
 from easyad.tensor._functions import (ShapeDtype, amax, amin, concatenate, eval_shape,
                                       log_softmax, logsumexp, mean, softmax, stack, sum)
 from easyad.tensor._parameters import ParameterValues, host_copy
-from easyad.tensor._tensor import Tensor, recorded_host_value, recorded_parameter
+from easyad.tensor._tensor import (Tensor, recorded_effect, recorded_host_value,
+                                   recorded_parameter)
 from easyad.tensor._trace import TraceTensor
 
 __all__ = ["ArrayPrimitive", "Device", "ParameterValues", "ShapeDtype", "Tensor", "amax",
            "amin", "concatenate",
            "cross_entropy",
            "device_report", "devices", "eval_shape", "linear", "sigmoid",
-           "get_device", "host_copy", "log_softmax", "logsumexp", "mean", "recorded_host_value",
+           "get_device", "host_copy", "log_softmax", "logsumexp", "mean", "recorded_effect",
+           "recorded_host_value",
            "recorded_parameter",
            "set_device", "softmax", "stack",
            "sum", "TraceTensor"]

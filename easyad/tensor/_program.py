@@ -147,6 +147,19 @@ class Program(ir.Graph):
         # step): replay may write it into that input's memory (see ``compiler.program.fused_c``)
         self.in_place: dict[int, int] = {}
         self.backend: Any = None
+        # host effects of every replay at one point (BatchNorm's running statistics):
+        # (apply, slots): replay keeps the slots as hidden outputs and calls apply(*their
+        # host values) after the run (``Program.effect``)
+        self.effects: list[tuple[Any, tuple[int, ...]]] = []
+
+    def effect(self, apply: Any, slots: Sequence[Slot]) -> None:
+        """Register a host effect: after each replay at one point, ``apply`` gets the
+        host values of ``slots`` at that point (never at the recording itself)."""
+        self.effects.append((apply, tuple(int(s.index) for s in slots)))
+
+    @property
+    def effect_slots(self) -> list[int]:
+        return [i for _, slots in self.effects for i in slots]
 
     def _new(self, shape: tuple[int, ...], dtype: Any, value: Any) -> Slot:
         s = Slot(self, len(self.shapes), shape, dtype, value)

@@ -211,6 +211,23 @@ def recorded_host_value(make: Any, dtype: Any) -> Tensor | None:
     return wrap(Tensor, be, slot, slot.shape, slot.dtype)
 
 
+def recorded_effect(apply: Any, make: Any) -> bool:
+    """While ``ad.record`` records tensor code: register ``apply`` to run on the host
+    after every replay at one point, with the host values at that point of the tensors
+    ``make()`` computes (recorded operations of f's values; ``Program.effect``); False
+    when nothing is being recorded (the caller applies it now, and make is not called)."""
+    be = _program.capturing()
+    if be is None:
+        return False
+    tensors = list(make())
+    for t in tensors:
+        if not (isinstance(t, Tensor) and t._backend is be):
+            raise ValueError("an effect of a recording reads tensors of that recording "
+                             f"(computed in f), not {type(t).__name__}")
+    be.program.effect(apply, [t._data for t in tensors])
+    return True
+
+
 def _element_getitem(t: Tensor, key: Any) -> Any:
     """``t[key]`` on a transform's input (``_elements``): one element is a Record."""
     element = t._elements.get(key, live_tape(t))
