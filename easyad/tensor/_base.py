@@ -76,9 +76,11 @@ class ObjectArrayOperand(TypeError):
 def refuse_object_array(a: np.ndarray) -> None:
     if a.dtype == object and any(isinstance(e, (Record, Trace)) for e in a.reshape(-1)):
         raise ObjectArrayOperand(
-            "a tensor operation got a numpy array of Records or Traces (ad.record passes f "
-            "one); tensor operations take Tensors: differentiate with ad.grad, ad.jacobian, "
-            "ad.hessian or ad.hvp, which pass f Tensors, or make one with ad.stack")
+            "a tensor operation got a numpy array of Records or Traces (np.array of single "
+            "numbers, or what ad.record passes f); tensor operations take Tensors: "
+            "differentiate with ad.grad, ad.jacobian, ad.hessian or ad.hvp, which pass f "
+            "Tensors, and build vectors with tensor operations (y * c, y[::-1], ad.stack or "
+            "ad.concatenate with a Tensor among the parts) rather than np.array of elements")
 
 
 def live_tape(t: TensorBase) -> Any:
