@@ -287,6 +287,12 @@ class Plan:
             if target is not None and target >= last and \
                     self.joins(groups[target][1], ins, shape):
                 groups[target][1].append(ins)
+            elif last < 0 and groups:
+                # reads nothing made in the segment (a slice of an input): first, so the
+                # loops after it that read it may join the loops before it
+                target = 0
+                made_in = {s: k + 1 for s, k in made_in.items()}
+                groups.insert(0, (shape, [ins]))
             else:
                 target = len(groups)
                 groups.append((shape, [ins]))
