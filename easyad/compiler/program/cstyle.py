@@ -289,8 +289,7 @@ class Renderer(CStyleRenderer):
             (part,) = params.parts
             offset, strides = part.offset, part.strides
             o = outs[0]
-            if math.prod(part.shape) != math.prod(p.shapes[o]):   # (else a permutation:
-                self._zero(o, body.pre)                            # all of it written)
+            self._zero(o, body.pre)
             read = self._read(body, ins.ins[0], index)   # of the part's size, not its shape
             body.loop.append(f"        {self.ptr(o, True)}"
                              f"[{flat_offset(shape, strides, offset, index)}] = {read};")

@@ -61,8 +61,7 @@ from easyad._core import _point_at, _segment_call, _segments_batch
 from easyad.compiler.program import blas_steps, softmax_c, table_c
 from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
 from easyad.compiler.optimiser import optimise_program
-from easyad.compiler.ir import Assemble, Node, Part
-from easyad.compiler.program.plan import Plan, contiguous, share_buffers, stored_slots
+from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
 from easyad.tensor._program import Program, live_instructions, step
 
 # a batch (run_batch) goes over threads from this many points x largest buffer on (a thread
@@ -297,55 +296,12 @@ def _written_in_place(plan: Plan) -> dict[int, int]:
     return found
 
 
-def _permutations_as_stores(p: Program, instructions: list[Any]) -> list[Any]:
-    """Each strided read that permutes the axes of a whole value made by a map (the layout
-    of a batched Jacobian) as a one-part assemble: the map's loop writes its value at the
-    permuted position (``cstyle``: no zeros first, every element is written) instead of
-    storing it for a second loop to copy. The same copy, so the same bits."""
-    made_by_map = {o for ins in instructions if ins.op == "map" for o in ins.outs}
-    out = []
-    for ins in instructions:
-        part = _inverse_permutation(p, ins) if ins.op == "strided" and \
-            ins.ins[0] in made_by_map else None
-        if part is not None:
-            o = ins.outs[0]
-            ins = Node("assemble", Assemble(p.shapes[o], p.dtypes[o], (part,)), ins.ins,
-                       ins.outs)
-        out.append(ins)
-    return out
-
-
-def _inverse_permutation(p: Program, ins: Any) -> Part | None:
-    """The part (the input's shape, strides into the output) that puts the input of a
-    strided read where the read takes it from, where the read is a permutation of the
-    input's axes; None otherwise."""
-    (src,), view = ins.ins, ins.params
-    shape, size = tuple(p.shapes[src]), math.prod(p.shapes[src])
-    if view.offset or math.prod(view.shape) != size or size > 1 << 24 or \
-            p.dtypes[src] != p.dtypes[ins.outs[0]] or len(view.shape) != len(shape):
-        return None
-    out_strides = [math.prod(view.shape[d + 1:]) for d in range(len(view.shape))]
-    # the output's axes in the order of the input's (strides descending)
-    order = sorted(range(len(view.shape)), key=lambda d: -view.strides[d])
-    if tuple(view.shape[d] for d in order) != shape or \
-            contiguous(view.shape, view.strides):
-        return None
-    part = Part(0, shape, tuple(out_strides[d] for d in order))
-    # checked element by element: input element j goes where the read takes it from
-    taken = np.zeros(size, dtype=np.int64)
-    taken[sum(np.indices(view.shape).reshape(len(shape), -1)[k] * view.strides[k]
-              for k in range(len(shape)))] = np.arange(size)
-    written = sum(np.indices(shape).reshape(len(shape), -1)[k] * part.strides[k]
-                  for k in range(len(shape)))
-    return part if np.array_equal(taken, written) else None
-
-
 def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
           ) -> FusedProgram | None:
     """The fused, compiled program for ``outputs`` on the numpy backend ``be``; None when
     nothing would be compiled (no C-able instruction) or no compiler works."""
     program, outputs = optimise_program(program, outputs)
-    instructions = _permutations_as_stores(program, live_instructions(program, outputs))
+    instructions = live_instructions(program, outputs)
     plan = Plan(program, instructions, outputs, CDialect.types)
     segments = [item for kind, item in plan.schedule if kind == "c"]
     in_c = table_c.lower(plan)            # op-table steps with a line loop: C functions
