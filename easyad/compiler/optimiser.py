@@ -102,7 +102,9 @@ def optimise(g: Graph, outputs: Sequence[Any], host: Callable[[Any], Any] | None
         if not scalar and _never_true(out, node, ins):
             never.add(node.outs[0])
         same = _scalar_identity(node.op, ins, producer) if scalar else \
-            _tensor_identity(g, node, ins, producer) or _unmasked(g, node, ins, never)
+            _tensor_identity(g, node, ins, producer)
+        if same is None and not scalar:
+            same = _unmasked(g, node, ins, never)
         if same is not None:
             sub[node.outs[0]] = same
             continue
