@@ -11,6 +11,9 @@ same for scalar tapes and tensor programs, in one forward sweep and one backward
   NaN included: ``x * 1``, ``1 * x``, ``x / 1``, ``x - 0``, ``x + -0``, ``-0 + x``,
   ``x ** 1``, ``-(-x)``, and a map that copies a slot (``"x"``) of its shape and dtype.
   Never ``x + 0`` (-0.0 + 0 is +0.0) or ``x * 0`` (inf * 0 is NaN, -1 * 0 is -0.0).
+- **Masks that are never true** (tensor programs): a strong zero's mask (``_expr.
+  STRONG_MUL_MASK``, ``STRONG_DIV_MASK``) that a constant operand makes 0 at every element,
+  whatever the other, and the where that chooses by it: that where is its other operand.
 - **Common subexpressions**: a pure node equal to an earlier one (same op, params up to
   the map's label, the same operands: constants compared by their bits) is that node.
 - **Dead nodes**: only what an output or a guard reads stays (and a scalar's inputs).
