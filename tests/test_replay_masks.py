@@ -137,3 +137,29 @@ def test_which_masks_are_never_true(kind, x, y, never):
         with np.errstate(invalid="ignore"):
             value = eval(_expr.render(expr, "numpy"), namespace, {"x": xs, "y": ys})
         assert not np.any(value)
+
+
+def _branchy(x):
+    if ad.sum(x) > 0:                 # a guard of the recording
+        return ad.sum(x ** 2)
+    return ad.sum(ad.sin(x))
+
+
+@pytest.mark.parametrize("on_branch_change", ["raise", "retape"])
+def test_calls_straight_to_the_bound_program_keep_guards(on_branch_change):
+    F = ad.record(_branchy, np.ones(4), tensor=True, on_branch_change=on_branch_change)
+    x = np.array([0.5, 1.0, -0.2, 0.25])
+    for _ in range(2):                # the first binds the value program, then straight
+        assert F(x) == np.sum(x ** 2)
+    wide = np.zeros(8)
+    wide[::2] = x
+    assert F(wide[::2]) == np.sum(x ** 2)     # not contiguous: the same value
+    if on_branch_change == "raise":
+        with pytest.raises(ad.BranchChangedError, match="record again"):
+            F(-x)
+        assert F(x) == np.sum(x ** 2)
+    else:
+        for _ in range(2):
+            assert F(-x) == pytest.approx(np.sum(np.sin(-x)), rel=1e-15)
+    batch = np.stack([x, 2 * x])      # one more axis: a batch, not the straight path
+    np.testing.assert_allclose(F(batch), [np.sum(x ** 2), np.sum((2 * x) ** 2)], rtol=1e-15)
