@@ -152,6 +152,13 @@ def _substitute(node: Node, trees: Mapping[str, Node]) -> Node:
     return node
 
 
+# the strong zero's masks of x * y and x / y (1 where the product or quotient counts as 0
+# and IEEE would not give it: 0 * inf, 0 / 0, 0 / NaN), as recorded programs compute them
+STRONG_MUL_MASK = ("choose(x == 0.0, choose(y - y == 0.0, 0.0, 1.0), "
+                   "choose(y == 0.0, choose(x - x == 0.0, 0.0, 1.0), 0.0))")
+STRONG_DIV_MASK = "choose(x == 0.0, choose(y == 0.0, 1.0, choose(y == y, 0.0, 1.0)), 0.0)"
+
+
 # ---- rendering ----
 
 def _literal(v: float, real: str) -> str:

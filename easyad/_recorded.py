@@ -239,6 +239,20 @@ class TensorFunction(TensorSparse):
         """f at ``x`` (the recorded structure and shapes), in f's output structure; at
         every point of a batch (each leaf of x with one more leading axis), the outputs
         with that axis (lazy dask arrays for a dask array x: ``easyad.distributed``)."""
+        bound = self._bound.get("value")
+        if bound is not None and self._fast and type(x) is np.ndarray and not args \
+                and x.shape == self._x_specs[0][0] and x.dtype == self._x_specs[0][1]:
+            rec = self._recordings["first"]
+            if not rec.program.live:
+                try:    # one array in, numpy device, bound already: straight to the program
+                    values = bound.run((x, self._learning_rate))
+                except _Retape:
+                    values = None       # the general path raises or records again
+                if values is not None:
+                    if rec.scalar_output:
+                        return float(values[0].reshape(()))
+                    return _trees.unflatten(rec.out_tree, [v.reshape(s) for v, (s, _)
+                                                           in zip(values, rec.out_specs)])
         if is_dask_array(x):
             return distributed.tensor_batch(self, "__call__", x, None, args)
         count = self._batch_count(x)

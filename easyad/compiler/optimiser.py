@@ -11,6 +11,9 @@ same for scalar tapes and tensor programs, in one forward sweep and one backward
   NaN included: ``x * 1``, ``1 * x``, ``x / 1``, ``x - 0``, ``x + -0``, ``-0 + x``,
   ``x ** 1``, ``-(-x)``, and a map that copies a slot (``"x"``) of its shape and dtype.
   Never ``x + 0`` (-0.0 + 0 is +0.0) or ``x * 0`` (inf * 0 is NaN, -1 * 0 is -0.0).
+- **Masks that are never true** (tensor programs): a strong zero's mask (``_expr.
+  STRONG_MUL_MASK``, ``STRONG_DIV_MASK``) that a constant operand makes 0 at every element,
+  whatever the other, and the where that chooses by it: that where is its other operand.
 - **Common subexpressions**: a pure node equal to an earlier one (same op, params up to
   the map's label, the same operands: constants compared by their bits) is that node.
 - **Dead nodes**: only what an output or a guard reads stays (and a scalar's inputs).
@@ -83,6 +86,7 @@ def optimise(g: Graph, outputs: Sequence[Any], host: Callable[[Any], Any] | None
     producer: dict[int, Node] = {}
     seen: dict[Any, Node] = {}
     kept: list[Node] = []
+    never: set[int] = set()              # strong-zero masks 0 everywhere (_never_true)
 
     def r(x: Any) -> Any:
         return sub.get(x, x) if type(x) is int else x
@@ -98,8 +102,12 @@ def optimise(g: Graph, outputs: Sequence[Any], host: Callable[[Any], Any] | None
                 for o in node.outs:
                     out.constants[o] = np.asarray(host(g.values[o])).copy()  # type: ignore
             continue
+        if not scalar and _never_true(out, node, ins):
+            never.add(node.outs[0])
         same = _scalar_identity(node.op, ins, producer) if scalar else \
             _tensor_identity(g, node, ins, producer)
+        if same is None and not scalar:
+            same = _unmasked(g, node, ins, never)
         if same is not None:
             sub[node.outs[0]] = same
             continue
@@ -214,6 +222,49 @@ def _same_as(tree: Any, operands: dict[str, Any], producer: dict[int, Node]) -> 
     if op is None or a is None or b is None:
         return None
     return _scalar_identity(op, (a, b), {})
+
+
+_MASKS = {_expr.parse(_expr.STRONG_MUL_MASK): "mul", _expr.parse(_expr.STRONG_DIV_MASK): "div"}
+_CHOOSE = _expr.parse("choose(c, x, y)")
+
+
+def _never_true(g: Graph, node: Node, ins: tuple[Any, ...]) -> bool:
+    """Whether ``node`` is a strong zero's mask that a constant operand makes 0 at every
+    element, whatever the other: x * y's where x (or y) is finite and nonzero everywhere
+    (a Jacobian's basis pushed through a matrix), x / y's where x is nonzero."""
+    if node.op != "map" or len(node.outs) != 1 or len(node.params.exprs) != 1 or \
+            node.params.dtypes[0] != np.bool_:
+        return False
+    kind = _MASKS.get(_expr.parse(node.params.exprs[0]))
+    if kind is None:
+        return False
+    operands = dict(zip(node.params.names, ins))
+
+    def never_zero(name: str, finite: bool) -> bool:
+        v = operands.get(name)
+        v = g.constants.get(v) if type(v) is int else v
+        if v is None or isinstance(v, int):
+            return False
+        a = np.asarray(v)
+        return a.dtype.kind == "f" and bool(np.all(a != 0) and
+                                            (not finite or np.all(np.isfinite(a))))
+    if kind == "mul":
+        return never_zero("x", True) or never_zero("y", True)
+    return never_zero("x", False)
+
+
+def _unmasked(g: Graph, node: Node, ins: tuple[Any, ...], never: set[int]) -> Any:
+    """``where(c, x, y)`` of a mask that is 0 everywhere: y, where y is a slot of the
+    node's shape and dtype (bit for bit: the where takes y at every element)."""
+    if not never or node.op != "map" or len(node.outs) != 1 or \
+            len(node.params.exprs) != 1 or _expr.parse(node.params.exprs[0]) != _CHOOSE:
+        return None
+    operands = dict(zip(node.params.names, ins))
+    c, y, o = operands.get("c"), operands.get("y"), node.outs[0]
+    if type(c) is int and c in never and type(y) is int and \
+            g.shapes[y] == g.shapes[o] and g.dtypes[y] == g.dtypes[o]:
+        return y
+    return None
 
 
 def live(nodes: list[Node], outputs: Sequence[Any]) -> list[Node]:

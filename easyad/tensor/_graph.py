@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad import _rules
+from easyad import _expr, _rules
 from easyad._levels import BatchedBase
 from easyad._expressions import (CompiledRule, compile_rule, derivative_namespace,
                                  generic_namespace, number_of)
@@ -111,9 +111,8 @@ def _like(*vs: Any) -> TensorBase | None:
 
 # where the strong zero applies, as kernels of the operands' values (a recorded program
 # cannot read values on the host: its masks are computed at every replay)
-_STRONG_MUL = ("choose(x == 0.0, choose(y - y == 0.0, 0.0, 1.0), "
-               "choose(y == 0.0, choose(x - x == 0.0, 0.0, 1.0), 0.0))")
-_STRONG_DIV = "choose(x == 0.0, choose(y == 0.0, 1.0, choose(y == y, 0.0, 1.0)), 0.0)"
+# (in _expr: the optimiser knows them, and drops a mask a constant operand makes all 0)
+_STRONG_MUL, _STRONG_DIV = _expr.STRONG_MUL_MASK, _expr.STRONG_DIV_MASK
 
 
 def _kernel_mask(expr: str, a: Any, b: Any, like: TensorBase) -> TensorBase:

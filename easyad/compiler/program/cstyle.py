@@ -246,11 +246,12 @@ class Renderer(CStyleRenderer):
         op, params, outs = ins.op, ins.params, ins.outs
         suffix = "" if index == "i" else f"_{index}"
 
-        def put(o: int, text: str) -> None:
+        def put(o: int, text: str, ctype: str | None = None) -> None:
             reg = f"v{o}{suffix}"
-            body.loop.append(f"        const {types[p.dtypes[o]]} {reg} = {text};")
+            ctype = ctype or types[p.dtypes[o]]
+            body.loop.append(f"        const {ctype} {reg} = {text};")
             body.regs[(plan.r(o), index)] = reg
-            body.ctypes[reg] = types[p.dtypes[o]]
+            body.ctypes[reg] = ctype
         if op == "map":
             names, dtypes = params.names, params.dtypes
             mapping = {name: self._operand(body, i, shape, index)
@@ -266,6 +267,12 @@ class Renderer(CStyleRenderer):
                     # a number (the seed, passed on by the sweep): a literal for what
                     # reads it, so the strong zeros around it simplify
                     body.regs[(plan.r(o), index)] = self.inline(number)
+                    continue
+                if np.dtype(dt) == np.bool_ and self.dialect.name == "c":
+                    # a truth value in an int register, its branches int literals: gcc 12
+                    # vectorises no loop that computes an unsigned char from a double
+                    # (every strong zero's mask); stored, it is 0 or 1 as before
+                    put(o, f"(int)({self.expression(_truth_literals(tree))})", "int")
                     continue
                 put(o, f"({types[np.dtype(dt)]})({self.expression(tree)})")
         elif op == "strided":
@@ -463,3 +470,14 @@ def c_header() -> list[str]:
     lines += [f'extern double easyad_s_{f}(double) __asm__("{f}") __attribute__((const));'
               for f in libmvec_functions()]
     return lines + [""]
+
+
+def _truth_literals(tree: _expr.Node) -> _expr.Node:
+    """A bool value's ``choose`` branches that are 0.0 or 1.0 written as C's int 0 and 1
+    (the same truth value)."""
+    if isinstance(tree, _expr.Call) and tree.name == "choose" and len(tree.args) == 3:
+        c, a, b = tree.args
+        return _expr.Call("choose", (c, _truth_literals(a), _truth_literals(b)))
+    if isinstance(tree, _expr.Num) and tree.value in (0.0, 1.0):
+        return _expr.Var(str(int(tree.value)))     # (a name is printed as it is)
+    return tree

@@ -25,6 +25,8 @@
   or sign compares is made once (never recomputed through libm) and, with what it is made
   of, by libm's scalar functions, so the backward sweep's "equals the max" sees the bits
   the max was taken over and equal inputs tie anywhere (docs/internals.md).
+- **Bools** (masks) are ``int`` registers with int 0/1 branches, stored as unsigned char:
+  gcc 12 vectorises no loop computing an unsigned char from a double.
 - **Numbers**: a recorded constant of one element (the gradient's seed) is a literal,
   and so is a value that is one number; ``mul0`` (the strong zero) of a number c with
   |c| >= 1 is written ``c * y + 0.0``, the same bits with no comparison.

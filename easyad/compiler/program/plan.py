@@ -4,8 +4,9 @@ programs, run after ``compiler.optimiser``), shared by the C and OpenCL renderer
 - ``Plan``: reshapes share memory (``root``), a *schedule* of segments of fusable
   instructions (maps, strided and gathered reads, reductions, assembles, scatter-adds)
   between Python/backend steps, and in a segment the *groups* (one loop shape each, values
-  in registers) and *loops* (consecutive groups of shapes that differ only in the first
-  dimension, run as one loop).
+  in registers; an instruction that reads nothing made in the segment, a slice of an
+  input, starts the first, so loops of one shape on either side of it join) and *loops*
+  (consecutive groups of shapes that differ only in the first dimension, run as one loop).
 - ``stored_slots``: which values must be in memory (read by another loop, a Python step,
   the caller), with *selections* (``_selections``: values a comparison decides on are
   made once, with scalar libm) and *recomputation* (``_choose_recomputed``: cheap values
@@ -287,6 +288,12 @@ class Plan:
             if target is not None and target >= last and \
                     self.joins(groups[target][1], ins, shape):
                 groups[target][1].append(ins)
+            elif last < 0 and groups:
+                # reads nothing made in the segment (a slice of an input): first, so the
+                # loops after it that read it may join the loops before it
+                target = 0
+                made_in = {s: k + 1 for s, k in made_in.items()}
+                groups.insert(0, (shape, [ins]))
             else:
                 target = len(groups)
                 groups.append((shape, [ins]))
