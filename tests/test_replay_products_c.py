@@ -225,7 +225,7 @@ def test_line_offsets():
         np.testing.assert_allclose(got, ref(x1), rtol=1e-15, atol=0, err_msg=name)
     _lowered_only(T._bound["value"])
     assert axis_lines((2, 0, 3), (1,), "double", "prod").body == "y[line] = (double)1;\n"
-    assert axis_lines((2, 0, 3), (1,), "double", "cumprod").count == 0
+    assert axis_lines((2, 0, 3), (1,), "double", "cumprod").lines == 0
     with pytest.raises(ValueError, match="no line loop 'sum'"):
         axis_lines((3,), (0,), "double", "sum")
 
