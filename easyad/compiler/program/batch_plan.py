@@ -111,8 +111,17 @@ class Product:
         return points if self.own or self.tile else 1
 
 
+class _OfPoints:
+    """A result of ``point_shape`` at every point (``own``) or one for all of them."""
+    own: bool
+    point_shape: tuple[int, ...]
+
+    def shape(self, points: int) -> tuple[int, ...]:
+        return ((points,) if self.own else ()) + self.point_shape
+
+
 @dataclass(frozen=True)
-class Reduction:
+class Reduction(_OfPoints):
     """``op`` over ``axes`` of the operand ``arg`` read as ``shape(points)``; ``tile`` as
     ``Product``'s."""
     arg: int
@@ -122,9 +131,6 @@ class Reduction:
     axes: tuple[int, ...]
     tile: bool
     size: int
-
-    def shape(self, points: int) -> tuple[int, ...]:
-        return ((points,) if self.own else ()) + self.point_shape
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,7 @@ class Bias:
 
 
 @dataclass(frozen=True)
-class Scatter:
+class Scatter(_OfPoints):
     """scatter_add at every point: zeros of ``shape(points)``, the operand ``arg`` (read
     as ``copy(points)`` first where not None) added at ``index_at(points)``."""
     arg: int
@@ -159,9 +165,6 @@ class Scatter:
     g_shape: tuple[int, ...]
     tile: bool
     size: int
-
-    def shape(self, points: int) -> tuple[int, ...]:
-        return ((points,) if self.own else ()) + self.point_shape
 
     def index_at(self, points: int) -> np.ndarray:
         if not self.own:
@@ -185,7 +188,7 @@ class Scatter:
 
 
 @dataclass(frozen=True)
-class Assembly:
+class Assembly(_OfPoints):
     """assemble at every point: zeros of ``shape(points)`` with operand k written into
     ``parts_at(points)[k]``; ``spread[k]``: operand k is shared while the result is per
     point, so it is copied to every point first (``copy(k, points)``)."""
@@ -196,9 +199,6 @@ class Assembly:
     spread: tuple[bool, ...]
     tile: bool
     size: int
-
-    def shape(self, points: int) -> tuple[int, ...]:
-        return ((points,) if self.own else ()) + self.point_shape
 
     def parts_at(self, points: int) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
         if not self.own:
@@ -211,7 +211,7 @@ class Assembly:
 
 
 @dataclass(frozen=True)
-class LineOp:
+class LineOp(_OfPoints):
     """An op of the table with a line loop at every point: ``op`` with the batched
     ``params`` over operands of shape (points,) + a point's (``spread[k]``: operand k is
     shared, copied to every point first); all operands shared: once (``own`` False),
@@ -226,9 +226,6 @@ class LineOp:
     spread: tuple[bool, ...]
     tile: bool
     size: int
-
-    def shape(self, points: int) -> tuple[int, ...]:
-        return ((points,) if self.own else ()) + self.point_shape
 
     def operand_shape(self, k: int, points: int) -> tuple[int, ...]:
         return ((points,) if self.own else ()) + self.shapes[k]
