@@ -7,12 +7,15 @@ quartiles, writes nothing.
   the whole ``_helpers.h``, with the link of ``library._LINK`` (-nostdlib on Linux), and
   with that link and only the helpers the program reaches (``prelude._used_helpers``);
   CasADi's JIT build with the same gcc flags (``bench_replay._jit``) in the same rounds.
+- ``fusion``: the same gradient rendered with each loop on its own (``fusion.MOST = 1``,
+  as before session 17) and with consecutive loops of one trip count fused
+  (``compiler/tape/fusion.py``), against CasADi's JIT build, in the same rounds.
 - ``hvp``: ``F.compile(hessian=True)`` of Rosenbrock (n = 10) with the HVP through step
   calls and row tables (``INLINE_HVP = 0``) and as configured (entry by entry when
   small): the compile's CPU seconds and ``F.hvp(x, v)``'s time per call (2,000 calls a
   round); both HVPs agree bit for bit.
 
-    python benchmarks/compile_parts.py [--rounds 25] [--n 10] [link|hvp ...]
+    python benchmarks/compile_parts.py [--rounds 25] [--n 10] [link|fusion|hvp ...]
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_replay as b  # noqa: E402
 
 import easyad as ad  # noqa: E402
-from easyad.compiler.tape import library  # noqa: E402
+from easyad.compiler.tape import fusion, library  # noqa: E402
 from easyad.compiler.tape import prelude as P  # noqa: E402
 from easyad.compiler.tape import second_order_renderer as sor  # noqa: E402
 
@@ -84,6 +87,32 @@ def link(rounds: int, n: int) -> None:
         print("  " + _show(f"{name:32s}", values, 1e3, "ms"))
 
 
+def fused(rounds: int, n: int) -> None:
+    most = fusion.MOST
+    configs = {"each loop alone": 1, f"fused (MOST = {most})": most, "casadi JIT": None}
+    ca = b._casadi()
+    if ca is None:
+        del configs["casadi JIT"]
+    entries = len(ad.record(b.rosenbrock, np.ones(n)))
+    seconds: dict[str, list[float]] = {k: [] for k in configs}
+    try:
+        for r in range(rounds):
+            for name in (list(configs) if r % 2 == 0 else list(configs)[::-1]):
+                if configs[name] is None:
+                    start = _cpu()
+                    b._casadi_function(ca, n, "gradient", b._jit(entries))
+                    seconds[name].append(_cpu() - start)
+                    continue
+                fusion.MOST = configs[name]
+                seconds[name].append(_fresh_compile(n)[1])
+    finally:
+        fusion.MOST = most
+    print(f"F.compile() of Rosenbrock's gradient, n = {n}: CPU ms, median [q1, q3] over "
+          f"{rounds} interleaved rounds")
+    for name, values in seconds.items():
+        print("  " + _show(f"{name:32s}", values, 1e3, "ms"))
+
+
 def hvp(rounds: int, n: int) -> None:
     configured = sor.INLINE_HVP
     configs = {"steps + row tables": 0, f"INLINE_HVP = {configured}": configured}
@@ -118,15 +147,17 @@ def hvp(rounds: int, n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("parts", nargs="*", default=["link", "hvp"], help="link, hvp")
+    parser.add_argument("parts", nargs="*", default=["link", "fusion", "hvp"],
+                        help="link, fusion, hvp")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--n", type=int, default=10)
     args = parser.parse_args()
-    unknown = set(args.parts) - {"link", "hvp"}
+    parts = {"link": link, "fusion": fused, "hvp": hvp}
+    unknown = set(args.parts) - set(parts)
     if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}: choose from link, hvp")
+        parser.error(f"unknown parts {sorted(unknown)}: choose from {', '.join(parts)}")
     for part in args.parts:
-        {"link": link, "hvp": hvp}[part](args.rounds, args.n)
+        parts[part](args.rounds, args.n)
 
 
 if __name__ == "__main__":

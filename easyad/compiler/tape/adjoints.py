@@ -10,6 +10,7 @@ import numpy as np
 
 from easyad import _expr, _rules, _tapeview
 from easyad.compiler.cstyle import CStyleRenderer
+from easyad.compiler.tape.fusion import Access, Piece
 from easyad.compiler.tape.layout import Layout, pow_exponent
 from easyad.compiler.tape.opcodes import RULE_OF, RULE_OPCODE, SELECT_OP
 
@@ -33,7 +34,7 @@ class Adjoints:
         self.r = renderer
         self.written = np.zeros(P.L + 1, dtype=bool)
         self.known: dict[int, float] = {output: 1.0}
-        self.lines: list[str] = []
+        self.lines: list[str | Piece] = []     # statements, and loops that may fuse
         self.written[output] = True
 
     def g(self, i: int) -> str:
@@ -192,6 +193,7 @@ def _reverse_affine(P: Layout, rule: _rules.Rule, name: str, need: int,
     apart = len(spans) < 2 or spans[0].stop <= spans[1].start \
         or spans[1].stop <= spans[0].start
     body = []
+    accesses = [Access("a", lo, 1, False)] if known is None else []
     for k in (0, 1):
         t = terms.get(k)
         if t is None:
@@ -208,10 +210,11 @@ def _reverse_affine(P: Layout, rule: _rules.Rule, name: str, need: int,
         else:
             A.settle(span)
             body.append(f"a[{bases[k]} + j] += {t};" if strides[k] else f"a[{bases[k]}] += {t};")
+        accesses.append(Access("a", bases[k], strides[k], True))
     if not body:
         return
     xs = P.strided(bases[0], strides[0], True)
     ys = pow_exponent(RULE_OPCODE[name], P.strided(bases[1], strides[1], True))
-    A.lines.append(f"    {A.r.loop(hi - lo, down=True)} {{ const double g = {g}, "
-                   f"x = {xs}, y = {ys}, z = v[{lo} + j]; (void)g; (void)x; (void)y; "
-                   f"(void)z; {' '.join(body)} }}\n")
+    A.lines.append(Piece(hi - lo, f"{{ const double g = {g}, x = {xs}, y = {ys}, "
+                                  f"z = v[{lo} + j]; (void)g; (void)x; (void)y; (void)z; "
+                                  f"{' '.join(body)} }}", tuple(accesses), down=True))

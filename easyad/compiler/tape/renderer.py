@@ -13,6 +13,7 @@ from easyad import _rules, _tapeview
 from easyad.compiler.cstyle import CStyleRenderer
 from easyad.compiler.dialect import C, Dialect
 from easyad.compiler.tape.adjoints import Adjoints, reverse_run
+from easyad.compiler.tape.fusion import Access, Piece, fuse
 from easyad.compiler.tape.layout import (KEEP_HELPER, Layout, chunks, gather,
                                          output_ancestors, pow_exponent)
 from easyad.compiler.tape.opcodes import (COMPARE_OPS, GUARD_OPS, RULE_OF, RULE_OPCODE,
@@ -70,6 +71,12 @@ _FREE = frozenset(RULE_OPCODE[k] for k in ("add", "sub", "neg"))
 _INDEXED = 32     # entries from which a run that is not affine is a loop over index arrays
 
 
+def _wrap(tag: str, text: str) -> str:
+    """A forward loop of runs only the output's value reads (tag "all") inside ``if
+    (all)``; any other as it is."""
+    return f"    if (all) {{\n{text}    }}\n" if tag == "all" else text
+
+
 def _dead_runs(P: Layout, runs: list[tuple[int, ...]]) -> list[bool]:
     """The VM's run_dead (``_dead_runs`` of layout.pxi): runs of sums, differences and
     negations whose values nothing reads but other such entries (no partial, guard,
@@ -107,10 +114,14 @@ class TapeRenderer(CStyleRenderer):
         # the runs only the output's value reads (sums) are skipped by a gradient asked for
         # without its value (out NULL), as the VM skips its run_dead; in place (an entry
         # nothing wants of a run that is kept may still read them)
-        forward: list[str] = []
+        items: list[str | Piece] = []
         for r, run in enumerate(runs):
-            lines = self._forward_run(P, run)
-            forward += [f"    if (all) {{\n{''.join(lines)}    }}\n"] if dead[r] else lines
+            lines = self._forward_run(P, run, "all" if dead[r] else "")
+            if isinstance(lines, Piece):
+                items.append(lines)
+            else:
+                items += [f"    if (all) {{\n{''.join(lines)}    }}\n"] if dead[r] else lines
+        forward = fuse(items, self._loop, self._single, _wrap)
         ancestors = output_ancestors(P, int(P.outputs[0]))
         adjoints = Adjoints(P, int(P.outputs[0]), self)
         if gradient:
@@ -136,7 +147,7 @@ class TapeRenderer(CStyleRenderer):
         setup = [f"    v[{p}] = {self.literal(float(P.values[p]))};\n" for p in fixed]
         setup += gather("v", inputs, "x")
         fparts = chunks(setup + forward)
-        rparts = chunks(adjoints.lines)
+        rparts = chunks(fuse(adjoints.lines, self._loop, self._single, _wrap))
         cut = "EASYAD_CUT " if len(fparts) + len(rparts) > 2 else ""
         for k, body in enumerate(fparts):
             out.append(f"static {cut}int fwd{k}(const double* restrict x, double* restrict v, "
@@ -169,24 +180,55 @@ class TapeRenderer(CStyleRenderer):
         body = "".join(out[2:])
         return "".join(out[:2]) + prelude(body) + body
 
+    def _loop(self, count: int, down: bool) -> str:
+        return self.loop(count, down=down)
 
-    def _forward_run(self, P: Layout, run: tuple[int, ...]) -> list[str]:
+    def _single(self, piece: Piece) -> str:
+        """A piece that joined no other: its loop as it was always written."""
+        head = self.loop(piece.count, down=piece.down)
+        if piece.down:
+            return f"    {head} {piece.body}\n"
+        text = f"{head} {piece.body}"
+        if piece.checked:
+            text = f"double bad = 0.0; {text} if (bad != 0.0) flags |= 2;"
+        return _wrap(piece.tag, f"    {{ {text} }}\n")
+
+    def _affine_piece(self, P: Layout, run: tuple[int, ...], tag: str, lo: int, hi: int
+                      ) -> Piece:
+        """The entries [lo, hi) of an affine run (the whole run, or a piece of it) as a
+        loop body; ``split`` cuts it into shorter pieces."""
+        start, _, op, need, affine, base0, base1 = run
+        strides = ((affine >> 1) & 1, affine >> 2)
+        bases = (base0 + (lo - start) * strides[0], base1 + (lo - start) * strides[1])
+        x = P.strided(bases[0], strides[0], bool(need & 1))
+        y = pow_exponent(op, P.strided(bases[1], strides[1], bool(need & 2)))
+        checked = RULE_OF[op].errors != _rules.NO_CHECK
+        check = " bad = (z - z == 0.0) ? bad : 1.0;" if checked else ""
+        body = (f"{{ const double x = {x}, y = {y}; (void)y; const double z = "
+                f"{self.rule_value(RULE_OF[op].name)}(x, y); v[{lo} + j] = z;{check} }}")
+        reads = tuple(Access("v", b, s, False) for b, s in zip(bases, strides) if b < P.L)
+
+        def split(count: int) -> list[Piece]:
+            return [self._affine_piece(P, run, tag, k, k + count) for k in range(lo, hi, count)]
+        return Piece(hi - lo, body, (*reads, Access("v", lo, 1, True)), checked=checked,
+                     tag=tag, split=split)
+
+    def _forward_run(self, P: Layout, run: tuple[int, ...], tag: str = ""
+                     ) -> list[str] | Piece:
         lo, hi, op, need, affine, base0, base1 = run
         if op == 0:
             return [self._structural(P, i) for i in range(lo, hi)]
+        if affine:
+            return self._affine_piece(P, run, tag, lo, hi)
         rule = RULE_OF[op]
         name = rule.name
         # errors show as non-finite values; whether one is an error (or a value computed from
         # an inf or NaN operand) is the VM's to decide: the point is flagged and handed to it.
         # (A loop of easyad_rule_status checks here cost gcc ~10 ms per checked run.)
         checked = rule.errors != _rules.NO_CHECK
-        indexed = None if affine or hi - lo < _INDEXED else self._indexed(P, lo, hi)
-        if affine or indexed:
-            if indexed:
-                x, y = indexed
-            else:
-                x = P.strided(base0, (affine >> 1) & 1, bool(need & 1))
-                y = P.strided(base1, affine >> 2, bool(need & 2))
+        indexed = None if hi - lo < _INDEXED else self._indexed(P, lo, hi)
+        if indexed:
+            x, y = indexed
             y = pow_exponent(op, y)
             fast, start, chain = [x, y], "", ""
             for k, slots in enumerate((P.slot0[lo:hi], P.slot1[lo:hi]) if indexed else ()):
