@@ -8,8 +8,9 @@ quartiles, writes nothing.
   with that link and only the helpers the program reaches (``prelude._used_helpers``);
   CasADi's JIT build with the same gcc flags (``bench_replay._jit``) in the same rounds.
 - ``fusion``: the same gradient rendered with each loop on its own (``fusion.MOST = 1``,
-  as before session 17) and with consecutive loops of one trip count fused
-  (``compiler/tape/fusion.py``), against CasADi's JIT build, in the same rounds.
+  as before session 17), with consecutive loops of one trip count fused
+  (``compiler/tape/fusion.py``: the reverse sweep's from ``REVERSE_FROM`` iterations on)
+  and with every reverse loop fused too, against CasADi's JIT build, in the same rounds.
 - ``hvp``: ``F.compile(hessian=True)`` of Rosenbrock (n = 10) with the HVP through step
   calls and row tables (``INLINE_HVP = 0``) and as configured (entry by entry when
   small): the compile's CPU seconds and ``F.hvp(x, v)``'s time per call (2,000 calls a
@@ -88,8 +89,9 @@ def link(rounds: int, n: int) -> None:
 
 
 def fused(rounds: int, n: int) -> None:
-    most = fusion.MOST
-    configs = {"each loop alone": 1, f"fused (MOST = {most})": most, "casadi JIT": None}
+    most, reverse = fusion.MOST, fusion.REVERSE_FROM
+    configs = {"each loop alone": (1, reverse), f"fused, reverse from {reverse}": (most, reverse),
+               "fused, all reverse too": (most, 0), "casadi JIT": None}
     ca = b._casadi()
     if ca is None:
         del configs["casadi JIT"]
@@ -103,10 +105,10 @@ def fused(rounds: int, n: int) -> None:
                     b._casadi_function(ca, n, "gradient", b._jit(entries))
                     seconds[name].append(_cpu() - start)
                     continue
-                fusion.MOST = configs[name]
+                fusion.MOST, fusion.REVERSE_FROM = configs[name]
                 seconds[name].append(_fresh_compile(n)[1])
     finally:
-        fusion.MOST = most
+        fusion.MOST, fusion.REVERSE_FROM = most, reverse
     print(f"F.compile() of Rosenbrock's gradient, n = {n}: CPU ms, median [q1, q3] over "
           f"{rounds} interleaved rounds")
     for name, values in seconds.items():

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from collections.abc import Callable
 
 MOST = 8        # pieces per fused loop: a longer body gains nothing and costs gcc more
+# the reverse sweep's loops fuse from this trip count on: below it gcc peels each short
+# loop completely into straight vector code, which ran ~10% faster than a fused loop at
+# n = 10 (9 iterations); from n = 100 on the fused ones run 9-24% faster
+REVERSE_FROM = 16
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ def _fits(group: list[Piece], pieces: list[Piece]) -> bool:
     if len(group) + len(pieces) > MOST:
         return False
     head = group[0]
+    if head.down and head.count < REVERSE_FROM:
+        return False
     for k, piece in enumerate(pieces):
         if (piece.count, piece.down, piece.tag) != (head.count, head.down, head.tag):
             return False
