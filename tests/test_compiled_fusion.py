@@ -68,7 +68,8 @@ def test_an_element_read_at_every_iteration_does_not_fuse_with_its_writer():
     assert len(run(a, c)) == 1
 
 
-def test_reverse_loops_follow_their_downward_order():
+def test_reverse_loops_follow_their_downward_order(monkeypatch):
+    monkeypatch.setattr(fusion, "REVERSE_FROM", 0)
     # Rosenbrock's reverse sweep: R3 stores a[1 + j]; R4 adds to a[0 + j]. Element e is
     # R3's at j = e - 1 and R4's at j = e: going down, R4 reaches it first: no fusion
     r3 = piece("R3", 9, ("a", 28, 1, False), ("a", 1, 1, True), ("a", 10, 1, True), down=True)
@@ -80,6 +81,9 @@ def test_reverse_loops_follow_their_downward_order():
     # an adjoint that collects every iteration (a[3] += ...) fuses with nothing touching it
     r6 = piece("R6", 9, ("a", 3, 0, True), down=True)
     assert run(r4, r6) == ["[R4]", "[R6]"]
+    # reverse loops shorter than REVERSE_FROM stay apart (gcc peels each: faster per call)
+    monkeypatch.setattr(fusion, "REVERSE_FROM", 10)
+    assert run(r4, r5) == ["[R4]", "[R5]"]
 
 
 def test_counts_tags_statements_and_the_cap_separate_groups():
