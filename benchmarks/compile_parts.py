@@ -11,12 +11,15 @@ quartiles, writes nothing.
   as before session 17), with consecutive loops of one trip count fused
   (``compiler/tape/fusion.py``: the reverse sweep's from ``REVERSE_FROM`` iterations on)
   and with every reverse loop fused too, against CasADi's JIT build, in the same rounds.
+- ``calls``: the bound gradient's time per call (``F.bind_gradient(x, g)``, CPU) at n =
+  10, 100, 1000 and 10^4 with each loop alone and fused, and CasADi's JIT buffer call,
+  interleaved (--n is ignored; the gradients of the two easyad builds agree bit for bit).
 - ``hvp``: ``F.compile(hessian=True)`` of Rosenbrock (n = 10) with the HVP through step
   calls and row tables (``INLINE_HVP = 0``) and as configured (entry by entry when
   small): the compile's CPU seconds and ``F.hvp(x, v)``'s time per call (2,000 calls a
   round); both HVPs agree bit for bit.
 
-    python benchmarks/compile_parts.py [--rounds 25] [--n 10] [link|fusion|hvp ...]
+    python benchmarks/compile_parts.py [--rounds 25] [--n 10] [link|fusion|calls|hvp ...]
 """
 from __future__ import annotations
 
@@ -115,6 +118,41 @@ def fused(rounds: int, n: int) -> None:
         print("  " + _show(f"{name:32s}", values, 1e3, "ms"))
 
 
+def calls(rounds: int, _n: int) -> None:
+    ca = b._casadi()
+    for n, count in ((10, 20000), (100, 20000), (1000, 3000), (10000, 300)):
+        x = np.random.default_rng(n).uniform(-1, 1, n)
+        bound = {}
+        most = fusion.MOST
+        try:
+            for name, value in (("each loop alone", 1), ("fused", most)):
+                fusion.MOST = value
+                F = _fresh_compile(n)[0]
+                g = np.empty(n)
+                bound[name] = (F.bind_gradient(x.copy(), g), g)
+        finally:
+            fusion.MOST = most
+        if ca is not None:
+            F, _ = b._casadi_function(ca, n, "gradient", b._jit(len(ad.record(b.rosenbrock, x))))
+            bound["casadi JIT buffer call"] = b._buffer_call(F, x)
+        for call, _ in bound.values():
+            call()
+        first, second = (bound[k][1] for k in ("each loop alone", "fused"))
+        assert first.tobytes() == second.tobytes(), "the two builds' gradients differ"
+        times: dict[str, list[float]] = {k: [] for k in bound}
+        for r in range(rounds):
+            for name in (list(bound) if r % 2 == 0 else list(bound)[::-1]):
+                call = bound[name][0]
+                start = time.process_time()
+                for _ in range(count):
+                    call()
+                times[name].append((time.process_time() - start) / count)
+        print(f"bound gradient, n = {n}: CPU per call, median [q1, q3] over {rounds} "
+              f"interleaved rounds of {count} calls")
+        for name, values in times.items():
+            print("  " + _show(f"{name:24s}", values, 1e9, "ns"))
+
+
 def hvp(rounds: int, n: int) -> None:
     configured = sor.INLINE_HVP
     configs = {"steps + row tables": 0, f"INLINE_HVP = {configured}": configured}
@@ -149,12 +187,12 @@ def hvp(rounds: int, n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("parts", nargs="*", default=["link", "fusion", "hvp"],
-                        help="link, fusion, hvp")
+    parser.add_argument("parts", nargs="*", default=["link", "fusion", "calls", "hvp"],
+                        help="link, fusion, calls, hvp")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--n", type=int, default=10)
     args = parser.parse_args()
-    parts = {"link": link, "fusion": fused, "hvp": hvp}
+    parts = {"link": link, "fusion": fused, "calls": calls, "hvp": hvp}
     unknown = set(args.parts) - set(parts)
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}: choose from {', '.join(parts)}")
