@@ -74,11 +74,22 @@ _BATCH_THREADS = _pool.CORES
 # gcc's -march=native on AVX-512 CPUs (Sapphire Rapids, Zen 4) vectorises 256 bits wide; a
 # loop converting float32 to double and back (every float32 loop: values are computed in
 # double) is then bound by its shuffles, and 512-bit vectors halve them: the MLP step's
-# update of 100,352 float32 parameters 33 -> 21 us. Elementwise results are the same bits
-# at any width (no reassociation; sums run in the renderer's fixed 8 lanes). Other ISAs
-# (aarch64) have no such option, and a refused flag would drop the extra flags altogether.
-_WIDE = ("-mprefer-vector-width=512",) if platform.machine().lower() in ("x86_64", "amd64") \
-    else ()
+# update of 100,352 float32 parameters 33 -> 21 us. Only segments that call no libmvec
+# function are built so (a function attribute, defined by a flag: a compiler refusing it
+# builds without): arithmetic gives the same bits at any width (no reassociation or
+# contraction; sums run in the renderer's fixed 8 lanes), but libmvec's 4- and 8-lane
+# variants and the scalar remainder may differ in the last bits, and where an element
+# falls among them depends on the width. aarch64 has no such option.
+_WIDE = ('-DEASYAD_WIDE=__attribute__((target("prefer-vector-width=512")))',) \
+    if platform.machine().lower() in ("x86_64", "amd64") else ()
+_WIDE_DEFAULT = "#ifndef EASYAD_WIDE\n#define EASYAD_WIDE\n#endif\n"
+
+
+def _widened(segment: str) -> str:
+    """A segment's C with the 512-bit attribute, unless it calls a libmvec function."""
+    if any(f"{name}(" in segment for name in libmvec_functions()):
+        return segment
+    return "EASYAD_WIDE " + segment
 
 
 class FusedProgram:
@@ -331,7 +342,8 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     renderer = Renderer(plan, stored, CDialect())
     lowered = softmax_c.lower(plan, len(program.shapes) + len(plan.aux))
     lowered[0].update(in_c)
-    source = c_header() + [renderer.render(seg, k) for k, seg in enumerate(segments)] \
+    source = c_header() + [_WIDE_DEFAULT] \
+        + [_widened(renderer.render(seg, k)) for k, seg in enumerate(segments)] \
         + [step.text for step in lowered[0].values()]
     text = "\n".join(source)
     extra = ("-fopenmp-simd", "-Wl,-z,defs", *_WIDE) + (
