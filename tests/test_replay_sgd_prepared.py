@@ -147,3 +147,81 @@ def test_512_bit_vectors_give_the_same_bits(monkeypatch, dtype):
         results.append((losses, [np.array(p.data) for p in named.values()]))
     assert np.array_equal(results[0][0], results[1][0], equal_nan=True)
     assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(results[0][1], results[1][1]))
+
+
+# ---- the descent step folded into the weight gradient's GEMM (blas_steps.fold_updates) ----
+
+WIDE = (160, 128, 10)        # the first weight 128 x 160 = 20,480 >= FOLD_FROM elements
+
+
+def _wide_setup(dtype, loss_extra=None):
+    ad.random.seed(2)
+    model = nn.Sequential(nn.Linear(WIDE[0], WIDE[1], dtype=dtype), nn.Tanh(),
+                          nn.Linear(WIDE[1], WIDE[2], dtype=dtype))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((16, WIDE[0])).astype(dtype)
+    y = rng.integers(0, WIDE[2], 16)
+
+    def loss(params, x, y):
+        value = nn.functional.cross_entropy(nn.functional_call(model, params, x), y)
+        return value if loss_extra is None else value + loss_extra(params)
+    named = dict(model.named_parameters())
+    return ad.record(loss, {k: p.data for k, p in named.items()}, x, y), named, x, y
+
+
+def _steps(F) -> list[str]:
+    return [getattr(run, "__name__", "") for fn, run, *_ in F._bound["sgd_step"].steps
+            if fn is None]
+
+
+def _unfolded(monkeypatch):
+    real = fused_c.blas_steps.fold_updates
+
+    def none(plan):
+        real(plan)
+        plan.folded = []
+        return {}
+    monkeypatch.setattr(fused_c.blas_steps, "fold_updates", none)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_folded_update_is_within_one_rounding_of_the_update(monkeypatch, dtype):
+    from easyad.tensor import _blas
+    if _blas.cblas_gemm(dtype) is None:
+        pytest.skip("numpy's BLAS is not an OpenBLAS easyad can call")
+    F, named, x, y = _wide_setup(dtype)
+    start = {k: np.array(p.data) for k, p in named.items()}
+    _, grad = F.value_and_gradient({k: p.data for k, p in named.items()}, x, y)
+    loss = F.sgd_step(named, x, y, lr=LR)
+    assert _steps(F) == ["run_linear", "run_linear", "run_linear_vjp",
+                         "run_linear_vjp_folded"], "the 128x160 weight's update is folded"
+    folded = {k: np.array(p.data) for k, p in named.items()}
+    _unfolded(monkeypatch)                 # today's loop: the update in double, rounded once
+    G, named_g, _, _ = _wide_setup(dtype)
+    G.sgd_step(named_g, x, y, lr=LR)
+    assert "run_linear_vjp_folded" not in _steps(G)
+    for k, p in named_g.items():
+        want = p.data
+        # |folded - loop| <= ulp(w') + 2 ulp(lr * |g|): one rounding of the update term
+        # and lr's rounding to the dtype, apart from w's own
+        bound = np.spacing(np.abs(want)) + 2 * np.spacing(np.abs(LR * grad[k]).astype(dtype))
+        assert np.all(np.abs(folded[k].astype(np.float64) - want) <= bound), k
+        if k != "0.weight":
+            assert np.array_equal(folded[k], want), k      # only the folded weight differs
+    want_loss, want = _torch_step(start, x, y)
+    assert loss == pytest.approx(want_loss, rel=1e-5 if dtype == np.float32 else 1e-12)
+    for k in named:
+        np.testing.assert_allclose(folded[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_no_fold_where_the_weight_or_its_gradient_is_read_elsewhere(monkeypatch):
+    # an L2 term reads w (and makes its gradient a sum): the update stays a C loop
+    F, named, x, y = _wide_setup(np.float32, lambda p: 1e-3 * ad.sum(p["0.weight"] ** 2))
+    F.sgd_step(named, x, y, lr=LR)
+    assert "run_linear_vjp_folded" not in _steps(F)
+    # no OpenBLAS to call: numpy's matmul and the loop, as before
+    from easyad.tensor import _blas
+    monkeypatch.setattr(_blas, "cblas_gemm", lambda dtype: None)
+    G, named_g, _, _ = _wide_setup(np.float32)
+    G.sgd_step(named_g, x, y, lr=LR)
+    assert "run_linear_vjp_folded" not in _steps(G)

@@ -98,7 +98,8 @@ class FusedProgram:
 
     def __init__(self, plan: Plan, library: Any, be: Any, on_guard: Any,
                  stored: set[int], source: str,
-                 lowered: tuple[dict[int, Any], list[np.ndarray]] = ({}, [])) -> None:
+                 lowered: tuple[dict[int, Any], list[np.ndarray]] = ({}, []),
+                 folded: dict[int, tuple[int, int]] | None = None) -> None:
         p = plan.program
         self.plan, self.source, self.be = plan, source, be
         self.n_slots = len(p.shapes)
@@ -164,7 +165,8 @@ class FusedProgram:
                 self.steps.append((ctypes.cast(fn, ctypes.c_void_p).value, False, (), ()))
             else:
                 aliases = tuple(i for i in item.ins if type(i) is int and plan.r(i) != i)
-                ready = blas_steps.prepare(item, plan, fresh) if be.kind == "numpy" else None
+                ready = blas_steps.prepare(item, plan, fresh, folded) \
+                    if be.kind == "numpy" else None
                 if ready is not None:      # into buffers made once (no output among them),
                     for o, buffer in ready[1].items():      # pointed at once, here
                         self.base[o] = buffer
@@ -339,7 +341,9 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
                       for o in item.outs}
     plan.workspace = {s for s in stored if s not in {plan.r(o) for o in outputs}
                       and s not in made_in_python and program.dtypes[s] is not None}
-    renderer = Renderer(plan, stored, CDialect())
+    # descent steps folded into their weight gradient's product: their loops not rendered
+    folded = blas_steps.fold_updates(plan)
+    renderer = Renderer(plan, stored - {plan.r(u.outs[0]) for u in plan.folded}, CDialect())
     lowered = softmax_c.lower(plan, len(program.shapes) + len(plan.aux))
     lowered[0].update(in_c)
     source = c_header() + [_WIDE_DEFAULT] \
@@ -352,4 +356,4 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     library = None if path is None else c_library.load(path, purpose="tensor")
     if library is None:
         return None
-    return FusedProgram(plan, library, be, on_guard, stored, text, lowered)
+    return FusedProgram(plan, library, be, on_guard, stored, text, lowered, folded)
