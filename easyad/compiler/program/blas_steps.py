@@ -165,13 +165,16 @@ def fold_updates(plan: Any) -> dict[int, tuple[int, int]]:
                 or p.shapes[w] != p.shapes[grad] or x is None or _blas.cblas_gemm(dtype) is None:
             continue
         # nothing but the update reads the gradient, nor w from the product on (the
-        # step's own gx product reads it first)
-        if any(ins is not update and any(plan.r(grad) in plan.memory_reads(i)
-                                         for i in ins.ins if type(i) is int)
-               for _, ins in order) or any(
-                ins is not update and ins is not vjp and at >= pos
-                and any(w in plan.memory_reads(i) for i in ins.ins if type(i) is int)
-                for at, ins in order):
+        # step's own gx product reads it first), and no guard follows (w would already
+        # be updated when a replay found a branch changed and ran again)
+        guarded = any(ins.op.startswith("guard") and at >= pos for at, ins in order)
+        reread = any(ins is not update and any(plan.r(grad) in plan.memory_reads(i)
+                                               for i in ins.ins if type(i) is int)
+                     for _, ins in order) or any(
+            ins is not update and ins is not vjp and at >= pos
+            and any(w in plan.memory_reads(i) for i in ins.ins if type(i) is int)
+            for at, ins in order)
+        if guarded or reread:
             continue
         found[id(vjp)] = (w, lr)
         plan.folded.append(update)
