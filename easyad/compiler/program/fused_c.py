@@ -37,7 +37,11 @@
   ``_program.step`` runs them. ``cross_entropy`` and its vjp are C functions of the same
   library (``softmax_c``), called from the pointer table like segments; so are the op
   table's ops with a line loop (``Op.loop``: prod, cumprod, recurrence; ``table_c``),
-  which keep a program batchable in one C loop.
+  which keep a program batchable in one C loop. An ``sgd_step`` update of a large weight
+  whose gradient is one linear's product is done inside that product, not in a loop
+  (``blas_steps.fold_updates``: GEMM with beta = 1; one rounding of the update apart).
+- **Vector width**: segments calling no libmvec function are built 512 bits wide on
+  x86-64 (``_WIDE``; the same bits), the others as ``-march=native`` chooses.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
   groups get workspace buffers, shared between values whose lives (in groups) do not
   overlap; results are new arrays each call.
