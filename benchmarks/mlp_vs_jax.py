@@ -6,6 +6,7 @@
     python benchmarks/mlp_vs_jax.py --variants           # other ways of timing each step
     python benchmarks/mlp_vs_jax.py --matmul             # the step's bare products, each side
     python benchmarks/mlp_vs_jax.py --before             # + the step with numpy's cross-entropy
+    python benchmarks/mlp_vs_jax.py --before-fold        # + the step as before h-mlp32
 
 The model is the MNIST-shaped MLP 784-128-10 with tanh, softmax cross-entropy on class
 indices, plain SGD. easyad's side uses only the public API the README shows: an
@@ -162,6 +163,32 @@ def numpy_cross_entropy_step(init: str, x: np.ndarray, y: np.ndarray, dtype: typ
         steps, _ = easyad_steps(model, x, y)
     finally:
         softmax_c.lower = real
+    return steps["easyad"]
+
+
+def unfolded_step(init: str, x: np.ndarray, y: np.ndarray, dtype: type) -> Any:
+    """easyad's step on its own model as before h-mlp32, for a before/after in one run
+    (``--before-fold``): the update a C loop (``blas_steps.fold_updates`` made to fold
+    nothing), every loop 256 bits wide (no ``EASYAD_WIDE``) and every call through
+    sgd_step's general path (its prepared call never made). Private names: a diagnostic."""
+    from easyad.compiler.program import blas_steps, fused_c
+    model = make_model(dtype, init)
+    real_fold, real_wide = blas_steps.fold_updates, fused_c._WIDE
+
+    def fold_nothing(plan: Any) -> dict:
+        real_fold(plan)
+        plan.folded = []
+        return {}
+    blas_steps.fold_updates, fused_c._WIDE = fold_nothing, ()
+    try:
+        steps, _ = easyad_steps(model, x, y)
+    finally:
+        blas_steps.fold_updates, fused_c._WIDE = real_fold, real_wide
+    function = steps["easyad"].__closure__
+    for cell in function or ():
+        if type(cell.cell_contents).__name__ == "TensorFunction":
+            cell.cell_contents._sgd_misses = 1 << 30      # never prepared
+            cell.cell_contents._sgd_ready = None
     return steps["easyad"]
 
 
@@ -353,6 +380,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--before", action="store_true",
                         help="also time the step as before compiler/program/softmax_c.py "
                              "(the cross-entropy and its gradient by numpy between the C)")
+    parser.add_argument("--before-fold", action="store_true",
+                        help="also time the step as before h-mlp32 (the update a C loop, "
+                             "256-bit loops, sgd_step's general path)")
     args = parser.parse_args(argv)
     jax = _jax()
     print(f"cores {sorted(os.sched_getaffinity(0))}, batch {args.batch}, BLAS threads "
@@ -385,6 +415,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.before:
             variants["easyad, CE by numpy"] = numpy_cross_entropy_step(args.init, x, y,
                                                                        dtype)
+        if args.before_fold:
+            variants["easyad, before fold"] = unfolded_step(args.init, x, y, dtype)
         per_call = measure(variants, args.rounds, args.seconds)
         print(f"\n{name}: record + first call {record_s:.3f} s, jax compile {compile_s:.3f} s\n")
         print("\n".join(report(per_call, "jax.jit")))

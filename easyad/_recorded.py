@@ -102,6 +102,7 @@ class TensorFunction(TensorSparse):
         rec = _Recording(self.f, xs, self._x_tree, statics, self._arg_tree, self._backend,
                          key, first.out_specs if first is not None else None)
         self._recordings[key] = rec
+        self._sgd_ready = None        # it runs a bound program of the old recording
         for k in [k for k in self._bound if _recording_of(k) == key]:
             del self._bound[k]
         return rec
@@ -314,6 +315,12 @@ class TensorFunction(TensorSparse):
         ``lazy=True`` returns the loss as a 0-d Tensor on the Function's device instead of
         a float: it is read only when used (``float(loss)``, ``loss.value``), so on an
         OpenCL device steps queue one after another without waiting for the device."""
+        ready = self._sgd_ready
+        if ready is not None and lazy is False and type(lr) is float and lr - lr == 0.0:
+            loss = ready(x, args, lr)         # the call prepared by the last general one
+            if loss is not None:
+                return loss
+            self._sgd_ready, self._sgd_misses = None, self._sgd_misses + 1
         if not isinstance(lazy, bool):
             raise TypeError(f"sgd_step's lazy is True or False, not {lazy!r}")
         if isinstance(lr, bool) or not isinstance(lr, (int, float, np.integer, np.floating)) \
@@ -350,7 +357,61 @@ class TensorFunction(TensorSparse):
         if lazy:      # (a Tensor of the program's output buffer, new at each call)
             loss = self._backend.reshape(out[0], ())
             return wrap(Tensor, self._backend, loss, (), loss.dtype)
+        if self._sgd_misses < 4:    # (x a new dict at each step: not worth preparing)
+            self._sgd_ready = self._prepare_sgd(x, xs, statics)
         return float(self._host(out[0]).reshape(()))
+
+    _sgd_ready: Any = None      # class defaults: an unpickled Function has neither yet
+    _sgd_misses = 0
+
+    def _prepare_sgd(self, x: Any, xs: list[Any], statics: list[Any]) -> Any:
+        """The next steps with the same x as this one (the same dict of the same
+        Parameters or arrays), as a training loop calls: a function of (x, args, lr)
+        that checks only what can change between such calls (x's entries and their host
+        arrays by identity, the arrays still writable, the arguments' shapes, dtypes and
+        static values) and runs the bound program, or returns None for the general path
+        (which explains any refusal). None where the step is not that simple: another
+        device, an x that is not a flat dict, module parameters read at each call,
+        effects, guards, or parameters not updated in place by the generated C."""
+        from easyad.compiler.program.fused_c import FusedProgram
+        bound = self._bound.get("sgd_step")
+        rec = self._recordings[_recording_of("sgd_step")]
+        if type(bound) is not FusedProgram or self._flat_keys is None or type(x) is not dict \
+                or rec.program.live or rec.program.effects or rec.guards \
+                or not rec.scalar_output or any(type(a) is not np.ndarray for a in xs) \
+                or set(bound.in_place.values()) != set(bound.inputs[:len(xs)]):
+            return None
+        keys, leaves, arrays = tuple(x), tuple(x.values()), tuple(xs)
+        holders = tuple(None if type(v) is np.ndarray else getattr(v, "_values", None)
+                        for v in leaves)
+        # each leaf is the very array the C writes into: the array given, or the host
+        # array of a Parameter on the numpy device (never a converted copy)
+        if not all(a is v if h is None else isinstance(h, ParameterValues)
+                   for v, h, a in zip(leaves, holders, arrays)):
+            return None
+        kinds, specs = tuple(self._arg_kinds), tuple(self._arg_specs)
+        lr_array, run = self._learning_rate, bound.run
+
+        def step(given: Any, args: tuple[Any, ...], lr: float) -> float | None:
+            if given is not x or tuple(x) != keys or len(args) != len(kinds):
+                return None
+            for v, want, held, a in zip(x.values(), leaves, holders, arrays):
+                if v is not want or (held is not None and held.writable() is not a) \
+                        or not a.flags.writeable:
+                    return None
+            floats = []
+            for a, kind, spec in zip(args, kinds, specs):
+                if kind is not None:
+                    if not kind.same(a):
+                        return None
+                elif type(a) is not np.ndarray or (a.shape, a.dtype) != spec \
+                        or not a.flags.aligned:
+                    return None
+                else:
+                    floats.append(a)
+            lr_array[()] = lr
+            return float(run([*arrays, *floats, lr_array])[0].reshape(()))
+        return step
 
     def gradient(self, x: Any, *args: Any) -> Any:
         """The gradient of f (one number) at ``x``, in x's structure."""

@@ -56,8 +56,33 @@ def _openblas_calls() -> Any:
                 continue
             threads.restype, threads.argtypes = ctypes.c_int, []
             corename.restype, corename.argtypes = ctypes.c_char_p, []
-            return threads, (corename() or b"").decode(errors="replace").lower()
+            return (threads, (corename() or b"").decode(errors="replace").lower(),
+                    lib, prefix, suffix)
     return None
+
+
+def cblas_gemm(dtype: Any) -> Any:
+    """OpenBLAS's ``cblas_sgemm`` / ``cblas_dgemm`` (for float32 / float64) as a ctypes
+    function of (order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
+    the one numpy's matmul calls, or None where numpy's BLAS is not an OpenBLAS this can
+    ask (its integers are 64-bit where its build says USE64BITINT, whatever its names)."""
+    found = _OPENBLAS
+    if found is None:
+        return None
+    lib, prefix, suffix = found[2:]
+    letter = {np.dtype(np.float32): "s", np.dtype(np.float64): "d"}[np.dtype(dtype)]
+    gemm = getattr(lib, f"{prefix}cblas_{letter}gemm{suffix}", None)
+    config = getattr(lib, f"{prefix}openblas_get_config{suffix}", None)
+    if gemm is None or config is None:
+        return None
+    config.restype, config.argtypes = ctypes.c_char_p, []
+    real = ctypes.c_float if letter == "s" else ctypes.c_double
+    index = ctypes.c_int64 if b"USE64BITINT" in (config() or b"") else ctypes.c_int
+    gemm.restype = None
+    gemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, index, index, index, real,
+                     ctypes.c_void_p, index, ctypes.c_void_p, index, real, ctypes.c_void_p,
+                     index]
+    return gemm
 
 
 def _openblas() -> Any:
