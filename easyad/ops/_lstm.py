@@ -1,0 +1,298 @@
+"""An LSTM layer's recurrence as two table ops, so a sequence is one node (and one
+instruction of a recorded program) instead of some fifteen operations per time step.
+
+- ``lstm_scan(xproj, h0, c0, w_hh; reverse)``: ``xproj`` (T, B, 4H) is the input's
+  projection with both biases (one GEMM for all steps, made by the caller), ``h0``,
+  ``c0`` (B, H) the initial state, ``w_hh`` (4H, H) in torch's gate order (i, f, g, o).
+  Step t (t = 0..T-1, or T-1..0 with ``reverse``) computes::
+
+      a = xproj[t] + h_prev w_hh^T;  i, f, o = σ(a_i), σ(a_f), σ(a_o);  g = tanh(a_g)
+      c_t = f c_prev + i g;          h_t = o tanh(c_t)
+
+  The result packs, per step, ``(i, f, g, o, c_t, h_t)``: (T, B, 6H). The layer's
+  outputs, h_n and c_n are slices of it; the gate activations are what the backward
+  needs, saved by being part of the result (an op has one result).
+- ``lstm_scan_vjp(gy, y, h0, c0, w_hh; reverse)``: the recurrence of the cotangents,
+  (T+1, B, 4H): rows 0..T-1 the cotangents of the pre-activations ``a`` (which are
+  ``xproj``'s), row T ``(dc0, dh0, 0, 0)``. ``w_hh``'s cotangent is then ONE GEMM over
+  every step (``da^T h_prev``), made by the node's step with the tensor matmul.
+
+The numpy lowerings loop over time with preallocated buffers: per step one GEMM
+written into the result, the activations in place. The node's step (``_ScanStep``)
+runs ``lstm_scan_vjp`` and the weight's GEMM (on constant tensors, so a recording
+records two instructions). Everything the fast kernels do not serve decomposes into
+easyad operations per step, so no derivative is lost: the scan's ``vjp`` (create_graph,
+hvp, any order) is the backward recurrence written with easyad operations
+(``_backward``); both ops' ``jvp`` run the same per-step forms on TraceTensors.
+There is no OpenCL kernel (a device runs the numpy lowering on host copies) and no
+batching rule: ``nn.lstm`` takes this path only for tensors of the numpy device outside
+vmap, and the per-step composite otherwise.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from easyad.errors import ShapeError
+from easyad.ops._apply import OpStep, _buffer, _value, apply
+from easyad.ops._table import Op, register
+from easyad.tensor._base import TensorBase, wrap
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanParams:
+    """``reverse``: the recurrence runs from the last step to the first."""
+    reverse: bool = False
+
+
+def _order(p: ScanParams, steps: int) -> range:
+    return range(steps - 1, -1, -1) if p.reverse else range(steps)
+
+
+def _scan_rule(p: ScanParams, xs: Any, h0: Any, c0: Any, w: Any) -> Any:
+    if len(xs) != 3 or len(w) != 2 or w[0] != 4 * w[1] or xs[2] != w[0]:
+        raise ShapeError(f"lstm_scan: xproj {xs} and w_hh {w} must be (T, B, 4H) and "
+                         f"(4H, H)")
+    if h0 != (xs[1], w[1]) or c0 != h0:
+        raise ShapeError(f"lstm_scan: h0 {h0} and c0 {c0} must be (B, H) = "
+                         f"{(xs[1], w[1])}")
+    if xs[0] == 0:
+        raise ShapeError("lstm_scan: the sequence is empty (T = 0)")
+    return (xs[0], xs[1], 6 * w[1]), p
+
+
+def _vjp_rule(p: ScanParams, gy: Any, y: Any, h0: Any, c0: Any, w: Any) -> Any:
+    if gy != y or len(y) != 3 or y[2] != 6 * w[1] or h0 != (y[1], w[1]) or c0 != h0:
+        raise ShapeError(f"lstm_scan_vjp: shapes {gy}, {y}, {h0}, {c0}, {w} must be "
+                         f"(T, B, 6H) twice, (B, H) twice and (4H, H)")
+    return (y[0] + 1, y[1], 4 * w[1]), p
+
+
+# ---- numpy lowerings ----
+
+def _sigmoid_(v: np.ndarray) -> None:
+    """σ in place, as 1/2 tanh(v/2) + 1/2: no overflow for any v."""
+    v *= 0.5
+    np.tanh(v, out=v)
+    v *= 0.5
+    v += 0.5
+
+
+def _scan_numpy(p: ScanParams, xproj: np.ndarray, h0: np.ndarray, c0: np.ndarray,
+                w: np.ndarray) -> np.ndarray:
+    steps, batch, four = xproj.shape
+    hd = four // 4
+    dtype = np.result_type(xproj, h0, c0, w)
+    y = np.empty((steps, batch, 6 * hd), dtype)
+    wt = w.T
+    h, c = h0, c0
+    tmp = np.empty((batch, hd), dtype)
+    for t in _order(p, steps):
+        a = y[t, :, :four]
+        np.matmul(h, wt, out=a)         # (a strided view: BLAS takes its row stride)
+        a += xproj[t]
+        _sigmoid_(a[:, :2 * hd])
+        np.tanh(a[:, 2 * hd:3 * hd], out=a[:, 2 * hd:3 * hd])
+        _sigmoid_(a[:, 3 * hd:])
+        cn, hn = y[t, :, 4 * hd:5 * hd], y[t, :, 5 * hd:]
+        np.multiply(a[:, :hd], a[:, 2 * hd:3 * hd], out=cn)
+        np.multiply(a[:, hd:2 * hd], c, out=tmp)
+        cn += tmp
+        np.tanh(cn, out=hn)
+        hn *= a[:, 3 * hd:]
+        h, c = hn, cn
+    return y
+
+
+def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
+               c0: np.ndarray, w: np.ndarray) -> np.ndarray:
+    steps, batch, six = y.shape
+    hd = six // 6
+    dtype = np.result_type(gy, y, w)
+    d = np.empty((steps + 1, batch, 4 * hd), dtype)
+    dh = np.zeros((batch, hd), dtype)
+    dc = np.zeros((batch, hd), dtype)
+    tc = np.empty((batch, hd), dtype)
+    s2 = np.empty((batch, 2 * hd), dtype)
+    order = list(_order(p, steps))
+    for k in range(steps - 1, -1, -1):
+        t = order[k]
+        yt, gt, dt = y[t], gy[t], d[t]
+        i, f, g, o = (yt[:, j * hd:(j + 1) * hd] for j in range(4))
+        c_prev = c0 if k == 0 else y[order[k - 1], :, 4 * hd:5 * hd]
+        dh += gt[:, 5 * hd:]
+        np.tanh(yt[:, 4 * hd:5 * hd], out=tc)
+        do = dt[:, 3 * hd:]
+        np.multiply(dh, tc, out=do)
+        do += gt[:, 3 * hd:4 * hd]
+        np.multiply(tc, tc, out=tc)              # dc += gy_c + dh o (1 - tanh(c)^2)
+        np.subtract(1.0, tc, out=tc)
+        tc *= o
+        tc *= dh
+        dc += tc
+        dc += gt[:, 4 * hd:5 * hd]
+        np.multiply(dc, g, out=dt[:, :hd])
+        np.multiply(dc, c_prev, out=dt[:, hd:2 * hd])
+        dt[:, :2 * hd] += gt[:, :2 * hd]
+        dg = dt[:, 2 * hd:3 * hd]
+        np.multiply(dc, i, out=dg)
+        dg += gt[:, 2 * hd:3 * hd]
+        np.multiply(g, g, out=tc)                # tanh' = 1 - g^2
+        np.subtract(1.0, tc, out=tc)
+        dg *= tc
+        np.multiply(yt[:, :2 * hd], yt[:, :2 * hd], out=s2)   # σ' = s - s^2, i and f
+        np.subtract(yt[:, :2 * hd], s2, out=s2)
+        dt[:, :2 * hd] *= s2
+        np.multiply(o, o, out=tc)
+        np.subtract(o, tc, out=tc)
+        do *= tc
+        dc *= f
+        np.matmul(dt, w, out=dh)
+    d[steps, :, :hd] = dc
+    d[steps, :, hd:2 * hd] = dh
+    d[steps, :, 2 * hd:] = 0.0
+    return d
+
+
+# ---- the same mathematics with easyad operations (every transform's form) ----
+
+def _tensor_ops() -> Any:
+    from easyad import tensor
+    from easyad.nn import functional as F
+    return tensor, F
+
+
+def _forward(p: ScanParams, xproj: Any, h0: Any, c0: Any, w: Any) -> Any:
+    """``lstm_scan`` as per-step easyad operations (its jvp runs it on TraceTensors)."""
+    tensor, F = _tensor_ops()
+    steps, hd = xproj.shape[0], w.shape[1]
+    wt = w.T
+    h, c = h0, c0
+    rows: list[Any] = [None] * steps
+    for t in _order(p, steps):
+        a = xproj[t] + h @ wt
+        i, f = F.sigmoid(a[:, :hd]), F.sigmoid(a[:, hd:2 * hd])
+        g, o = F.tanh(a[:, 2 * hd:3 * hd]), F.sigmoid(a[:, 3 * hd:])
+        c = f * c + i * g
+        h = o * F.tanh(c)
+        rows[t] = tensor.concatenate([i, f, g, o, c, h], axis=-1)
+    return tensor.stack(rows, axis=0)
+
+
+def _backward(p: ScanParams, gy: Any, y: Any, h0: Any, c0: Any,
+              w: Any) -> tuple[Any, Any, Any, Any]:
+    """The cotangents (xproj, h0, c0, w_hh) by the backward recurrence, with easyad
+    operations on the saved result ``y`` (so recorded tensors record: any order)."""
+    tensor, F = _tensor_ops()
+    steps, hd = y.shape[0], w.shape[1]
+    order = list(_order(p, steps))
+    dh: Any = 0.0
+    dc: Any = 0.0
+    rows: list[Any] = [None] * steps
+    dw: Any = None
+    for k in range(steps - 1, -1, -1):
+        t = order[k]
+        yt, gt = y[t], gy[t]
+        i, f, g, o = (yt[:, j * hd:(j + 1) * hd] for j in range(4))
+        c_prev = c0 if k == 0 else y[order[k - 1], :, 4 * hd:5 * hd]
+        h_prev = h0 if k == 0 else y[order[k - 1], :, 5 * hd:]
+        dh = dh + gt[:, 5 * hd:]
+        tc = F.tanh(yt[:, 4 * hd:5 * hd])
+        dc = dc + gt[:, 4 * hd:5 * hd] + dh * o * (1.0 - tc * tc)
+        da = tensor.concatenate([
+            (dc * g + gt[:, :hd]) * (i - i * i),
+            (dc * c_prev + gt[:, hd:2 * hd]) * (f - f * f),
+            (dc * i + gt[:, 2 * hd:3 * hd]) * (1.0 - g * g),
+            (dh * tc + gt[:, 3 * hd:4 * hd]) * (o - o * o)], axis=-1)
+        rows[t] = da
+        step_dw = da.T @ h_prev
+        dw = step_dw if dw is None else dw + step_dw
+        dc = dc * f
+        dh = da @ w
+    return tensor.stack(rows, axis=0), dh, dc, dw
+
+
+def _traced(values: Any, tangents: Any) -> list[Any]:
+    from easyad.tensor._trace import TraceTensor
+    return [TraceTensor._of(v, t) for v, t in zip(values, tangents)]
+
+
+def _scan_jvp(p: ScanParams, tangents: Any, *xs_out: Any) -> Any:
+    return _forward(p, *_traced(xs_out[:4], tangents))._tangent
+
+
+def _vjp_vjp(p: ScanParams, g: Any, *xs_out: Any) -> Any:
+    # never reached by nn.lstm: its node's create_graph sweep (graph) runs _backward, and
+    # the fast step applies this op to constant tensors only (no node)
+    raise NotImplementedError(
+        "lstm_scan_vjp has no reverse derivative of its own: differentiate lstm_scan "
+        "with create_graph=True (its vjp is then the per-step easyad form, any order)")
+
+
+def _vjp_jvp(p: ScanParams, tangents: Any, *xs_out: Any) -> Any:
+    tensor, _ = _tensor_ops()
+    dx, dh0, dc0, _ = _backward(p, *_traced(xs_out[:5], tangents))
+    zeros = dh0 * 0.0
+    last = tensor.concatenate([dc0, dh0, zeros, zeros], axis=-1)
+    return tensor.concatenate([dx, last[None]], axis=0)._tangent
+
+
+def _scan_vjp(p: ScanParams, g: Any, xproj: Any, h0: Any, c0: Any, w: Any,
+              out: Any) -> Any:
+    return _backward(p, g, out, h0, c0, w)
+
+
+# ---- the node's step: the fast backward ----
+
+def _fast_vjp(p: ScanParams, g: Any, xproj: Any, h0: Any, c0: Any, w: Any,
+              y: Any) -> tuple[Any, Any, Any, Any]:
+    tensor, _ = _tensor_ops()
+    steps, batch, hd = y.shape[0], y.shape[1], w.shape[1]
+    d = apply(LSTM_SCAN_VJP, p, (g, y, h0, c0, w))
+    da = d[:steps]
+    hs = y[:, :, 5 * hd:]
+    h_prev = tensor.concatenate([hs[1:], h0[None]] if p.reverse else [h0[None], hs[:-1]],
+                                axis=0) if steps > 1 else h0[None]
+    dw = da.reshape((steps * batch, 4 * hd)).T @ h_prev.reshape((steps * batch, hd))
+    return da, d[steps, :, hd:2 * hd], d[steps, :, :hd], dw
+
+
+class _ScanStep(OpStep):
+    """lstm_scan's node: the sweep runs ``lstm_scan_vjp`` and one GEMM for ``w_hh``
+    (``_fast_vjp``, on constant tensors); ``graph`` (create_graph) the op's vjp, the
+    per-step easyad form."""
+
+    __slots__ = ()
+
+    def __call__(self, g: Any) -> tuple[Any, ...]:
+        cls, be = self.cls, self.be
+        gt = wrap(cls, be, g, self.shape, self.dtype)
+        xs = [_value(cls, be, d, s, dt) for d, s, dt, _ in self.operands]
+        out = _value(cls, be, self.data, self.shape, self.dtype)
+        cts = _fast_vjp(self.params, gt, *xs, out)
+        return tuple(None if index < 0 else _buffer(ct, cls, be, shape, dt)
+                     for ct, (_, shape, dt, index) in zip(cts, self.operands))
+
+
+LSTM_SCAN: Op = register(Op(
+    name="lstm_scan", params=ScanParams, rule=_scan_rule, numpy=_scan_numpy,
+    vjp=_scan_vjp, jvp=_scan_jvp,
+    step=lambda p, cls, be, ops, bufs, out, shape, dtype: _ScanStep(
+        LSTM_SCAN, p, cls, be, ops, out, shape, dtype),
+    doc="an LSTM layer's recurrence over a sequence (packed i, f, g, o, c, h per step)"))
+
+LSTM_SCAN_VJP: Op = register(Op(
+    name="lstm_scan_vjp", params=ScanParams, rule=_vjp_rule, numpy=_vjp_numpy,
+    vjp=_vjp_vjp, jvp=_vjp_jvp,
+    doc="lstm_scan's backward recurrence (the pre-activations' cotangents, dc0, dh0)"))
+
+
+def lstm_scan(xproj: Any, h0: Any, c0: Any, w_hh: Any, reverse: bool = False) -> Any:
+    """The packed result (T, B, 6H) of one LSTM layer's recurrence (module docstring)."""
+    for name, v in (("xproj", xproj), ("h0", h0), ("c0", c0), ("w_hh", w_hh)):
+        if not isinstance(v, (TensorBase, np.ndarray)):
+            raise TypeError(f"lstm_scan: {name} must be a Tensor or numpy array, not "
+                            f"{type(v).__name__}")
+    return apply(LSTM_SCAN, ScanParams(bool(reverse)), (xproj, h0, c0, w_hh))
