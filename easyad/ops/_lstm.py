@@ -43,8 +43,10 @@ from easyad.tensor._base import TensorBase, wrap
 
 @dataclasses.dataclass(frozen=True)
 class ScanParams:
-    """``reverse``: the recurrence runs from the last step to the first."""
+    """``reverse``: the recurrence runs from the last step to the first; ``initial``
+    (lstm_scan_vjp): a last row holds the initial state's cotangents (dc0, dh0)."""
     reverse: bool = False
+    initial: bool = True
 
 
 def _order(p: ScanParams, steps: int) -> range:
@@ -67,7 +69,7 @@ def _vjp_rule(p: ScanParams, gy: Any, y: Any, h0: Any, c0: Any, w: Any) -> Any:
     if gy != y or len(y) != 3 or y[2] != 6 * w[1] or h0 != (y[1], w[1]) or c0 != h0:
         raise ShapeError(f"lstm_scan_vjp: shapes {gy}, {y}, {h0}, {c0}, {w} must be "
                          f"(T, B, 6H) twice, (B, H) twice and (4H, H)")
-    return (y[0] + 1, y[1], 4 * w[1]), p
+    return (y[0] + p.initial, y[1], 4 * w[1]), p
 
 
 # ---- numpy lowerings ----
@@ -111,7 +113,7 @@ def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
     steps, batch, six = y.shape
     hd = six // 6
     dtype = np.result_type(gy, y, w)
-    d = np.empty((steps + 1, batch, 4 * hd), dtype)
+    d = np.empty((steps + p.initial, batch, 4 * hd), dtype)
     dh = np.zeros((batch, hd), dtype)
     dc = np.zeros((batch, hd), dtype)
     tc = np.empty((batch, hd), dtype)
@@ -150,9 +152,10 @@ def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
         do *= tc
         dc *= f
         np.matmul(dt, w, out=dh)
-    d[steps, :, :hd] = dc
-    d[steps, :, hd:2 * hd] = dh
-    d[steps, :, 2 * hd:] = 0.0
+    if p.initial:
+        d[steps, :, :hd] = dc
+        d[steps, :, hd:2 * hd] = dh
+        d[steps, :, 2 * hd:] = 0.0
     return d
 
 
@@ -234,6 +237,8 @@ def _vjp_vjp(p: ScanParams, g: Any, *xs_out: Any) -> Any:
 def _vjp_jvp(p: ScanParams, tangents: Any, *xs_out: Any) -> Any:
     tensor, _ = _tensor_ops()
     dx, dh0, dc0, _ = _backward(p, *_traced(xs_out[:5], tangents))
+    if not p.initial:
+        return dx._tangent
     zeros = dh0 * 0.0
     last = tensor.concatenate([dc0, dh0, zeros, zeros], axis=-1)
     return tensor.concatenate([dx, last[None]], axis=0)._tangent
@@ -260,20 +265,62 @@ def _fast_vjp(p: ScanParams, g: Any, xproj: Any, h0: Any, c0: Any, w: Any,
 
 
 class _ScanStep(OpStep):
-    """lstm_scan's node: the sweep runs ``lstm_scan_vjp`` and one GEMM for ``w_hh``
-    (``_fast_vjp``, on constant tensors); ``graph`` (create_graph) the op's vjp, the
-    per-step easyad form."""
+    """lstm_scan's node. The sweep runs ``lstm_scan_vjp`` and, for ``w_hh``, ONE GEMM over
+    every step (the backend's ``linear_vjp``: ``da^T h_prev``), on the buffers, so a
+    recording records these few instructions; ``graph`` (create_graph) runs the op's vjp,
+    the per-step easyad form."""
 
     __slots__ = ()
 
     def __call__(self, g: Any) -> tuple[Any, ...]:
+        be, dtype, p = self.be, self.dtype, self.params
+        if any(dt != dtype for _, _, dt, _ in self.operands) or not hasattr(g, "shape"):
+            return self._mixed(g)          # (operands of other dtypes: cast as tensors)
+        (_, _, _, xi), (h0, _, _, hi), (c0, _, _, ci), (w, _, _, wi) = self.operands
+        y = self.data
+        steps, batch, six = self.shape
+        hd = six // 6
+        initial = hi >= 0 or ci >= 0
+        rows = steps + initial
+        d = be.op(LSTM_SCAN_VJP, ScanParams(p.reverse, initial), [g, y, h0, c0, w],
+                  (rows, batch, 4 * hd), dtype)
+        da = d if not initial else be.strided(d, 0, (steps, batch, 4 * hd),
+                                              (batch * 4 * hd, 4 * hd, 1))
+        dw = None
+        if wi >= 0:
+            dw = be.linear_vjp(be.reshape(da, (steps * batch, 4 * hd)),
+                               be.reshape(_previous(be, p, y, h0, steps, batch, hd, dtype),
+                                          (steps * batch, hd)),
+                               None, (False, True, False))[1]
+        last = steps * batch * 4 * hd
+        return (da if xi >= 0 else None,
+                be.strided(d, last + hd, (batch, hd), (4 * hd, 1)) if hi >= 0 else None,
+                be.strided(d, last, (batch, hd), (4 * hd, 1)) if ci >= 0 else None, dw)
+
+    def _mixed(self, g: Any) -> tuple[Any, ...]:
         cls, be = self.cls, self.be
+        if not hasattr(g, "shape"):
+            g = be.full(self.shape, float(g), self.dtype)
         gt = wrap(cls, be, g, self.shape, self.dtype)
         xs = [_value(cls, be, d, s, dt) for d, s, dt, _ in self.operands]
         out = _value(cls, be, self.data, self.shape, self.dtype)
         cts = _fast_vjp(self.params, gt, *xs, out)
         return tuple(None if index < 0 else _buffer(ct, cls, be, shape, dt)
                      for ct, (_, shape, dt, index) in zip(cts, self.operands))
+
+
+def _previous(be: Any, p: ScanParams, y: Any, h0: Any, steps: int, batch: int,
+              hd: int, dtype: Any) -> Any:
+    """(T, B, H): the state each step started from (h0 for the first), as one buffer."""
+    block = (batch * hd, hd, 1)
+    first = (steps - 1) * batch * hd if p.reverse else 0
+    parts = [(first, (1, batch, hd), block, h0)]
+    if steps > 1:
+        start = batch * 6 * hd if p.reverse else 0
+        hs = be.strided(y, start + 5 * hd, (steps - 1, batch, hd),
+                        (batch * 6 * hd, 6 * hd, 1))
+        parts.append((0 if p.reverse else batch * hd, (steps - 1, batch, hd), block, hs))
+    return be.assemble((steps, batch, hd), dtype, parts)
 
 
 LSTM_SCAN: Op = register(Op(
