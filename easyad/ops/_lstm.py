@@ -226,22 +226,44 @@ def _scan_jvp(p: ScanParams, tangents: Any, *xs_out: Any) -> Any:
     return _forward(p, *_traced(xs_out[:4], tangents))._tangent
 
 
+def _packed_backward(p: ScanParams, gy: Any, y: Any, h0: Any, c0: Any, w: Any) -> Any:
+    """``lstm_scan_vjp`` with easyad operations: ``_backward`` packed as the op packs."""
+    tensor, _ = _tensor_ops()
+    dx, dh0, dc0, _ = _backward(p, gy, y, h0, c0, w)
+    if not p.initial:
+        return dx
+    zeros = dh0 * 0.0
+    last = tensor.concatenate([dc0, dh0, zeros, zeros], axis=-1)
+    return tensor.concatenate([dx, last[None]], axis=0)
+
+
 def _vjp_vjp(p: ScanParams, g: Any, *xs_out: Any) -> Any:
-    # never reached by nn.lstm: its node's create_graph sweep (graph) runs _backward, and
-    # the fast step applies this op to constant tensors only (no node)
-    raise NotImplementedError(
-        "lstm_scan_vjp has no reverse derivative of its own: differentiate lstm_scan "
-        "with create_graph=True (its vjp is then the per-step easyad form, any order)")
+    """lstm_scan_vjp's cotangents: ``<g, _packed_backward(xs)>`` differentiated once by a
+    sweep over its recording alone (as ``ad.checkpoint``'s node). Recorded operands
+    (create_graph) record it on their list, so every order follows; constant ones on a
+    list of its own, dropped after. (nn.lstm never makes this node: its step applies
+    lstm_scan_vjp to buffers and create_graph takes ``_backward`` directly.)"""
+    from easyad._core import WengertList
+    from easyad._higher import backward_graph
+    from easyad.tensor._base import Node, _no_vjp
+    from easyad.transforms.checkpoint import cotangent, recorded
+    xs = xs_out[:5]
+    tape = next((x.tape for x in (*xs, g) if recorded(x)), None)
+    if tape is not None:
+        start = len(tape)
+        total = (_packed_backward(p, *xs) * g).sum()
+        d = backward_graph(total, 1.0, stop=start)
+        return tuple(d._adjoint(x._index) if recorded(x) and x.tape is tape else None
+                     for x in xs)
+    inner: Any = WengertList()
+    leaves = [wrap(type(x), x._backend, x._data, x.shape, x.dtype, inner,
+                   inner._push_node(Node("variable", (), _no_vjp))) for x in xs]
+    d = (_packed_backward(p, *leaves) * g).sum().derivatives()
+    return tuple(cotangent(v, d) for v in leaves)
 
 
 def _vjp_jvp(p: ScanParams, tangents: Any, *xs_out: Any) -> Any:
-    tensor, _ = _tensor_ops()
-    dx, dh0, dc0, _ = _backward(p, *_traced(xs_out[:5], tangents))
-    if not p.initial:
-        return dx._tangent
-    zeros = dh0 * 0.0
-    last = tensor.concatenate([dc0, dh0, zeros, zeros], axis=-1)
-    return tensor.concatenate([dx, last[None]], axis=0)._tangent
+    return _packed_backward(p, *_traced(xs_out[:5], tangents))._tangent
 
 
 def _scan_vjp(p: ScanParams, g: Any, xproj: Any, h0: Any, c0: Any, w: Any,
