@@ -252,6 +252,8 @@ def _vjp_vjp(p: ScanParams, g: Any, *xs_out: Any) -> Any:
     if tape is not None:
         start = len(tape)
         total = (_packed_backward(p, *xs) * g).sum()
+        if isinstance(total, TensorBase):     # (a recording keeps numbers as tensors)
+            total = total.handle
         d = backward_graph(total, 1.0, stop=start)
         return tuple(d._adjoint(x._index) if recorded(x) and x.tape is tape else None
                      for x in xs)
