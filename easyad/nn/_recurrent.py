@@ -161,7 +161,7 @@ FUSED = True      # False: every LSTM layer as per-step operations (the tests' r
 def _fusable(gi: Any, *others: Any) -> bool:
     """Whether ``ops.lstm_scan`` serves this layer: float tensors of the numpy device (or
     a recording on it) or float arrays, outside vmap; TraceTensors, object arrays of
-    scalars, vmap's batches and other devices take the per-step composite."""
+    scalars, vmap's batches, eval_shape and other devices take the per-step composite."""
     from easyad._levels import VMAPS
     if VMAPS[0]:
         return False
@@ -169,8 +169,7 @@ def _fusable(gi: Any, *others: Any) -> bool:
         if a is None:
             continue
         if isinstance(a, _tensor.Tensor):
-            be = a._backend
-            if be.kind != "numpy" and not (be.kind == "program" and be.real.kind == "numpy"):
+            if getattr(a.device, "kind", None) != "numpy":   # (a recording reports its own)
                 return False
         elif not (isinstance(a, np.ndarray) and a.dtype.kind == "f"):
             return False

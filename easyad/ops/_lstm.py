@@ -161,10 +161,23 @@ def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
 
 # ---- the same mathematics with easyad operations (every transform's form) ----
 
+class _F:
+    """σ and tanh for Tensors (the fused, stable σ nn uses) and TraceTensors alike (not
+    easyad.nn.functional: ops sit below nn)."""
+
+    @staticmethod
+    def sigmoid(x: Any) -> Any:
+        from easyad.tensor import Tensor, sigmoid
+        return sigmoid(x) if isinstance(x, Tensor) else x.expit()
+
+    @staticmethod
+    def tanh(x: Any) -> Any:
+        return x.tanh()
+
+
 def _tensor_ops() -> Any:
     from easyad import tensor
-    from easyad.nn import functional as F
-    return tensor, F
+    return tensor, _F
 
 
 def _forward(p: ScanParams, xproj: Any, h0: Any, c0: Any, w: Any) -> Any:
@@ -246,7 +259,6 @@ def _vjp_vjp(p: ScanParams, g: Any, *xs_out: Any) -> Any:
     from easyad._core import WengertList
     from easyad._higher import backward_graph
     from easyad.tensor._base import Node, _no_vjp
-    from easyad.transforms.checkpoint import cotangent, recorded
     xs = xs_out[:5]
     tape = next((x.tape for x in (*xs, g) if recorded(x)), None)
     if tape is not None:
@@ -261,7 +273,13 @@ def _vjp_vjp(p: ScanParams, g: Any, *xs_out: Any) -> Any:
     leaves = [wrap(type(x), x._backend, x._data, x.shape, x.dtype, inner,
                    inner._push_node(Node("variable", (), _no_vjp))) for x in xs]
     d = (_packed_backward(p, *leaves) * g).sum().derivatives()
-    return tuple(cotangent(v, d) for v in leaves)
+    cts = [d._node_adjoint(v._index) for v in leaves]
+    return tuple(None if c is None else wrap(type(v), v._backend, c, v.shape, v.dtype)
+                 for c, v in zip(cts, leaves))
+
+
+def recorded(v: Any) -> bool:
+    return isinstance(v, TensorBase) and v.tape is not None
 
 
 def _vjp_jvp(p: ScanParams, tangents: Any, *xs_out: Any) -> Any:
