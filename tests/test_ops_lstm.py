@@ -23,7 +23,7 @@ T, B, H = 3, 2, 2
 SIZES = {"scan": [T * B * 4 * H, B * H, B * H, 4 * H * H],
          "vjp": [T * B * 6 * H, T * B * 6 * H, B * H, B * H, 4 * H * H]}
 SHAPES = {"scan": [(T, B, 4 * H), (B, H), (B, H), (4 * H, H)],
-          "vjp": [(T, B, 6 * H), (T, B, 6 * H), (B, H), (B, H), (4 * H, H)]}
+          "vjp": [(T, 6, B, H), (T, 6, B, H), (B, H), (B, H), (4 * H, H)]}
 
 
 def _split(x, which):
@@ -46,7 +46,7 @@ def _torch_scan(xproj, h0, c0, w, reverse):
         i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
         c = f * c + i * g
         h = o * torch.tanh(c)
-        rows[t] = torch.cat([i, f, g, o, c, h], -1)
+        rows[t] = torch.stack([i, f, g, o, c, h])
     return torch.stack(rows)
 
 
@@ -57,9 +57,9 @@ def _torch_scan_vjp(gy, y, h0, c0, w, reverse):
     dh, dc, rows = 0.0, 0.0, [None] * T
     for k in reversed(range(T)):
         t = order[k]
-        i, f, g, o, c = (y[t][:, j * H:(j + 1) * H] for j in range(5))
-        gi, gf, gg, go, gc, gh = (gy[t][:, j * H:(j + 1) * H] for j in range(6))
-        c_prev = c0 if k == 0 else y[order[k - 1]][:, 4 * H:5 * H]
+        i, f, g, o, c = y[t][:5]
+        gi, gf, gg, go, gc, gh = gy[t]
+        c_prev = c0 if k == 0 else y[order[k - 1]][4]
         dh = dh + gh
         tc = torch.tanh(c)
         dc = dc + gc + dh * o * (1 - tc ** 2)

@@ -184,9 +184,9 @@ def _fused_direction(gi: Any, h: Any, c: Any, w_hh: Any, hidden: int,
     zeros = np.zeros((batch, hidden), dtype=gi.dtype)
     y = lstm_scan(gi, zeros if h is None else h, zeros if c is None else c, w_hh,
                   reverse=reverse)
-    out = y[:, :, 5 * hidden:]
+    out = y[:, 5]                                   # y: (T, 6, B, H), gate-major
     last = 0 if reverse else steps - 1
-    return out, out[last], y[last, :, 4 * hidden:5 * hidden]
+    return out, out[last], y[last, 4]
 
 
 def _check_weights(name: str, weights: list[tuple[Any, ...]], directions: int,
