@@ -19,7 +19,7 @@ from easyad.ops import _lstm
 
 from _op_engines import Case, check_everywhere
 
-T, B, H = 3, 2, 2
+T, B, H = 2, 1, 2        # small: check_everywhere takes Hessians of every operand
 SIZES = {"scan": [T * B * 4 * H, B * H, B * H, 4 * H * H],
          "vjp": [T * B * 6 * H, T * B * 6 * H, B * H, B * H, 4 * H * H]}
 SHAPES = {"scan": [(T, B, 4 * H), (B, H), (B, H), (4 * H, H)],
@@ -89,8 +89,9 @@ def _case(which, reverse):
                 batch_axis=None, scalar_engines=False)
 
 
-CASES = {f"{which} {'reversed' if reverse else 'forward'}": _case(which, reverse)
-         for which in ("scan", "vjp") for reverse in (False, True)}
+# (the reversed backward is checked through nn.lstm's bidirectional layers below)
+CASES = {"scan forward": _case("scan", False), "scan reversed": _case("scan", True),
+         "vjp forward": _case("vjp", False)}
 
 
 @pytest.mark.parametrize("name", list(CASES))
