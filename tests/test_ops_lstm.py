@@ -257,3 +257,27 @@ def test_bad_operands_raise():
         _lstm.lstm_scan(z((0, 2, 8)), z((2, 2)), z((2, 2)), z((8, 2)))
     with pytest.raises(TypeError, match="xproj must be a Tensor or numpy array"):
         _lstm.lstm_scan([[0.0]], z((2, 2)), z((2, 2)), z((8, 2)))
+
+
+def test_operands_of_mixed_dtypes_agree_with_the_composite():
+    """A float32 input and c_0 with float64 weights: the node's step casts (its tensor
+    form), as the per-step composite does."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 3, 2)).astype(np.float32)
+    w = tuple(rng.normal(size=s) * 0.5 for s in [(12, 2), (12, 3), (12,), (12,)])
+    h0, c0 = rng.normal(size=(1, 3, 3)), rng.normal(size=(1, 3, 3)).astype(np.float32)
+    g = rng.normal(size=(4, 3, 3))
+
+    def run(fused):
+        _recurrent.FUSED = fused
+        try:
+            lst = ad.WengertList()
+            vs = [ad.Tensor.variable(a, lst) for a in (x, *w, h0, c0)]
+            out, (h, c) = nn.lstm(vs[0], [tuple(vs[1:5])], (vs[5], vs[6]))
+            d = (ad.sum(out * g) + ad.sum(c * h)).derivatives()
+            return [d[v] for v in vs]
+        finally:
+            _recurrent.FUSED = True
+    for a, b in zip(run(True), run(False)):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
