@@ -19,13 +19,16 @@ instruction of a recorded program) instead of some fifteen operations per time s
   state is constant). ``w_hh``'s cotangent is then ONE GEMM over every step
   (``da^T h_prev``), made by the node's step with the backend's ``linear_vjp``.
 
-The numpy lowerings loop over time with preallocated buffers: per step one GEMM
+The numpy lowerings loop over time with preallocated buffers: per step the product
 written into the result, the activations in place. The node's step (``_ScanStep``)
-runs ``lstm_scan_vjp`` and the weight's GEMM (on constant tensors, so a recording
-records two instructions). Everything the fast kernels do not serve decomposes into
-easyad operations per step, so no derivative is lost: the scan's ``vjp`` (create_graph,
-hvp, any order) is the backward recurrence written with easyad operations
-(``_backward``); both ops' ``jvp`` run the same per-step forms on TraceTensors.
+runs ``lstm_scan_vjp`` and the weight's GEMM on the backend's buffers (a recording
+records those few instructions; operands of mixed dtypes take ``_fast_vjp``, the same
+with tensor operations, which cast). ``lstm_scan_vjp``'s own vjp sweeps a recording of
+its per-step form (as ``ad.checkpoint``'s node does). Everything the fast kernels do
+not serve decomposes into easyad operations per step, so no derivative is lost: the
+scan's ``vjp`` (create_graph, hvp, any order) is the backward recurrence written with
+easyad operations (``_backward``); both ops' ``jvp`` run the per-step forms on
+TraceTensors.
 There is no OpenCL kernel (a device runs the numpy lowering on host copies) and no
 batching rule: ``nn.lstm`` takes this path only for tensors of the numpy device outside
 vmap, and the per-step composite otherwise.
@@ -298,6 +301,7 @@ def _scan_vjp(p: ScanParams, g: Any, xproj: Any, h0: Any, c0: Any, w: Any,
 
 def _fast_vjp(p: ScanParams, g: Any, xproj: Any, h0: Any, c0: Any, w: Any,
               y: Any) -> tuple[Any, Any, Any, Any]:
+    """The step's cotangents with tensor operations (operands of mixed dtypes)."""
     tensor, _ = _tensor_ops()
     steps, batch, hd = y.shape[0], y.shape[2], w.shape[1]
     d = apply(LSTM_SCAN_VJP, p, (g, y, h0, c0, w))
