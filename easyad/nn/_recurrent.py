@@ -139,6 +139,8 @@ def _direction(kind: str, x: Any, h: Any, c: Any, w: tuple[Any, ...],
         gi = F.linear(x, w_ih, bias)
     else:
         gi = F.linear(x, w_ih, b_ih)
+    if kind == "lstm" and w_hr is None and FUSED and _fusable(gi, w_hh, h, c):
+        return _fused_direction(gi, h, c, w_hh, hidden, reverse)
     outputs: list[Any] = [None] * steps
     for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
         if kind == "lstm":
@@ -151,6 +153,40 @@ def _direction(kind: str, x: Any, h: Any, c: Any, w: tuple[Any, ...],
             h = _gru_update(gi[t], gh, h, hidden)
         outputs[t] = h
     return _tensor.stack(outputs, axis=0), h, c
+
+
+FUSED = True      # False: every LSTM layer as per-step operations (the tests' reference)
+
+
+def _fusable(gi: Any, *others: Any) -> bool:
+    """Whether ``ops.lstm_scan`` serves this layer: float tensors of the numpy device (or
+    a recording on it) or float arrays, outside vmap; TraceTensors, object arrays of
+    scalars, vmap's batches, eval_shape and other devices take the per-step composite."""
+    from easyad._levels import VMAPS
+    if VMAPS[0]:
+        return False
+    for a in (gi, *others):
+        if a is None:
+            continue
+        if isinstance(a, _tensor.Tensor):
+            if getattr(a.device, "kind", None) != "numpy":   # (a recording reports its own)
+                return False
+        elif not (isinstance(a, np.ndarray) and a.dtype.kind == "f"):
+            return False
+    return True
+
+
+def _fused_direction(gi: Any, h: Any, c: Any, w_hh: Any, hidden: int,
+                     reverse: bool) -> tuple[Any, Any, Any]:
+    """One LSTM direction as one ``lstm_scan`` (docs/internals.md, the op table)."""
+    from easyad.ops._lstm import lstm_scan
+    steps, batch = _shape(gi)[:2]
+    zeros = np.zeros((batch, hidden), dtype=gi.dtype)
+    y = lstm_scan(gi, zeros if h is None else h, zeros if c is None else c, w_hh,
+                  reverse=reverse)
+    out = y[:, 5]                                   # y: (T, 6, B, H), gate-major
+    last = 0 if reverse else steps - 1
+    return out, out[last], y[last, 4]
 
 
 def _check_weights(name: str, weights: list[tuple[Any, ...]], directions: int,

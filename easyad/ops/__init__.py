@@ -29,6 +29,7 @@ from easyad.ops._npfunctions import (broadcast_to, clip, cumprod, diag, diagonal
 from easyad.ops._products import einsum, inner, kron, outer, tensordot
 from easyad.ops._conv import conv, conv_transpose
 from easyad.ops._pool import adaptive_avg_pool, avg_pool, max_pool
+from easyad.ops import _lstm  # noqa: F401  (lstm_scan, lstm_scan_vjp: nn.lstm calls them)
 
 __all__ = ["OPS", "Loop", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", "get",
            "register", "unregister",
