@@ -457,6 +457,15 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
     if wtree != tree and not (tree.is_leaf and len(weights) == 1):
         raise ValueError(f"u must have the structure of {_name(f)}'s output "
                          f"({tree.describe()}), got {wtree.describe()}")
+    if (len(leaves) == 1 and isinstance(leaves[0], Tensor) and not run.nested
+            and not run.depth and leaves[0].tape is run.tape
+            and leaves[0].dtype == np.float64 and isinstance(weights[0], np.ndarray)
+            and weights[0].dtype == np.float64
+            and tuple(weights[0].shape) == tuple(leaves[0].shape)):
+        # one tensor output on the transform's own list: one sweep seeded with u (the
+        # adjoint sum(u * f) would give it: u itself), not a recorded product and sum
+        value = _trees.unflatten(tree, [run.value(leaves[0])])
+        return _in_dtype_of(x0, (value, run.gradient(run.sweep(leaves[0], weights[0]))))
     total: Any = 0.0
     for leaf, weight, name in zip(leaves, weights, _trees.paths(tree, "u")):
         shape = _shape(leaf)
