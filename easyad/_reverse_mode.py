@@ -17,8 +17,8 @@ from numpy.typing import NDArray
 from easyad import _higher, _trees
 from easyad._core import Node, Record, Trace, WengertList
 from easyad._evaluation import (in_program, _as_array, _base, _call, _depth, _detached, _join,
-                                _output_leaves, _Point, _point_leaves, _primal_of, _rebase,
-                                _tangent_of, _tape_of, _value)
+                                _name, _output_leaves, _Point, _point_leaves, _primal_of,
+                                _rebase, _shape, _tangent_of, _tape_of, _value)
 from easyad._levels import LEVEL as _LEVEL
 from easyad._levels import opened as _level
 from easyad._trees import LEAF
@@ -333,3 +333,49 @@ def _jacobian_reverse(f: Callable[..., Any], x0: Any, args: tuple[Any, ...]) -> 
                                run.nested) for k in range(len(run.inputs))]
         blocks.append(_trees.unflatten(run.tree, per_input))
     return _trees.unflatten(out_tree, blocks)
+
+
+def weighted_sweep(run: _Reverse, f: Callable[..., Any], u: Any) -> tuple[Any, Any]:
+    """ad.vjp's (value, u^T J) from the evaluation ``run`` of f: the sweep from sum(u * f),
+    or, for one tensor output on the transform's own list, the sweep seeded with u."""
+    leaves, tree = _output_leaves(run.result, f, run.mode)
+    weights, wtree = _trees.flatten(u)
+    if wtree != tree and not (tree.is_leaf and len(weights) == 1):
+        raise ValueError(f"u must have the structure of {_name(f)}'s output "
+                         f"({tree.describe()}), got {wtree.describe()}")
+    if (len(leaves) == 1 and isinstance(leaves[0], Tensor) and not run.nested
+            and not run.depth and leaves[0].tape is run.tape
+            and leaves[0].dtype == np.float64 and isinstance(weights[0], np.ndarray)
+            and weights[0].dtype == np.float64
+            and tuple(weights[0].shape) == tuple(leaves[0].shape)):
+        # one tensor output on the transform's own list: one sweep seeded with u (the
+        # adjoint sum(u * f) would give it: u itself), not a recorded product and sum
+        value = _trees.unflatten(tree, [run.value(leaves[0])])
+        return value, run.gradient(run.sweep(leaves[0], weights[0]))
+    total: Any = 0.0
+    for leaf, weight, name in zip(leaves, weights, _trees.paths(tree, "u")):
+        shape = _shape(leaf)
+        # (weights ad.record is recording stay tensors: the weighted sum is recorded)
+        w = weight if in_program(weight) else _as_array(weight, name)
+        if tuple(w.shape) != shape and not (shape == () and tuple(w.shape) == (1,)):
+            what = "a scalar" if shape == () else f"shape {shape}"
+            raise ValueError(f"{name} must have one weight per output element of "
+                             f"{_name(f)}, so {what}; got shape {w.shape}")
+        total = total + _weighted(leaf, w.reshape(shape))
+    value = _trees.unflatten(tree, [run.value(e) for e in leaves])
+    return value, run.gradient(run.sweep(total, last=True))
+
+
+def _weighted(leaf: Any, w: NDArray[np.float64]) -> Any:
+    """sum(w * leaf), leaving out the zero weights."""
+    if in_program(w):
+        return (leaf * w).sum()
+    if isinstance(leaf, Tensor):
+        return (leaf * w).sum() if w.shape else leaf.sum() * float(w)
+    if isinstance(leaf, np.ndarray):
+        total: Any = 0.0
+        for weight, element in zip(w.reshape(-1), leaf.reshape(-1)):
+            if weight != 0.0:
+                total = total + float(weight) * element
+        return total
+    return float(w) * leaf if float(w) != 0.0 else 0.0

@@ -75,10 +75,10 @@ from easyad._argnums import ArgNums, Selection, check_argnums, plain
 from easyad._core import Record, Trace
 from easyad._evaluation import (_arguments, _as_array, _name, _open_level, _output_leaves,
                                 _Point, _point_leaves, _scalar_output, _shape, _split_top,
-                                _tape_of, _value, in_program)
+                                _tape_of, _value)
 from easyad._forward_mode import (_forward_nested, _forward_point, _forward_run,
                                   _jacobian_forward, _tangent)
-from easyad._reverse_mode import _jacobian_reverse, _Reverse
+from easyad._reverse_mode import _jacobian_reverse, _Reverse, weighted_sweep
 from easyad._levels import LIFT, VMAPS
 from easyad._levels import opened as _level
 from easyad.tensor import Tensor, TraceTensor
@@ -452,38 +452,7 @@ def vjp(f: Callable[..., Any], x0: Any, u: Any, *extra: Any, args: Any = None,
         value, cotangent = chosen.result(vjp(chosen.function(), chosen.point, u))
         return (value, cotangent, chosen.aux()) if has_aux else (value, cotangent)
     run = _Reverse(f, x0, arguments)
-    leaves, tree = _output_leaves(run.result, f, run.mode)
-    weights, wtree = _trees.flatten(u)
-    if wtree != tree and not (tree.is_leaf and len(weights) == 1):
-        raise ValueError(f"u must have the structure of {_name(f)}'s output "
-                         f"({tree.describe()}), got {wtree.describe()}")
-    total: Any = 0.0
-    for leaf, weight, name in zip(leaves, weights, _trees.paths(tree, "u")):
-        shape = _shape(leaf)
-        # (weights ad.record is recording stay tensors: the weighted sum is recorded)
-        w = weight if in_program(weight) else _as_array(weight, name)
-        if tuple(w.shape) != shape and not (shape == () and tuple(w.shape) == (1,)):
-            what = "a scalar" if shape == () else f"shape {shape}"
-            raise ValueError(f"{name} must have one weight per output element of "
-                             f"{_name(f)}, so {what}; got shape {w.shape}")
-        total = total + _weighted(leaf, w.reshape(shape))
-    value = _trees.unflatten(tree, [run.value(e) for e in leaves])
-    return _in_dtype_of(x0, (value, run.gradient(run.sweep(total, last=True))))
-
-
-def _weighted(leaf: Any, w: NDArray[np.float64]) -> Any:
-    """sum(w * leaf), leaving out the zero weights."""
-    if in_program(w):
-        return (leaf * w).sum()
-    if isinstance(leaf, Tensor):
-        return (leaf * w).sum() if w.shape else leaf.sum() * float(w)
-    if isinstance(leaf, np.ndarray):
-        total: Any = 0.0
-        for weight, element in zip(w.reshape(-1), leaf.reshape(-1)):
-            if weight != 0.0:
-                total = total + float(weight) * element
-        return total
-    return float(w) * leaf if float(w) != 0.0 else 0.0
+    return _in_dtype_of(x0, weighted_sweep(run, f, u))
 
 
 # ---- second order ---------------------------------------------------------------------

@@ -98,9 +98,11 @@ def test_generated_loops_join_and_masks_are_int_registers():
     source = F._bound["value"].source
     assert "(unsigned char)(choose(" not in source
     assert "const int v" in source            # the mask of x[0]'s products
-    # the Jacobian's products and its layout copy: two loops over all its elements (the
-    # slice x[0] planned first lets the products after it join the loop before it)
-    assert source.count(f"i < {batch * n * n}L;") == 2
+    # the Jacobian's products: one loop over all its elements (the slice x[0] planned
+    # first lets the products after it join the loop before it); its layout (the basis
+    # axis last) is a view of what that loop wrote, not a second loop (final_views)
+    assert source.count(f"i < {batch * n * n}L;") == 1
+    assert F._bound["value"].views == {0: ((n, batch, n), (1, 2, 0))}
 
 
 def _mask_node(expr, x, y):

@@ -366,6 +366,16 @@ def _recorded(v: Any) -> bool:
     return False
 
 
+def _basis_batched(args: Any) -> bool:
+    """Whether an operand's tangent is vmap's batched value (a Jacobian's basis as one
+    batch of tangents over one value): the rule's value and partials are then tensor
+    operations, the partials times the batched tangent by vmap's rules."""
+    for a in args:
+        if isinstance(a, TraceTensor) and isinstance(a._tangent, BatchedBase):
+            return True
+    return False
+
+
 def _over_reverse(args: Any) -> bool:
     """Whether the operands meet over recorded parts: a TraceTensor over recorded tensors,
     or, inside a transform (where a closure's recorded values are of another level), a
@@ -556,7 +566,7 @@ def _jvp(rule: _rules.Rule, args: tuple[Any, ...]) -> Any:
             break
     if any(_nested(a) for a in args):      # (over recorded parts too: they recur here)
         return _jvp_nested(rule, args, max(_depth(a) for a in args))
-    if _over_reverse(args):
+    if _over_reverse(args) or _basis_batched(args):
         return _jvp_recorded(rule, args)
     be = _backend_of(args)
     parts = [_parts(a, be) for a in args]

@@ -31,9 +31,11 @@ import numpy as np
 from easyad import _higher, _trees, functional
 from easyad._evaluation import in_program
 from easyad._forward_mode import _forward_point, _forward_run
+from easyad._levels import LEVEL as _LEVEL
 from easyad._reverse_mode import _Reverse
 from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor import _generic
+from easyad.tensor._program import capturing
 from easyad.transforms import vmap_shared
 from easyad.transforms.vmap_batched import Batched, _shape, expanded
 
@@ -219,6 +221,13 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
                                                out_axes=-1)(basis))
             if out is not None:
                 return F.rewrap(out.reshape(_shape(out)[:-1] + s))
+        if _plain_array(x) and n:
+            # eager: f's values once, the basis one batch of tangents over them (as
+            # torch.func's jacfwd), not the batch copied along the basis
+            out = _batched_pass(lambda: F.vmap(lambda t: _basis_tangent(one, x, t),
+                                               out_axes=-1)(basis))
+            if isinstance(out, Tensor):
+                return F.rewrap(out.value.reshape(_shape(out)[:-1] + s))
         out = F.vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
@@ -263,6 +272,24 @@ def _batched_tangent(f: Callable[..., Any], x: Any, t: Any) -> Any:
     out = _forward_run(f, point, [t], ())
     # (f of one output tensor, as vmap's Jacobians take: anything else is refused by the
     # path of jvp, which reads f's output as usual)
+    return out._tangent if isinstance(out, TraceTensor) else None
+
+
+def _plain_array(x: Any) -> bool:
+    """A float64 numpy batch at the top level (no other transform's levels open)."""
+    return (type(x) is np.ndarray and x.dtype == np.float64
+            and _LEVEL.get() == (0, None) and capturing() is None)
+
+
+def _basis_tangent(f: Callable[..., Any], x: np.ndarray, t: Any) -> Any:
+    """Eager: the tangent of f at the numpy batch x along vmap's batched basis t, by one
+    forward pass (one TraceTensor: x's values, the basis as its batched tangent); None
+    where f's output is not one TraceTensor (the caller then goes element by element)."""
+    token = _LEVEL.set((1, None))
+    try:
+        out = f(TraceTensor._of(Tensor.constant(x), t))
+    finally:
+        _LEVEL.reset(token)
     return out._tangent if isinstance(out, TraceTensor) else None
 
 

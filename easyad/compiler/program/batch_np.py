@@ -168,6 +168,8 @@ class BatchedNumpyProgram:
             else:
                 a = np.array(np.broadcast_to(one[root].reshape(self.shapes[o]), shape))
             out.append(a)
+        for k, (moved, axes) in fused.views.items():     # (fused_c.final_views)
+            out[k] = out[k].reshape((B,) + moved).transpose((0,) + tuple(a + 1 for a in axes))
         return out
 
     def _c_run(self, fns: np.ndarray, table: np.ndarray, strided: dict[int, tuple[int, int]],

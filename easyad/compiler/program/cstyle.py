@@ -32,7 +32,8 @@ from easyad import _expr
 from easyad.compiler import dialect, libm
 from easyad.compiler.cstyle import CStyleRenderer
 from easyad.compiler.program.plan import (
-    ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, flat_offset, flat_strides,
+    ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, contiguous, flat_offset,
+    flat_strides,
     pad_position, renamed)
 from easyad.tensor._program import Instruction
 from easyad.tensor._zero_signs import constant_strong_zeros
@@ -88,6 +89,7 @@ class Loop:
         return name
 
 
+_INNER = 256    # the fewest elements an inner loop of _outer_split runs over
 _LANES = 8      # running sums of a sum to one number (as many as AVX-512's doubles)
 
 
@@ -111,6 +113,7 @@ class Renderer(CStyleRenderer):
         self.plan, self.p = plan, plan.program
         self.needed_later = needed_later          # slots read outside their group
         self.lines: list[str] = []
+        self.split: tuple[tuple[int, ...], int] | None = None    # (_outer_split)
 
     def ptr(self, slot: int, write: bool = False) -> str:
         """The slot's memory as a local pointer of the segment (loaded from P once, so
@@ -159,12 +162,23 @@ class Renderer(CStyleRenderer):
         pre: list[str] = []
         post: list[str] = []
         loops = []
-        for lo, hi, inside in self._runs(groups):
+        runs = self._runs(groups)
+        self.split = None if lanes or len(runs) != 1 or runs[0][2] is not None else \
+            self._outer_split(groups)
+        for lo, hi, inside in runs:
             run_pre, loop, run_post = self._body(
                 [(shape, group) for shape, group in groups if math.prod(shape) >= hi], inside)
             pre += [line for line in run_pre if line not in pre]     # the same in each
             post += [line for line in run_post if line not in post]
             body = "\n".join(loop) + "\n    }\n"
+            if not lanes and self.split is not None:
+                shape, k = self.split
+                inner = math.prod(shape[k:])
+                loops.append(f"    for (long o = 0; o < {math.prod(shape[:k])}L; o++) {{\n"
+                             + ("    #pragma omp simd\n" if simd else "")
+                             + f"    for (long ii = 0; ii < {inner}L; ii++) {{\n"
+                             + f"        const long i = o * {inner}L + ii;\n" + body + "    }\n")
+                continue
             if not lanes:
                 loops.append(("    #pragma omp simd\n" if simd else "")
                              + f"    for (long i = {lo}; i < {hi}L; i++) {{\n" + body)
@@ -183,8 +197,42 @@ class Renderer(CStyleRenderer):
                 else:
                     loops.append(f"    for (long i = {a}; i < {b}L; i++) {{\n        const "
                                  f"long lane = i % {_LANES};\n" + body)
+        self.split = None
         return ("    {\n" + "".join(line + "\n" for line in pre) + "".join(loops)
                 + "".join(line + "\n" for line in post) + "    }\n")
+
+    def _outer_split(self, groups: list[tuple[Any, list[Instruction]]]
+                     ) -> tuple[tuple[int, ...], int] | None:
+        """(the loop's shape, k) where an elementwise loop runs as an outer loop over its
+        first k axes around a vector loop over the rest: where an operand is the same
+        along those axes (a batch's values under a Jacobian's basis), so it is read in
+        order by the inner index instead of gathered at a divided and reduced flat index
+        (gcc's vector gathers; a 16 x 64 x 16 tangent loop ran 10% faster). The same
+        elements in the same order: nothing computed changes. None: one flat loop."""
+        shapes = {tuple(shape) for shape, _ in groups}
+        if len(shapes) != 1:
+            return None
+        shape = shapes.pop()
+        members = [ins for _, group in groups for ins in group]
+        if any(ins.op not in ("map", "strided", "take") or self.plan.is_pad(ins)
+               for ins in members):
+            return None
+        best = 0
+        for ins in members:
+            if ins.op != "map":
+                continue
+            for i in ins.ins:
+                if type(i) is not int or self.p.shapes[i] is None:
+                    continue
+                strides = broadcast_strides(self.p.shapes[i], shape)
+                k = 0
+                while k < len(shape) - 1 and (strides[k] == 0 or shape[k] == 1):
+                    k += 1
+                if math.prod(shape[:k]) > 1:
+                    best = max(best, k)
+        if not best or math.prod(shape[best:]) < _INNER:
+            return None
+        return shape, best
 
     def _runs(self, groups: list[tuple[Any, list[Instruction]]]
               ) -> list[tuple[int, int, dict[int, bool] | None]]:
@@ -320,8 +368,14 @@ class Renderer(CStyleRenderer):
                 body.pre.append(f"    const {self.dialect.real} {name} = "
                                 f"{self.literal(i)};")
             return name
-        return self._read(body, i, flat_offset(shape, broadcast_strides(self.p.shapes[i], shape),
-                                           0, index))
+        strides = broadcast_strides(self.p.shapes[i], shape)
+        if self.split is not None and index == "i" and tuple(shape) == self.split[0] and \
+                not contiguous(shape, strides):
+            k = self.split[1]          # (_outer_split: the outer index o, the inner ii)
+            terms = [flat_offset(shape[:k], strides[:k], 0, "o"),
+                     flat_offset(shape[k:], strides[k:], 0, "ii")]
+            return self._read(body, i, " + ".join(t for t in terms if t != "0") or "0")
+        return self._read(body, i, flat_offset(shape, strides, 0, index))
 
     def _read(self, body: Loop, slot: int, at: str) -> str:
         """The slot's element at flat index ``at`` (of its own shape): a register of the

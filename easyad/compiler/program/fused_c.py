@@ -110,6 +110,8 @@ class FusedProgram:
         self.inputs = list(p.inputs)
         self.outputs = plan.outputs
         self._lock = threading.Lock()
+        # output k is a view of what the program returns: (shape, axes) (final_views)
+        self.views: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         # the slots written in C and read after: a fresh array for outputs, else workspace
         fresh = {plan.r(o) for o in plan.outputs}
         # Python steps with a C lowering (softmax_c: cross-entropy) write into buffers too
@@ -243,8 +245,12 @@ class FusedProgram:
                 if isinstance(self.base[s], np.ndarray):     # arrays (run sets its own)
                     _point_at(self.pointers, s, self.base[s])
         del keep
-        return [outputs[plan.r(o)].reshape((count,) + tuple(p.shapes[o]))
-                for o in plan.outputs]
+        out = [outputs[plan.r(o)].reshape((count,) + tuple(p.shapes[o]))
+               for o in plan.outputs]
+        for k, (moved, axes) in self.views.items():      # (final_views)
+            out[k] = out[k].reshape((count,) + moved).transpose((0,) + tuple(
+                a + 1 for a in axes))
+        return out
 
     def _thread_tables(self, workers: int) -> list[tuple[np.ndarray, list[np.ndarray]]]:
         """One pointer table per thread of a batch, the first the program's own, the
@@ -304,6 +310,8 @@ class FusedProgram:
                 a = arrays[root] = np.array(a)
                 copied.add(root)
             out.append(a.reshape(shape))
+        for k, (moved, axes) in self.views.items():      # (final_views)
+            out[k] = out[k].reshape(moved).transpose(axes)
         return out
 
 
@@ -332,6 +340,7 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     """The fused, compiled program for ``outputs`` on the numpy backend ``be``; None when
     nothing would be compiled (no C-able instruction) or no compiler works."""
     program, outputs = optimise_program(program, outputs)
+    outputs, views = final_views(program, outputs)
     instructions = live_instructions(program, outputs)
     plan = Plan(program, instructions, outputs, CDialect.types)
     segments = [item for kind, item in plan.schedule if kind == "c"]
@@ -360,4 +369,41 @@ def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
     library = None if path is None else c_library.load(path, purpose="tensor")
     if library is None:
         return None
-    return FusedProgram(plan, library, be, on_guard, stored, text, lowered, folded)
+    fp = FusedProgram(plan, library, be, on_guard, stored, text, lowered, folded)
+    fp.views = views
+    return fp
+
+
+def final_views(program: Program, outputs: Sequence[int]
+                ) -> tuple[list[int], dict[int, tuple[tuple[int, ...], tuple[int, ...]]]]:
+    """Outputs that are a permutation of the axes of a value only they read (a batched
+    Jacobian's basis axis moved last, ``out_axes``): the program returns that value and
+    the output is a numpy view of it, (reshaped as, transposed by), not a copy made in
+    C. The same numbers; the array is not C-contiguous."""
+    outputs = list(outputs)
+    producer = {o: ins for ins in program.instructions for o in ins.outs}
+    reads: dict[int, int] = {}
+    for ins in program.instructions:
+        for i in ins.ins:
+            if type(i) is int:
+                reads[i] = reads.get(i, 0) + 1
+    views = {}
+    for k, o in enumerate(outputs):
+        ins = producer.get(o)
+        if ins is None or ins.op != "strided" or outputs.count(o) != 1 \
+                or o in program.in_place or type(ins.ins[0]) is not int:
+            continue
+        q = ins.ins[0]
+        shape, strides = tuple(ins.params.shape), tuple(ins.params.strides)
+        if q in outputs or q in program.inputs or q in program.constants or \
+                reads.get(q) != 1 or ins.params.offset or 1 in shape or \
+                program.dtypes[q] != program.dtypes[o] or \
+                math.prod(program.shapes[q]) != math.prod(shape):
+            continue
+        order = sorted(range(len(shape)), key=lambda d: -strides[d])
+        moved = tuple(shape[d] for d in order)
+        if [strides[d] for d in order] != [math.prod(moved[j + 1:]) for j in range(len(moved))]:
+            continue
+        outputs[k] = q
+        views[k] = (moved, tuple(order.index(d) for d in range(len(shape))))
+    return outputs, views
