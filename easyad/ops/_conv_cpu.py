@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from easyad.ops import _conv_winograd
 from easyad.tensor import _blas
 
 # bytes of columns per chunk of images: about one core's L2, where the GEMM finds them
@@ -111,6 +112,8 @@ def _windows(xp: np.ndarray, p: Any, kernel: tuple[int, ...], o: tuple[int, ...]
 def _convolve(y: np.ndarray, xf: np.ndarray, w: np.ndarray, p: Any,
               o: tuple[int, ...]) -> None:
     """y ``(N, Co_all, *O)`` (C-contiguous, written) = conv of xf ``(N, C, *S)`` with w."""
+    if _conv_winograd.takes(p, w.shape):
+        return _conv_winograd.convolve(y, xf, w, p)
     d = w.ndim - 2
     kernel = tuple(w.shape[2:])
     groups = p.groups
@@ -211,6 +214,8 @@ def conv_weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     kernel = tuple(p.size)
     xf = x.reshape((-1,) + x.shape[-d - 1:])
     gf = np.ascontiguousarray(g.reshape((-1,) + g.shape[-d - 1:]))
+    if _conv_winograd.takes(p, (gf.shape[1], xf.shape[1] // p.groups) + kernel):
+        return _conv_winograd.weight(p, xf, gf)
     o = tuple(gf.shape[2:])
     groups = p.groups
     (n, c), cout = xf.shape[:2], gf.shape[1]
