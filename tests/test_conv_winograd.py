@@ -136,12 +136,14 @@ def test_which_convolutions_take_it():
 
 def test_the_transforms_refuse_bad_arrays():
     x = np.zeros((1, 2, 4, 4), dtype=np.float32)
-    v = np.zeros((16, 2, 4), dtype=np.float32)
+    v = np.zeros((16, 2, 6), dtype=np.float32)      # 2x2 tiles: 2 rows of 2 + 1
     with pytest.raises(TypeError, match="float32 or two float64"):
         _core._wino_in(x, v.astype(np.float64), 4, 4, 0, 0, 2, 2)
     with pytest.raises(TypeError, match="C-contiguous"):
         _core._wino_in(x[:, :, :, ::-1], v, 4, 4, 0, 0, 2, 2)
     with pytest.raises(ValueError, match="do not fit"):
-        _core._wino_in(x, v[:, :, :3].copy(), 4, 4, 0, 0, 2, 2)
+        _core._wino_in(x, v[:, :, :4].copy(), 4, 4, 0, 0, 2, 2)
+    with pytest.raises(ValueError, match="rows 5 and columns 4 read of 4x4"):
+        _core._wino_in(x, v, 5, 4, 0, 0, 2, 2)
     with pytest.raises(ValueError, match="do not make"):
         _core._wino_out(v, np.zeros((1, 2, 5, 4), dtype=np.float32), 2, 2)

@@ -32,10 +32,13 @@ cdef _wino_check(str name, a, b, int a_dim, tuple planes):
 
 
 def _wino_in(x, V, long Hv, long Wv, long lo_h, long lo_w, long th, long tw):
-    """V (16, C, n*th*tw) = B^T d B of every input tile of x (n, C, H, W)."""
-    _wino_check("_wino_in", x, V, 4, (16, x.shape[1], x.shape[0] * th * tw))
+    """V (16, C, n*th*(tw+1)) = B^T d B of every input tile of x (n, C, H, W)."""
+    _wino_check("_wino_in", x, V, 4, (16, x.shape[1], x.shape[0] * th * (tw + 1)))
     cdef long n = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3]
-    cdef long T = n * th * tw
+    if not (0 <= Hv <= H and 0 <= Wv <= W and th >= 1 and tw >= 1):
+        raise ValueError(f"_wino_in: rows {Hv} and columns {Wv} read of {H}x{W}, "
+                         f"{th}x{tw} tiles")
+    cdef long T = n * th * (tw + 1)
     cdef void* px = cnp.PyArray_DATA(<cnp.ndarray>x)
     cdef void* pv = cnp.PyArray_DATA(<cnp.ndarray>V)
     cdef int rc
@@ -48,16 +51,17 @@ def _wino_in(x, V, long Hv, long Wv, long lo_h, long lo_w, long th, long tw):
             rc = easyad_wino_in_f64(<const double*>px, n, C, H, W, Hv, Wv, lo_h, lo_w, th,
                                     tw, <double*>pv, T)
     if rc:
-        raise MemoryError("_wino_in: no memory for a row buffer")
+        raise MemoryError("_wino_in: no memory for the phase planes")
 
 
 def _wino_out(M, y, long th, long tw):
-    """y (n, C, Oh, Ow) = A^T m A of every tile of M (16, C, n*th*tw)."""
-    _wino_check("_wino_out", y, M, 4, (16, y.shape[1], y.shape[0] * th * tw))
+    """y (n, C, Oh, Ow) = A^T m A of every tile of M (16, C, n*th*(tw+1)) (tw + 1:
+    _winograd.h's spare tile a row)."""
+    _wino_check("_wino_out", y, M, 4, (16, y.shape[1], y.shape[0] * th * (tw + 1)))
     cdef long n = y.shape[0], C = y.shape[1], Oh = y.shape[2], Ow = y.shape[3]
     if not (2 * th - 1 <= Oh <= 2 * th and 2 * tw - 1 <= Ow <= 2 * tw):
         raise ValueError(f"_wino_out: {th}x{tw} tiles do not make {Oh}x{Ow}")
-    cdef long T = n * th * tw
+    cdef long T = n * th * (tw + 1)
     cdef void* pm = cnp.PyArray_DATA(<cnp.ndarray>M)
     cdef void* py = cnp.PyArray_DATA(<cnp.ndarray>y)
     cdef int rc
@@ -69,16 +73,16 @@ def _wino_out(M, y, long th, long tw):
             rc = easyad_wino_out_f64(<const double*>pm, n, C, th, tw, T, <double*>py, Oh,
                                      Ow)
     if rc:
-        raise MemoryError("_wino_out: no memory for a row buffer")
+        raise MemoryError("_wino_out: no memory for the phase planes")
 
 
 def _wino_grad(g, Q, long th, long tw):
-    """Q (16, C, n*th*tw) = A gg A^T of every 2x2 tile of g (n, C, Oh, Ow)."""
-    _wino_check("_wino_grad", g, Q, 4, (16, g.shape[1], g.shape[0] * th * tw))
+    """Q (16, C, n*th*(tw+1)) = A gg A^T of every 2x2 tile of g (n, C, Oh, Ow)."""
+    _wino_check("_wino_grad", g, Q, 4, (16, g.shape[1], g.shape[0] * th * (tw + 1)))
     cdef long n = g.shape[0], C = g.shape[1], Oh = g.shape[2], Ow = g.shape[3]
     if not (2 * th - 1 <= Oh <= 2 * th and 2 * tw - 1 <= Ow <= 2 * tw):
         raise ValueError(f"_wino_grad: {th}x{tw} tiles do not cover {Oh}x{Ow}")
-    cdef long T = n * th * tw
+    cdef long T = n * th * (tw + 1)
     cdef void* pg = cnp.PyArray_DATA(<cnp.ndarray>g)
     cdef void* pq = cnp.PyArray_DATA(<cnp.ndarray>Q)
     cdef int rc
@@ -91,4 +95,4 @@ def _wino_grad(g, Q, long th, long tw):
             rc = easyad_wino_grad_f64(<const double*>pg, n, C, Oh, Ow, th, tw, T,
                                       <double*>pq)
     if rc:
-        raise MemoryError("_wino_grad: no memory for a row buffer")
+        raise MemoryError("_wino_grad: no memory for the phase planes")

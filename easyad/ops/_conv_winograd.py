@@ -51,6 +51,11 @@ def _tiles(o: tuple[int, ...]) -> tuple[int, int]:
     return (o[0] + 1) // 2, (o[1] + 1) // 2
 
 
+def _per_image(th: int, tw: int) -> int:
+    """An image's tiles: th rows of tw + 1 (``_winograd.h``: one spare a row)."""
+    return th * (tw + 1)
+
+
 def _geometry(p: Any, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     """The input's rows and columns read (a negative high padding cuts the rest) and its
     low padding, as _wino_in takes them."""
@@ -74,10 +79,10 @@ def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> None:
     g = _G.astype(w.dtype)
     # (two matmuls: einsum's one loop over all four indices took ~1 ms here)
     u = np.ascontiguousarray((g @ w @ g.T).transpose(2, 3, 0, 1)).reshape(16, groups, co, ci)
-    chunk = _chunk(n, max(c, cout), th * tw, x.itemsize)
+    chunk = _chunk(n, max(c, cout), _per_image(th, tw), x.itemsize)
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
-        t = m * th * tw
+        t = m * _per_image(th, tw)
         if n0 == 0 or m < chunk:        # (the last, smaller chunk gets its own)
             v = np.empty((16, c, t), dtype=x.dtype)
             r = np.empty((16, cout, t), dtype=x.dtype)
@@ -96,12 +101,12 @@ def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     ci, co = c // groups, cout // groups
     th, tw = _tiles(g.shape[2:])
     geometry = _geometry(p, x.shape)
-    chunk = _chunk(n, max(c, cout), th * tw, x.itemsize)
+    chunk = _chunk(n, max(c, cout), _per_image(th, tw), x.itemsize)
     total = np.zeros((16, groups, co, ci), dtype=x.dtype)
     part = np.empty_like(total)
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
-        t = m * th * tw
+        t = m * _per_image(th, tw)
         if n0 == 0 or m < chunk:
             v = np.empty((16, c, t), dtype=x.dtype)
             q = np.empty((16, cout, t), dtype=x.dtype)
