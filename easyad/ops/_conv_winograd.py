@@ -82,16 +82,19 @@ def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> None:
     g = _G.astype(w.dtype)
     # (two matmuls: einsum's one loop over all four indices took ~1 ms here)
     u = np.ascontiguousarray((g @ w @ g.T).transpose(2, 3, 0, 1)).reshape(16, groups, co, ci)
-    chunk = _chunk(n, max(c, cout), _per_image(th, tw), x.itemsize)
+    per_image = _per_image(th, tw)
+    chunk = _chunk(n, max(c, cout), per_image, x.itemsize)
+    wino_in, wino_out, matmul = _core._wino_in, _core._wino_out, np.matmul
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
-        t = m * _per_image(th, tw)
         if n0 == 0 or m < chunk:        # (the last, smaller chunk gets its own)
+            t = m * per_image
             v = np.empty((16, c, t), dtype=x.dtype)
             r = np.empty((16, cout, t), dtype=x.dtype)
-        _core._wino_in(x[n0:n0 + m], v, *geometry, th, tw)
-        np.matmul(u, v.reshape(16, groups, ci, t), out=r.reshape(16, groups, co, t))
-        _core._wino_out(r, y[n0:n0 + m], th, tw)
+            vg, rg = v.reshape(16, groups, ci, t), r.reshape(16, groups, co, t)
+        wino_in(x[n0:n0 + m], v, *geometry, th, tw)
+        matmul(u, vg, out=rg)
+        wino_out(r, y[n0:n0 + m], th, tw)
 
 
 def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -104,19 +107,21 @@ def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     ci, co = c // groups, cout // groups
     th, tw = _tiles(g.shape[2:])
     geometry = _geometry(p, x.shape)
-    chunk = _chunk(n, max(c, cout), _per_image(th, tw), x.itemsize)
+    per_image = _per_image(th, tw)
+    chunk = _chunk(n, max(c, cout), per_image, x.itemsize)
     total = np.zeros((16, groups, co, ci), dtype=x.dtype)
     part = np.empty_like(total)
+    wino_in, wino_grad, matmul = _core._wino_in, _core._wino_grad, np.matmul
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
-        t = m * _per_image(th, tw)
         if n0 == 0 or m < chunk:
+            t = m * per_image
             v = np.empty((16, c, t), dtype=x.dtype)
             q = np.empty((16, cout, t), dtype=x.dtype)
-        _core._wino_in(x[n0:n0 + m], v, *geometry, th, tw)
-        _core._wino_grad(g[n0:n0 + m], q, th, tw)
-        np.matmul(q.reshape(16, groups, co, t), v.reshape(16, groups, ci, t).swapaxes(2, 3),
-                  out=part)
+            qg, vg = q.reshape(16, groups, co, t), v.reshape(16, groups, ci, t).swapaxes(2, 3)
+        wino_in(x[n0:n0 + m], v, *geometry, th, tw)
+        wino_grad(g[n0:n0 + m], q, th, tw)
+        matmul(qg, vg, out=part)
         total += part
     gm = _G.astype(x.dtype)
     dw = gm.T @ total.reshape(4, 4, cout * ci).transpose(2, 0, 1) @ gm      # (Co*Ci, 3, 3)
