@@ -9,7 +9,9 @@ still in the cache when the GEMM reads them, and a batched matmul of the weight
 ``(G, Co, Ci*K)`` against the chunk's columns ``(n, G, Ci*K, O)`` writes ``(n, G, Co, O)``:
 the result's own NCHW memory, no transposing copy.
 
-- ``conv``: the above.
+- ``conv``: the above; 3x3 kernels at stride 1 (2-D, undilated, >= 4 channels a group)
+  take Winograd F(2x2, 3x3) instead (``_conv_winograd``: 2.25x fewer products), as do
+  the stride-1 ``conv_transpose`` (a convolution here) and ``conv_weight`` of that shape.
 - ``conv_transpose`` (the input's gradient): with stride 1 (and no more than twice as
   many out channels as in channels a group) it is a convolution of the
   adjoint padded by ``r (K - 1) - pad`` per side (cut where negative) with the kernel
@@ -24,8 +26,8 @@ Measured (CPU time, one thread, batch 64, 32 -> 32 channels, 28x28, 3x3, float32
 this loaded 2-core machine): conv 36 -> 21 ms, conv_transpose 44 -> 21, conv_weight 30 ->
 21 against the whole-batch form; torch's oneDNN kernels take about 10 each. What is left
 is OpenBLAS's GEMM (about 14 ms of each: 50-60 GFLOP/s on these shapes against 110 on
-large squares) and the columns' copy (about 6 ms): a direct or implicit-GEMM kernel that
-packs the windows itself is the next step.
+large squares) and the columns' copy (about 6 ms); for 3x3 kernels ``_conv_winograd``
+took the next step (about 8, 8 and 10 ms for the three, same machine, load ~8).
 
 The sums run in another order than the whole-batch GEMM's (a float32 result may differ
 from ``_conv``'s object form by a few ulps of its size; float64 likewise at 1e-16).
