@@ -70,7 +70,6 @@ def test_float64_matches_the_direct_sums(name, chunk_bytes, monkeypatch):
     w = rng.normal(size=(cout, c // groups, 3, 3))
     want = _direct(x, w, padding, groups)
     p = _params(padding, groups)
-    assert _conv_winograd.takes(p, w.shape)
     y = np.full(want.shape, np.nan)
     _conv_winograd.convolve(y, x, w, p)
     np.testing.assert_allclose(y, want, rtol=0, atol=1e-13 * np.abs(want).max())
@@ -126,13 +125,55 @@ def test_what_is_cut_off_is_never_read():
 
 def test_which_convolutions_take_it():
     p = _params((1, 1, 1, 1))
-    assert _conv_winograd.takes(p, (8, 8, 3, 3))
-    assert not _conv_winograd.takes(p, (8, 8, 3, 2))                       # kernel
-    assert not _conv_winograd.takes(p, (8, 3, 3, 3))                       # thin
-    assert not _conv_winograd.takes(_params((1, 1, 1, 1), groups=8), (8, 1, 3, 3))
-    assert not _conv_winograd.takes(dataclasses.replace(p, stride=(2, 1)), (8, 8, 3, 3))
-    assert not _conv_winograd.takes(dataclasses.replace(p, dilation=(1, 2)), (8, 8, 3, 3))
-    assert not _conv_winograd.takes(p, (8, 8, 3))                          # 1-d
+    o = (8, 9)
+    assert _conv_winograd.takes(p, (8, 8, 3, 3), o)
+    assert not _conv_winograd.takes(p, (8, 8, 3, 3), (7, 9))                # small result
+    assert not _conv_winograd.takes(p, (8, 8, 3, 2), o)                     # kernel
+    assert not _conv_winograd.takes(p, (8, 3, 3, 3), o)                     # thin
+    assert not _conv_winograd.takes(_params((1, 1, 1, 1), groups=8), (8, 1, 3, 3), o)
+    assert not _conv_winograd.takes(dataclasses.replace(p, stride=(2, 1)), (8, 8, 3, 3), o)
+    assert not _conv_winograd.takes(dataclasses.replace(p, dilation=(1, 2)), (8, 8, 3, 3), o)
+    assert not _conv_winograd.takes(p, (8, 8, 3), o)                        # 1-d
+
+
+def test_the_lowering_routes_here_and_matches_torch(monkeypatch):
+    """Through _conv_cpu (one BLAS thread): the forward, the input's gradient and the
+    weight's of a 9x10 float64 convolution take Winograd and give torch's values."""
+    torch = pytest.importorskip("torch")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    taken = []
+    for name in ("convolve", "weight"):
+        real = getattr(_conv_winograd, name)
+        monkeypatch.setattr(_conv_winograd, name,
+                            lambda *a, real=real, name=name: taken.append(name) or real(*a))
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(3, 6, 9, 10)), rng.normal(size=(5, 6, 3, 3))
+    g = rng.normal(size=(3, 5, 9, 10))
+    p = _params((1, 1, 1, 1))
+    with threadpoolctl.threadpool_limits(1):
+        if not _conv_cpu.takes(x, w):
+            pytest.skip("numpy's BLAS is not an OpenBLAS: the whole-batch form runs")
+        y = _conv_cpu.conv(p, x, w, (9, 10))
+        dx = _conv_cpu.conv_transpose(dataclasses.replace(p, size=(9, 10)), g, w)
+        dw = _conv_cpu.conv_weight(dataclasses.replace(p, size=(3, 3)), x, g)
+    assert taken == ["convolve", "convolve", "weight"]
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+    ty.backward(torch.tensor(g))
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(dw, tw.grad.numpy(), rtol=0, atol=1e-12)
+
+
+def test_an_all_zero_input_gives_exact_zeros():
+    """Tiles of zeros transform to zeros: exact zeros survive where a whole tile is zero
+    (a partly zero tile leaves rounding residue: the module's docstring)."""
+    x = np.zeros((2, 4, 8, 8), dtype=np.float32)
+    x[1] = 1.0
+    w = np.random.default_rng(4).normal(size=(4, 4, 3, 3)).astype(np.float32)
+    y = np.empty((2, 4, 8, 8), dtype=np.float32)
+    _conv_winograd.convolve(y, x, w, _params((1, 1, 1, 1)))
+    assert (y[0] == 0).all() and (y[1] != 0).any()
 
 
 def test_the_transforms_refuse_bad_arrays():

@@ -9,7 +9,8 @@ still in the cache when the GEMM reads them, and a batched matmul of the weight
 ``(G, Co, Ci*K)`` against the chunk's columns ``(n, G, Ci*K, O)`` writes ``(n, G, Co, O)``:
 the result's own NCHW memory, no transposing copy.
 
-- ``conv``: the above; 3x3 kernels at stride 1 (2-D, undilated, >= 4 channels a group)
+- ``conv``: the above; 3x3 kernels at stride 1 (2-D, undilated, >= 4 channels a group,
+  results of at least 8x8)
   take Winograd F(2x2, 3x3) instead (``_conv_winograd``: 2.25x fewer products), as do
   the stride-1 ``conv_transpose`` (a convolution here) and ``conv_weight`` of that shape.
 - ``conv_transpose`` (the input's gradient): with stride 1 (and no more than twice as
@@ -114,7 +115,7 @@ def _windows(xp: np.ndarray, p: Any, kernel: tuple[int, ...], o: tuple[int, ...]
 def _convolve(y: np.ndarray, xf: np.ndarray, w: np.ndarray, p: Any,
               o: tuple[int, ...]) -> None:
     """y ``(N, Co_all, *O)`` (C-contiguous, written) = conv of xf ``(N, C, *S)`` with w."""
-    if _conv_winograd.takes(p, w.shape):
+    if _conv_winograd.takes(p, w.shape, o):
         return _conv_winograd.convolve(y, xf, w, p)
     d = w.ndim - 2
     kernel = tuple(w.shape[2:])
@@ -216,9 +217,9 @@ def conv_weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     kernel = tuple(p.size)
     xf = x.reshape((-1,) + x.shape[-d - 1:])
     gf = np.ascontiguousarray(g.reshape((-1,) + g.shape[-d - 1:]))
-    if _conv_winograd.takes(p, (gf.shape[1], xf.shape[1] // p.groups) + kernel):
-        return _conv_winograd.weight(p, xf, gf)
     o = tuple(gf.shape[2:])
+    if _conv_winograd.takes(p, (gf.shape[1], xf.shape[1] // p.groups) + kernel, o):
+        return _conv_winograd.weight(p, xf, gf)
     groups = p.groups
     (n, c), cout = xf.shape[:2], gf.shape[1]
     depth = c // groups * math.prod(kernel)

@@ -18,6 +18,14 @@ sum_tiles (A gg A^T)[k, l] (B^T d B)[k, l]`` for each 2x2 tile gg of the cotange
 the input's V again and a GEMM over tiles. The input's gradient at stride 1 is a
 convolution with the flipped kernel (``_conv_cpu.conv_transpose``), so it comes here too.
 
+Exact zeros: where every input a direct sum reads is zero (an all-zero window, the
+padding) the direct form gives exactly 0, Winograd the rounding residue of the tile's
+other entries (~1e-7 of their size in float32): the same size as any other rounding, but
+a ReLU or Adam downstream can turn it into a visible difference between two runs whose
+inputs differ by rounding (eager against replayed training of the digits CNN moved a
+weight by 0.035 after 4 Adam steps with its 4x4 second layer here; MIN_SIZE keeps such
+small images on im2col).
+
 The transforms (sums and differences: ``easyad/_winograd.h``) run a chunk of images at
 a time so that V stays in the cache for its GEMM. The result differs from the direct
 sums by rounding only: in float32, 3.0e-7 of the result's largest entry from the float64
@@ -42,15 +50,21 @@ CHUNK_BYTES = 1 << 19
 # 0.67/0.65, C=16 28x28 5.96/6.50 -> 3.67/4.01, C=64 14x14 13.1/14.6 -> 8.3/12.9, C=128
 # 7x7 14.5/17.0 -> 11.5/17.6 (small odd images waste the most on spare tiles)
 MIN_CHANNELS = 4
+# nor below this many outputs a side: a spare tile a row and an odd side's half-used tiles
+# weigh most there (at 7x7 the weight's gradient ran slower than im2col, above), and
+# im2col keeps the exact zeros of small, sparse images (see the docstring)
+MIN_SIZE = 8
 
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
 
-def takes(p: Any, w_shape: tuple[int, ...]) -> bool:
-    """Whether the convolution of a weight ``w_shape`` with parameters p comes here."""
+def takes(p: Any, w_shape: tuple[int, ...], o: tuple[int, ...]) -> bool:
+    """Whether the convolution of a weight ``w_shape`` with parameters p, whose result's
+    spatial shape is o, comes here."""
     return len(w_shape) == 4 and tuple(w_shape[2:]) == (3, 3) and \
         tuple(p.stride) == (1, 1) and tuple(p.dilation) == (1, 1) and \
-        w_shape[1] >= MIN_CHANNELS and w_shape[0] // p.groups >= MIN_CHANNELS
+        w_shape[1] >= MIN_CHANNELS and w_shape[0] // p.groups >= MIN_CHANNELS and \
+        min(o) >= MIN_SIZE
 
 
 def _tiles(o: tuple[int, ...]) -> tuple[int, int]:
