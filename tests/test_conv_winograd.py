@@ -176,6 +176,30 @@ def test_an_all_zero_input_gives_exact_zeros():
     assert (y[0] == 0).all() and (y[1] != 0).any()
 
 
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_infinities_and_nans_give_the_direct_sums_values(bad, monkeypatch):
+    """Winograd's differences make inf - inf = NaN where the direct sums give inf: a
+    result not finite sends the op to im2col (NaN in, NaN out there too), with no warning
+    from the Winograd attempt."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    rng = np.random.default_rng(5)
+    x, w = rng.normal(size=(2, 4, 8, 8)), rng.normal(size=(4, 4, 3, 3))
+    g = rng.normal(size=(2, 4, 8, 8))
+    x[1, 2, 3, 4] = bad
+    p = _params((1, 1, 1, 1))
+    pw = dataclasses.replace(p, size=(3, 3))
+    with threadpoolctl.threadpool_limits(1), np.errstate(all="ignore"):
+        if not _conv_cpu.takes(x, w):
+            pytest.skip("numpy's BLAS is not an OpenBLAS: the whole-batch form runs")
+        ours = _conv_cpu.conv(p, x, w, (8, 8)), _conv_cpu.conv_weight(pw, x, g)
+        monkeypatch.setattr(_conv_winograd, "MIN_CHANNELS", 10**9)       # im2col only
+        direct = _conv_cpu.conv(p, x, w, (8, 8)), _conv_cpu.conv_weight(pw, x, g)
+    for a, b in zip(ours, direct):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_array_equal(np.isinf(a), np.isinf(b))
+        np.testing.assert_allclose(np.nan_to_num(a), np.nan_to_num(b), rtol=1e-12)
+
+
 def test_the_transforms_refuse_bad_arrays():
     x = np.zeros((1, 2, 4, 4), dtype=np.float32)
     v = np.zeros((16, 2, 6), dtype=np.float32)      # 2x2 tiles: 2 rows of 2 + 1

@@ -116,7 +116,13 @@ def _convolve(y: np.ndarray, xf: np.ndarray, w: np.ndarray, p: Any,
               o: tuple[int, ...]) -> None:
     """y ``(N, Co_all, *O)`` (C-contiguous, written) = conv of xf ``(N, C, *S)`` with w."""
     if _conv_winograd.takes(p, w.shape, o):
-        return _conv_winograd.convolve(y, xf, w, p)
+        # anything not finite takes the sums below, which give it again with their own
+        # warnings: a NaN read, an inf (Winograd's differences make inf - inf = NaN where
+        # the sums say inf) or an overflow in the transforms (one pass over y, ~2%)
+        with np.errstate(over="ignore", invalid="ignore"):
+            _conv_winograd.convolve(y, xf, w, p)
+            if np.isfinite(y.sum()):
+                return
     d = w.ndim - 2
     kernel = tuple(w.shape[2:])
     groups = p.groups
@@ -219,7 +225,10 @@ def conv_weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     gf = np.ascontiguousarray(g.reshape((-1,) + g.shape[-d - 1:]))
     o = tuple(gf.shape[2:])
     if _conv_winograd.takes(p, (gf.shape[1], xf.shape[1] // p.groups) + kernel, o):
-        return _conv_winograd.weight(p, xf, gf)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dw = _conv_winograd.weight(p, xf, gf)
+            if np.isfinite(dw.sum()):       # (else the sums below: see _convolve)
+                return dw
     groups = p.groups
     (n, c), cout = xf.shape[:2], gf.shape[1]
     depth = c // groups * math.prod(kernel)
