@@ -5,7 +5,7 @@ and the generic functions, all rendered from the rule table in easyad/_rules.py.
 This hub holds the shared coercion and error helpers and the services registry; the parts
 are included in order (hand-written ones in _engine/, the rest generated from the table):
 checks (Python's float error policy) -> ops (generated; C in _generated/_ops.h) ->
-conventions (what a tape entry means) -> nodes, tensors, structural, ufuncs, gemm
+conventions (what a tape entry means) -> nodes, tensors, structural, ufuncs, gemm, winograd
 (tensor steps and their C paths) -> tape_storage, tape, sweep, rebuild, derivatives
 (WengertList's arrays, the list, the backward sweep, pickles, Derivatives) ->
 trace, record, nested (generated; nested: Traces of Traces or of Records) -> branches
@@ -251,6 +251,7 @@ include "_engine/tensors.pxi"
 include "_engine/structural.pxi"
 include "_engine/ufuncs.pxi"
 include "_engine/gemm.pxi"
+include "_engine/winograd.pxi"
 include "_engine/tape_storage.pxi"
 include "_engine/tape.pxi"
 include "_engine/sweep.pxi"

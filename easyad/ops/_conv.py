@@ -22,7 +22,8 @@ padding (lo, hi) per axis and dilation r, the result is ``(..., C_out, *O)``,
 
 numpy lowering: float32 and float64 arrays take ``_conv_cpu`` (im2col a few images at
 a time, the GEMM writing NCHW, the stride-1 transpose as a convolution with the flipped
-kernel: see there). Object arrays take the whole-batch form below, im2col: the padded
+kernel; 3x3 stride-1 2-D ones as Winograd F(2x2, 3x3), ``_conv_winograd``: see there).
+Object arrays take the whole-batch form below, im2col: the padded
 input's windows are one ``as_strided`` view
 ``(C, *K, N, *O)`` copied once into columns ``(G, Ci*prod(K), N*prod(O))``; the
 convolution is then one BLAS GEMM per group with the weight as ``(Co, Ci*prod(K))``

@@ -9,7 +9,10 @@ still in the cache when the GEMM reads them, and a batched matmul of the weight
 ``(G, Co, Ci*K)`` against the chunk's columns ``(n, G, Ci*K, O)`` writes ``(n, G, Co, O)``:
 the result's own NCHW memory, no transposing copy.
 
-- ``conv``: the above.
+- ``conv``: the above; 3x3 kernels at stride 1 (2-D, undilated, >= 4 channels a group,
+  results of at least 8x8)
+  take Winograd F(2x2, 3x3) instead (``_conv_winograd``: 2.25x fewer products), as do
+  the stride-1 ``conv_transpose`` (a convolution here) and ``conv_weight`` of that shape.
 - ``conv_transpose`` (the input's gradient): with stride 1 (and no more than twice as
   many out channels as in channels a group) it is a convolution of the
   adjoint padded by ``r (K - 1) - pad`` per side (cut where negative) with the kernel
@@ -24,8 +27,8 @@ Measured (CPU time, one thread, batch 64, 32 -> 32 channels, 28x28, 3x3, float32
 this loaded 2-core machine): conv 36 -> 21 ms, conv_transpose 44 -> 21, conv_weight 30 ->
 21 against the whole-batch form; torch's oneDNN kernels take about 10 each. What is left
 is OpenBLAS's GEMM (about 14 ms of each: 50-60 GFLOP/s on these shapes against 110 on
-large squares) and the columns' copy (about 6 ms): a direct or implicit-GEMM kernel that
-packs the windows itself is the next step.
+large squares) and the columns' copy (about 6 ms); for 3x3 kernels ``_conv_winograd``
+took the next step (about 8, 8 and 10 ms for the three, same machine, load ~8).
 
 The sums run in another order than the whole-batch GEMM's (a float32 result may differ
 from ``_conv``'s object form by a few ulps of its size; float64 likewise at 1e-16).
@@ -39,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from easyad.ops import _conv_winograd
 from easyad.tensor import _blas
 
 # bytes of columns per chunk of images: about one core's L2, where the GEMM finds them
@@ -111,6 +115,14 @@ def _windows(xp: np.ndarray, p: Any, kernel: tuple[int, ...], o: tuple[int, ...]
 def _convolve(y: np.ndarray, xf: np.ndarray, w: np.ndarray, p: Any,
               o: tuple[int, ...]) -> None:
     """y ``(N, Co_all, *O)`` (C-contiguous, written) = conv of xf ``(N, C, *S)`` with w."""
+    if _conv_winograd.takes(p, w.shape, o):
+        # anything not finite takes the sums below, which give it again with their own
+        # warnings: a NaN read, an inf (Winograd's differences make inf - inf = NaN where
+        # the sums say inf) or an overflow in the transforms (one pass over y, ~2%)
+        with np.errstate(over="ignore", invalid="ignore"):
+            _conv_winograd.convolve(y, xf, w, p)
+            if np.isfinite(y.sum()):
+                return
     d = w.ndim - 2
     kernel = tuple(w.shape[2:])
     groups = p.groups
@@ -212,6 +224,11 @@ def conv_weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     xf = x.reshape((-1,) + x.shape[-d - 1:])
     gf = np.ascontiguousarray(g.reshape((-1,) + g.shape[-d - 1:]))
     o = tuple(gf.shape[2:])
+    if _conv_winograd.takes(p, (gf.shape[1], xf.shape[1] // p.groups) + kernel, o):
+        with np.errstate(over="ignore", invalid="ignore"):
+            dw = _conv_winograd.weight(p, xf, gf)
+            if np.isfinite(dw.sum()):       # (else the sums below: see _convolve)
+                return dw
     groups = p.groups
     (n, c), cout = xf.shape[:2], gf.shape[1]
     depth = c // groups * math.prod(kernel)

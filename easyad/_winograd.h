@@ -1,0 +1,210 @@
+/* Winograd F(2x2, 3x3) transforms for the 3x3, stride-1 convolutions of ops/_conv_cpu.py
+ * (see ops/_conv_winograd.py for the algebra and where they are used).
+ *
+ * Every output tile of 2x2 reads a 4x4 tile of the padded input, starting at (2ty, 2tx).
+ * The transforms of a tile are sums and differences only (no rounding beyond the adds'),
+ * written plane by plane: plane xi = 4k + l of V, M or Q holds entry (k, l) of every
+ * tile, ``T`` tiles a channel, so the products between them are 16 GEMMs. An image's
+ * tiles are a grid of th rows of ``tw + 1``: the last column of each row is a spare tile
+ * (the padding's zeros; ignored by the output transform, zero in Q so the weight's
+ * gradient never sees it), which makes tile t + 1 the next column and t + tw + 1 the next
+ * row for every t, so each plane is one loop over all its tiles (gcc vectorises it;
+ * loops over one row of 14 tiles did not pay: 4.1 -> 2.3 ms for the input transform of
+ * 64 images of 32 channels 28x28, one core).
+ *
+ * - easyad_wino_in:  V[xi][c][t] = (B^T d B)[k][l] for the input tile d of image i, channel
+ *   c (t = (i th + ty) (tw + 1) + tx); x is read as zero outside rows [0, Hv) and columns
+ *   [0, Wv) (Hv < H where a negative padding cuts the input), padded by lo_h/lo_w.
+ * - easyad_wino_out: y[i][c][2ty + a][2tx + b] = (A^T m A)[a][b] for M's tile m, dropping
+ *   rows/columns past Oh/Ow (an odd size's last tile).
+ * - easyad_wino_grad: Q[xi][c][t] = (A gg A^T)[k][l], gg the 2x2 tile of g (zero past
+ *   Oh/Ow): the weight gradient's transform of the cotangent.
+ *
+ * With B^T = [[1,0,-1,0],[0,1,1,0],[0,-1,1,0],[0,1,0,-1]], A^T = [[1,1,1,0],[0,1,-1,-1]].
+ * A plane is first split into its four phases (even/odd rows x even/odd columns of the
+ * padded plane, zeros where nothing is copied): the 16 entries of tile t are then
+ * phase[t], phase[t + 1], phase[t + tw + 1], phase[t + tw + 2] of the four phases.
+ * ivdep: the 16 planes are one array at a run-time stride, which gcc cannot prove apart
+ * (they never overlap: P >= tiles). */
+#ifndef EASYAD_WINOGRAD_H
+#define EASYAD_WINOGRAD_H
+
+#include <stdlib.h>
+#include <string.h>
+
+/* gather a plane's rows into the four phase planes (row parity, column parity) of the
+ * padded plane, each (rows) x (w1) with w1 = tw + 1; what stays unwritten is zero */
+/* AVX2 clones (8 lanes instead of SSE2's 4; picked at load time by the CPU, glibc's ifunc):
+ * the transforms 2.3 -> 2.1 (input), 2.0 -> 1.5 (output), 2.0 -> 1.7 ms (cotangent) on the
+ * case above. Sums and differences only, so no contraction into FMA: the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define EASYAD_WINO_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define EASYAD_WINO_CLONES
+#endif
+
+#define EASYAD_WINO_DEFINE(T_, SUF)                                                     \
+static void easyad_wino_phases_##SUF(const T_* restrict src, long rows, long cols,     \
+                                     long W, long r0, long c0, long w1,                 \
+                                     T_* restrict p, long phase) {                      \
+    for (long r = 0; r < rows; r++) {                                                   \
+        long pr = r0 + r;                                                               \
+        const T_* restrict s = src + r * W;                                             \
+        T_* restrict even = p + ((pr & 1) * 2) * phase + (pr >> 1) * w1;                \
+        T_* restrict odd = even + phase;                                                \
+        long j0 = c0 & 1;      /* s[j] lands in column c0 + j: even when j = j0 mod 2 */ \
+        T_* restrict a = j0 ? odd : even;                                               \
+        T_* restrict b = j0 ? even : odd;                                               \
+        long h = c0 >> 1;                                                               \
+        for (long j = 0; 2 * j < cols; j++)                                             \
+            a[h + j + (j0 & 0)] = s[2 * j];                                             \
+        for (long j = 0; 2 * j + 1 < cols; j++)                                         \
+            b[h + j + j0] = s[2 * j + 1];                                               \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+EASYAD_WINO_CLONES                                                                      \
+static int easyad_wino_in_##SUF(const T_* x, long n, long C, long H, long W, long Hv,   \
+                                long Wv, long lo_h, long lo_w, long th, long tw,        \
+                                T_* V, long T) {                                        \
+    long w1 = tw + 1, phase = (th + 1) * w1, tiles = th * w1;                           \
+    T_* p = (T_*)calloc((size_t)(4 * phase), sizeof(T_));                               \
+    if (!p) return -1;                                                                  \
+    long c0 = lo_w > 0 ? lo_w : 0, s0 = c0 - lo_w;                                      \
+    long cols = Wv - s0;                                                                \
+    if (cols > 2 * w1 - c0) cols = 2 * w1 - c0;                                         \
+    if (cols < 0) cols = 0;                                                             \
+    long r0 = lo_h > 0 ? lo_h : 0, q0 = r0 - lo_h;                                      \
+    long rows = Hv - q0;                                                                \
+    if (rows > 2 * (th + 1) - r0) rows = 2 * (th + 1) - r0;                             \
+    if (rows < 0) rows = 0;                                                             \
+    const T_* restrict p00 = p;                                                         \
+    const T_* restrict p01 = p + phase;                                                 \
+    const T_* restrict p10 = p + 2 * phase;                                             \
+    const T_* restrict p11 = p + 3 * phase;                                             \
+    for (long i = 0; i < n; i++)                                                        \
+        for (long c = 0; c < C; c++) {                                                  \
+            easyad_wino_phases_##SUF(x + (i * C + c) * H * W + q0 * W + s0, rows, cols, \
+                                     W, r0, c0, w1, p, phase);                          \
+            T_* v = V + c * T + i * tiles;                                              \
+            long P = C * T;                                                             \
+            T_ *restrict v0 = v, *restrict v1 = v + P, *restrict v2 = v + 2 * P;        \
+            T_ *restrict v3 = v + 3 * P, *restrict v4 = v + 4 * P;                      \
+            T_ *restrict v5 = v + 5 * P, *restrict v6 = v + 6 * P;                      \
+            T_ *restrict v7 = v + 7 * P, *restrict v8 = v + 8 * P;                      \
+            T_ *restrict v9 = v + 9 * P, *restrict v10 = v + 10 * P;                    \
+            T_ *restrict v11 = v + 11 * P, *restrict v12 = v + 12 * P;                  \
+            T_ *restrict v13 = v + 13 * P, *restrict v14 = v + 14 * P;                  \
+            T_ *restrict v15 = v + 15 * P;                                              \
+            _Pragma("GCC ivdep") for (long f = 0; f < tiles; f++) {                   \
+                long g = f + w1;                                                        \
+                /* d[r][s]: row r from phase r & 1 (a tile row down for r >= 2), column \
+                   s likewise; a = B^T d, then v = a B */                               \
+                T_ d00 = p00[f], d01 = p01[f], d02 = p00[f + 1], d03 = p01[f + 1];      \
+                T_ d10 = p10[f], d11 = p11[f], d12 = p10[f + 1], d13 = p11[f + 1];      \
+                T_ d20 = p00[g], d21 = p01[g], d22 = p00[g + 1], d23 = p01[g + 1];      \
+                T_ d30 = p10[g], d31 = p11[g], d32 = p10[g + 1], d33 = p11[g + 1];      \
+                T_ a00 = d00 - d20, a01 = d01 - d21, a02 = d02 - d22, a03 = d03 - d23;  \
+                T_ a10 = d10 + d20, a11 = d11 + d21, a12 = d12 + d22, a13 = d13 + d23;  \
+                T_ a20 = d20 - d10, a21 = d21 - d11, a22 = d22 - d12, a23 = d23 - d13;  \
+                T_ a30 = d10 - d30, a31 = d11 - d31, a32 = d12 - d32, a33 = d13 - d33;  \
+                v0[f] = a00 - a02;  v1[f] = a01 + a02;  v2[f] = a02 - a01;  v3[f] = a01 - a03; \
+                v4[f] = a10 - a12;  v5[f] = a11 + a12;  v6[f] = a12 - a11;  v7[f] = a11 - a13; \
+                v8[f] = a20 - a22;  v9[f] = a21 + a22;  v10[f] = a22 - a21; v11[f] = a21 - a23; \
+                v12[f] = a30 - a32; v13[f] = a31 + a32; v14[f] = a32 - a31; v15[f] = a31 - a33; \
+            }                                                                           \
+        }                                                                               \
+    free(p);                                                                            \
+    return 0;                                                                           \
+}                                                                                       \
+                                                                                        \
+EASYAD_WINO_CLONES                                                                      \
+static int easyad_wino_out_##SUF(const T_* M, long n, long C, long th, long tw, long T, \
+                                 T_* y, long Oh, long Ow) {                             \
+    long w1 = tw + 1, tiles = th * w1;                                                  \
+    T_* q = (T_*)malloc(sizeof(T_) * (size_t)(4 * tiles));                              \
+    if (!q) return -1;                                                                  \
+    T_* restrict q00 = q;                                                               \
+    T_* restrict q01 = q + tiles;                                                       \
+    T_* restrict q10 = q + 2 * tiles;                                                   \
+    T_* restrict q11 = q + 3 * tiles;                                                   \
+    long P = C * T;                                                                     \
+    for (long i = 0; i < n; i++)                                                        \
+        for (long c = 0; c < C; c++) {                                                  \
+            const T_* m = M + c * T + i * tiles;                                        \
+            const T_ *restrict m0 = m, *restrict m1 = m + P, *restrict m2 = m + 2 * P;  \
+            const T_ *restrict m3 = m + 3 * P, *restrict m4 = m + 4 * P;                \
+            const T_ *restrict m5 = m + 5 * P, *restrict m6 = m + 6 * P;                \
+            const T_ *restrict m7 = m + 7 * P, *restrict m8 = m + 8 * P;                \
+            const T_ *restrict m9 = m + 9 * P, *restrict m10 = m + 10 * P;              \
+            const T_ *restrict m11 = m + 11 * P, *restrict m12 = m + 12 * P;            \
+            const T_ *restrict m13 = m + 13 * P, *restrict m14 = m + 14 * P;            \
+            const T_ *restrict m15 = m + 15 * P;                                        \
+            _Pragma("GCC ivdep") for (long f = 0; f < tiles; f++) {                   \
+                /* p = A^T m over the rows, then A over the columns */                  \
+                T_ p00 = m0[f] + m4[f] + m8[f], p10 = m4[f] - m8[f] - m12[f];           \
+                T_ p01 = m1[f] + m5[f] + m9[f], p11 = m5[f] - m9[f] - m13[f];           \
+                T_ p02 = m2[f] + m6[f] + m10[f], p12 = m6[f] - m10[f] - m14[f];         \
+                T_ p03 = m3[f] + m7[f] + m11[f], p13 = m7[f] - m11[f] - m15[f];         \
+                q00[f] = p00 + p01 + p02;                                               \
+                q01[f] = p01 - p02 - p03;                                               \
+                q10[f] = p10 + p11 + p12;                                               \
+                q11[f] = p11 - p12 - p13;                                               \
+            }                                                                           \
+            T_* plane = y + (i * C + c) * Oh * Ow;                                      \
+            for (long r = 0; r < Oh; r++) {                                             \
+                T_* restrict row = plane + r * Ow;                                      \
+                const T_* restrict e = (r & 1 ? q10 : q00) + (r >> 1) * w1;             \
+                const T_* restrict o = (r & 1 ? q11 : q01) + (r >> 1) * w1;             \
+                for (long j = 0; 2 * j < Ow; j++) row[2 * j] = e[j];                    \
+                for (long j = 0; 2 * j + 1 < Ow; j++) row[2 * j + 1] = o[j];            \
+            }                                                                           \
+        }                                                                               \
+    free(q);                                                                            \
+    return 0;                                                                           \
+}                                                                                       \
+                                                                                        \
+EASYAD_WINO_CLONES                                                                      \
+static int easyad_wino_grad_##SUF(const T_* g, long n, long C, long Oh, long Ow,        \
+                                  long th, long tw, long T, T_* Q) {                    \
+    long w1 = tw + 1, tiles = th * w1;                                                  \
+    T_* p = (T_*)calloc((size_t)(4 * tiles), sizeof(T_));                               \
+    if (!p) return -1;                                                                  \
+    const T_* restrict g00 = p;                                                         \
+    const T_* restrict g01 = p + tiles;                                                 \
+    const T_* restrict g10 = p + 2 * tiles;                                             \
+    const T_* restrict g11 = p + 3 * tiles;                                             \
+    long P = C * T;                                                                     \
+    for (long i = 0; i < n; i++)                                                        \
+        for (long c = 0; c < C; c++) {                                                  \
+            easyad_wino_phases_##SUF(g + (i * C + c) * Oh * Ow, Oh, Ow, Ow, 0, 0, w1,   \
+                                     p, tiles);                                         \
+            T_* q = Q + c * T + i * tiles;                                              \
+            T_ *restrict q0 = q, *restrict q1 = q + P, *restrict q2 = q + 2 * P;        \
+            T_ *restrict q3 = q + 3 * P, *restrict q4 = q + 4 * P;                      \
+            T_ *restrict q5 = q + 5 * P, *restrict q6 = q + 6 * P;                      \
+            T_ *restrict q7 = q + 7 * P, *restrict q8 = q + 8 * P;                      \
+            T_ *restrict q9 = q + 9 * P, *restrict q10 = q + 10 * P;                    \
+            T_ *restrict q11 = q + 11 * P, *restrict q12 = q + 12 * P;                  \
+            T_ *restrict q13 = q + 13 * P, *restrict q14 = q + 14 * P;                  \
+            T_ *restrict q15 = q + 15 * P;                                              \
+            _Pragma("GCC ivdep") for (long f = 0; f < tiles; f++) {                   \
+                /* rows of A gg: g0, g0 + g1, g0 - g1, -g1; then the same on columns */ \
+                T_ a0 = g00[f], b0 = g01[f], a1 = g10[f], b1 = g11[f];                  \
+                T_ r0 = a0, s0 = b0, r1 = a0 + a1, s1 = b0 + b1;                        \
+                T_ r2 = a0 - a1, s2 = b0 - b1, r3 = -a1, s3 = -b1;                      \
+                q0[f] = r0;  q1[f] = r0 + s0;  q2[f] = r0 - s0;  q3[f] = -s0;           \
+                q4[f] = r1;  q5[f] = r1 + s1;  q6[f] = r1 - s1;  q7[f] = -s1;           \
+                q8[f] = r2;  q9[f] = r2 + s2;  q10[f] = r2 - s2; q11[f] = -s2;          \
+                q12[f] = r3; q13[f] = r3 + s3; q14[f] = r3 - s3; q15[f] = -s3;          \
+            }                                                                           \
+        }                                                                               \
+    free(p);                                                                            \
+    return 0;                                                                           \
+}
+
+
+EASYAD_WINO_DEFINE(float, f32)
+EASYAD_WINO_DEFINE(double, f64)
+
+#endif
