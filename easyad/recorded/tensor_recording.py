@@ -16,7 +16,8 @@ from easyad._core import WengertList
 from easyad.tensor import Tensor
 from easyad.tensor._base import Node, TensorBase, _no_vjp, wrap
 from easyad.tensor._parameters import ParameterValues
-from easyad.tensor._program import Program, ProgramBackend, Slot, captured
+from easyad.tensor._interpreters import interpreting
+from easyad.tensor._program import Program, ProgramBackend, Slot
 
 _WHAT = ("value", "gradient", "hvp", "vjp")
 
@@ -142,7 +143,7 @@ class _Recording:
                 tangents.append(wrap(Tensor, be, slot, shape, dtype))
         else:      # an input of every call (before the module parameters f reads)
             learning_rate = be.input(np.zeros(()), np.float64)
-        with captured(be):
+        with interpreting(be):
             y = f(_trees.unflatten(x_tree, xs), *_unflatten_args(arg_tree, args))
             out_leaves, self.out_tree = _trees.flatten(y)
             self.outputs = [self._output(be, v) for v in out_leaves]

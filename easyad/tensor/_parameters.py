@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from easyad.tensor import _devices, _meta
+from easyad.tensor import _devices, _interpreters
 
 
 class ParameterValues:
@@ -71,7 +71,7 @@ class ParameterValues:
         """What a tensor of these values on ``device`` is made from: the host array on the
         numpy device (the tensor copies it) and while ``eval_shape`` traces (shapes only),
         else the device buffer (uploaded once; never written afterwards)."""
-        if _meta.tracing():
+        if not _interpreters.new_tensors_have_values():
             return self._host
         be = _devices.resolve(device)
         if be.device.kind == "numpy":

@@ -23,10 +23,8 @@ numpy device, ``compiler.program.fused_cl`` into generated OpenCL kernels for an
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,26 +33,6 @@ from easyad import _core
 from easyad.compiler import ir, optimiser
 from easyad.tensor._backend import Backend
 from easyad.tensor._interpreters import Interpreter
-
-# ---- what capturing is doing (Tensor.constant and friends put new tensors on it) ----
-
-_CAPTURING: contextvars.ContextVar[Any] = contextvars.ContextVar("easyad_program",
-                                                                 default=None)
-
-
-def capturing() -> Any:
-    """The ProgramBackend a recording runs on (in this thread or task), or None."""
-    return _CAPTURING.get()
-
-
-@contextlib.contextmanager
-def captured(backend: ProgramBackend) -> Iterator[None]:
-    token = _CAPTURING.set(backend)
-    try:
-        yield
-    finally:
-        _CAPTURING.reset(token)
-
 
 class Slot:
     """A buffer of a program being recorded: its slot number, shape, dtype and its value at
