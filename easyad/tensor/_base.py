@@ -7,10 +7,10 @@ tensor nodes through their ``vjp``). A node keeps only what its vjp reads (the o
 output its partial expressions name), so clearing the list releases the buffers.
 
 Layering: this module imports only the core, ``_shapes``, ``_devices`` and
-``_interpreters`` (which backend a new tensor goes on). The operations (``_elementwise``, ``_structural``, ``_fused``) import it and
-make their results with ``wrap``/``record`` of the class they were given (``type(t)``), so
-none of them needs the ``Tensor`` class, which sits above them all (``_tensor.py``) and
-calls them.
+``_interpreters`` (which backend a new tensor goes on). The operations (``_elementwise``,
+``_structural``, ``_fused``) import it and make their results with ``wrap``/``record`` of
+the class they were given (``type(t)``), so none of them needs the ``Tensor`` class, which
+sits above them all (``_tensor.py``) and calls them.
 """
 from __future__ import annotations
 
