@@ -297,7 +297,7 @@ class TensorBase(_core.TensorCore):
         be = _interpreters.new_tensor_backend() or _devices.resolve(device)
         if isinstance(array, TensorBase):
             array = array.value
-        elif getattr(be, "owns", None) is not None and be.owns(array):
+        elif (owns := getattr(be, "owns", None)) is not None and owns(array):
             # a device buffer of this backend (a parameter's values on the device): used
             # as it is, no copy; whoever made it never writes into it afterwards
             dt = np.dtype(array.dtype if dtype is None else dtype)

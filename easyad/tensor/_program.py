@@ -54,8 +54,16 @@ class Slot:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    def _arith(self, expr: str, other: Any, swap: bool = False) -> Slot:
+    @property
+    def _recorder(self) -> Backend:
+        """The recording backend of its program (set when the ProgramBackend was made)."""
         be = self.program.backend
+        if be is None:
+            raise RuntimeError("a slot of a program that no ProgramBackend records")
+        return be
+
+    def _arith(self, expr: str, other: Any, swap: bool = False) -> Slot:
+        be = self._recorder
         if isinstance(other, Slot):
             from easyad.tensor import _shapes
             shape = _shapes.broadcast("+", self.shape, other.shape)
@@ -93,7 +101,7 @@ class Slot:
         return self._arith("x * y", -1.0)
 
     def __float__(self) -> float:
-        return float(np.asarray(self.program.backend.to_numpy(self)).reshape(()))
+        return float(np.asarray(self._recorder.to_numpy(self)).reshape(()))
 
     def __repr__(self) -> str:
         return f"<slot {self.index} {self.shape} {self.dtype}>"
@@ -124,7 +132,7 @@ class Program(ir.Graph):
         # slot -> the input slot it is the next value of (a parameter after a descent
         # step): replay may write it into that input's memory (see ``compiler.program.fused_c``)
         self.in_place: dict[int, int] = {}
-        self.backend: Any = None
+        self.backend: Backend | None = None
         # host effects of every replay at one point (BatchNorm's running statistics):
         # (apply, slots): replay keeps the slots as hidden outputs and calls apply(*their
         # host values) after the run (``Program.effect``)
@@ -468,7 +476,7 @@ class BoundProgram:
     backend's kernel (one per instruction, no tape, no Tensor objects); slots freed after
     their last reader. ``run(inputs)`` returns the ``outputs`` slots' buffers."""
 
-    def __init__(self, program: Program, be: Any, outputs: Sequence[int],
+    def __init__(self, program: Program, be: Backend, outputs: Sequence[int],
                  on_guard: Any) -> None:
         self.program, self.be, self.outputs = program, be, tuple(outputs)
         self.constants = {i: (v if program.dtypes[i] is None else be.asarray(v, v.dtype))
@@ -496,7 +504,7 @@ def _arg(slots: list[Any], i: Any) -> Any:
     return slots[i] if type(i) is int else i
 
 
-def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
+def step(ins: Instruction, be: Backend, on_guard: Any) -> Any:
     """One instruction as a function of the slot list, on backend ``be``."""
     op, p, a, o = ins.op, ins.params, ins.ins, ins.outs
     if op == "map":
