@@ -6,7 +6,11 @@
 - each backend names its interpreter, and the answers eval_shape and ad.record rely on;
 - the mixed-device errors come from the interpreters, each naming its fix;
 - a new interpreter on an ordinary backend is asked: its answers change what the tensor
-  layer does, values and derivatives checked against numpy.
+  layer does, values and derivatives checked against numpy;
+- one stack of open frames (``_interpreters.interpreting``) decides which backend a new
+  tensor goes on: the old per-transform switches are gone (a scan), eval_shape and
+  ad.record nest as they always did (pinned case by case), a frame closes when f raises,
+  frames stay in their thread, and a third interpreter is honoured by every constructor.
 """
 from __future__ import annotations
 
