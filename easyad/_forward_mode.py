@@ -18,7 +18,7 @@ from easyad._evaluation import (in_program, _base, _call, _constant_above, _dept
 from easyad._levels import LEVEL as _LEVEL
 from easyad._trees import TreeDef
 from easyad.tensor import Tensor, TraceTensor, get_device, stack
-from easyad.tensor._program import capturing
+from easyad.tensor._interpreters import replaying
 
 
 def _forward_point(x0: Any, caller: str) -> _Point:
@@ -75,7 +75,7 @@ def _forward_nested(point: _Point) -> bool:
     """Whether a forward transform's results stay values of the levels around it
     (Traces, Records) rather than numbers."""
     depth, tape = point.level
-    return depth > 1 or tape is not None or capturing() is not None
+    return depth > 1 or tape is not None or replaying()
 
 
 def _tangent(leaf: Any) -> Any:

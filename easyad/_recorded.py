@@ -29,7 +29,7 @@ how it takes a call's inputs ``recorded/tensor_inputs.py`` and its batches
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -44,6 +44,10 @@ from easyad.tensor import Tensor, _devices
 from easyad.tensor._base import wrap
 from easyad.tensor._parameters import ParameterValues
 from easyad.tensor._program import BoundProgram, Program
+
+if TYPE_CHECKING:
+    from easyad.tensor._numpy import NumpyBackend
+    from easyad.tensor._opencl import OpenCLBackend
 
 
 class TensorFunction(TensorSparse):
@@ -133,10 +137,12 @@ class TensorFunction(TensorSparse):
         bound = None
         if self.fuse and self._backend.kind == "numpy":
             from easyad.compiler.program import fused_c
-            bound = fused_c.fused(rec.program, outputs, self._backend, self._guard_failed)
+            bound = fused_c.fused(rec.program, outputs, cast("NumpyBackend", self._backend),
+                                  self._guard_failed)
         elif self.fuse and self._backend.kind == "opencl":
             from easyad.compiler.program import fused_cl
-            bound = fused_cl.fused(rec.program, outputs, self._backend, self._guard_failed)
+            bound = fused_cl.fused(rec.program, outputs, cast("OpenCLBackend", self._backend),
+                                   self._guard_failed)
         if bound is None:
             # unfused: the same optimiser as the fused paths (folds, CSE, identities, DCE)
             from easyad.compiler.optimiser import optimise_program

@@ -23,10 +23,11 @@ from easyad._levels import LEVEL as _LEVEL
 from easyad._levels import opened as _level
 from easyad._trees import LEAF
 from easyad.errors import TapeMismatchError
-from easyad.tensor import Tensor, TraceTensor, _meta, get_device, stack
+from easyad.tensor import Tensor, TraceTensor, get_device, stack
 from easyad.tensor._base import FLOAT64, Elements, _no_vjp, wrap
 from easyad.tensor._devices import resolve
-from easyad.tensor._program import capturing
+from easyad.tensor._interpreters import innermost, new_tensors_have_values
+from easyad.tensor._program import ProgramBackend
 from easyad.tensor._structural import from_scalars
 
 
@@ -70,7 +71,7 @@ class _Reverse:
         if not tapes and open_tape is not None:
             # f may close over Records of an outer reverse transform: record on its list
             tapes = {id(open_tape): open_tape}
-        recording = capturing()
+        recording = innermost(ProgramBackend)
         if not tapes and program and recording is not None and recording.tape is not None:
             # f may close over the recording's inputs: record on the recording's list
             tapes = {id(recording.tape): recording.tape}
@@ -225,7 +226,7 @@ def _input_tensor(a: NDArray[Any], tape: WengertList, elements: bool,
     the view makes sure of it)."""
     device = get_device() if device is None else device
     be = resolve(device)
-    if be.kind != "numpy" or _meta.tracing():
+    if be.kind != "numpy" or not new_tensors_have_values():
         array = np.asarray(a, dtype=np.float64)
         return (Tensor._input(array, tape, device=device) if elements
                 else Tensor.variable(array, tape, device=device))

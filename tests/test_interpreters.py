@@ -6,7 +6,11 @@
 - each backend names its interpreter, and the answers eval_shape and ad.record rely on;
 - the mixed-device errors come from the interpreters, each naming its fix;
 - a new interpreter on an ordinary backend is asked: its answers change what the tensor
-  layer does, values and derivatives checked against numpy.
+  layer does, values and derivatives checked against numpy;
+- one stack of open frames (``_interpreters.interpreting``) decides which backend a new
+  tensor goes on: the old per-transform switches are gone (a scan), eval_shape and
+  ad.record nest as they always did (pinned case by case), a frame closes when f raises,
+  frames stay in their thread, and a third interpreter is honoured by every constructor.
 """
 from __future__ import annotations
 
@@ -194,3 +198,296 @@ def test_a_new_interpreter_is_asked_by_the_tensor_layer():
     # a tensor of the default numpy backend in one operation: the devices message
     with pytest.raises(ValueError, match="different devices"):
         x + ad.Tensor.constant(np.ones((2, 2)))
+
+
+# ---- one stack of open frames decides which backend a new tensor goes on ----
+
+OLD_SWITCHES = {"tracing", "capturing", "_TRACING", "_CAPTURING"}
+OLD_BLOCKS = {"traced", "captured"}       # their context managers (common words elsewhere)
+OLD_HOMES = {"_meta", "_program"}
+
+
+def switch_uses(source: str, filename: str = "<source>") -> list[str]:
+    """Where ``source`` defines, imports or reads one of the old per-transform switches
+    (``_meta.tracing``/``traced``, ``_program.capturing``/``captured``)."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        hit = False
+        if isinstance(node, ast.Name):
+            hit = node.id in OLD_SWITCHES
+        elif isinstance(node, ast.Attribute):
+            hit = node.attr in OLD_SWITCHES or (
+                node.attr in OLD_BLOCKS and getattr(node.value, "id", None) in OLD_HOMES)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            hit = node.name in OLD_SWITCHES
+        elif isinstance(node, ast.ImportFrom):
+            names = {a.name for a in node.names}
+            hit = bool(names & OLD_SWITCHES) or (
+                bool(names & OLD_BLOCKS) and (node.module or "").split(".")[-1] in OLD_HOMES)
+        elif isinstance(node, ast.With):
+            hit = any(isinstance(i.context_expr, ast.Call) and
+                      getattr(i.context_expr.func, "id", None) in OLD_BLOCKS
+                      for i in node.items)
+        if hit:
+            found.append(f"{filename}:{getattr(node, 'lineno', '?')}")
+    return found
+
+
+def test_the_switch_scan_finds_what_it_looks_for():
+    planted = {
+        "from easyad.tensor._program import capturing": 1,
+        "be = _meta.META if _meta.tracing() else None": 1,
+        "with _program.captured(be):\n    pass": 1,
+        "from easyad.tensor._meta import META, traced": 1,
+        "with traced():\n    pass": 1,
+        "def tracing():\n    pass": 1,
+        "_CAPTURING = None": 1,
+        "def traced(*xs):\n    return any(xs)": 0,
+        "be = _interpreters.new_tensor_backend() or resolve(device)": 0,
+        "tracing_depth = 1; mode = 'capturing'": 0,
+    }
+    for source, count in planted.items():
+        assert len(switch_uses(source)) == count, source
+
+
+def test_only_the_interpreter_stack_chooses_a_new_tensors_backend():
+    own = PACKAGE / "tensor" / "_interpreters.py"
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "_generated" in path.parts or path == own:
+            continue
+        text = path.read_text(encoding="utf-8")
+        found += switch_uses(text, str(path))
+        if path.parent.name in ("tensor", "recorded") and "ContextVar(" in text:
+            found.append(f"{path}: a context variable of its own")
+    assert not found, ("eval_shape, ad.record and any new transform open a frame with "
+                       "_interpreters.interpreting(backend); constructors ask "
+                       "new_tensor_backend(): " + ", ".join(found))
+
+
+def _backend_of_new(make=lambda: ad.Tensor.constant(np.ones(2))):
+    return type(make()._backend).__name__
+
+
+def test_eval_shape_inside_a_recording():
+    lin = ad.nn.Linear(3, 2)
+    seen = {}
+
+    def inner(y):
+        seen["constant"] = _backend_of_new()
+        seen["parameter"] = type(lin.weight.tensor(None)._backend).__name__
+        seen["replaying"] = _interpreters.replaying()
+        return lin(y)
+
+    def f(x):
+        seen["before"] = _backend_of_new()
+        seen["spec"] = ad.eval_shape(inner, (4, 3))
+        seen["after"] = _backend_of_new()
+        return (x * x).sum()
+
+    F = ad.record(f, np.array([1.0, 2.0]), tensor=True)
+    # the innermost frame without values wins for constants; the open recording still
+    # takes module parameters (its program reads them at every replay) and is replaying
+    assert seen == {"before": "ProgramBackend", "constant": "MetaBackend",
+                    "parameter": "ProgramBackend", "replaying": True,
+                    "spec": ad.ShapeDtype((4, 2)), "after": "ProgramBackend"}
+    assert F(np.array([3.0, -1.0])) == pytest.approx(10.0, rel=1e-15)
+    assert _interpreters.new_tensor_backend() is None
+    assert _backend_of_new() == "NumpyBackend"
+
+
+def test_a_recording_inside_eval_shape():
+    lin = ad.nn.Linear(3, 2)
+    seen = {}
+
+    def g(x):
+        seen["constant"] = _backend_of_new()
+        seen["replaying"] = _interpreters.replaying()
+        return lin(x).sum()
+
+    def outer(y):
+        F = ad.record(g, np.ones((4, 3)), tensor=True)
+        seen["after"] = _backend_of_new()
+        x1 = np.arange(12.0).reshape(4, 3)
+        seen["replayed"] = F(x1)
+        seen["expected"] = float((x1 @ np.asarray(lin.weight).T + np.asarray(lin.bias)).sum())
+        return y * 2.0
+
+    assert ad.eval_shape(outer, (3,)) == ad.ShapeDtype((3,))
+    # eval_shape's frame has no values, so it covers the recording's constants too; the
+    # module's parameters are the recording's inputs, which replay with real values
+    assert seen["constant"] == "MetaBackend" and seen["after"] == "MetaBackend"
+    assert seen["replaying"] is True
+    assert seen["replayed"] == pytest.approx(seen["expected"], rel=1e-14)
+    assert _backend_of_new() == "NumpyBackend"
+
+
+def test_an_exception_closes_its_frame():
+    def boom(x):
+        assert _backend_of_new() in ("MetaBackend", "ProgramBackend")
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        ad.eval_shape(boom, (3,))
+    assert _interpreters.new_tensor_backend() is None
+    with pytest.raises(KeyError, match="boom"):
+        ad.record(boom, np.ones(3), tensor=True)
+    assert _interpreters.new_tensor_backend() is None and not _interpreters.replaying()
+    seen = []
+
+    def f(x):
+        with pytest.raises(KeyError):
+            ad.eval_shape(boom, (3,))      # caught inside the recording: its frame stays
+        seen.append(_backend_of_new())
+        return (2.0 * x).sum()
+
+    F = ad.record(f, np.ones(3), tensor=True)
+    assert seen == ["ProgramBackend"]
+    assert F(np.array([1.0, 2.0, 4.0])) == pytest.approx(14.0, rel=1e-15)
+    assert _backend_of_new() == "NumpyBackend"
+
+
+def test_frames_stay_in_their_thread():
+    import contextvars
+    import threading
+    seen = {}
+
+    def look(key):
+        seen[key] = (_backend_of_new(), _interpreters.replaying())
+
+    def run_in_thread(key):
+        th = threading.Thread(target=look, args=(key,))
+        th.start()
+        th.join()
+
+    def shapes(y):
+        run_in_thread("eval_shape thread")
+        look("eval_shape here")
+        contextvars.copy_context().run(look, "eval_shape copied context")
+        return y
+
+    def recorded(x):
+        run_in_thread("record thread")
+        look("record here")
+        return x.sum()
+
+    ad.eval_shape(shapes, (2,))
+    ad.record(recorded, np.ones(2), tensor=True)
+    assert seen == {"eval_shape thread": ("NumpyBackend", False),
+                    "eval_shape here": ("MetaBackend", False),
+                    "eval_shape copied context": ("MetaBackend", False),
+                    "record thread": ("NumpyBackend", False),
+                    "record here": ("ProgramBackend", True)}
+
+
+class Marking(_interpreters.Interpreter):
+    """A third transform's interpreter: evaluates eagerly; its backend marks its tensors."""
+
+    name = "marking"
+
+
+class _MarkBackend(NumpyBackend):
+    interpreter = Marking()
+
+
+def test_a_third_interpreter_is_honoured_by_every_tensor_constructor():
+    from easyad.tensor import _devices
+    be = _MarkBackend(_devices.resolve("numpy").device)
+    x0 = np.array([[0.5, -1.0], [2.0, 3.0]])
+    lin = ad.nn.Linear(2, 3)
+    lst = ad.WengertList()
+    with _interpreters.interpreting(be) as frame:
+        assert frame.target is be and _interpreters.new_tensor_backend() is be
+        trace = ad.TraceTensor.variable(x0, np.ones_like(x0))
+        made = {
+            "constant": ad.Tensor.constant(x0),
+            "constant float32": ad.Tensor.constant(x0, dtype=np.float32),
+            "constant on a named device": ad.Tensor.constant(x0, device="numpy"),
+            "variable": ad.Tensor.variable(x0, lst),
+            "transform input": ad.Tensor._input(x0, lst),
+            "trace value": trace._value, "trace tangent": trace._tangent,
+            "trace constant": ad.TraceTensor.constant(x0)._value,
+            "parameter (variable)": lin.weight.tensor(lst),
+            "parameter (constant)": lin.bias.tensor(None),
+        }
+        out = lin(made["variable"])        # a module's forward: its operations stay there
+        # a frame without values inside it still wins (nothing inside eval_shape has any)
+        inner = ad.eval_shape(lambda y: ad.Tensor.constant(x0) + y, (2, 2))
+        assert inner == ad.ShapeDtype((2, 2))
+    for what, t in made.items():
+        assert t._backend is be, what
+    assert out._backend is be
+    w, b = np.asarray(lin.weight), np.asarray(lin.bias)
+    np.testing.assert_allclose(out.value, x0 @ w.T + b, rtol=1e-15)
+    np.testing.assert_allclose(made["constant float32"].value, x0.astype(np.float32))
+    # derivatives through the marked tensors: d sum(lin(x)) / dx = column sums of w
+    d = out.sum().derivatives()
+    np.testing.assert_allclose(d[made["variable"]], np.tile(w.sum(axis=0), (2, 1)),
+                               rtol=1e-15)
+    # the frame is closed: the device's own backend again
+    assert type(ad.Tensor.constant(x0)._backend) is NumpyBackend
+
+
+def test_frames_nest_innermost_first():
+    from easyad.tensor import _devices
+    be = _MarkBackend(_devices.resolve("numpy").device)
+    recorder = ProgramBackend(_devices.resolve("numpy"), Program())
+    with _interpreters.interpreting(recorder):
+        with _interpreters.interpreting(be):
+            # an outer frame with values yields to the inner one for new tensors ...
+            assert _interpreters.new_tensor_backend() is be
+            # ... while the open recording is still found, and still replaying
+            assert _interpreters.innermost(ProgramBackend) is recorder
+            assert _interpreters.replaying() and _interpreters.new_tensors_have_values()
+            with _interpreters.interpreting(META):
+                assert _interpreters.new_tensor_backend() is META
+                assert not _interpreters.new_tensors_have_values()
+                with _interpreters.interpreting(be) as frame:
+                    assert frame.target is META          # no values inside eval_shape
+                assert _interpreters.innermost(_MarkBackend) is be
+            assert _interpreters.new_tensor_backend() is be
+        assert _interpreters.new_tensor_backend() is recorder
+    assert _interpreters.new_tensor_backend() is None
+    assert _interpreters.innermost(ProgramBackend) is None
+    assert not _interpreters.replaying() and _interpreters.new_tensors_have_values()
+
+
+# ---- backends are typed by the Protocol ----
+
+BACKEND_NAMES = {"be", "backend", "_backend"}
+
+
+def untyped_backends(source: str, filename: str = "<source>") -> list[str]:
+    """Where a parameter or an attribute named be/backend/_backend is annotated ``Any``
+    (mypy then checks nothing done with it: type it ``Backend`` or the backend class)."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.arg):
+            name, annotation = node.arg, node.annotation
+        elif isinstance(node, ast.AnnAssign):
+            target = node.target
+            name = target.attr if isinstance(target, ast.Attribute) else \
+                getattr(target, "id", "")
+            annotation = node.annotation
+        else:
+            continue
+        if name in BACKEND_NAMES and isinstance(annotation, ast.Name) and \
+                annotation.id == "Any":
+            found.append(f"{filename}:{node.lineno}")
+    return found
+
+
+def test_the_typing_scan_finds_an_untyped_backend():
+    assert len(untyped_backends("def f(be: Any, x: Any) -> None: pass")) == 1
+    assert len(untyped_backends("class A:\n    _backend: Any\n")) == 1
+    assert len(untyped_backends("def g(self):\n    self.backend: Any = None\n")) == 1
+    assert not untyped_backends("def f(be: Backend, data: Any, backend: OpenCLBackend): pass")
+
+
+def test_backends_are_typed_by_the_protocol():
+    # the compiled core's stub keeps Any: the core sits below the tensor layer
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "_generated" not in path.parts:
+            found += untyped_backends(path.read_text(encoding="utf-8"), str(path))
+    assert not found, "type backends with tensor._backend.Backend: " + ", ".join(found)

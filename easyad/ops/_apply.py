@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from easyad.tensor._meta import ShapeDtype
 from easyad.tensor._steps import Step
 from easyad.tensor._tensor import Tensor
 from easyad.tensor._trace import TraceTensor, _scalar
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 
 def call(op: Op, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -110,7 +113,7 @@ class OpStep(Step):
 
     __slots__ = ("op", "params", "cls", "be", "operands", "data", "shape", "dtype")
 
-    def __init__(self, op: Op, params: Any, cls: type, be: Any, ops: list[Any], data: Any,
+    def __init__(self, op: Op, params: Any, cls: type, be: Backend, ops: list[Any], data: Any,
                  shape: tuple[int, ...], dtype: Any) -> None:
         self.op, self.params, self.cls, self.be = op, params, cls, be
         # (data, shape, dtype, entry) of each operand: no tape held (no reference cycle); a
@@ -158,13 +161,13 @@ class OpStep(Step):
         return cts
 
 
-def _value(cls: type, be: Any, data: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+def _value(cls: type, be: Backend, data: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     """An operand or the output as the vjp sees it: a constant tensor, or for a linear op
     (whose step keeps no values) its ShapeDtype."""
     return ShapeDtype(shape, dtype) if data is None else wrap(cls, be, data, shape, dtype)
 
 
-def _buffer(ct: Any, cls: type, be: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+def _buffer(ct: Any, cls: type, be: Backend, shape: tuple[int, ...], dtype: Any) -> Any:
     """A cotangent (a constant tensor, or a number) as a buffer of the operand's dtype."""
     if isinstance(ct, TensorBase):
         return ct._data if ct.dtype == dtype else ct.astype(dtype)._data

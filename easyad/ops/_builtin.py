@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,10 @@ from easyad.ops._loops import axis_lines
 from easyad.ops._table import Op, register
 from easyad.tensor import _shapes, _structural
 from easyad.tensor._generic import NUMPY_FUNCTIONS
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
+    from easyad.tensor._opencl import OpenCLBackend
 
 
 def _axis(name: str, axis: int, ndim: int) -> int:
@@ -55,7 +59,7 @@ def _flip_rule(p: FlipParams, shape: tuple[int, ...]) -> tuple[tuple[int, ...], 
     return shape, FlipParams(axes)
 
 
-def _flip_composite(be: Any, p: FlipParams, buf: Any) -> Any:
+def _flip_composite(be: Backend, p: FlipParams, buf: Any) -> Any:
     # a view that starts at the last element of each flipped axis and walks back
     shape, axes = tuple(buf.shape), p.axes or ()      # canonical: the rule named them
     strides = list(_shapes.contiguous_strides(shape))
@@ -127,7 +131,7 @@ __kernel void easyad_cumsum(__global const {t}* x, __global {t}* y, const long l
 """
 
 
-def _cumsum_opencl(be: Any, p: CumsumParams, buf: Any) -> Any:
+def _cumsum_opencl(be: OpenCLBackend, p: CumsumParams, buf: Any) -> Any:
     shape = tuple(buf.shape)
     t = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}[np.dtype(buf.dtype)]
     source = ("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if t == "double" else "") + \
@@ -182,7 +186,7 @@ def _concatenate_rule(p: ConcatenateParams, *shape_list: tuple[int, ...]
     return shape, ConcatenateParams(axis)
 
 
-def _concatenate_composite(be: Any, p: ConcatenateParams, *bufs: Any) -> Any:
+def _concatenate_composite(be: Backend, p: ConcatenateParams, *bufs: Any) -> Any:
     # each operand written into its part of the result (one assemble)
     first = tuple(bufs[0].shape)
     shape = first[:p.axis] + (sum(b.shape[p.axis] for b in bufs),) + first[p.axis + 1:]

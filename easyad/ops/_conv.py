@@ -46,7 +46,7 @@ import dataclasses
 import itertools
 import math
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,10 @@ from easyad.errors import ShapeError
 from easyad.ops import _conv_cl, _conv_cpu, _conv_gemm_cl
 from easyad.ops._apply import OpStep, apply, call
 from easyad.ops._table import Op, register
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
+    from easyad.tensor._opencl import OpenCLBackend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,7 +363,7 @@ def _step(name: str) -> Any:
     """The node's step: OpStep, whose vjp computes only the cotangents of operands on the
     tape (a convolution of data, the first layer's, needs no input cotangent: its
     conv_transpose, as costly as the convolution, is skipped)."""
-    def make(p: ConvParams, cls: type, be: Any, operands: list[Any], bufs: Any, out: Any,
+    def make(p: ConvParams, cls: type, be: Backend, operands: list[Any], bufs: Any, out: Any,
              shape: tuple[int, ...], dtype: Any) -> OpStep:
         op = _OPS[name]
         needs = tuple(o.index >= 0 for o in operands)
@@ -421,7 +425,7 @@ def _no_batch(p: ConvParams, axis: int) -> tuple[ConvParams, int]:
 # enough, else a kernel per op (``_conv_cl``: one work-item per result element) ----
 
 def _cl(name: str, which: str) -> Any:
-    def lower(be: Any, p: ConvParams, a: Any, b: Any) -> Any:
+    def lower(be: OpenCLBackend, p: ConvParams, a: Any, b: Any) -> Any:
         shape, _ = RULES[name](p, tuple(a.shape), tuple(b.shape))
         done = _conv_gemm_cl.run(be, which, p, a, b, shape)
         if done is not None:

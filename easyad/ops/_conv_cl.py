@@ -10,9 +10,12 @@ result extents, stride, low padding, dilation) after its own arguments.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
 
 _GEOM = ", ".join(f"const long {n}{i}" for n in "SKOspr" for i in range(3))
 
@@ -197,7 +200,7 @@ def geometry(spatial: tuple[int, ...], kernel: tuple[int, ...], out: tuple[int, 
             *_three(low, 0), *_three(dilation, 1)]
 
 
-def launch(be: Any, name: str, bufs: list[Any], shape: tuple[int, ...], dtype: Any,
+def launch(be: OpenCLBackend, name: str, bufs: list[Any], shape: tuple[int, ...], dtype: Any,
            ints: list[int], flags: list[int], geom: list[int]) -> Any:
     """Kernel ``name`` over the elements of a new result of ``shape``: the buffers, the
     element count, ``ints`` (longs), ``flags`` (ints), then the geometry."""

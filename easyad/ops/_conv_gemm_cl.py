@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from easyad.ops import _conv_cl
+
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
 
 COLS_BUDGET = 256 << 20     # bytes of columns per chunk (tests lower it)
 # the GEMM's rows (out channels per group) and depth (Ci * prod(K)) below which the direct
@@ -123,7 +126,7 @@ def route(t: Any) -> str:
     return choice
 
 
-def _kernel(be: Any, dtype: Any, name: str, geometry: bool, wide: bool) -> Any:
+def _kernel(be: OpenCLBackend, dtype: Any, name: str, geometry: bool, wide: bool) -> Any:
     """Kernel ``name``; ``wide``: its indices in long (some operand holds 2^31 elements)."""
     index = "#define I long\n" if wide else "#define I int\n"
     return be.kernel(_conv_cl.header(dtype) + index + _KERNELS, name,
@@ -159,7 +162,7 @@ class _Geometry:
         return _chunks(self.n, self.c * self.k * self.ell * itemsize)
 
 
-def _im2col(be: Any, x: Any, t: _Geometry, n0: int, nc: int) -> Any:
+def _im2col(be: OpenCLBackend, x: Any, t: _Geometry, n0: int, nc: int) -> Any:
     cols = be._empty((t.g, t.ci * t.k, nc * t.ell), x.dtype)
     total = t.c * t.k * nc * t.ell
     k = _kernel(be, x.dtype, "easyad_im2col", True, t.wide)
@@ -169,7 +172,7 @@ def _im2col(be: Any, x: Any, t: _Geometry, n0: int, nc: int) -> Any:
     return cols
 
 
-def _to_groups(be: Any, a: Any, t: _Geometry, n0: int, nc: int) -> Any:
+def _to_groups(be: OpenCLBackend, a: Any, t: _Geometry, n0: int, nc: int) -> Any:
     """Samples n0.. of the result-shaped a (N, Cout, *O) as (G, Co, nc*L)."""
     if t.n == 1 and t.g == 1:         # (1, Cout, L) is already that layout
         return be.reshape(a, (1, t.cout, t.ell))
@@ -194,7 +197,7 @@ def _geometry(which: str, p: Any, a: Any, b: Any, shape: tuple[int, ...]) -> _Ge
                      tuple(p.size), tuple(b.shape[2:]), tuple(a.shape[-d:]))
 
 
-def run(be: Any, which: str, p: Any, a: Any, b: Any, shape: tuple[int, ...]) -> Any:
+def run(be: OpenCLBackend, which: str, p: Any, a: Any, b: Any, shape: tuple[int, ...]) -> Any:
     """Op ``which`` (``conv``, ``transpose``, ``weight``) of operands a, b by im2col and the
     GEMM, or None where the direct kernels are to run (``route``; empty operands)."""
     if not (math.prod(shape) and a.size and b.size):
@@ -206,7 +209,7 @@ def run(be: Any, which: str, p: Any, a: Any, b: Any, shape: tuple[int, ...]) -> 
         be, t, a, b, shape)
 
 
-def _conv(be: Any, t: _Geometry, x: Any, w: Any, shape: tuple[int, ...]) -> Any:
+def _conv(be: OpenCLBackend, t: _Geometry, x: Any, w: Any, shape: tuple[int, ...]) -> Any:
     wm = be.reshape(w, (t.g, t.co, t.ci * t.k))
     parts = t.chunks(x.dtype.itemsize)
     if parts == [(0, 1)] and t.g == 1:      # one sample: the product is the result
@@ -220,7 +223,7 @@ def _conv(be: Any, t: _Geometry, x: Any, w: Any, shape: tuple[int, ...]) -> Any:
     return y
 
 
-def _transpose(be: Any, t: _Geometry, g: Any, w: Any, shape: tuple[int, ...]) -> Any:
+def _transpose(be: OpenCLBackend, t: _Geometry, g: Any, w: Any, shape: tuple[int, ...]) -> Any:
     wm = be.reshape(w, (t.g, t.co, t.ci * t.k))
     x = be._empty(shape, g.dtype)
     k = _kernel(be, g.dtype, "easyad_col2im", True, t.wide)
@@ -231,7 +234,7 @@ def _transpose(be: Any, t: _Geometry, g: Any, w: Any, shape: tuple[int, ...]) ->
     return x
 
 
-def _weight(be: Any, t: _Geometry, x: Any, g: Any, shape: tuple[int, ...]) -> Any:
+def _weight(be: OpenCLBackend, t: _Geometry, x: Any, g: Any, shape: tuple[int, ...]) -> Any:
     total = None
     for n0, nc in t.chunks(x.dtype.itemsize):
         part = be.matmul(_to_groups(be, g, t, n0, nc), _im2col(be, x, t, n0, nc),

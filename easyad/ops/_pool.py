@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from easyad.errors import ShapeError
 from easyad.ops import _conv_cl
 from easyad.ops._apply import apply, call
 from easyad.ops._table import Op, register
+
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,7 +330,7 @@ def _batch(p: PoolParams, axis: int) -> tuple[PoolParams, int]:
 def _cl(kernel: str, scatter: bool = False, transpose: bool = False) -> Any:
     """The OpenCL lowering (``_conv_cl``): the pooled axes' geometry, the leading axes as
     one (the kernels' n)."""
-    def lower(be: Any, p: PoolParams, *bufs: Any) -> Any:
+    def lower(be: OpenCLBackend, p: PoolParams, *bufs: Any) -> Any:
         d = len(p.kernel)
         first = tuple(bufs[0].shape)
         if transpose:

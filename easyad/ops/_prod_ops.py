@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +51,9 @@ from easyad.ops._table import Op, get, register
 from easyad.ops._loops import axis_lines
 from easyad.tensor import _generic
 from easyad.tensor import _shapes as shapes
+
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
 
 
 def _line(axis: int, ndim: int, start: int | None, stop: int | None) -> tuple:
@@ -274,7 +277,7 @@ __kernel void easyad_recurrence(__global const {t}* a, __global const {t}* b,
 """
 
 
-def _recurrence_opencl(be: Any, p: AxisParams, a: Any, b: Any) -> Any:
+def _recurrence_opencl(be: OpenCLBackend, p: AxisParams, a: Any, b: Any) -> Any:
     t = _ctype(a.dtype)
     kernel = be.kernel(_type(t) + _RECURRENCE_KERNEL.format(t=t), "easyad_recurrence",
                        [None, None, None, np.int64, np.int64, np.int64])
@@ -341,7 +344,7 @@ __kernel void easyad_cumprod(__global const {t}* x, __global {t}* y, const long 
 """
 
 
-def _cumprod_opencl(be: Any, p: AxisParams, buf: Any) -> Any:
+def _cumprod_opencl(be: OpenCLBackend, p: AxisParams, buf: Any) -> Any:
     t = _ctype(buf.dtype)
     kernel = be.kernel(_type(t) + _CUMPROD_KERNEL.format(t=t), "easyad_cumprod",
                        [None, None, np.int64, np.int64, np.int64])
@@ -415,7 +418,7 @@ __kernel void easyad_prod(__global const {t}* x, __global {t}* y, const long lin
 """
 
 
-def _prod_opencl(be: Any, p: ReduceParams, buf: Any) -> Any:
+def _prod_opencl(be: OpenCLBackend, p: ReduceParams, buf: Any) -> Any:
     shape, axes = tuple(buf.shape), p.axes or ()
     out_shape = _prod_rule(p, shape)[0]
     rest = tuple(k for k in range(len(shape)) if k not in axes)

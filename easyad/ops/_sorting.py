@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from easyad.ops._builtin import _axis, _shifted
 from easyad.ops._table import Op, register
 from easyad.tensor._base import read_keyed
 from easyad.tensor._generic import NUMPY_FUNCTIONS, _is_tensor
+
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +112,7 @@ def _ctype(dtype: Any) -> str:
     return {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}[np.dtype(dtype)]
 
 
-def _order_opencl(be: Any, p: OrderParams, v: Any, key: Any) -> Any:
+def _order_opencl(be: OpenCLBackend, p: OrderParams, v: Any, key: Any) -> Any:
     shape = tuple(v.shape)
     n = shape[p.axis]
     if n > _LONGEST:            # O(n^2) a line: numpy's sort on host copies is faster
@@ -126,7 +129,7 @@ def _order_opencl(be: Any, p: OrderParams, v: Any, key: Any) -> Any:
     return out
 
 
-def _sort_opencl(be: Any, p: SortParams, x: Any) -> Any:
+def _sort_opencl(be: OpenCLBackend, p: SortParams, x: Any) -> Any:
     return _order_opencl(be, OrderParams(p.axis, False), x, x)
 
 

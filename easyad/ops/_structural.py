@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from easyad.tensor import _graph, _structural
 from easyad.tensor._table_steps import PutStep, SliceStep, TakeStep, WhereStep
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import BOOL, wrap
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 
 def _same_dtype(p: Any, dtype: Any) -> Any:
@@ -152,6 +155,14 @@ def _reduce_rule(name: str) -> Any:
     return rule
 
 
+def _canonical_axes(p: ReduceParams) -> tuple[int, ...]:
+    """The axes of canonical params (the shape rule names every axis where None was)."""
+    if p.axes is None:
+        raise AssertionError("a reduction's lowering got params its shape rule did not "
+                             "make canonical")
+    return p.axes
+
+
 def _reduce_batch(p: ReduceParams, b: int) -> tuple[ReduceParams, int]:
     axes = p.axes or ()
     out = b if p.keepdims else b - sum(1 for a in axes if a < b)
@@ -161,8 +172,8 @@ def _reduce_batch(p: ReduceParams, b: int) -> tuple[ReduceParams, int]:
 def _reduce_composite(kind: str) -> Any:
     rule = _reduce_rule(kind)
 
-    def composite(be: Any, p: ReduceParams, buf: Any) -> Any:
-        raw = be.reduce(kind, buf, p.axes)
+    def composite(be: Backend, p: ReduceParams, buf: Any) -> Any:
+        raw = be.reduce(kind, buf, _canonical_axes(p))
         shape = rule(p, tuple(buf.shape))[0]
         return raw if shape == () else be.reshape(raw, shape)
     return composite
@@ -209,7 +220,7 @@ def _extreme_vjp(p: ReduceParams, g: Any, x: Any, out: Any) -> tuple[Any]:
     m = out._data if hasattr(out, "_data") else be.full((), float(out), dtype)
     if tuple(m.shape) != kept:
         m = be.reshape(m, kept)
-    share = _structural.extreme_share(be, x._data, m, p.axes, kept, x.shape, dtype)
+    share = _structural.extreme_share(be, x._data, m, _canonical_axes(p), kept, x.shape, dtype)
     spread = _graph.broadcast(g, kept, x.shape, cls, be, dtype)
     return (spread * wrap(cls, be, share, x.shape, dtype),)
 
@@ -229,11 +240,11 @@ def _extreme_jvp(name: str) -> Any:
     return jvp
 
 
-def _extreme_step(p: ReduceParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
+def _extreme_step(p: ReduceParams, cls: type, be: Backend, ops: Any, bufs: Any, out: Any,
                   shape: tuple[int, ...], dtype: Any) -> Any:
     kept = _kept(p, ops[0].shape)
     return ExtremeStep(cls, be, kept, ops[0].shape, dtype, bufs[0], be.reshape(out, kept),
-                       p.axes)
+                       _canonical_axes(p))
 
 
 def _register_extreme(name: str, ufunc: Any) -> Op:
@@ -288,7 +299,7 @@ def _where_dtype(p: WhereParams, c: Any, a: Any, b: Any) -> Any:
     return np.result_type(*found) if found else np.dtype(np.float64)
 
 
-def _where_composite(be: Any, p: WhereParams, c: Any, a: Any, b: Any) -> Any:
+def _where_composite(be: Backend, p: WhereParams, c: Any, a: Any, b: Any) -> Any:
     shape = _where_shape(tuple(c.shape), tuple(a.shape) if hasattr(a, "shape") else (),
                          tuple(b.shape) if hasattr(b, "shape") else ())
     dtype = _where_dtype(p, None, getattr(a, "dtype", None), getattr(b, "dtype", None))
@@ -323,7 +334,7 @@ def _where_jvp(p: WhereParams, tangents: tuple[Any, ...], c: Any, a: Any, b: Any
     return apply(WHERE, p, (c, tangents[1], tangents[2]))
 
 
-def _where_step(p: WhereParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
+def _where_step(p: WhereParams, cls: type, be: Backend, ops: Any, bufs: Any, out: Any,
                 shape: tuple[int, ...], dtype: Any) -> Any:
     c, a, b = ops
     return WhereStep(cls, be, shape, dtype, c.data, c.shape, (a.index >= 0, b.index >= 0),
@@ -363,7 +374,7 @@ def _getitem_rule(p: GetitemParams, shape: tuple[int, ...]
     return part, GetitemParams(p.key, basic, index)
 
 
-def _getitem_composite(be: Any, p: GetitemParams, buf: Any) -> Any:
+def _getitem_composite(be: Backend, p: GetitemParams, buf: Any) -> Any:
     if p.basic is not None:            # a strided view's copy: fuses in recorded programs
         offset, part, strides = p.basic
         return be.strided(buf, offset, part, strides)
@@ -374,7 +385,7 @@ def _unique(index: Any) -> bool:
     return bool(np.unique(index).size == index.size)
 
 
-def _getitem_step(p: GetitemParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
+def _getitem_step(p: GetitemParams, cls: type, be: Backend, ops: Any, bufs: Any, out: Any,
                   shape: tuple[int, ...], dtype: Any) -> Any:
     x = ops[0]
     if p.basic is not None:
@@ -416,7 +427,7 @@ def _put_rule(p: PutParams, shape: tuple[int, ...]) -> tuple[tuple[int, ...], Pu
     return p.shape, PutParams(p.shape, p.key, basic, index)
 
 
-def _put_composite(be: Any, p: PutParams, g: Any) -> Any:
+def _put_composite(be: Backend, p: PutParams, g: Any) -> Any:
     if p.basic is not None:
         offset, part, strides = p.basic
         return be.assemble(p.shape, g.dtype, [(offset, part, strides, g)])
@@ -454,18 +465,18 @@ def _geometry(sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[Any, ...]:
     return a2, b2, shapes.broadcast("matmul", a2[:-2], b2[:-2]), (a2[-2], a2[-1], b2[-1])
 
 
-def _batched(be: Any, buf: Any, full: tuple[int, ...], batch: tuple[int, ...]) -> Any:
+def _batched(be: Backend, buf: Any, full: tuple[int, ...], batch: tuple[int, ...]) -> Any:
     return _structural.as_batched(be, be.reshape(buf, full), full, batch)
 
 
-def _matmul_composite(be: Any, p: MatmulParams, a: Any, b: Any) -> Any:
+def _matmul_composite(be: Backend, p: MatmulParams, a: Any, b: Any) -> Any:
     sa, sb = tuple(a.shape), tuple(b.shape)
     a2, b2, batch, _ = _geometry(sa, sb)
     a3, b3 = _batched(be, a, a2, batch), _batched(be, b, b2, batch)
     return be.reshape(be.matmul(a3, b3), shapes.matmul(sa, sb)), (a3, b3)   # (saves)
 
 
-def _matmul_step(p: MatmulParams, cls: type, be: Any, ops: Any, bufs: Any, out: Any,
+def _matmul_step(p: MatmulParams, cls: type, be: Backend, ops: Any, bufs: Any, out: Any,
                  shape: tuple[int, ...], dtype: Any) -> Any:
     # the core's step (its numpy sweep in C) keeps each operand as the backend's matmul
     # took it, where the other one needs an adjoint

@@ -65,9 +65,14 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
+    from easyad.tensor._numpy import NumpyBackend
+    from easyad.tensor._opencl import OpenCLBackend
 
 OPS: dict[str, Op] = {}
 _HINTS: dict[type, dict[str, Any]] = {}      # each params class's field types
@@ -111,13 +116,14 @@ class Op:
     def __reduce__(self) -> Any:       # pickled by name: the table is the one definition
         return (get, (self.name,))
 
-    def lower(self, be: Any, params: Any, bufs: list[Any], shape: tuple[int, ...],
+    def lower(self, be: Backend, params: Any, bufs: list[Any], shape: tuple[int, ...],
               dtype: Any) -> Any:
         """This op on backend ``be``'s buffers (the numpy and OpenCL backends' ``op``): the
         backend's own lowering, else the composite of its primitives, else ``numpy`` on host
         copies, the result put back on ``be`` (a device with no kernel for it)."""
         kind = be.kind
-        if kind == "opencl" and self.opencl is not None and be.proven_op(self, dtype):
+        if kind == "opencl" and self.opencl is not None and \
+                cast("OpenCLBackend", be).proven_op(self, dtype):
             return self.opencl(be, params, *bufs)
         if self.composite is not None and (kind != "numpy" or self.composite_first):
             return self.composite(be, params, *bufs)
@@ -131,7 +137,8 @@ class Op:
                                  f"disagree: fix the op)")
         if kind == "numpy" and out.flags.owndata and out.flags.writeable and \
                 not any(out is h for h in hosts):
-            return be.adopt(out)      # a new array of the lowering's own: no second copy
+            # a new array of the lowering's own: no second copy
+            return cast("NumpyBackend", be).adopt(out)
         return be.asarray(out, dtype)
 
     def bind(self, kwargs: dict[str, Any]) -> Any:

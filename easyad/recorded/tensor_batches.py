@@ -9,7 +9,7 @@ replay, apart from a single call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from easyad import _arrays, _trees
 from easyad.recorded.tensor_inputs import TensorInputs
 from easyad.recorded.tensor_recording import _on_host, _Resident, _Static
 from easyad.tensor._base import TensorBase
+
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
 
 
 class TensorBatches(TensorInputs):
@@ -48,7 +51,7 @@ class TensorBatches(TensorInputs):
         if be.kind != "opencl":
             return None
         data = v._data if isinstance(v, TensorBase) and v._backend is be else v
-        return data if be.owns(data) else None
+        return data if cast("OpenCLBackend", be).owns(data) else None
 
     def _batched(self, what: str, x: Any, args: tuple[Any, ...], count: int,
                  tangents: Sequence[Any] = (),

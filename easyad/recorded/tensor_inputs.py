@@ -7,7 +7,7 @@ fast path (``_plain_inputs``) is a training step's cost.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,12 +16,15 @@ from easyad.recorded.tensor_recording import _flatten_args, _float_leaf, _Reside
 from easyad.tensor._base import FLOAT_DTYPES, TensorBase
 from easyad.tensor._parameters import ParameterValues
 
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
+
 
 class TensorInputs:
     """The input checks of ``TensorFunction`` (see the module docstring)."""
 
     # set by TensorFunction.__init__
-    _backend: Any
+    _backend: Backend
     _x_tree: Any
     _x_specs: list[tuple[tuple[int, ...], Any]]
     _arg_tree: tuple[Any, ...]

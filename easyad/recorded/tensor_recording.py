@@ -7,7 +7,7 @@ result and replay many times: the two change for different reasons.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,7 +16,11 @@ from easyad._core import WengertList
 from easyad.tensor import Tensor
 from easyad.tensor._base import Node, TensorBase, _no_vjp, wrap
 from easyad.tensor._parameters import ParameterValues
-from easyad.tensor._program import Program, ProgramBackend, Slot, captured
+from easyad.tensor._interpreters import interpreting
+from easyad.tensor._program import Program, ProgramBackend, Slot
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 _WHAT = ("value", "gradient", "hvp", "vjp")
 
@@ -112,7 +116,7 @@ class _Recording:
     result, the slots that answer it."""
 
     def __init__(self, f: Any, x_leaves: list[np.ndarray], x_tree: Any, arg_leaves: list[Any],
-                 arg_tree: Any, backend: Any, kind: str,
+                 arg_tree: Any, backend: Backend, kind: str,
                  out_specs: list[tuple[tuple[int, ...], Any]] | None = None) -> None:
         hvp = kind == "hvp"
         self.program = program = Program()
@@ -142,7 +146,7 @@ class _Recording:
                 tangents.append(wrap(Tensor, be, slot, shape, dtype))
         else:      # an input of every call (before the module parameters f reads)
             learning_rate = be.input(np.zeros(()), np.float64)
-        with captured(be):
+        with interpreting(be):
             y = f(_trees.unflatten(x_tree, xs), *_unflatten_args(arg_tree, args))
             out_leaves, self.out_tree = _trees.flatten(y)
             self.outputs = [self._output(be, v) for v in out_leaves]

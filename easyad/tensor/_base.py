@@ -6,11 +6,11 @@ Tensors combine freely and ``z.derivatives()`` runs one mixed sweep (scalar runs
 tensor nodes through their ``vjp``). A node keeps only what its vjp reads (the operands or
 output its partial expressions name), so clearing the list releases the buffers.
 
-Layering: this module imports only the core, ``_shapes``, ``_devices`` and ``_meta``
-(eval_shape). The operations (``_elementwise``, ``_structural``, ``_fused``) import it and
-make their results with ``wrap``/``record`` of the class they were given (``type(t)``), so
-none of them needs the ``Tensor`` class, which sits above them all (``_tensor.py``) and
-calls them.
+Layering: this module imports only the core, ``_shapes``, ``_devices`` and
+``_interpreters`` (which backend a new tensor goes on). The operations (``_elementwise``,
+``_structural``, ``_fused``) import it and make their results with ``wrap``/``record`` of
+the class they were given (``type(t)``), so none of them needs the ``Tensor`` class, which
+sits above them all (``_tensor.py``) and calls them.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from easyad import _arrays, _core, _expr, _levels
 from easyad._core import Node as _core_Node
 from easyad._core import Record, Trace, WengertList
 from easyad.errors import StaleRecordError, TapeMismatchError
-from easyad.tensor import _devices, _meta, _program
+from easyad.tensor import _devices, _interpreters
 from easyad.tensor import _shapes as shapes
 
 if TYPE_CHECKING:
@@ -293,12 +293,11 @@ class TensorBase(_core.TensorCore):
     # -- construction --
     @staticmethod
     def _from_array(array: Any, device: Any, dtype: Any) -> tuple[Any, Any, np.dtype]:
-        # while eval_shape runs, every tensor made from data has a shape only
-        be = _meta.META if _meta.tracing() else _program.capturing() or \
-            _devices.resolve(device)
+        # while a transform runs f (eval_shape, ad.record), its backend: _interpreters
+        be = _interpreters.new_tensor_backend() or _devices.resolve(device)
         if isinstance(array, TensorBase):
             array = array.value
-        elif getattr(be, "owns", None) is not None and be.owns(array):
+        elif (owns := getattr(be, "owns", None)) is not None and owns(array):
             # a device buffer of this backend (a parameter's values on the device): used
             # as it is, no copy; whoever made it never writes into it afterwards
             dt = np.dtype(array.dtype if dtype is None else dtype)

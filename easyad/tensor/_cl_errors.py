@@ -108,7 +108,7 @@ def _device_errors(cls: _Class) -> _Class:
     return cls
 
 
-def _itself(backend: Any) -> Any:
+def _itself(backend: object) -> object:
     return backend
 
 

@@ -3,23 +3,27 @@ dedicated kernel for them (OpenCL, meta). The numpy backend overrides them with 
 numpy code; each is checked against the other by the tests (``tests/test_tensor.py``).
 
 A mixin: it calls ``self.map``, ``self.reduce``, ``self.take``... of the Backend Protocol
-(``_backend.py``) and imports nothing of easyad.
+(``_backend.py``; its methods' ``self: Backend`` says so to mypy) and imports nothing of
+easyad at run time.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 
 class ComposedKernels:
     """``linear``, ``linear_vjp``, ``cross_entropy`` and ``cross_entropy_vjp`` from matmul,
     map, reduce, take and scatter_add."""
 
-    def linear(self, x: Any, w: Any, b: Any) -> Any:
+    def linear(self: Backend, x: Any, w: Any, b: Any) -> Any:
         """``x @ w.T + b``: x (N, K), w (O, K), b a buffer of shape (O,) or (), a float, or
         None; (N, O)."""
-        be: Any = self
+        be = self
         (n, k), o = x.shape, w.shape[0]
         out = be.matmul(be.reshape(x, (1, n, k)), be.reshape(w, (1, o, k)), transpose_b=True)
         out = be.reshape(out, (n, o))
@@ -28,11 +32,11 @@ class ComposedKernels:
                             (x.dtype,))
         return out
 
-    def linear_vjp(self, g: Any, x: Any, w: Any, needs: tuple[bool, bool, bool]
+    def linear_vjp(self: Backend, g: Any, x: Any, w: Any, needs: tuple[bool, bool, bool]
                    ) -> tuple[Any, Any, Any]:
         """(g w, gᵀ x, Σₙ g) for g (N, O), each None where ``needs`` says so; x, w may be
         None where their partner's adjoint is not needed."""
-        be: Any = self
+        be = self
         n, o = g.shape
         g3 = be.reshape(g, (1, n, o))
         gx = gw = gb = None
@@ -46,10 +50,10 @@ class ComposedKernels:
             gb = be.reduce("sum", g, (0,))
         return gx, gw, gb
 
-    def cross_entropy(self, z: Any, target: np.ndarray, divisor: float) -> tuple[Any, Any]:
+    def cross_entropy(self: Backend, z: Any, target: np.ndarray, divisor: float) -> tuple[Any, Any]:
         """(the 0-d buffer ``sum_n (logsumexp(z[n]) - z[n, target[n]]) / divisor``, what
         ``cross_entropy_vjp`` reads)."""
-        be: Any = self
+        be = self
         n, c = z.shape
         dtype = z.dtype
         m = be.reshape(be.reduce("max", z, (1,)), (n, 1))
@@ -66,9 +70,9 @@ class ComposedKernels:
                          (dtype,))
         return loss, (e, s)
 
-    def cross_entropy_vjp(self, saved: Any, target: np.ndarray, scale: float) -> Any:
+    def cross_entropy_vjp(self: Backend, saved: Any, target: np.ndarray, scale: float) -> Any:
         """``(softmax(z) - onehot(target)) * scale``, of z's shape."""
-        be: Any = self
+        be = self
         e, s = saved
         n, c = e.shape
         ones = be.full((n,), 1.0, e.dtype)

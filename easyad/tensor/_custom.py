@@ -372,7 +372,7 @@ class _PrimitiveStep(Step):
                  "be", "data", "shape", "dtype", "vjp_host", "saved")
 
     def __init__(self, primitive: ArrayPrimitive, f: Any, user_vjp: Any,
-                 args: tuple[Any, ...], ops: list[Any], wanted: list[int], cls: type, be: Any,
+                 args: tuple[Any, ...], ops: list[Any], wanted: list[int], cls: type, be: Backend,
                  data: Any, shape: tuple[int, ...], dtype: Any, vjp_host: Any,
                  saved: Any) -> None:
         self.primitive, self.f, self.user_vjp = primitive, f, user_vjp
@@ -469,6 +469,7 @@ class ProgramStep(_PrimitiveStep):
     program's slots), so replay calls it again on new values."""
 
     __slots__ = ()
+    be: ProgramBackend       # (made by the Recording interpreter's ``primitive`` only)
 
     def backward(self, g: Any, out: Any, *xs: Any) -> list[np.ndarray]:
         """The cotangents of the inputs that want one, on host arrays (zeros for None)."""

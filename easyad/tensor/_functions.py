@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from easyad._core import Record, Trace
-from easyad.tensor import _fused, _meta
+from easyad.tensor import _fused
 from easyad.tensor import _shapes as shapes
 from easyad.tensor import _structural
+from easyad.tensor._interpreters import interpreting
 from easyad.tensor._base import TensorBase, refuse_object_array, wrap
 from easyad.tensor._generic import _is_tensor, amax, amin, concatenate, mean, stack, sum
 from easyad.tensor._meta import META, MetaArray, ShapeDtype
@@ -124,7 +125,7 @@ def eval_shape(f: Any, *args: Any, dtype: Any = np.float64, **kwargs: Any) -> An
     >>> out["logits"], out["loss"]
     (ShapeDtype(shape=(16, 10), dtype=float64), ShapeDtype(shape=(), dtype=float64))
     """
-    with _meta.traced():
+    with interpreting(META):
         inputs = [_abstract(a, np.dtype(dtype)) for a in args]
         return _spec_of(f(*inputs, **kwargs))
 

@@ -19,7 +19,7 @@ of their primitives, ``_composed.py``), ``sigmoid`` as one ``map``. Each vjp is 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from easyad.tensor import _graph
 from easyad.tensor._base import (BOOL, TensorBase, common_tape, live_tape, operand, record,
                                  record_scalar, result_dtype, wrap)
 from easyad.tensor._steps import Step
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 # the logistic function, from exp(-|x|) on each side of 0, so neither branch overflows
 _SIGMOID = "choose(x >= 0.0, 1.0 / (1.0 + exp(-x)), exp(x) / (1.0 + exp(x)))"
@@ -44,7 +47,7 @@ class LinearStep(Step):
     __slots__ = ("cls", "be", "dtype", "nok", "needs", "keep_x", "keep_w", "x_part", "w_part",
                  "b_shape", "b_scalar", "has_b")
 
-    def __init__(self, cls: type, be: Any, dtype: Any, nok: tuple[int, int, int],
+    def __init__(self, cls: type, be: Backend, dtype: Any, nok: tuple[int, int, int],
                  needs: tuple[bool, bool, bool], keep_x: Any, keep_w: Any,
                  x_part: tuple[Any, ...], w_part: tuple[Any, ...], b_shape: tuple[int, ...],
                  b_scalar: bool, has_b: bool) -> None:
@@ -125,7 +128,7 @@ class CrossEntropyStep(Step):
 
     __slots__ = ("cls", "be", "saved", "target", "scale", "logits")
 
-    def __init__(self, cls: type[TensorBase], be: Any, saved: Any, target: np.ndarray,
+    def __init__(self, cls: type[TensorBase], be: Backend, saved: Any, target: np.ndarray,
                  scale: float, logits: tuple[Any, ...]) -> None:
         self.cls, self.be, self.saved, self.target, self.scale, self.logits = \
             cls, be, saved, target, scale, logits
@@ -172,7 +175,7 @@ class SigmoidStep(Step):
 
     __slots__ = ("cls", "be", "s", "shape", "dtype")
 
-    def __init__(self, cls: type, be: Any, s: Any, shape: tuple[int, ...], dtype: Any) -> None:
+    def __init__(self, cls: type, be: Backend, s: Any, shape: tuple[int, ...], dtype: Any) -> None:
         self.cls, self.be, self.s, self.shape, self.dtype = cls, be, s, shape, dtype
 
     def __call__(self, g: Any) -> tuple[Any]:
@@ -204,7 +207,7 @@ class SoftmaxStep(Step):
 
     __slots__ = ("cls", "be", "y", "shape", "dtype", "axes")
 
-    def __init__(self, cls: type, be: Any, y: Any, shape: tuple[int, ...], dtype: Any,
+    def __init__(self, cls: type, be: Backend, y: Any, shape: tuple[int, ...], dtype: Any,
                  axes: tuple[int, ...]) -> None:
         self.cls, self.be, self.y, self.shape, self.dtype = cls, be, y, shape, dtype
         self.axes = axes

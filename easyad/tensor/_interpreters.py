@@ -15,15 +15,27 @@ answers them by subclassing ``Interpreter``. vmap is the other kind of interpret
 batched tensors wrap ordinary ones and the op table's ``ops.apply`` hands each op to its
 batching rule (``transforms/vmap_batched.py``); it asks ``replays`` of the tensors it holds.
 
+Which backend a tensor made from data goes on (``Tensor.constant``, ``Tensor.variable``,
+a module's parameters, a transform's inputs) is decided here, once: a transform that runs
+f on tensors of its own backend opens a *frame* with ``interpreting(backend)`` (eval_shape
+with ``META``, ad.record with its ``ProgramBackend``), and every constructor asks
+``new_tensor_backend()``. The frames form one stack in one context variable, so they nest,
+unwind on an exception and stay in their thread (a new thread starts with none open).
+
 Layering: a leaf of the devices layer (nothing of easyad imported at run time), so the
 backends, which name their interpreter as a class attribute, import it from below.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from easyad.tensor._backend import Backend
+
+B = TypeVar("B")
 
 
 class Interpreter:
@@ -84,3 +96,72 @@ def of(value: Any) -> Interpreter | None:
     """The interpreter of a tensor (its backend's), or None for anything else."""
     backend = getattr(value, "_backend", None)
     return None if backend is None else getattr(backend, "interpreter", None)
+
+
+# ---- the open frames: which backend new tensors go on ----
+
+class Frame:
+    """One open ``interpreting(backend)`` block: the transform's ``backend``, the frame it
+    opened inside (``outer``) and ``target``, the backend of the tensors made inside."""
+
+    __slots__ = ("backend", "outer", "target")
+
+    def __init__(self, backend: Backend, outer: Frame | None) -> None:
+        self.backend, self.outer = backend, outer
+        # inside a frame whose tensors have no values (eval_shape), nothing gets values:
+        # a recording opened there makes shape-only constants too, as eval_shape promises
+        self.target: Backend = backend if outer is None or \
+            outer.target.interpreter.has_values else outer.target
+
+
+_OPEN: contextvars.ContextVar[Frame | None] = contextvars.ContextVar("easyad_interpreters",
+                                                                    default=None)
+
+
+@contextlib.contextmanager
+def interpreting(backend: Backend) -> Iterator[Frame]:
+    """Run the block with ``backend`` (its interpreter a transform's: eval_shape's,
+    ad.record's) as the innermost open frame; the outer one again afterwards, also when
+    the block raises."""
+    frame = Frame(backend, _OPEN.get())
+    token = _OPEN.set(frame)
+    try:
+        yield frame
+    finally:
+        _OPEN.reset(token)
+
+
+def new_tensor_backend() -> Backend | None:
+    """The backend a tensor made from data goes on now, or None where no frame is open
+    (the device's own backend, which the caller resolves)."""
+    frame = _OPEN.get()
+    return None if frame is None else frame.target
+
+
+def new_tensors_have_values() -> bool:
+    """Whether a tensor made from data now holds numbers (False inside eval_shape), so a
+    caller may hand it host memory or read it."""
+    frame = _OPEN.get()
+    return frame is None or frame.target.interpreter.has_values
+
+
+def innermost(cls: type[B]) -> B | None:
+    """The backend of the innermost open frame whose backend is a ``cls`` (the open
+    recording: ``innermost(ProgramBackend)``), whatever frames opened inside it."""
+    frame = _OPEN.get()
+    while frame is not None:
+        if isinstance(frame.backend, cls):
+            return frame.backend
+        frame = frame.outer
+    return None
+
+
+def replaying() -> bool:
+    """Whether an open frame's interpreter ``replays`` (a recording is under way, maybe
+    with an eval_shape inside it): numbers computed now must stay values it records."""
+    frame = _OPEN.get()
+    while frame is not None:
+        if frame.backend.interpreter.replays:
+            return True
+        frame = frame.outer
+    return False

@@ -2,19 +2,17 @@
 
 ``eval_shape`` runs a function on such tensors: every operation still asks ``_shapes`` for
 its output shape (so a mismatch raises the same ShapeError a real evaluation raises), but
-no buffer is allocated and no kernel runs. While ``eval_shape`` runs (``traced()``), every
-tensor made from data (constants, module parameters) is made on this backend too, and
-operations of the meta backend take tensors of any device by their shapes.
+no buffer is allocated and no kernel runs. While ``eval_shape`` runs (its frame,
+``_interpreters.interpreting(META)``), every tensor made from data (constants, module
+parameters) is made on this backend too, and operations of the meta backend take tensors
+of any device by their shapes.
 
 ``ShapeDtype`` (a shape and a dtype, public as ``ad.ShapeDtype``) is what ``eval_shape``
 returns for each output and accepts in place of an input.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -138,27 +136,6 @@ class MetaBackend(ComposedKernels):
 
 
 META = MetaBackend()
-
-
-# ---- tracing: eval_shape runs its function with every new tensor on META ----
-
-_TRACING: contextvars.ContextVar[bool] = contextvars.ContextVar("easyad_eval_shape",
-                                                                default=False)
-
-
-def tracing() -> bool:
-    """Whether ``eval_shape`` is running its function (in this thread or task): tensors made
-    then (constants, parameters, inputs of data) go on the meta backend."""
-    return _TRACING.get()
-
-
-@contextlib.contextmanager
-def traced() -> Iterator[None]:
-    token = _TRACING.set(True)
-    try:
-        yield
-    finally:
-        _TRACING.reset(token)
 
 
 class ShapeDtype:

@@ -12,11 +12,14 @@ what it saw.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from easyad.tensor import _devices, _meta
+from easyad.tensor import _devices, _interpreters
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 
 class ParameterValues:
@@ -28,7 +31,7 @@ class ParameterValues:
         self._host = host
         self._host_valid = True          # False: the device buffer holds newer values
         self._buffer: Any = None         # the values on a device, or None
-        self._backend: Any = None
+        self._backend: Backend | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -38,6 +41,13 @@ class ParameterValues:
     def dtype(self) -> np.dtype:
         return self._host.dtype
 
+    @property
+    def _device_backend(self) -> Backend:
+        """The backend of the device buffer (asked only where there is one)."""
+        if self._backend is None:
+            raise RuntimeError("these values have no device buffer")
+        return self._backend
+
     def on_device(self) -> bool:
         """Whether a device buffer holds the values (the newest, or a copy of the host's)."""
         return self._buffer is not None
@@ -45,7 +55,7 @@ class ParameterValues:
     def read(self) -> np.ndarray:
         """The values on the host, to be read only (a device copy stays)."""
         if not self._host_valid:
-            self._host = self._backend.to_numpy(self._buffer).reshape(self._host.shape)
+            self._host = self._device_backend.to_numpy(self._buffer).reshape(self._host.shape)
             self._host_valid = True
         return self._host
 
@@ -62,7 +72,7 @@ class ParameterValues:
         self._host_valid = True
         self._buffer = self._backend = None
 
-    def adopt(self, buffer: Any, backend: Any) -> None:
+    def adopt(self, buffer: Any, backend: Backend) -> None:
         """New values as ``buffer``, a new buffer of ``backend``'s device (a replayed step's
         output, which nothing else holds): they stay there, the host copy is stale."""
         self._buffer, self._backend, self._host_valid = buffer, backend, False
@@ -71,7 +81,7 @@ class ParameterValues:
         """What a tensor of these values on ``device`` is made from: the host array on the
         numpy device (the tensor copies it) and while ``eval_shape`` traces (shapes only),
         else the device buffer (uploaded once; never written afterwards)."""
-        if _meta.tracing():
+        if not _interpreters.new_tensors_have_values():
             return self._host
         be = _devices.resolve(device)
         if be.device.kind == "numpy":
@@ -96,7 +106,7 @@ class ParameterValues:
         gradient buffer), the state buffers ``names`` (zeros where ``state`` has none yet)
         and ``numbers``; the first expression gives the new values, the others the new
         state buffers, in ``names``' order. One kernel; new buffers."""
-        be = self._backend
+        be = self._device_backend
         operands: dict[str, Any] = {"p": self._buffer, "g": gradient, **numbers}
         for name in names:
             if name not in state:
@@ -113,7 +123,7 @@ class ParameterValues:
         (``to_device``) or as host arrays, where it is kept on the other side."""
         for k, v in state.items():
             if to_device and isinstance(v, np.ndarray):
-                state[k] = self._backend.asarray(v, v.dtype)
+                state[k] = self._device_backend.asarray(v, v.dtype)
             elif not to_device:
                 state[k] = host_copy(v)
 

@@ -23,10 +23,8 @@ numpy device, ``compiler.program.fused_cl`` into generated OpenCL kernels for an
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,26 +33,6 @@ from easyad import _core
 from easyad.compiler import ir, optimiser
 from easyad.tensor._backend import Backend
 from easyad.tensor._interpreters import Interpreter
-
-# ---- what capturing is doing (Tensor.constant and friends put new tensors on it) ----
-
-_CAPTURING: contextvars.ContextVar[Any] = contextvars.ContextVar("easyad_program",
-                                                                 default=None)
-
-
-def capturing() -> Any:
-    """The ProgramBackend a recording runs on (in this thread or task), or None."""
-    return _CAPTURING.get()
-
-
-@contextlib.contextmanager
-def captured(backend: ProgramBackend) -> Iterator[None]:
-    token = _CAPTURING.set(backend)
-    try:
-        yield
-    finally:
-        _CAPTURING.reset(token)
-
 
 class Slot:
     """A buffer of a program being recorded: its slot number, shape, dtype and its value at
@@ -76,8 +54,16 @@ class Slot:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    def _arith(self, expr: str, other: Any, swap: bool = False) -> Slot:
+    @property
+    def _recorder(self) -> Backend:
+        """The recording backend of its program (set when the ProgramBackend was made)."""
         be = self.program.backend
+        if be is None:
+            raise RuntimeError("a slot of a program that no ProgramBackend records")
+        return be
+
+    def _arith(self, expr: str, other: Any, swap: bool = False) -> Slot:
+        be = self._recorder
         if isinstance(other, Slot):
             from easyad.tensor import _shapes
             shape = _shapes.broadcast("+", self.shape, other.shape)
@@ -115,7 +101,7 @@ class Slot:
         return self._arith("x * y", -1.0)
 
     def __float__(self) -> float:
-        return float(np.asarray(self.program.backend.to_numpy(self)).reshape(()))
+        return float(np.asarray(self._recorder.to_numpy(self)).reshape(()))
 
     def __repr__(self) -> str:
         return f"<slot {self.index} {self.shape} {self.dtype}>"
@@ -146,7 +132,7 @@ class Program(ir.Graph):
         # slot -> the input slot it is the next value of (a parameter after a descent
         # step): replay may write it into that input's memory (see ``compiler.program.fused_c``)
         self.in_place: dict[int, int] = {}
-        self.backend: Any = None
+        self.backend: Backend | None = None
         # host effects of every replay at one point (BatchNorm's running statistics):
         # (apply, slots): replay keeps the slots as hidden outputs and calls apply(*their
         # host values) after the run (``Program.effect``)
@@ -490,7 +476,7 @@ class BoundProgram:
     backend's kernel (one per instruction, no tape, no Tensor objects); slots freed after
     their last reader. ``run(inputs)`` returns the ``outputs`` slots' buffers."""
 
-    def __init__(self, program: Program, be: Any, outputs: Sequence[int],
+    def __init__(self, program: Program, be: Backend, outputs: Sequence[int],
                  on_guard: Any) -> None:
         self.program, self.be, self.outputs = program, be, tuple(outputs)
         self.constants = {i: (v if program.dtypes[i] is None else be.asarray(v, v.dtype))
@@ -518,7 +504,7 @@ def _arg(slots: list[Any], i: Any) -> Any:
     return slots[i] if type(i) is int else i
 
 
-def step(ins: Instruction, be: Any, on_guard: Any) -> Any:
+def step(ins: Instruction, be: Backend, on_guard: Any) -> Any:
     """One instruction as a function of the slot list, on backend ``be``."""
     op, p, a, o = ins.op, ins.params, ins.ins, ins.outs
     if op == "map":

@@ -11,10 +11,13 @@ import json
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from easyad.tensor import _probe
 from easyad.tensor._proofs import CRASH_ENV, REALS
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 def _close(name: str, got: Any, want: Any, real: str) -> str | None:
     """None if ``got`` equals ``want`` to the precision's tolerance (NaN where NaN), else
@@ -34,7 +37,7 @@ def _close(name: str, got: Any, want: Any, real: str) -> str | None:
     return f"{name} computed wrong numbers ({float(got[k])!r} instead of {float(want[k])!r})"
 
 
-def _eager_cases(be: Any, host: Any, dtype: Any) -> list[tuple[str, Any, Any]]:
+def _eager_cases(be: Backend, host: Any, dtype: Any) -> list[tuple[str, Any, Any]]:
     """(what, device result, host result) of each eager kernel kind, on ``be`` and on the
     numpy backend ``host``."""
     import numpy as np
@@ -100,7 +103,7 @@ def _eager_cases(be: Any, host: Any, dtype: Any) -> list[tuple[str, Any, Any]]:
     return cases
 
 
-def _op_cases(be: Any, host: Any, dtype: Any, kind: list[str]) -> list[tuple[str, Any, Any]]:
+def _op_cases(be: Backend, host: Any, dtype: Any, kind: list[str]) -> list[tuple[str, Any, Any]]:
     """Each op kernel's sample call on ``be`` (its OpenCL lowering, called directly) and on
     the numpy backend ``host`` (its numpy lowering): easyad's own ops (``ops:<real>``), or
     the one op of a module imported here (``op:<module>:<name>:<hash>:<real>``)."""

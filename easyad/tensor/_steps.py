@@ -18,11 +18,14 @@ every tensor module can import it.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from easyad import _core
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 _BOOL = np.dtype(np.bool_)    # _base's BOOL (this module sits below _base)
 
@@ -40,7 +43,7 @@ class AstypeStep(Step):
 
     __slots__ = ("be", "shape", "source")
 
-    def __init__(self, be: Any, shape: tuple[int, ...], source: Any) -> None:
+    def __init__(self, be: Backend, shape: tuple[int, ...], source: Any) -> None:
         self.be, self.shape, self.source = be, shape, source
 
     def __call__(self, g: Any) -> tuple[Any]:

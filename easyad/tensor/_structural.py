@@ -20,7 +20,7 @@ what sits in front of the table and below it:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,10 @@ from easyad.tensor._numpy import _ERRSTATE, _IGNORE, NumpyBackend
 from easyad.tensor._steps import Step
 from easyad.tensor._table_steps import (TABLE_OPS, PutStep, SliceStep, TakeStep,  # noqa: F401
                                         WhereStep, _buffer, put)
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
+    from easyad.tensor._numpy import NumpyBackend
 
 
 # ---- fast paths: the numpy backend, a float tensor, the common arguments ----
@@ -108,9 +112,12 @@ def _fast_reduction(t: Any, axis: Any, keepdims: Any) -> Any:
     return None
 
 
-def _own(be: Any, raw: Any) -> Any:
-    if be.tracking:
-        be._track(raw)
+def _own(be: Backend, raw: Any) -> Any:
+    # only the numpy fast paths call it (after `_fast` or a type test): the narrowing is
+    # theirs; an annotation, not a cast, so the eager path pays nothing for it
+    host: NumpyBackend = be  # type: ignore[assignment]
+    if host.tracking:
+        host._track(raw)
     return raw
 
 
@@ -168,14 +175,14 @@ def mean(t: TensorBase, axis: Any = None, keepdims: bool = False) -> Any:
 # ExtremeStep (the core's: max's or min's vjp, the adjoint to the operand's elements ``x``
 # equal to the result ``m``, split evenly among ties): its vjp and graph
 
-def _ties(be: Any, x: Any, m: Any, axes: tuple[int, ...], kept: tuple[int, ...],
+def _ties(be: Backend, x: Any, m: Any, axes: tuple[int, ...], kept: tuple[int, ...],
           shape: tuple[int, ...], dtype: Any) -> Any:
     """How many elements of ``x`` equal the result ``m``, per result (shape ``kept``)."""
     (ties,) = be.map("ties", ("choose(x == m, 1.0, 0.0)",), {"x": x, "m": m}, shape, (dtype,))
     return be.reshape(be.reduce("sum", ties, axes), kept)
 
 
-def extreme_share(be: Any, x: Any, m: Any, axes: tuple[int, ...], kept: tuple[int, ...],
+def extreme_share(be: Backend, x: Any, m: Any, axes: tuple[int, ...], kept: tuple[int, ...],
                   shape: tuple[int, ...], dtype: Any) -> Any:
     """Each element's share of a max's or min's adjoint: 1/ties where ``x`` equals the
     result ``m`` (of shape ``kept``), else 0 (a buffer; the table's vjp reads it)."""
@@ -246,7 +253,7 @@ def reshape(t: T, new: Any) -> T:
     return TABLE_OPS["reshape"](t, new)          # the op table's reshape
 
 
-def permute(be: Any, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
+def permute(be: Backend, data: Any, shape: tuple[int, ...], perm: tuple[int, ...]) -> Any:
     """``data`` (of ``shape``) with its axes permuted by ``perm``: one strided copy."""
     strides = shapes.contiguous_strides(shape)
     return be.strided(data, 0, tuple(shape[p] for p in perm), tuple(strides[p] for p in perm))
@@ -353,7 +360,7 @@ def getitem(t: TensorBase, key: Any) -> Any:
 
 # ---- matmul ----
 
-def as_batched(be: Any, data: Any, shape: tuple[int, ...], batch: tuple[int, ...]) -> Any:
+def as_batched(be: Backend, data: Any, shape: tuple[int, ...], batch: tuple[int, ...]) -> Any:
     """``data`` (shape batch' + (R, C)) as (B or 1, R, C) for the backend's matmul."""
     rows, cols = shape[-2:]
     own = shape[:-2]
@@ -499,7 +506,7 @@ class FromScalarsStep(Step):
 
     __slots__ = ("be", "inputs")
 
-    def __init__(self, be: Any, inputs: tuple[int, ...]) -> None:
+    def __init__(self, be: Backend, inputs: tuple[int, ...]) -> None:
         self.be, self.inputs = be, inputs
 
     def __call__(self, g: Any) -> tuple[Any, ...]:
@@ -510,7 +517,7 @@ class FromScalarsStep(Step):
         return tuple(flat[k] if i >= 0 else None for k, i in enumerate(self.inputs))
 
 
-def from_scalars(cls: type[T], be: Any, dtype: Any, items: list[Any],
+def from_scalars(cls: type[T], be: Backend, dtype: Any, items: list[Any],
                  shape: tuple[int, ...]) -> T:
     """A tensor of ``shape`` from scalars (Records and numbers), one node whose vjp hands
     each Record its element of the adjoint."""

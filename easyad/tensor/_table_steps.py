@@ -10,7 +10,7 @@ index, ``TakeStep`` for an advanced one), put's (``PutStep``) and where's (``Whe
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,12 +18,15 @@ from easyad.tensor import _graph
 from easyad.tensor._base import BOOL, T, TensorBase, fold, wrap
 from easyad.tensor._steps import Step
 
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
+
 # the op table's ops this layer calls (easyad.ops sits above the tensor layer and registers
 # them here when it is imported, as easyad's __init__ does: no import goes upward)
 TABLE_OPS: dict[str, Any] = {}
 
 
-def _buffer(be: Any, g: Any, dtype: Any) -> Any:
+def _buffer(be: Backend, g: Any, dtype: Any) -> Any:
     """The adjoint of a single-number output (a float) as a 0-d buffer; buffers pass."""
     return be.full((), g, dtype) if isinstance(g, float) else g
 
@@ -36,7 +39,7 @@ class _IndexStep(Step):
 
     __slots__ = ("cls", "be", "shape", "dtype", "key")
     cls: type
-    be: Any
+    be: Backend
     shape: tuple[int, ...]
     dtype: Any
     key: Any
@@ -50,7 +53,7 @@ class SliceStep(_IndexStep):
 
     __slots__ = ("offset", "out_shape", "strides")
 
-    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any, key: Any,
+    def __init__(self, cls: type, be: Backend, shape: tuple[int, ...], dtype: Any, key: Any,
                  offset: int, out_shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
         self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
         self.offset, self.out_shape, self.strides = offset, out_shape, strides
@@ -67,7 +70,7 @@ class TakeStep(_IndexStep):
 
     __slots__ = ("index", "unique")
 
-    def __init__(self, cls: type, be: Any, shape: tuple[int, ...], dtype: Any, key: Any,
+    def __init__(self, cls: type, be: Backend, shape: tuple[int, ...], dtype: Any, key: Any,
                  index: np.ndarray, unique: bool) -> None:
         self.cls, self.be, self.shape, self.dtype, self.key = cls, be, shape, dtype, key
         self.index, self.unique = index, unique
@@ -84,7 +87,7 @@ class PutStep(Step):
 
     __slots__ = ("be", "key", "basic", "index", "g_shape")
 
-    def __init__(self, be: Any, key: Any, basic: Any, index: Any,
+    def __init__(self, be: Backend, key: Any, basic: Any, index: Any,
                  g_shape: tuple[int, ...]) -> None:
         self.be, self.key, self.basic, self.index, self.g_shape = be, key, basic, index, g_shape
 
@@ -120,7 +123,7 @@ class WhereStep(Step):
     __slots__ = ("cls", "be", "shape", "dtype", "cond", "c_shape", "needs", "targets",
                  "scalars")
 
-    def __init__(self, cls: type[TensorBase], be: Any, shape: tuple[int, ...], dtype: Any,
+    def __init__(self, cls: type[TensorBase], be: Backend, shape: tuple[int, ...], dtype: Any,
                  cond: Any, c_shape: tuple[int, ...], needs: tuple[bool, bool],
                  targets: tuple[Any, Any], scalars: tuple[bool, bool]) -> None:
         self.cls, self.be, self.shape, self.dtype = cls, be, shape, dtype

@@ -14,7 +14,9 @@ import numpy as np
 
 from easyad import _arrays, _core
 from easyad.errors import TapeMismatchError
-from easyad.tensor import _elementwise, _generic, _program, _structural
+from easyad.tensor import _elementwise, _generic, _structural
+from easyad.tensor._interpreters import innermost
+from easyad.tensor._program import ProgramBackend
 from easyad.tensor._base import Node, TensorBase, _no_vjp, live_tape, wrap
 from easyad._generated.tensor_methods import RuleMethods
 
@@ -182,7 +184,7 @@ class _RecordedParameter:
     now under way (not of an earlier one)."""
 
     def __call__(self, read: Any, tape: Any) -> Tensor | None:
-        be = _program.capturing()
+        be = innermost(ProgramBackend)
         if be is None:
             return None
         slot = be.live_input(read)
@@ -193,7 +195,7 @@ class _RecordedParameter:
 
     @staticmethod
     def made(t: Tensor) -> bool:
-        be = _program.capturing()
+        be = innermost(ProgramBackend)
         return be is not None and t._backend is be
 
 
@@ -204,7 +206,7 @@ def recorded_host_value(make: Any, dtype: Any) -> Tensor | None:
     """While ``ad.record`` records tensor code: a constant tensor whose values ``make()``
     (host code: a random mask) computes again at every replay, as a host call of the
     program; None when nothing is being recorded (the caller computes it once)."""
-    be = _program.capturing()
+    be = innermost(ProgramBackend)
     if be is None:
         return None
     (slot,) = be.host_call("host value", lambda: [np.asarray(make(), dtype=dtype)], [])
@@ -216,7 +218,7 @@ def recorded_effect(apply: Any, make: Any) -> bool:
     after every replay at one point, with the host values at that point of the tensors
     ``make()`` computes (recorded operations of f's values; ``Program.effect``); False
     when nothing is being recorded (the caller applies it now, and make is not called)."""
-    be = _program.capturing()
+    be = innermost(ProgramBackend)
     if be is None:
         return False
     tensors = list(make())

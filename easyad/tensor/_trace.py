@@ -18,7 +18,7 @@ every other operation applies to the parts as it would to tensors.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from easyad.tensor import _generic, _graph, _structural
 from easyad.tensor._base import BOOL, operand, wrap
 from easyad._generated.tensor_methods import RuleMethods
 from easyad.tensor._tensor import Tensor
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 
 class TraceTensor(RuleMethods):
@@ -299,7 +302,7 @@ def _without_objects(args: tuple[Any, ...]) -> tuple[Any, ...]:
                  for a in args)
 
 
-def _joined(v: Any, be: Any, over_reverse: bool, top: int) -> tuple[Any, Any]:
+def _joined(v: Any, be: Backend, over_reverse: bool, top: int) -> tuple[Any, Any]:
     """(value, tangent) tensors of an array of traced numbers, element by element."""
     pairs = [_pair(e, be, over_reverse, top) for e in v.flat]
     return (_generic.stack([p[0] for p in pairs], 0).reshape(v.shape),
@@ -323,7 +326,7 @@ def _split(args: tuple[Any, ...], top: int) -> tuple[list[Any], list[Any]]:
     return values, tangents
 
 
-def _zero_d(v: Any, be: Any) -> Any:
+def _zero_d(v: Any, be: Backend) -> Any:
     """A number of the level below (a Trace, or a float) as a 0-d TraceTensor / Tensor."""
     if isinstance(v, Trace):
         return TraceTensor._of(_zero_d(v.number, be), _zero_d(v.derivative, be))
@@ -390,7 +393,7 @@ def _over_reverse(args: Any) -> bool:
     return on_tape and _levels.inside()
 
 
-def _pair(v: Any, be: Any, over_reverse: bool = False, top: int = 1) -> tuple[Any, Any]:
+def _pair(v: Any, be: Backend, over_reverse: bool = False, top: int = 1) -> tuple[Any, Any]:
     """``v`` as (value, tangent) tensors on backend ``be`` at level ``top`` (recorded ones
     only forward over reverse: a TraceTensor whose parts are on a tape)."""
     if _traced_objects(v):
@@ -422,7 +425,7 @@ def _pair(v: Any, be: Any, over_reverse: bool = False, top: int = 1) -> tuple[An
     return value, wrap(Tensor, be, be.full(value.shape, 0.0, value.dtype), value.shape, value.dtype)
 
 
-def _as_part(v: Any, be: Any, over_reverse: bool) -> Any:
+def _as_part(v: Any, be: Backend, over_reverse: bool) -> Any:
     """A number (a Trace of its levels, a Record, a float) as a 0-d tensor of its levels."""
     if isinstance(v, Trace):
         return TraceTensor._of(_as_part(v.number, be, over_reverse),
@@ -430,7 +433,7 @@ def _as_part(v: Any, be: Any, over_reverse: bool) -> Any:
     return _pair(v, be, over_reverse)[0]
 
 
-def _parts(v: Any, be: Any) -> tuple[Any, Any, tuple[int, ...], Any] | None:
+def _parts(v: Any, be: Backend) -> tuple[Any, Any, tuple[int, ...], Any] | None:
     """(value data, tangent data or None, shape, dtype) of an elementwise operand."""
     if isinstance(v, TraceTensor):    # (not nested: _jvp takes those to _jvp_nested)
         value, tangent = v._value, v._tangent

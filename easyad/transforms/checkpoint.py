@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from easyad.tensor import _devices
 from easyad.tensor._base import wrap
 from easyad.tensor._base import record as record_node
 from easyad.tensor._steps import Step
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 # ---- structures: tuples, lists, dicts, object arrays (their elements are leaves) ----
 # A structure's shape is plain tuples (built and compared in C: a loop flattens its carry
@@ -293,7 +296,7 @@ class CheckpointStep(Step):
 
     __slots__ = ("vjp", "be", "dtype", "layout", "inputs")
 
-    def __init__(self, vjp: Callable[[list[Any]], list[Any]], be: Any, dtype: Any,
+    def __init__(self, vjp: Callable[[list[Any]], list[Any]], be: Backend, dtype: Any,
                  layout: list[tuple[int, tuple[int, ...] | None]],
                  inputs: list[tuple[tuple[int, ...], Any] | None]) -> None:
         self.vjp, self.be, self.dtype, self.layout, self.inputs = vjp, be, dtype, layout, inputs

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from easyad.compiler.program import batch_steps
 from easyad.compiler.program.batch_plan import (
     Bias, LineOp, Product, Read, Reduction, Scatter, StepPlan, plan_step, supported)
 from easyad.tensor import _blas
+
+if TYPE_CHECKING:
+    from easyad.tensor._numpy import NumpyBackend
 
 _BUDGET = 1 << 28        # bytes of per-point buffers one chunk of the batch may take
 _PARALLEL = 1 << 17      # points x largest slot from which a C run goes over threads
@@ -226,7 +229,7 @@ def _step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> A
     return run_plan(prog.fused.be, plan, bufs, B)
 
 
-def run_plan(be: Any, plan: StepPlan, bufs: Sequence[Any], B: int
+def run_plan(be: NumpyBackend, plan: StepPlan, bufs: Sequence[Any], B: int
              ) -> list[tuple[np.ndarray, bool]]:
     """(value, whether each point has its own) per output of a step planned with
     ``hold_shared=True``; ``bufs``: the step's operands, (B, size) rows where own."""
@@ -262,14 +265,14 @@ def run_plan(be: Any, plan: StepPlan, bufs: Sequence[Any], B: int
     return found
 
 
-def _read(be: Any, read: Read, buf: Any, points: int) -> np.ndarray:
+def _read(be: NumpyBackend, read: Read, buf: Any, points: int) -> np.ndarray:
     copy = read.copy(points)
     if copy is not None:
         return be.strided(np.ascontiguousarray(buf), 0, *copy).reshape(read.shape(points))
     return buf.reshape(read.shape(points))
 
 
-def _product(be: Any, p: Product, bufs: Sequence[Any], B: int) -> np.ndarray:
+def _product(be: NumpyBackend, p: Product, bufs: Sequence[Any], B: int) -> np.ndarray:
     a = _read(be, p.left, bufs[p.left.arg], B)
     b = _read(be, p.right, bufs[p.right.arg], B)
     if a.shape[0] == b.shape[0] == 1:         # one matrix each: a plain 2-d product

@@ -13,14 +13,17 @@ value that is the same at every point is computed once and copied to every point
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from easyad.compiler.program.batch_plan import (
     Assembly, LineOp, Product, Read, Reduction, Scatter, StepPlan, plan_step)
 from easyad.tensor._program import Instruction
 
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
-def _matmul(be: Any, a: Any, b: Any, transpose_a: bool, transpose_b: bool) -> Any:
+
+def _matmul(be: Backend, a: Any, b: Any, transpose_a: bool, transpose_b: bool) -> Any:
     """Every product of a batched program (one place, so a test can count them)."""
     return be.matmul(a, b, transpose_a, transpose_b)
 
@@ -45,7 +48,7 @@ class BatchStep:
             found = self.plans[own] = plan_step(self.instruction, self.shapes, own, False)
         return found
 
-    def run(self, be: Any, arrays: list[Any], points: int,
+    def run(self, be: Backend, arrays: list[Any], points: int,
             shared: Callable[[int], bool]) -> None:
         ins = self.instruction
         bufs = [arrays[r] if r is not None else v for r, v in zip(self.roots, ins.ins)]
@@ -56,7 +59,7 @@ class BatchStep:
             arrays[o] = out
 
 
-def run_plan(be: Any, plan: StepPlan, bufs: list[Any], points: int) -> list[Any]:
+def run_plan(be: Backend, plan: StepPlan, bufs: list[Any], points: int) -> list[Any]:
     """The outputs (a buffer of all the points each) of a step planned with
     ``hold_shared=False``; ``bufs``: the step's operands (a buffer of all the points
     where the point's own)."""
@@ -79,31 +82,31 @@ def run_plan(be: Any, plan: StepPlan, bufs: list[Any], points: int) -> list[Any]
     return found
 
 
-def _read(be: Any, read: Read, buf: Any, points: int) -> Any:
+def _read(be: Backend, read: Read, buf: Any, points: int) -> Any:
     copy = read.copy(points)
     if copy is not None:
         buf = be.strided(buf, 0, *copy)
     return be.reshape(buf, read.shape(points))
 
 
-def _tile(be: Any, buf: Any, points: int, size: int) -> Any:
+def _tile(be: Backend, buf: Any, points: int, size: int) -> Any:
     """One value of ``size`` elements copied to every point: (points, size)."""
     return be.strided(buf, 0, (points, size), (0, 1))
 
 
-def _product(be: Any, p: Product, bufs: list[Any], points: int) -> Any:
+def _product(be: Backend, p: Product, bufs: list[Any], points: int) -> Any:
     c = _matmul(be, _read(be, p.left, bufs[p.left.arg], points),
                 _read(be, p.right, bufs[p.right.arg], points), p.transpose_left,
                 p.transpose_right)
     return _tile(be, c, points, p.size) if p.tile else c
 
 
-def _reduction(be: Any, r: Reduction, bufs: list[Any], points: int) -> Any:
+def _reduction(be: Backend, r: Reduction, bufs: list[Any], points: int) -> Any:
     total = be.reduce(r.op, be.reshape(bufs[r.arg], r.shape(points)), r.axes)
     return _tile(be, total, points, r.size) if r.tile else total
 
 
-def _scatter(be: Any, s: Scatter, g: Any, points: int) -> Any:
+def _scatter(be: Backend, s: Scatter, g: Any, points: int) -> Any:
     copy = s.copy(points)
     if copy is not None:
         g = be.strided(g, 0, *copy)
@@ -112,7 +115,7 @@ def _scatter(be: Any, s: Scatter, g: Any, points: int) -> Any:
     return _tile(be, out, points, s.size) if s.tile else out
 
 
-def _assembly(be: Any, a: Assembly, bufs: list[Any], points: int) -> Any:
+def _assembly(be: Backend, a: Assembly, bufs: list[Any], points: int) -> Any:
     parts = []
     for k, (place, src) in enumerate(zip(a.parts_at(points), bufs)):
         if a.spread[k]:
@@ -122,7 +125,7 @@ def _assembly(be: Any, a: Assembly, bufs: list[Any], points: int) -> Any:
     return _tile(be, out, points, a.size) if a.tile else out
 
 
-def line_op(be: Any, o: LineOp, bufs: Any, points: int) -> Any:
+def line_op(be: Backend, o: LineOp, bufs: Any, points: int) -> Any:
     """The op once over the chunk: its kernel's lines run over every point's lines (the
     numpy device's executor calls this too)."""
     if not o.own:
@@ -136,7 +139,7 @@ def line_op(be: Any, o: LineOp, bufs: Any, points: int) -> Any:
     return be.op(o.op, o.batched, args, o.shape(points), o.dtype)
 
 
-def _add_bias(be: Any, plan: StepPlan, p: Product, out: Any, bufs: list[Any],
+def _add_bias(be: Backend, plan: StepPlan, p: Product, out: Any, bufs: list[Any],
               points: int) -> Any:
     """linear's product plus its bias (one map: a row a point, or one for all)."""
     bias = plan.bias

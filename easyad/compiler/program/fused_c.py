@@ -58,7 +58,7 @@ import math
 import platform
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -70,6 +70,9 @@ from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec
 from easyad.compiler.optimiser import optimise_program
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
 from easyad.tensor._program import Program, live_instructions, step
+
+if TYPE_CHECKING:
+    from easyad.tensor._numpy import NumpyBackend
 
 # a batch (run_batch) goes over threads from this many points x largest buffer on (a thread
 # costs ~20-50 us to hand work to), each thread on its own workspace
@@ -100,7 +103,7 @@ class FusedProgram:
     """The schedule of ``Plan`` bound to its compiled segments; ``run(inputs)`` as
     ``BoundProgram.run`` (numpy arrays in, new numpy arrays out)."""
 
-    def __init__(self, plan: Plan, library: Any, be: Any, on_guard: Any,
+    def __init__(self, plan: Plan, library: Any, be: NumpyBackend, on_guard: Any,
                  stored: set[int], source: str,
                  lowered: tuple[dict[int, Any], list[np.ndarray]] = ({}, []),
                  folded: dict[int, tuple[int, int]] | None = None) -> None:
@@ -335,7 +338,7 @@ def _written_in_place(plan: Plan) -> dict[int, int]:
     return found
 
 
-def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
+def fused(program: Program, outputs: Sequence[int], be: NumpyBackend, on_guard: Any
           ) -> FusedProgram | None:
     """The fused, compiled program for ``outputs`` on the numpy backend ``be``; None when
     nothing would be compiled (no C-able instruction) or no compiler works."""

@@ -20,7 +20,7 @@ import inspect
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from easyad.errors import CompilerWarning, DeviceError
 from easyad.tensor._program import Instruction, Program, live_instructions, step
 from easyad.tensor._shapes import contiguous_strides
 
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
+
 # pyopencl's Array constructor with the private keywords that skip its checks (as the
 # backend's _new_array uses them): views for _view
 try:
@@ -44,7 +47,7 @@ except ImportError:     # (no OpenCL here: nothing of this module runs)
     _FAST_VIEW = False
 
 
-def _items(be: Any, n: int) -> int:
+def _items(be: OpenCLBackend, n: int) -> int:
     """The work-items of a kernel that loops over n elements: whole work-groups, enough to
     fill the device (a few per compute unit on a CPU, many on a GPU)."""
     per_unit = 64 if be.device.is_gpu else 4
@@ -94,7 +97,7 @@ class FusedCLProgram:
     buffer kept between calls where no backend step or output sees it, and nothing is read
     back (the guards and backend steps that read values aside)."""
 
-    def __init__(self, plan: Plan, be: Any, on_guard: Any, stored: set[int],
+    def __init__(self, plan: Plan, be: OpenCLBackend, on_guard: Any, stored: set[int],
                  kernels: list[list[Kernel]], source: str, real: str, width: int) -> None:
         p = plan.program
         self.plan, self.be, self.source = plan, be, source
@@ -139,7 +142,8 @@ class FusedCLProgram:
                     cl_kernel = be.kernel(source, k.name, [None] * len(k.params) + [np.int64])
                     loops = k.reductions or not be.device.is_gpu
                     items = _items(be, k.n) if loops else None
-                    partials = {o: be.allocate((items,), real_dtype) for o, _ in k.reductions}
+                    partials = {o: be.allocate((items,), real_dtype) for o, _ in k.reductions} \
+                        if items is not None else {}
                     args: list[Any] = []
                     slots: list[tuple[int, int]] = []
                     for kind_, key in k.params:
@@ -232,7 +236,7 @@ class FusedCLProgram:
         return out
 
 
-def _view(be: Any, buf: Any, shape: tuple[int, ...]) -> Any:
+def _view(be: OpenCLBackend, buf: Any, shape: tuple[int, ...]) -> Any:
     """``buf`` (C-contiguous, at offset 0) as ``shape``: pyopencl's fast constructor where
     it has one (its ``reshape`` validates, at 3x the host cost), else ``reshape``."""
     if buf.shape == shape:
@@ -245,7 +249,7 @@ def _view(be: Any, buf: Any, shape: tuple[int, ...]) -> Any:
                           _fast=True, _size=buf.size, _context=buf.context, _queue=buf.queue)
 
 
-def _linear_step(ins: Instruction, be: Any, p: Program) -> Any:
+def _linear_step(ins: Instruction, be: OpenCLBackend, p: Program) -> Any:
     """``linear`` and ``linear_vjp`` as the backend composes them (``_composed``: matmul,
     a bias map, a reduce), with the 3-d views made once each by ``_view``; None for other
     instructions, or where the backend has kernels of its own for them."""
@@ -285,7 +289,7 @@ def _linear_step(ins: Instruction, be: Any, p: Program) -> Any:
     return None
 
 
-def fused(program: Program, outputs: Sequence[int], be: Any, on_guard: Any
+def fused(program: Program, outputs: Sequence[int], be: OpenCLBackend, on_guard: Any
           ) -> FusedCLProgram | None:
     """The fused program for ``outputs`` on the OpenCL backend ``be``; None when nothing
     would be fused (no instruction a kernel can do) or the kernels do not build (with a

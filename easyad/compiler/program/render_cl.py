@@ -69,7 +69,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -80,6 +80,9 @@ from easyad.compiler.program.vector_cl import LANE_NAMES, VECTOR_MATH, untrusted
 from easyad.tensor import _kernels
 from easyad.tensor._program import Instruction, Program
 from easyad.tensor._zero_signs import constant_strong_zeros
+
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
 
 INIT = {"sum": "(real_t)0", "max": "(-INFINITY)", "min": "INFINITY"}
 COMBINE = {"sum": "({a} + {b})", "max": "maximum({a}, {b})",   # NaN wins, as in numpy
@@ -525,7 +528,7 @@ def _fold(op: str, values: list[str]) -> str:
 
 
 
-def render_kernels(plan: Plan, stored: set[int], be: Any, real: str, width: int,
+def render_kernels(plan: Plan, stored: set[int], be: OpenCLBackend, real: str, width: int,
                    points: bool = False) -> tuple[list[list[Kernel]], str]:
     """The plan's kernels, by segment, and their OpenCL source (with the vector helpers
     where a kernel has a vector loop); ``points``: each kernel over a batch of points
@@ -553,7 +556,7 @@ def render_kernels(plan: Plan, stored: set[int], be: Any, real: str, width: int,
     return kernels, "\n".join([head] + texts)
 
 
-def finish_group_size(be: Any) -> int:
+def finish_group_size(be: OpenCLBackend) -> int:
     """The work-items of a finishing kernel: one work-group, a power of two (its tree)."""
     return 1 << (int(be.group).bit_length() - 1)
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from easyad.errors import KernelFallbackWarning
 from easyad.tensor import _kernels
+
+if TYPE_CHECKING:
+    from easyad.tensor._opencl import OpenCLBackend
 
 # the vector loops (CPU devices): see vector_width and OpenCLRenderer._vector_expr
 VECTOR_ENV = "EASYAD_OPENCL_VECTOR"     # "0": scalar kernels only; 2, 4, 8, 16: that width
@@ -24,7 +27,7 @@ VECTOR_MATH = frozenset({"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "c
 LANE_NAMES = "0123456789abcdef"
 
 
-def untrusted_vector_math(be: Any, real: str, width: int) -> frozenset[str]:
+def untrusted_vector_math(be: OpenCLBackend, real: str, width: int) -> frozenset[str]:
     """The math builtins whose vector versions (``width`` lanes of ``real``) give other
     values than the scalar ones on this device, lane by lane, at zeros, infinities, NaN,
     subnormal, huge and ordinary values mixed in one vector (PoCL 3.1's double8 pow got
@@ -51,7 +54,7 @@ _CHECK_VALUES = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 0.75, 1e-310, -1e-310, 1e
                  0.1, 1e-8, -3e-7, 1e30, 1e-20, -2e-38, 1e-40, -3e38, 1e-30]
 
 
-def check_vector_math(be: Any, real: str, width: int) -> frozenset[str]:
+def check_vector_math(be: OpenCLBackend, real: str, width: int) -> frozenset[str]:
     # each check: (the builtin it vouches for, the vector result, the scalar builtin); the
     # fused kernels also take sin and cos from one vector sincos (used only where both
     # are trusted, so a wrong sincos makes both untrusted)
@@ -99,7 +102,7 @@ def check_vector_math(be: Any, real: str, width: int) -> frozenset[str]:
 
 
 
-def vector_width(be: Any, real: str) -> int:
+def vector_width(be: OpenCLBackend, real: str) -> int:
     """The lanes asked for the vector loops of fused kernels on ``be``'s device: the
     width EASYAD_OPENCL_VECTOR gives (0: scalar kernels), on any device; unset, 0 on a
     GPU (a work-item per element: its lanes are the vectors) and on a device that prefers
@@ -121,7 +124,7 @@ def vector_width(be: Any, real: str) -> int:
 forced: dict[str, tuple[int, frozenset[str]]] = {}
 
 
-def fused_width(be: Any, real: str) -> int | None:
+def fused_width(be: OpenCLBackend, real: str) -> int | None:
     """The vector width the fused kernels of ``real`` are built with on ``be``'s device:
     the widest of ``vector_width``'s and the narrower ones (halving to 2), then 0 (scalar
     kernels), whose kind passed its proof in a child process (``_proofs``: a driver that
@@ -166,7 +169,7 @@ _PROOF_FIX = ("on Debian/Ubuntu `sudo apt-get install pocl-opencl-icd` (the syst
               "PyPI's PoCL 3.0 crashes on its widest vectors on some AVX-512 AMD CPUs)")
 
 
-def proven(be: Any, real: str, width: int) -> bool:
+def proven(be: OpenCLBackend, real: str, width: int) -> bool:
     if real in forced:
         return forced[real][0] == width
     from easyad.tensor import _proofs
