@@ -26,7 +26,7 @@ from easyad.errors import TapeMismatchError
 from easyad.tensor import Tensor, TraceTensor, get_device, stack
 from easyad.tensor._base import FLOAT64, Elements, _no_vjp, wrap
 from easyad.tensor._devices import resolve
-from easyad.tensor._interpreters import innermost, new_tensors_have_values
+from easyad.tensor._interpreters import innermost, new_tensor_backend
 from easyad.tensor._program import ProgramBackend
 from easyad.tensor._structural import from_scalars
 
@@ -221,12 +221,14 @@ class _Reverse:
 def _input_tensor(a: NDArray[Any], tape: WengertList, elements: bool,
                   device: Any = None) -> Tensor:
     """A transform's input tensor on ``tape`` for the array ``a`` (on ``device``, None: the
-    default): on the host (numpy) a float64 C-contiguous ``a`` is read in place, through a
-    read-only view (no copy: the tensor layer never writes into an operand's buffer, and
-    the view makes sure of it)."""
+    default): on the host (numpy), with no interpreter frame open, a float64 C-contiguous
+    ``a`` is read in place, through a read-only view (no copy: the tensor layer never
+    writes into an operand's buffer, and the view makes sure of it). Inside a frame (a
+    recording, eval_shape) the input goes where the frame puts new tensors, so the
+    constants of the function differentiated there meet it on one backend."""
     device = get_device() if device is None else device
     be = resolve(device)
-    if be.kind != "numpy" or not new_tensors_have_values():
+    if be.kind != "numpy" or new_tensor_backend() is not None:
         array = np.asarray(a, dtype=np.float64)
         return (Tensor._input(array, tape, device=device) if elements
                 else Tensor.variable(array, tape, device=device))

@@ -491,3 +491,21 @@ def test_backends_are_typed_by_the_protocol():
         if "_generated" not in path.parts:
             found += untyped_backends(path.read_text(encoding="utf-8"), str(path))
     assert not found, "type backends with tensor._backend.Backend: " + ", ".join(found)
+
+
+def test_a_transform_at_a_constant_point_inside_a_recording():
+    # ad.grad at a numpy point inside ad.record: its input and g's own constants must land
+    # on the recording's backend alike (its input once took the host's fast path and met
+    # g's constant on another backend: "tensors on different devices (numpy and numpy)")
+    c = np.array([1.0, 2.0, 3.0])
+
+    def g(x):
+        return ad.sum(x * x * ad.Tensor.constant(c))
+
+    def f(y):
+        return ad.sum(y * ad.grad(g)(np.ones(3)))        # grad = 2 c at ones
+
+    F = ad.record(f, np.arange(3.0), tensor=True)
+    for y in (np.array([1.0, 2.0, 5.0]), np.array([-0.5, 4.0, 0.25])):
+        assert F(y) == pytest.approx(float(np.dot(y, 2.0 * c)), rel=1e-15)
+        assert np.allclose(F.gradient(y), 2.0 * c, rtol=1e-15)

@@ -36,7 +36,7 @@ vmap, and the per-step composite otherwise.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from easyad.errors import ShapeError
 from easyad.ops._apply import OpStep, _buffer, _value, apply
 from easyad.ops._table import Op, register
 from easyad.tensor._base import TensorBase, wrap
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,7 +360,7 @@ class _ScanStep(OpStep):
                      for ct, (_, shape, dt, index) in zip(cts, self.operands))
 
 
-def _previous(be: Any, p: ScanParams, y: Any, h0: Any, steps: int, batch: int,
+def _previous(be: Backend, p: ScanParams, y: Any, h0: Any, steps: int, batch: int,
               hd: int, dtype: Any) -> Any:
     """(T, B, H): the state each step started from (h0 for the first), as one buffer."""
     block = (batch * hd, hd, 1)

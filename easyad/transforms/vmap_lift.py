@@ -35,7 +35,7 @@ from easyad._levels import LEVEL as _LEVEL
 from easyad._reverse_mode import _Reverse
 from easyad.tensor import Tensor, TraceTensor
 from easyad.tensor import _generic
-from easyad.tensor._program import capturing
+from easyad.tensor._interpreters import new_tensor_backend
 from easyad.transforms import vmap_shared
 from easyad.transforms.vmap_batched import Batched, _shape, expanded
 
@@ -276,9 +276,10 @@ def _batched_tangent(f: Callable[..., Any], x: Any, t: Any) -> Any:
 
 
 def _plain_array(x: Any) -> bool:
-    """A float64 numpy batch at the top level (no other transform's levels open)."""
+    """A float64 numpy batch at the top level (no other transform's levels, no
+    interpreter frame open)."""
     return (type(x) is np.ndarray and x.dtype == np.float64
-            and _LEVEL.get() == (0, None) and capturing() is None)
+            and _LEVEL.get() == (0, None) and new_tensor_backend() is None)
 
 
 def _basis_tangent(f: Callable[..., Any], x: np.ndarray, t: Any) -> Any:
