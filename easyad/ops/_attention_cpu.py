@@ -1,0 +1,241 @@
+"""The attention op's numpy kernels for float32 and float64 arrays: forward and backward
+taken a few heads at a time, so that a block's scores stay in the cache between the
+products and the softmax (the composite writes each ``(..., L, S)`` array to memory and
+reads it back several times).
+
+Shapes: ``q (N, L, E)``, ``k (N, S, E)``, ``v (N, S, Ev)``, the leading axes flattened to
+N; ``bias`` broadcasts to ``(N, L, S)`` (the additive mask, -inf where a position may not
+attend). Forward, per block of heads::
+
+    s = q kᵀ scale + bias          (row i of a causal call: columns 0..i only)
+    p = softmax(s) (rows)          kept: the backward reads it, not recomputed
+    o = p v
+
+Backward (``g`` = dL/do)::
+
+    dv = pᵀ g
+    dp = g vᵀ
+    ds = p * (dp - rowsum(g * o))   (= p * (dp - rowsum(p * dp)))
+    dq = ds k scale,  dk = dsᵀ q scale,  dbias = ds summed over its broadcast axes
+
+Causal calls skip the upper triangle: the rows are cut into ``_parts`` bands, band b
+(rows ``r0:r1``) reading only columns ``0:r1`` (``+ S - L`` where torch aligns the
+diagonal: it does not; torch's ``is_causal`` is ``tril(ones(L, S))``, columns ``0..i``),
+so the products do about (1 + 1/bands) / 2 of the full work; the diagonal block of each
+band is masked by an additive -inf triangle. The same bands cut the columns of dk and dv.
+
+A row whose every score is -inf gives nan (as torch: its max is -inf, so ``s - max`` is
+nan), in the value and in every cotangent it reaches.
+
+Saving p costs ``N L S`` elements (what the composite keeps too) and saves the backward
+a product and an exponential per score: measured (one thread, batch 256 heads, L = S =
+128, E = 64, float32) recomputing it from the row's log-sum-exp cost about 12 ms more.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# about a quarter of one core's L2: a block's scores, and the products' operands beside
+BLOCK_BYTES = 1 << 19
+
+
+def parts(causal: bool, length: int) -> list[tuple[int, int]]:
+    """The row bands ``(r0, r1)``: one unless causal (then up to 4, of 32 rows at least:
+    smaller products lose more to BLAS's per-call cost than the triangle saves)."""
+    bands = 1 if not causal else max(1, min(4, length // 32))
+    edges = [round(length * b / bands) for b in range(bands + 1)]
+    return [(edges[b], edges[b + 1]) for b in range(bands) if edges[b + 1] > edges[b]]
+
+
+def _heads(n: int, length: int, source: int, itemsize: int) -> int:
+    return max(1, min(n, BLOCK_BYTES // max(1, length * source * itemsize)))
+
+
+def _triangle(length: int, source: int, dtype: np.dtype) -> np.ndarray:
+    """The causal mask as an additive (L, S) array: 0 on and below the diagonal, -inf
+    above."""
+    upper = np.triu(np.ones((length, source), dtype=bool), 1)
+    return np.where(upper, -np.inf, 0.0).astype(dtype)
+
+
+def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None,
+            scale: float, causal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(o, p, l)`` for q (N, L, E), k (N, S, E), v (N, S, Ev), bias None or broadcasting
+    to (N, L, S) (of q's dtype): p (N, L, S) the softmax's numerators ``exp(s - c)`` (c
+    a shift per row, or 0: see ``_shift``), l (N, L, 1) their row sums, so the weights
+    are ``p / l``. Where causal skips, p is not written (but for columns >= L, zeroed)."""
+    n, length, _ = q.shape
+    source, ev = k.shape[1], v.shape[2]
+    dtype = q.dtype
+    o = np.empty((n, length, ev), dtype=dtype)
+    p = np.empty((n, length, source), dtype=dtype)
+    lsum = np.empty((n, length, 1), dtype=dtype)
+    bands = parts(causal, length)
+    tri = _triangle(length, source, dtype) if causal else None
+    exact = math.frexp(scale)[0] == 0.5     # a power of two: scaling q is exact
+    hb = _heads(n, length, source, dtype.itemsize)
+    qs = np.empty((hb,) + q.shape[1:], dtype=dtype) if exact and scale != 1.0 else None
+    kt = np.empty((hb, k.shape[2], source), dtype=dtype)
+    # v with a column of ones: p @ [v, 1] gives o's numerators and l in one product
+    v1 = np.empty((hb, source, ev + 1), dtype=dtype)
+    v1[..., ev] = 1.0
+    ob = np.empty((hb, length, ev + 1), dtype=dtype)
+    limit = _LIMIT[dtype.type]
+    reach = _bias_reach(bias)
+    qn = np.sqrt(np.einsum("nle,nle->nl", q, q).max(axis=1)) if reach < limit else None
+    kn = np.sqrt(np.einsum("nse,nse->ns", k, k).max(axis=1)) if reach < limit else None
+    for h0 in range(0, n, hb):
+        h1 = min(n, h0 + hb)
+        m = h1 - h0
+        qb = q[h0:h1]
+        if qs is not None:
+            qb = np.multiply(qb, scale, out=qs[:m])
+        np.copyto(kt[:m], k[h0:h1].transpose(0, 2, 1))
+        np.copyto(v1[:m, :, :ev], v[h0:h1])
+        # the scores' bound in this block: within it exp cannot overflow, nor every
+        # entry of a row underflow, and the row maxima need not be found
+        shifted = qn is None or \
+            scale * float(qn[h0:h1].max()) * float(kn[h0:h1].max()) + reach > limit
+        for r0, r1 in bands:
+            c1 = source if not causal else min(source, r1)
+            s = p[h0:h1, r0:r1, :c1]
+            np.matmul(qb[:, r0:r1], kt[:m, :, :c1], out=s)
+            if not exact:
+                s *= scale
+            if tri is not None and r0 < c1:
+                s[:, :, r0:c1] += tri[r0:r1, r0:c1]
+            if bias is not None:
+                s += _bias_block(bias, h0, h1, r0, r1, c1)
+            if shifted:
+                s -= s.max(axis=-1, keepdims=True)
+            np.exp(s, out=s)
+            np.matmul(s, v1[:m, :c1], out=ob[:m, r0:r1])
+        if causal and source > length:
+            p[h0:h1, :, length:] = 0.0
+        total = ob[:m, :, ev:]
+        np.divide(ob[:m, :, :ev], total, out=o[h0:h1])
+        lsum[h0:h1] = total
+        if bias is not None and not shifted:
+            _nan_rows(p[h0:h1], total)
+    return o, p, lsum
+
+
+# where exp(s) of the unshifted scores stays finite and normal, with room for the sum
+_LIMIT = {np.float32: 60.0, np.float64: 600.0}
+
+
+def _bias_reach(bias: np.ndarray | None) -> float:
+    """The largest finite |bias| (0 without one; -inf entries mask, they add no reach)."""
+    if bias is None:
+        return 0.0
+    finite = bias[np.isfinite(bias)]
+    return float(np.abs(finite).max()) if finite.size else 0.0
+
+
+def _nan_rows(p: np.ndarray, total: np.ndarray) -> None:
+    """Rows that attend to nothing (every score -inf) as nan, as the shifted softmax
+    (and torch) makes them: their max is -inf and ``s - max`` nan."""
+    empty = total[..., 0] == 0.0
+    if empty.any():
+        p[empty] = np.nan
+
+
+def _bias_block(bias: np.ndarray, h0: int, h1: int, r0: int, r1: int, c1: int
+                ) -> np.ndarray:
+    """The part of bias (N or 1, L or 1, S or 1) that heads h0:h1, rows r0:r1 and
+    columns 0:c1 of the scores see (broadcasting)."""
+    return bias[(slice(h0, h1) if bias.shape[0] > 1 else slice(0, 1)),
+                (slice(r0, r1) if bias.shape[1] > 1 else slice(0, 1)),
+                (slice(0, c1) if bias.shape[2] > 1 else slice(0, 1))]
+
+
+def backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray,
+             p: np.ndarray, lsum: np.ndarray, scale: float, causal: bool,
+             needs: tuple[bool, ...], bias_shape: tuple[int, ...] | None
+             ) -> list[np.ndarray | None]:
+    """The cotangents ``[dq, dk, dv, dbias]`` from forward's o, p and l (None where
+    ``needs`` says not wanted; dbias (N or 1, L or 1, S or 1) as the bias was given to
+    forward, or None without one). With ``g' = g / l`` the weights' division folds into
+    g: ``dv = pᵀ g'``, ``ds = p * (g' vᵀ - rowsum(g' * o))``."""
+    n, length, _ = q.shape
+    source, ev = k.shape[1], v.shape[2]
+    dtype = q.dtype
+    want_q, want_k, want_v = needs[:3]
+    want_b = bias_shape is not None and len(needs) > 3 and needs[3]
+    dq = np.empty_like(q) if want_q else None
+    dk = np.empty_like(k) if want_k else None
+    dv = np.empty_like(v) if want_v else None
+    db = np.zeros(bias_shape, dtype=dtype) if want_b and bias_shape is not None else None
+    if not (want_q or want_k or want_b or want_v):
+        return [dq, dk, dv, db]
+    bands = parts(causal, length)
+    hb = _heads(n, length, source, dtype.itemsize)
+    ds = np.empty((hb, length, source), dtype=dtype)
+    gs = np.empty((hb, length, ev), dtype=dtype)
+    vt = np.empty((hb, ev, source), dtype=dtype)
+    ones = np.ones((ev, 1), dtype=dtype)
+    for h0 in range(0, n, hb):
+        h1 = min(n, h0 + hb)
+        m = h1 - h0
+        gb = np.divide(g[h0:h1], lsum[h0:h1], out=gs[:m])
+        pb = p[h0:h1]
+        if want_v:
+            _columns_product(pb, gb, dv[h0:h1], bands, causal, source)
+        if not (want_q or want_k or want_b):
+            continue
+        np.copyto(vt[:m], v[h0:h1].transpose(0, 2, 1))
+        dsb = ds[:m]
+        # rowsum(g' * o) as a product with ones (a BLAS pass, not a ufunc reduction)
+        delta = np.matmul(np.multiply(gb, o[h0:h1]), ones)
+        for r0, r1 in bands:
+            c1 = source if not causal else min(source, r1)
+            d = dsb[:, r0:r1, :c1]
+            np.matmul(gb[:, r0:r1], vt[:m, :, :c1], out=d)
+            d -= delta[:, r0:r1]
+            d *= pb[:, r0:r1, :c1]
+        if causal and source > length:
+            dsb[:, :, length:] = 0.0
+        if db is not None:
+            _add_broadcast(db, dsb, h0, h1, n)
+        if want_q:
+            for r0, r1 in bands:
+                c1 = source if not causal else min(source, r1)
+                np.matmul(dsb[:, r0:r1, :c1], k[h0:h1, :c1], out=dq[h0:h1, r0:r1])
+            dq[h0:h1] *= scale
+        if want_k:
+            _columns_product(dsb, q[h0:h1], dk[h0:h1], bands, causal, source)
+            dk[h0:h1] *= scale
+    return [dq, dk, dv, db]
+
+
+def _columns_product(a: np.ndarray, b: np.ndarray, out: np.ndarray,
+                     bands: list[tuple[int, int]], causal: bool, source: int) -> None:
+    """``out = aᵀ b`` per head (a (h, L, S), b (h, L, F), out (h, S, F)), where causal
+    zeros of a (column c is zero in rows < c) are skipped: the columns of band
+    ``c0:c1`` read rows ``c0:L`` only."""
+    at = a.transpose(0, 2, 1)
+    if not causal:
+        np.matmul(at, b, out=out)
+        return
+    length = a.shape[1]
+    for c0, c1 in bands:
+        if c0 >= source:
+            break
+        c1 = min(c1, source) if c1 < length else source
+        np.matmul(at[:, c0:c1, c0:], b[:, c0:], out=out[:, c0:c1])
+
+
+def _add_broadcast(db: np.ndarray, ds: np.ndarray, h0: int, h1: int, n: int) -> None:
+    """Add heads h0:h1 of ds (h, L, S) into db, the bias's cotangent (N', L', S'), each
+    axis of size 1 where the bias broadcast over it."""
+    part = ds[:h1 - h0]
+    if db.shape[1] == 1:
+        part = part.sum(axis=1, keepdims=True)
+    if db.shape[2] == 1:
+        part = part.sum(axis=2, keepdims=True)
+    if db.shape[0] == 1:
+        db[0] += part.sum(axis=0)
+    else:
+        db[h0:h1] += part
