@@ -105,24 +105,58 @@ def _numpy(p: AttentionParams, q: np.ndarray, k: np.ndarray, v: np.ndarray,
 
 def host_vjp(p: AttentionParams, g: np.ndarray, q: np.ndarray, k: np.ndarray,
              v: np.ndarray, out: np.ndarray, bias: np.ndarray | None,
-             needs: tuple[bool, ...]) -> list[np.ndarray | None]:
-    """The cotangents of q, k, v (and the bias) on host arrays, by the kernels (the weights
-    recomputed by the forward kernel, then ``_attention_cpu.backward``)."""
+             needs: tuple[bool, ...], saved: Any = None) -> list[np.ndarray | None]:
+    """The cotangents of q, k, v (and the bias) on host arrays, by the kernels, from the
+    forward's saved weights ``(p, l)`` (recomputed by the forward kernel when None)."""
     dtype = q.dtype
     lead = q.shape[:-2]
     q3, k3, v3 = _flat(q), _flat(k), _flat(v)
     b = _flat_bias(bias, lead, dtype) if bias is not None else None
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        _, pw, lsum = cpu.forward(q3, k3, v3, b, p.scale, p.causal)
+        if saved is None:
+            _, pw, lsum = cpu.forward(q3, k3, v3, b, p.scale, p.causal)
+        else:
+            pw, lsum = (np.asarray(a) for a in saved)
         cts = cpu.backward(_flat(np.asarray(g, dtype=dtype)), q3, k3, v3,
-                           _flat(np.asarray(out, dtype=dtype)), pw, lsum, p.scale, p.causal,
-                           needs, None if b is None else b.shape)
+                           _flat(np.asarray(out, dtype=dtype)), _flat(pw), _flat(lsum),
+                           p.scale, p.causal, needs, None if b is None else b.shape)
     found: list[np.ndarray | None] = [None if c is None else c.reshape(x.shape)
                                       for c, x in zip(cts[:3], (q, k, v))]
     if bias is not None:
         found.append(None if cts[3] is None else
                      _cotangent_of_bias(cts[3], np.shape(bias), lead))
     return found
+
+
+def _host_forward(p: AttentionParams, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                  bias: np.ndarray | None) -> list[np.ndarray]:
+    """``[o, p, l]``: the value and the weights' numerators and row sums (kept for the
+    backward), the leading axes as the operands'."""
+    lead = q.shape[:-2]
+    b = _flat_bias(bias, lead, q.dtype) if bias is not None else None
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        o, pw, lsum = cpu.forward(_flat(q), _flat(k), _flat(v), b, p.scale, p.causal)
+    return [o.reshape(lead + o.shape[1:]), pw.reshape(lead + pw.shape[1:]),
+            lsum.reshape(lead + lsum.shape[1:])]
+
+
+def _lowered(be: Any, p: AttentionParams, *bufs: Any) -> Any:
+    """The op on a backend's buffers, with what its step keeps (``saves``): the weights'
+    numerators p and row sums l, so the backward need not compute them again. The numpy
+    device runs the kernels on its arrays; a recording runs them as one host call of the
+    program (the three results its slots: replay calls the kernels again); another
+    device (OpenCL) runs them on host copies and keeps nothing (its sweep takes the vjp
+    in easyad operations, on the device)."""
+    if be.kind == "numpy":
+        o, pw, lsum = _host_forward(p, *bufs[:3], bufs[3] if len(bufs) > 3 else None)
+        return be.adopt(o), [pw, lsum]
+    if be.interpreter.replays and hasattr(be, "host_call"):
+        o, pw, lsum = be.host_call("attention", lambda *xs: _host_forward(
+            p, *xs[:3], xs[3] if len(xs) > 3 else None), list(bufs))
+        return o, [pw, lsum]
+    hosts = [np.asarray(be.to_numpy(b)) for b in bufs]
+    o = _numpy(p, *hosts)
+    return be.asarray(o, o.dtype), None
 
 
 # ---- the derivatives, in easyad operations (any order, any engine) ----
@@ -179,7 +213,12 @@ class AttentionStep(OpStep):
     (``host_vjp``); while ``ad.record`` records, the same as one host call of the program;
     elsewhere (OpenCL) and for create_graph the vjp in easyad operations (``OpStep``)."""
 
-    __slots__ = ()
+    __slots__ = ("saved",)
+
+    def __init__(self, p: AttentionParams, cls: type, be: Any, ops: list[Any], saved: Any,
+                 out: Any, shape: tuple[int, ...], dtype: Any) -> None:
+        super().__init__(ATTENTION, p, cls, be, ops, out, shape, dtype)
+        self.saved = saved
 
     def _needs(self) -> tuple[bool, ...]:
         return tuple(index >= 0 for *_, index in self.operands)
@@ -197,8 +236,10 @@ class AttentionStep(OpStep):
         dtype = self.dtype
         q, k, v = (np.asarray(d, dtype=dtype) for d in datas[:3])
         bias = datas[3] if len(datas) > 3 else None
+        saved = self.saved if self.saved is not None and all(
+            isinstance(a, np.ndarray) for a in self.saved) else None
         cts = host_vjp(self.params, g.reshape(self.shape), q, k, v, self.data, bias,
-                       self._needs())
+                       self._needs(), saved)
         return tuple(None if c is None else
                      self.be.adopt(np.ascontiguousarray(c, dtype=dt))
                      for c, (_, _, dt, _) in zip(cts, self.operands))
@@ -207,14 +248,19 @@ class AttentionStep(OpStep):
         needs, params, dtype = self._needs(), self.params, self.dtype
         shapes = [(s, dt) for _, s, dt, _ in self.operands]
 
+        kept = list(self.saved) if self.saved is not None else []
+
         def backward(g: Any, out: Any, *xs: Any) -> list[np.ndarray]:
             q, k, v = (np.asarray(x, dtype=dtype) for x in xs[:3])
+            rest = xs[3:len(shapes)]
+            saved = xs[len(shapes):] or None
             cts = host_vjp(params, np.asarray(g, dtype=dtype).reshape(out.shape), q, k, v,
-                           out, xs[3] if len(xs) > 3 else None, needs)
+                           out, rest[0] if rest else None, needs, saved)
             return [np.ascontiguousarray(c, dtype=dt) for c, (s, dt) in zip(cts, shapes)
                     if c is not None]
         outs = iter(self.be.host_call("attention vjp", backward,
-                                      [g, self.data, *(d for d, *_ in self.operands)]))
+                                      [g, self.data, *(d for d, *_ in self.operands),
+                                       *kept]))
         return tuple(next(outs) if need else None for need in needs)
 
 
@@ -225,8 +271,9 @@ def _sample(rng: Any, dtype: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
 ATTENTION: Op = register(Op(
     name="attention", params=AttentionParams, rule=_rule, numpy=_numpy, vjp=_vjp, jvp=_jvp,
+    composite=_lowered, composite_first=True, saves=True,
     step=lambda p, cls, be, ops, bufs, out, shape, dtype: AttentionStep(
-        ATTENTION, p, cls, be, ops, out, shape, dtype),
+        p, cls, be, ops, bufs, out, shape, dtype),
     doc="softmax(q kᵀ scale + bias) v, causal or not, as one op"))
 
 
