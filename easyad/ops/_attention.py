@@ -151,8 +151,10 @@ def _lowered(be: Any, p: AttentionParams, *bufs: Any) -> Any:
         o, pw, lsum = _host_forward(p, *bufs[:3], bufs[3] if len(bufs) > 3 else None)
         return be.adopt(o), [pw, lsum]
     if be.interpreter.replays and hasattr(be, "host_call"):
-        o, pw, lsum = be.host_call("attention", lambda *xs: _host_forward(
-            p, *xs[:3], xs[3] if len(xs) > 3 else None), list(bufs))
+        def forward(*xs: np.ndarray) -> list[np.ndarray]:
+            return _host_forward(p, *xs[:3], xs[3] if len(xs) > 3 else None)
+        forward.borrows = True          # type: ignore[attr-defined]  (reads, returns new)
+        o, pw, lsum = be.host_call("attention", forward, list(bufs))
         return o, [pw, lsum]
     hosts = [np.asarray(be.to_numpy(b)) for b in bufs]
     o = _numpy(p, *hosts)
@@ -258,6 +260,7 @@ class AttentionStep(OpStep):
                            out, rest[0] if rest else None, needs, saved)
             return [np.ascontiguousarray(c, dtype=dt) for c, (s, dt) in zip(cts, shapes)
                     if c is not None]
+        backward.borrows = True         # type: ignore[attr-defined]  (reads, returns new)
         outs = iter(self.be.host_call("attention vjp", backward,
                                       [g, self.data, *(d for d, *_ in self.operands),
                                        *kept]))
