@@ -74,14 +74,10 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None
     lsum = np.empty((n, length, 1), dtype=dtype)
     bands = parts(causal, length)
     tri = _triangle(length, source, dtype) if causal else None
-    exact = math.frexp(scale)[0] == 0.5     # a power of two: scaling q is exact
+    exact = math.frexp(scale)[0] == 0.5     # a power of two: scaling k is exact
     hb = _heads(n, length, source, dtype.itemsize)
-    qs = np.empty((hb,) + q.shape[1:], dtype=dtype) if exact and scale != 1.0 else None
     kt = np.empty((hb, k.shape[2], source), dtype=dtype)
-    # v with a column of ones: p @ [v, 1] gives o's numerators and l in one product
-    v1 = np.empty((hb, source, ev + 1), dtype=dtype)
-    v1[..., ev] = 1.0
-    ob = np.empty((hb, length, ev + 1), dtype=dtype)
+    ones = np.ones((source, 1), dtype=dtype)
     limit = _LIMIT[dtype.type]
     reach = _bias_reach(bias)
     qn = np.sqrt(np.einsum("nle,nle->nl", q, q).max(axis=1)) if reach < limit else None
@@ -90,10 +86,12 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None
         h1 = min(n, h0 + hb)
         m = h1 - h0
         qb = q[h0:h1]
-        if qs is not None:
-            qb = np.multiply(qb, scale, out=qs[:m])
-        np.copyto(kt[:m], k[h0:h1].transpose(0, 2, 1))
-        np.copyto(v1[:m, :, :ev], v[h0:h1])
+        # kᵀ copied contiguous (BLAS runs the bands' products far faster on it than on
+        # the transposed view), scaled on the way when that is exact
+        if exact:
+            np.multiply(k[h0:h1].transpose(0, 2, 1), scale, out=kt[:m])
+        else:
+            np.copyto(kt[:m], k[h0:h1].transpose(0, 2, 1))
         # the scores' bound in this block: within it exp cannot overflow, nor every
         # entry of a row underflow, and the row maxima need not be found
         shifted = qn is None or \
@@ -102,7 +100,7 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None
             c1 = source if not causal else min(source, r1)
             s = p[h0:h1, r0:r1, :c1]
             np.matmul(qb[:, r0:r1], kt[:m, :, :c1], out=s)
-            if not exact:
+            if not exact and scale != 1.0:
                 s *= scale
             if tri is not None and r0 < c1:
                 s[:, :, r0:c1] += tri[r0:r1, r0:c1]
@@ -111,12 +109,13 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None
             if shifted:
                 s -= s.max(axis=-1, keepdims=True)
             np.exp(s, out=s)
-            np.matmul(s, v1[:m, :c1], out=ob[:m, r0:r1])
+            # the row sums as a product with ones (BLAS: faster than a ufunc reduction)
+            np.matmul(s, ones[:c1], out=lsum[h0:h1, r0:r1])
+            np.matmul(s, v[h0:h1, :c1], out=o[h0:h1, r0:r1])
         if causal and source > length:
             p[h0:h1, :, length:] = 0.0
-        total = ob[:m, :, ev:]
-        np.divide(ob[:m, :, :ev], total, out=o[h0:h1])
-        lsum[h0:h1] = total
+        total = lsum[h0:h1]
+        o[h0:h1] *= np.reciprocal(total)
         if bias is not None and not shifted:
             _nan_rows(p[h0:h1], total)
     return o, p, lsum
@@ -179,12 +178,14 @@ def backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.n
     for h0 in range(0, n, hb):
         h1 = min(n, h0 + hb)
         m = h1 - h0
-        gb = np.divide(g[h0:h1], lsum[h0:h1], out=gs[:m])
+        gb = np.multiply(g[h0:h1], np.reciprocal(lsum[h0:h1]), out=gs[:m])
         pb = p[h0:h1]
         if want_v:
             _columns_product(pb, gb, dv[h0:h1], bands, causal, source)
         if not (want_q or want_k or want_b):
             continue
+        if db is None:      # ds scaled from here on: dq, dk need no pass of their own
+            gb *= scale
         np.copyto(vt[:m], v[h0:h1].transpose(0, 2, 1))
         dsb = ds[:m]
         # rowsum(g' * o) as a product with ones (a BLAS pass, not a ufunc reduction)
@@ -203,10 +204,12 @@ def backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.n
             for r0, r1 in bands:
                 c1 = source if not causal else min(source, r1)
                 np.matmul(dsb[:, r0:r1, :c1], k[h0:h1, :c1], out=dq[h0:h1, r0:r1])
-            dq[h0:h1] *= scale
+            if db is not None:
+                dq[h0:h1] *= scale
         if want_k:
             _columns_product(dsb, q[h0:h1], dk[h0:h1], bands, causal, source)
-            dk[h0:h1] *= scale
+            if db is not None:
+                dk[h0:h1] *= scale
     return [dq, dk, dv, db]
 
 
