@@ -205,3 +205,15 @@ def test_bad_shapes_are_refused_with_the_fix():
     with pytest.raises(ad.ShapeError, match="does not broadcast"):
         ops.apply(_attention.ATTENTION, _attention.AttentionParams(),
                   (np.ones((3, 4)), np.ones((5, 4)), np.ones((5, 2)), np.ones((2, 5))))
+
+
+def test_a_mask_with_more_leading_axes_broadcasts_the_result():
+    # (the composite's case: the op takes masks that broadcast to the scores only; torch's
+    # sdpa refuses this, its formula broadcasts)
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.normal(size=(5, 3)) for _ in range(3))
+    mask = rng.normal(size=(2, 5, 5))
+    got = F.scaled_dot_product_attention(ad.Tensor.constant(q), k, v, attn_mask=mask)
+    want = _math(*(torch.tensor(a) for a in (q, k, v)), mask=torch.tensor(mask))
+    assert got.shape == (2, 5, 3)
+    np.testing.assert_allclose(got.value, want.numpy(), rtol=1e-12, atol=1e-12)

@@ -298,4 +298,8 @@ def fused(query: Any, key: Any, value: Any, bias: Any, causal: bool, scale: floa
     shapes = [tuple(a.shape) for a in operands[:3]]
     if not shapes[0][:-2] == shapes[1][:-2] == shapes[2][:-2] or len(shapes[0]) < 2:
         return NotImplemented
+    scores = shapes[0][:-1] + shapes[1][-2:-1]
+    if bias is not None and (len(bias.shape) > len(scores) or any(
+            b not in (1, n) for b, n in zip(tuple(bias.shape)[::-1], scores[::-1]))):
+        return NotImplemented        # a mask that broadcasts the result: the composite
     return apply(ATTENTION, AttentionParams(bool(causal), float(scale)), operands)
