@@ -267,11 +267,6 @@ class AttentionStep(OpStep):
         return tuple(next(outs) if need else None for need in needs)
 
 
-def _sample(rng: Any, dtype: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    q, k, v = (rng.normal(size=(2, 5, 3)).astype(dtype) for _ in range(3))
-    return (q, k, v), {"causal": True, "scale": 0.5}
-
-
 ATTENTION: Op = register(Op(
     name="attention", params=AttentionParams, rule=_rule, numpy=_numpy, vjp=_vjp, jvp=_jvp,
     composite=_lowered, composite_first=True, saves=True,
