@@ -118,7 +118,7 @@ def host_vjp(p: AttentionParams, g: np.ndarray, q: np.ndarray, k: np.ndarray,
         else:
             pw, lsum = (np.asarray(a) for a in saved)
         cts = cpu.backward(_flat(np.asarray(g, dtype=dtype)), q3, k3, v3,
-                           _flat(np.asarray(out, dtype=dtype)), _flat(pw), _flat(lsum),
+                           _flat(np.asarray(out, dtype=dtype)), pw, lsum,
                            p.scale, p.causal, needs, None if b is None else b.shape)
     found: list[np.ndarray | None] = [None if c is None else c.reshape(x.shape)
                                       for c, x in zip(cts[:3], (q, k, v))]
@@ -136,8 +136,7 @@ def _host_forward(p: AttentionParams, q: np.ndarray, k: np.ndarray, v: np.ndarra
     b = _flat_bias(bias, lead, q.dtype) if bias is not None else None
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         o, pw, lsum = cpu.forward(_flat(q), _flat(k), _flat(v), b, p.scale, p.causal)
-    return [o.reshape(lead + o.shape[1:]), pw.reshape(lead + pw.shape[1:]),
-            lsum.reshape(lead + lsum.shape[1:])]
+    return [o.reshape(lead + o.shape[1:]), pw, lsum]      # (p and l: the kernels' own)
 
 
 def _lowered(be: Any, p: AttentionParams, *bufs: Any) -> Any:

@@ -31,7 +31,9 @@ Backward (``g`` = dL/do, ``g' = g / l``, so the weights ``p / l`` are never form
   faster on them than on transposed views); row sums are products with a column of
   ones (BLAS, not a ufunc reduction: 0.3 against 1.2 ms for 256 heads of 128 x 128).
 
-Keeping p and l costs ``N L S`` elements (what the composite keeps too); the sweep
+p is kept packed band by band (``layout``: each band's rows C-contiguous, so its
+elementwise passes run over contiguous memory; a causal call keeps only its bands, about
+(1 + 1/bands) / 2 of ``N L S``). Keeping p and l (the composite keeps more); the sweep
 then computes no score again: recomputing them (the forward kernel run again in the
 sweep) cost about 20 ms more of the 256-head case's ~70 (one thread, float32).
 """
@@ -64,22 +66,40 @@ def _triangle(length: int, source: int, dtype: np.dtype) -> np.ndarray:
     return np.where(upper, -np.inf, 0.0).astype(dtype)
 
 
+def layout(causal: bool, length: int, source: int) -> list[tuple[int, int, int, int]]:
+    """The bands ``(r0, r1, c1, offset)``: rows r0:r1 read columns 0:c1, and their
+    weights sit at ``offset`` of a head's row of the packed p, ``(r1 - r0) * c1`` of them
+    in C order (so each band's elementwise passes run over contiguous memory)."""
+    found, offset = [], 0
+    for r0, r1 in parts(causal, length):
+        c1 = source if not causal else min(source, r1)
+        found.append((r0, r1, c1, offset))
+        offset += (r1 - r0) * c1
+    return found
+
+
+def _band(p: np.ndarray, h0: int, h1: int, band: tuple[int, int, int, int]) -> np.ndarray:
+    r0, r1, c1, offset = band
+    return p[h0:h1, offset:offset + (r1 - r0) * c1].reshape(h1 - h0, r1 - r0, c1)
+
+
 def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None,
             scale: float, causal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(o, p, l)`` for q (N, L, E), k (N, S, E), v (N, S, Ev), bias None or broadcasting
-    to (N, L, S) (of q's dtype): p (N, L, S) the softmax's numerators ``exp(s - c)``, l
-    (N, L, 1) their row sums, so the weights are ``p / l``. The shift c is 0 where that
-    is safe: a block is first taken unshifted, and taken again with c the rows' maxima
-    when a row sum came out infinite or too small to trust (exp overflowed, or every
-    entry of a row underflowed or was masked: such a row then gives nan, as the
-    composite's). Where causal skips, p is not written (but for columns >= L, zeroed)."""
+    to (N, L, S) (of q's dtype): p (N, T) the softmax's numerators ``exp(s - c)`` packed
+    band by band (``layout``; T = L S without causal), l (N, L, 1) their row sums, so the
+    weights are ``p / l``. The shift c is 0 where that is safe: a block is first taken
+    unshifted, and taken again with c the rows' maxima when a row sum came out infinite
+    or too small to trust (exp overflowed, or every entry of a row underflowed or was
+    masked: such a row then gives nan, as the composite's)."""
     n, length, _ = q.shape
     source, ev = k.shape[1], v.shape[2]
     dtype = q.dtype
+    bands = layout(causal, length, source)
     o = np.empty((n, length, ev), dtype=dtype)
-    p = np.empty((n, length, source), dtype=dtype)
+    p = np.empty((n, bands[-1][3] + (bands[-1][1] - bands[-1][0]) * bands[-1][2]),
+                 dtype=dtype)
     lsum = np.empty((n, length, 1), dtype=dtype)
-    bands = parts(causal, length)
     tri = _triangle(length, source, dtype) if causal else None
     exact = math.frexp(scale)[0] == 0.5     # a power of two: scaling k is exact
     hb = _heads(n, length, source, dtype.itemsize)
@@ -97,9 +117,9 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None
         else:
             np.copyto(kt[:m], k[h0:h1].transpose(0, 2, 1))
         for shifted in (False, True):
-            for r0, r1 in bands:
-                c1 = source if not causal else min(source, r1)
-                s = p[h0:h1, r0:r1, :c1]
+            for band in bands:
+                r0, r1, c1, _ = band
+                s = _band(p, h0, h1, band)
                 np.matmul(qb[:, r0:r1], kt[:m, :, :c1], out=s)
                 if not exact and scale != 1.0:
                     s *= scale
@@ -116,11 +136,9 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None
             least = total.min()
             if shifted or least >= smallest and np.isfinite(total).all():
                 break
-        for r0, r1 in bands:
-            c1 = source if not causal else min(source, r1)
-            np.matmul(p[h0:h1, r0:r1, :c1], v[h0:h1, :c1], out=o[h0:h1, r0:r1])
-        if causal and source > length:
-            p[h0:h1, :, length:] = 0.0
+        for band in bands:
+            r0, r1, c1, _ = band
+            np.matmul(_band(p, h0, h1, band), v[h0:h1, :c1], out=o[h0:h1, r0:r1])
         o[h0:h1] *= np.reciprocal(total)
     return o, p, lsum
 
@@ -143,12 +161,12 @@ def backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.n
              p: np.ndarray, lsum: np.ndarray, scale: float, causal: bool,
              needs: tuple[bool, ...], bias_shape: tuple[int, ...] | None
              ) -> list[np.ndarray | None]:
-    """The cotangents ``[dq, dk, dv, dbias]`` from forward's o, p and l (None where
-    ``needs`` says not wanted; dbias (N or 1, L or 1, S or 1) as the bias was given to
-    forward, or None without one). With ``g' = g / l`` the weights' division folds into
-    g: ``dv = pᵀ g'``, ``ds = p * (g' vᵀ - rowsum(g' * o))``."""
+    """The cotangents ``[dq, dk, dv, dbias]`` from forward's o, p (packed) and l (None
+    where ``needs`` says not wanted; dbias (N or 1, L or 1, S or 1) as the bias was given
+    to forward, or None without one), band by band: the widest band writes dk and dv's
+    columns, the narrower ones add theirs (causal zeros are never multiplied)."""
     n, length, _ = q.shape
-    source, ev = k.shape[1], v.shape[2]
+    source, e, ev = k.shape[1], k.shape[2], v.shape[2]
     dtype = q.dtype
     want_q, want_k, want_v = needs[:3]
     want_b = bias_shape is not None and len(needs) > 3 and needs[3]
@@ -158,76 +176,75 @@ def backward(g: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.n
     db = np.zeros(bias_shape, dtype=dtype) if want_b and bias_shape is not None else None
     if not (want_q or want_k or want_b or want_v):
         return [dq, dk, dv, db]
-    bands = parts(causal, length)
+    bands = layout(causal, length, source)[::-1]          # the widest first
+    widest = bands[0][2]
     hb = _heads(n, length, source, dtype.itemsize)
-    ds = np.empty((hb, length, source), dtype=dtype)
+    ds = np.empty(hb * max((r1 - r0) * c1 for r0, r1, c1, _ in bands), dtype=dtype)
+    tmp = np.empty((hb, source, max(e, ev)), dtype=dtype)
     gs = np.empty((hb, length, ev), dtype=dtype)
     vt = np.empty((hb, ev, source), dtype=dtype)
     ones = np.ones((ev, 1), dtype=dtype)
+    if widest < source:                 # causal, S > L: no row sees these columns
+        for d in (dk, dv):
+            if d is not None:
+                d[:, widest:] = 0.0
     for h0 in range(0, n, hb):
         h1 = min(n, h0 + hb)
         m = h1 - h0
         gb = np.multiply(g[h0:h1], np.reciprocal(lsum[h0:h1]), out=gs[:m])
-        pb = p[h0:h1]
         if want_v:
-            _columns_product(pb, gb, dv[h0:h1], bands, causal, source)
+            for i, band in enumerate(bands):
+                r0, r1, c1, _ = band
+                pt = _band(p, h0, h1, band).transpose(0, 2, 1)
+                _into(dv[h0:h1, :c1], pt, gb[:, r0:r1], tmp[:m, :c1, :ev], i == 0)
         if not (want_q or want_k or want_b):
             continue
         if db is None:      # ds scaled from here on: dq, dk need no pass of their own
             gb *= scale
         np.copyto(vt[:m], v[h0:h1].transpose(0, 2, 1))
-        dsb = ds[:m]
         # rowsum(g' * o) as a product with ones (a BLAS pass, not a ufunc reduction)
         delta = np.matmul(np.multiply(gb, o[h0:h1]), ones)
-        for r0, r1 in bands:
-            c1 = source if not causal else min(source, r1)
-            d = dsb[:, r0:r1, :c1]
+        for i, band in enumerate(bands):
+            r0, r1, c1, _ = band
+            d = ds[:m * (r1 - r0) * c1].reshape(m, r1 - r0, c1)
             np.matmul(gb[:, r0:r1], vt[:m, :, :c1], out=d)
             d -= delta[:, r0:r1]
-            d *= pb[:, r0:r1, :c1]
-        if causal and source > length:
-            dsb[:, :, length:] = 0.0
+            d *= _band(p, h0, h1, band)
+            if db is not None:
+                _add_broadcast(db, d, h0, h1, r0, r1, c1)
+            if want_q:
+                np.matmul(d, k[h0:h1, :c1], out=dq[h0:h1, r0:r1])
+            if want_k:
+                _into(dk[h0:h1, :c1], d.transpose(0, 2, 1), q[h0:h1, r0:r1],
+                      tmp[:m, :c1, :e], i == 0)
         if db is not None:
-            _add_broadcast(db, dsb, h0, h1, n)
-        if want_q:
-            for r0, r1 in bands:
-                c1 = source if not causal else min(source, r1)
-                np.matmul(dsb[:, r0:r1, :c1], k[h0:h1, :c1], out=dq[h0:h1, r0:r1])
-            if db is not None:
-                dq[h0:h1] *= scale
-        if want_k:
-            _columns_product(dsb, q[h0:h1], dk[h0:h1], bands, causal, source)
-            if db is not None:
-                dk[h0:h1] *= scale
+            for d in (dq, dk):
+                if d is not None:
+                    d[h0:h1] *= scale
     return [dq, dk, dv, db]
 
 
-def _columns_product(a: np.ndarray, b: np.ndarray, out: np.ndarray,
-                     bands: list[tuple[int, int]], causal: bool, source: int) -> None:
-    """``out = aᵀ b`` per head (a (h, L, S), b (h, L, F), out (h, S, F)), where causal
-    zeros of a (column c is zero in rows < c) are skipped: the columns of band
-    ``c0:c1`` read rows ``c0:L`` only."""
-    at = a.transpose(0, 2, 1)
-    if not causal:
-        np.matmul(at, b, out=out)
-        return
-    length = a.shape[1]
-    for c0, c1 in bands:
-        if c0 >= source:
-            break
-        c1 = min(c1, source) if c1 < length else source
-        np.matmul(at[:, c0:c1, c0:], b[:, c0:], out=out[:, c0:c1])
-
-
-def _add_broadcast(db: np.ndarray, ds: np.ndarray, h0: int, h1: int, n: int) -> None:
-    """Add heads h0:h1 of ds (h, L, S) into db, the bias's cotangent (N', L', S'), each
-    axis of size 1 where the bias broadcast over it."""
-    part = ds[:h1 - h0]
-    if db.shape[1] == 1:
-        part = part.sum(axis=1, keepdims=True)
-    if db.shape[2] == 1:
-        part = part.sum(axis=2, keepdims=True)
-    if db.shape[0] == 1:
-        db[0] += part.sum(axis=0)
+def _into(out: np.ndarray, a: np.ndarray, b: np.ndarray, scratch: np.ndarray,
+          first: bool) -> None:
+    """``out = a @ b`` (first) or ``out += a @ b``."""
+    if first:
+        np.matmul(a, b, out=out)
     else:
-        db[h0:h1] += part
+        np.matmul(a, b, out=scratch)
+        out += scratch
+
+
+def _add_broadcast(db: np.ndarray, d: np.ndarray, h0: int, h1: int, r0: int, r1: int,
+                   c1: int) -> None:
+    """Add a band's ds (heads h0:h1, rows r0:r1, columns 0:c1) into db, the bias's
+    cotangent (N', L', S'), each axis of size 1 where the bias broadcast over it."""
+    part = d
+    rows, cols = slice(r0, r1), slice(0, c1)
+    if db.shape[1] == 1:
+        part, rows = part.sum(axis=1, keepdims=True), slice(0, 1)
+    if db.shape[2] == 1:
+        part, cols = part.sum(axis=2, keepdims=True), slice(0, 1)
+    if db.shape[0] == 1:
+        db[0, rows, cols] += part.sum(axis=0)
+    else:
+        db[h0:h1, rows, cols] += part
