@@ -20,8 +20,8 @@ Backward (``g`` = dL/do, ``g' = g / l``, so the weights ``p / l`` are never form
 - Causal calls skip the upper triangle: the rows are cut into ``parts`` bands, band
   ``r0:r1`` reading only columns ``0:r1`` (torch's ``is_causal`` is ``tril(ones(L, S))``:
   row i sees columns 0..i), so the products do about (1 + 1/bands) / 2 of the full
-  work; the diagonal block of each band is masked by an additive -inf triangle. The
-  same bands cut the columns of dk and dv (column c is zero in the rows above c).
+  work; the diagonal block of each band is masked by an additive -inf triangle. dk and
+  dv are the bands' products summed (the widest writes them, the others add theirs).
 - The shift: a block is first exponentiated unshifted (no pass for the rows' maxima);
   if a row sum comes out infinite or below ``_SMALLEST`` (overflow, or a row all
   underflowed or masked) the block is done again shifted by the maxima. A row whose
@@ -33,8 +33,8 @@ Backward (``g`` = dL/do, ``g' = g / l``, so the weights ``p / l`` are never form
 
 p is kept packed band by band (``layout``: each band's rows C-contiguous, so its
 elementwise passes run over contiguous memory; a causal call keeps only its bands, about
-(1 + 1/bands) / 2 of ``N L S``). Keeping p and l (the composite keeps more); the sweep
-then computes no score again: recomputing them (the forward kernel run again in the
+(1 + 1/bands) / 2 of ``N L S``; the composite keeps more). With p and l kept the sweep
+computes no score again: recomputing them (the forward kernel run again in the
 sweep) cost about 20 ms more of the 256-head case's ~70 (one thread, float32).
 """
 from __future__ import annotations
