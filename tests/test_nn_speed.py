@@ -249,23 +249,30 @@ def test_tanh_vjp_kernel_is_the_rule_bitwise(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_attention_scaling_the_query_gives_the_scaled_scores_floats(dtype):
     # E = 64: the scale 1/8 is a power of two, applied to the query instead of the scores;
-    # values and every gradient are the scores-scaled composition's bit for bit
+    # the composite's values and every gradient are the scores-scaled composition's bit
+    # for bit (the composite: sdpa's path for dropout, here p = 1e-300, which keeps every
+    # weight and multiplies by exactly 1); the fused op (the numpy device's path, other
+    # sums) agrees to rounding
     rng = np.random.default_rng(12)
     q, k, v, g = (rng.normal(size=(2, 3, 32, 64)).astype(dtype) for _ in range(4))
     mask = np.where(np.tril(np.ones((32, 32), bool)), 0.0, -np.inf).astype(dtype)
     results = []
-    for composed in (False, True):
+    for way in ("composed", "composite", "fused"):
         lst = ad.WengertList()
         Q, K, V = (ad.Tensor.variable(a, lst) for a in (q, k, v))
-        if composed:
+        if way == "composed":
             scores = (Q @ K.transpose((0, 1, 3, 2))) * 0.125 + mask
             out = ad.softmax(scores, axis=-1) @ V
         else:
-            out = ad.nn.functional.scaled_dot_product_attention(Q, K, V, is_causal=True)
+            out = ad.nn.functional.scaled_dot_product_attention(
+                Q, K, V, is_causal=True, dropout_p=1e-300 if way == "composite" else 0.0)
         d = ad.sum(out * g).derivatives()
         results.append([np.asarray(out.value)] + [np.asarray(d[t]) for t in (Q, K, V)])
-    for ours, composed in zip(*results):
-        np.testing.assert_array_equal(ours, composed)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for composed, composite, fused in zip(*results):
+        np.testing.assert_array_equal(composite, composed)
+        np.testing.assert_allclose(fused, composed, rtol=0,
+                                   atol=tol * max(1.0, float(np.abs(composed).max())))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -18,6 +18,7 @@ from easyad._levels import BatchedBase
 from easyad import random as _random
 from easyad import tensor as _tensor
 from easyad.errors import ShapeError
+from easyad.ops._attention import fused as _fused_attention
 from easyad.tensor import Tensor, recorded_effect, recorded_host_value
 
 
@@ -278,6 +279,11 @@ def _attention_bias(attn_mask: Any, is_causal: bool, length: int, source: int,
     return m.astype(dtype)
 
 
+def _dtype(x: Any) -> Any:
+    dtype = getattr(x, "dtype", None)
+    return dtype if dtype is not None and np.dtype(dtype).kind == "f" else np.float64
+
+
 def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None, generator: Any = None) -> Any:
@@ -295,6 +301,13 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
                          f"share the last axis, key and value {vs} the length axis "
                          f"(-2); transpose to (..., length, features)")
     s = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+    # one op of the op table where it serves (tensors on the numpy device, no dropout):
+    # the scores taken a few heads at a time, in the cache (``easyad.ops._attention``)
+    if not is_causal or attn_mask is None:
+        bias = _attention_bias(attn_mask, False, qs[-2], ks[-2], _dtype(query))
+        done = _fused_attention(query, key, value, bias, is_causal, s, dropout_p)
+        if done is not NotImplemented:
+            return done
     perm = tuple(range(len(ks) - 2)) + (len(ks) - 1, len(ks) - 2)
     if math.frexp(s)[0] == 0.5:
         # a power of two (1/sqrt(E) for E = 4, 16, 64, 256...): scaling the query is exact

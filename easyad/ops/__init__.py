@@ -11,7 +11,8 @@ public face, is imported, which ``import easyad`` does);
 cumprod and recurrence (table ops, which ``_npfunctions``' prod/cumprod call);
 ``_conv``: conv, conv_transpose and conv_weight (table ops: each one's derivatives are
 the other two); ``_pool``: max_pool (with max_pool_gather/scatter, its derivatives),
-avg_pool and its transpose, adaptive_avg_pool (a composition); ``_npfunctions`` and
+avg_pool and its transpose, adaptive_avg_pool (a composition); ``_attention``: attention
+(scaled dot-product, one op; its numpy kernels in ``_attention_cpu``); ``_npfunctions`` and
 ``_products``: numpy's reductions, shape functions and products on tensors, composed of
 easyad operations (no table entry: every engine differentiates the pieces).
 
@@ -30,6 +31,7 @@ from easyad.ops._products import einsum, inner, kron, outer, tensordot
 from easyad.ops._conv import conv, conv_transpose
 from easyad.ops._pool import adaptive_avg_pool, avg_pool, max_pool
 from easyad.ops import _lstm  # noqa: F401  (lstm_scan, lstm_scan_vjp: nn.lstm calls them)
+from easyad.ops import _attention  # noqa: F401  (attention: nn.functional's sdpa calls it)
 
 __all__ = ["OPS", "Loop", "Op", "OpStep", "apply", "batched", "call", "cumsum", "flip", "get",
            "register", "unregister",

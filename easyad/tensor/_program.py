@@ -544,12 +544,20 @@ def step(ins: Instruction, be: Backend, on_guard: Any) -> Any:
     if op == "host":
         fn, template, dtypes = p.fn, p.template, p.dtypes
 
+        # a function marked ``borrows`` only reads its arguments and returns new arrays
+        # (easyad's own kernels, attention's): the numpy device lends it the slots and
+        # takes its results, no copies (tens of MB a call for attention)
+        borrows = getattr(fn, "borrows", False) and hasattr(be, "adopt")
+
         def run_host(s: list[Any]) -> None:
             slots = iter(a)
-            hosts = [np.asarray(be.to_numpy(s[next(slots)])) if kind == "slot" else value
+            hosts = [(be.host_array(s[next(slots)]) if borrows else
+                      np.asarray(be.to_numpy(s[next(slots)]))) if kind == "slot" else value
                      for kind, value in template]
             for k, r, dt in zip(o, fn(*hosts), dtypes):
-                s[k] = be.asarray(np.asarray(r, dtype=dt), dt)
+                s[k] = be.adopt(r) if borrows and r.dtype == dt and r.flags.c_contiguous \
+                    and not any(isinstance(h, np.ndarray) and np.may_share_memory(r, h)
+                                for h in hosts) else be.asarray(np.asarray(r, dtype=dt), dt)
         return run_host
     if op == "linear_vjp":
         needs = p.needs
