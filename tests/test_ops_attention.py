@@ -217,3 +217,17 @@ def test_a_mask_with_more_leading_axes_broadcasts_the_result():
     want = _math(*(torch.tensor(a) for a in (q, k, v)), mask=torch.tensor(mask))
     assert got.shape == (2, 5, 3)
     np.testing.assert_allclose(got.value, want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_recording_with_the_fused_kernels_refuses_to_pickle_by_name():
+    # the fused forward and sweep are host calls of the program: pickling names them and
+    # says what to do, rather than failing later in the other process
+    import pickle
+    q = np.random.default_rng(3).standard_normal((2, 8, 4))
+    F = ad.record(lambda q: ad.sum(nn.functional.scaled_dot_product_attention(
+        q, q, q, is_causal=True)), q, tensor=True)
+    tq = torch.tensor(q)
+    want = float(TF.scaled_dot_product_attention(tq, tq, tq, is_causal=True).sum())
+    assert float(F(q)) == pytest.approx(want, rel=1e-12)
+    with pytest.raises(TypeError, match="'attention'.*record f again"):
+        pickle.dumps(F)

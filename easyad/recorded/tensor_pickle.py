@@ -55,10 +55,13 @@ def state(F: Any) -> tuple[Any, ...]:
             raise TypeError("this TensorFunction reads module parameters at every call, "
                             "which do not travel; pass the parameters as arguments of f "
                             "(arrays after x0) to pickle it")
-        if any(i.op == "host" for i in p.instructions) or any(d is None for d in p.dtypes):
-            raise TypeError("this TensorFunction calls host Python code (a user array "
-                            "primitive or an opaque step), which does not pickle as a "
-                            "program; record f again in the other process")
+        hosts = sorted({i.params.label for i in p.instructions if i.op == "host"})
+        if hosts or any(d is None for d in p.dtypes):
+            named = f" ({', '.join(map(repr, hosts))})" if hosts else ""
+            raise TypeError(f"this TensorFunction calls host Python code{named}: a user "
+                            "array primitive, an opaque step, or the fused kernels of "
+                            "scaled_dot_product_attention on the numpy device, which do "
+                            "not pickle as a program; record f again in the other process")
         program = ([(i.op, tuple(i.params), tuple(i.ins), tuple(i.outs))
                     for i in p.instructions],
                    list(p.shapes), [np.dtype(d).str for d in p.dtypes],
