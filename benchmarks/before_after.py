@@ -16,7 +16,8 @@ the child checks ``easyad.__file__``). The child gives ``run(ctx)`` a context wh
 ``measure()`` times only easyad's variants (a peer's, named ``torch``, ``jax``,
 ``casadi``..., is dropped; the plain-float and plain-numpy baselines stay, as controls
 that show the machine's drift) and keeps the per-call median of each. So both sides run
-the very same benchmark code, and peers cost nothing but their set-up. A module that
+the very same benchmark code, and peers cost nothing but their set-up (jax, autograd and
+``ad`` are not even imported: ``UNIMPORTED``). A module that
 needs a module easyad has since moved finds it under its old name (``MOVED`` below). If
 the older easyad lacks an API a case uses, the child stops there and its cases are
 reported "not in before" (with the error), not as a failure of the tool.
@@ -63,6 +64,9 @@ MODULES = {"core": "bench_core", "replay": "bench_replay", "eager": "bench_tenso
            "tensor_replay": "bench_tensor_replay", "nn": "bench_nn"}
 # a variant whose name mentions one of these is a peer's, never timed here
 PEERS = ("torch", "jax", "casadi", "autograd", "ad (pypi)", "pytorch")
+# peers whose import the child refuses (their set-up is all they would cost: no easyad
+# row depends on them); torch and casadi stay, bench_replay times easyad only with them
+UNIMPORTED = ("jax", "jaxlib", "autograd", "ad")
 # a variant with none of easyad's code on its path: shown as a control of the drift
 CONTROLS = ("float, ", "numpy", "multiply", "divide")
 # modules that moved since: new name -> old name (tried when the new one is missing)
@@ -152,6 +156,15 @@ def _alias(new: str, old: str) -> None:
     sys.modules[new] = module
 
 
+class _Refuse:
+    """A meta path finder that makes ``import jax`` (etc.) fail as if not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in UNIMPORTED:
+            raise ModuleNotFoundError(f"{name}: not imported by before_after.py")
+        return None
+
+
 def _child(module_key: str, checkout: str, out: str, quick: bool, rounds: int,
            seconds: float, opencl: bool, verbose: bool, cpu: int, bench_dir: str) -> None:
     os.sched_setaffinity(0, {cpu})     # before numpy and easyad's pool count the cores
@@ -163,6 +176,7 @@ def _child(module_key: str, checkout: str, out: str, quick: bool, rounds: int,
                         if "editable" not in getattr(f, "__name__", type(f).__name__).lower()]
     sys.path[:] = [p for p in sys.path if not (Path(p or ".") / "easyad").is_dir()
                    or Path(p or ".").resolve() == Path(checkout).resolve()]
+    sys.meta_path.insert(0, _Refuse())
     try:
         import easyad
     except Exception as error:     # the checkout's core not built, or broken
@@ -293,8 +307,9 @@ def run_child(python: str, module_key: str, checkout: Path, cache: Path, args) -
     return result
 
 
-def collect(args, sides: dict[str, Path], modules: list[str]) -> dict:
-    """timings[module][side] = list over rounds of {case: seconds}; errors likewise."""
+def collect(args, sides: dict[str, Path], modules: list[str], after_round=None) -> dict:
+    """timings[module][side] = list over rounds of {case: seconds}; errors likewise.
+    ``after_round(data)`` is called after each round (a partial report survives a kill)."""
     caches = {side: Path(tempfile.mkdtemp(prefix=f"easyad-ba-cache-{side}-"))
               for side in sides}
     timings = {m: {side: [] for side in sides} for m in modules}
@@ -310,8 +325,11 @@ def collect(args, sides: dict[str, Path], modules: list[str]) -> dict:
                     errors.setdefault((module, side), result["error"])
         print(f"  round {r + 1}/{args.rounds} ({time.perf_counter() - started:.0f} s, "
               f"{_load()})", file=sys.stderr, flush=True)
-    return {"timings": timings, "errors": errors,
-            "seconds": time.perf_counter() - started}
+        data = {"timings": timings, "errors": errors, "rounds_done": r + 1,
+                "seconds": time.perf_counter() - started}
+        if after_round is not None:
+            after_round(data)
+    return data
 
 
 def _load() -> str:
@@ -396,7 +414,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="interpreter of the subprocesses (and of a commit's build)")
     parser.add_argument("--timeout", type=float, default=900,
                         help="seconds one subprocess may take")
-    parser.add_argument("--output", type=Path, help="also write the report here")
+    parser.add_argument("--output", type=Path,
+                        help="also write the report here (after every round: partial)")
+    parser.add_argument("--raw", type=Path,
+                        help="write every subprocess's medians here, as JSON")
     parser.add_argument("--bench-dir", type=Path, default=HERE,
                         help="where the benchmark modules are (default: this folder); "
                              "--only may then name any bench_*.py there by its stem")
@@ -417,20 +438,41 @@ def main(argv: list[str] | None = None) -> int:
                                               resolve(args.after, args.python))
     sides = {"before": before, "after": after}
     load_start = _load()
-    data = collect(args, sides, modules)
-    lines, slower = table(data, args.tolerance)
     command = "python benchmarks/before_after.py " + " ".join(argv)
+    ids = {"before": before_id, "after": after_id}
+
+    def write(data):
+        text, _ = report(args, data, sides, ids, command, load_start)
+        if args.output:
+            args.output.write_text(text, encoding="utf-8")
+        if args.raw:
+            args.raw.write_text(json.dumps(
+                {**data, "errors": {f"{m} {s}": e for (m, s), e in data["errors"].items()},
+                 "sides": {k: str(v) for k, v in sides.items()}, "ids": ids}, indent=1))
+
+    data = collect(args, sides, modules, write)
+    text, code = report(args, data, sides, ids, command, load_start)
+    print(text)
+    return code
+
+
+def report(args, data: dict, sides: dict[str, Path], ids: dict[str, str], command: str,
+           load_start: str) -> tuple[str, int]:
+    """The Markdown report and the exit status."""
+    lines, slower = table(data, args.tolerance)
     now = datetime.datetime.now(datetime.timezone.utc)
+    partial = (f" (partial: {data['rounds_done']} of {args.rounds} rounds)"
+               if data["rounds_done"] < args.rounds else "")
     report = [
         "# easyad before/after: the same benchmark code on two versions of easyad", "",
         "Generated by `benchmarks/before_after.py`; do not edit by hand.", "",
         f"- command: `{command}`",
-        f"- date: {now:%Y-%m-%d %H:%M} UTC; {data['seconds'] / 60:.1f} min",
-        f"- before: `{args.before}` = {before_id} ({before})",
-        f"- after: `{args.after}` = {after_id} ({after})",
+        f"- date: {now:%Y-%m-%d %H:%M} UTC; {data['seconds'] / 60:.1f} min{partial}",
+        f"- before: `{args.before}` = {ids['before']} ({sides['before']})",
+        f"- after: `{args.after}` = {ids['after']} ({sides['after']})",
         f"- machine: {os.cpu_count()} CPUs, subprocesses pinned to CPU {args.cpu}, one "
         f"thread each; {load_start} at the start, {_load()} at the end",
-        f"- method: {args.rounds} rounds, each running every module once per side in "
+        f"- method: {data['rounds_done']} rounds, each running every module once per side in "
         f"alternating order (A B, B A, ...); inside a subprocess {args.inner_rounds} "
         f"timing rounds of ~{args.seconds:g} s per variant, median per case; the ratio "
         f"after / before per round, then its median and quartiles over rounds. Verdict: "
@@ -446,11 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     report.append("Slower: " + ("; ".join(slower) if slower else "none") + ".")
     if failed:
         report.append("FAILED (no case measured): " + ", ".join(failed) + ".")
-    text = "\n".join(report) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
-    return 2 if failed else 1 if slower else 0
+    return "\n".join(report) + "\n", 2 if failed else 1 if slower else 0
 
 
 if __name__ == "__main__":
