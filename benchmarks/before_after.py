@@ -99,8 +99,8 @@ def round_ratios(before: list[float | None], after: list[float | None]) -> list[
 
 def verdict(ratios: list[float], tolerance: float = 0.05) -> str:
     """'slower', 'faster' or 'same' (see the module's docstring)."""
-    if not ratios:
-        return "n/a"
+    if len(ratios) < 3:     # no quartiles worth the name
+        return "n/a" if not ratios else "too few rounds"
     q1, median, q3 = quartiles(ratios)
     if median > 1 + tolerance and q1 > 1:
         return "slower"
@@ -193,7 +193,8 @@ def _child(module_key: str, checkout: str, out: str, quick: bool, rounds: int,
         easyad.devices = lambda *a, **k: [d for d in every(*a, **k) if d.kind != "opencl"]
     import run as harness
 
-    cases: dict[str, float] = {}
+    cases: dict[str, float] = {}      # the median over the inner rounds
+    best: dict[str, float] = {}       # the minimum (--statistic min)
 
     class Ctx(harness.Context):
         def cold_cache(self):      # compile times are not compared here: keep the cache
@@ -217,6 +218,7 @@ def _child(module_key: str, checkout: str, out: str, quick: bool, rounds: int,
                 while key in cases:        # the same case again: number it
                     key += " (again)"
                 cases[key] = statistics.median(timings.per_call[name])
+                best[key] = min(timings.per_call[name])
             return harness.Timings(per_call, {}, self.rounds)
 
     ctx = Ctx(quick, rounds, seconds, 0)
@@ -229,8 +231,9 @@ def _child(module_key: str, checkout: str, out: str, quick: bool, rounds: int,
                     if name.startswith("easyad") and getattr(module, "__file__", None)
                     and Path(checkout).resolve() not in Path(module.__file__).resolve().parents)
     if strays:     # refuse figures from a mix of two easyads
-        cases, error = {}, f"easyad modules from outside {checkout}: {', '.join(strays)}"
-    Path(out).write_text(json.dumps({"cases": cases, "error": error}))
+        cases, best = {}, {}
+        error = f"easyad modules from outside {checkout}: {', '.join(strays)}"
+    Path(out).write_text(json.dumps({"cases": cases, "best": best, "error": error}))
 
 
 # ---- the parent ----
@@ -320,7 +323,8 @@ def collect(args, sides: dict[str, Path], modules: list[str], after_round=None) 
         for module in modules:
             for side in order:
                 result = run_child(args.python, module, sides[side], caches[side], args)
-                timings[module][side].append(result["cases"])
+                timings[module][side].append(
+                    result.get("best", {}) if args.statistic == "min" else result["cases"])
                 if result.get("error"):
                     errors.setdefault((module, side), result["error"])
         print(f"  round {r + 1}/{args.rounds} ({time.perf_counter() - started:.0f} s, "
@@ -372,7 +376,7 @@ def table(data: dict, tolerance: float) -> tuple[list[str], list[str]]:
             result = verdict(ratios, tolerance)
             if result == "slower" and not is_control(name):
                 slower.append(f"{module}: {name} ({median:.2f}x)")
-            shown = f"**{result}**" if result != "same" else result
+            shown = f"**{result}**" if result in ("slower", "faster") else result
             lines.append(
                 f"| {module} | {label} | "
                 f"{_time(statistics.median(b for b in before if b is not None))} | "
@@ -400,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="timing rounds inside each subprocess (default 3)")
     parser.add_argument("--seconds", type=float, default=0.05,
                         help="seconds a variant is timed for per inner round (0.05)")
+    parser.add_argument("--statistic", choices=("median", "min"), default="median",
+                        help="per subprocess and case: the median of the inner rounds "
+                             "(default) or their minimum (steadier on a loaded machine, "
+                             "where a median includes time the process waited for a CPU)")
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="a median ratio above 1 + this may be a regression (0.05)")
     parser.add_argument("--quick", action="store_true",
@@ -474,7 +482,8 @@ def report(args, data: dict, sides: dict[str, Path], ids: dict[str, str], comman
         f"thread each; {load_start} at the start, {_load()} at the end",
         f"- method: {data['rounds_done']} rounds, each running every module once per side in "
         f"alternating order (A B, B A, ...); inside a subprocess {args.inner_rounds} "
-        f"timing rounds of ~{args.seconds:g} s per variant, median per case; the ratio "
+        f"timing rounds of ~{args.seconds:g} s per variant, their {args.statistic} per "
+        f"case; the ratio "
         f"after / before per round, then its median and quartiles over rounds. Verdict: "
         f"slower if the median > {1 + args.tolerance:g} and the first quartile > 1; "
         f"faster in mirror; else same. Controls (plain floats, numpy) run no easyad code: "

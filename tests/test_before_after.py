@@ -39,6 +39,7 @@ def test_round_ratios_pair_rounds_and_skip_missing_ones():
     ([0.70, 1.40, 1.30, 0.90, 1.20], "same"),      # median 1.2 but the middle half has 1
     ([1.1, 0.95, 1.3, 1.2, 1.15, 1.25], "slower"),  # q1 = 1.1125 > 1, median 1.175
     ([], "n/a"),
+    ([1.5, 1.6], "too few rounds"),                # quartiles of two values mean little
 ])
 def test_verdict(ratios, expected):
     assert ba.verdict(ratios, 0.05) == expected
@@ -122,4 +123,19 @@ def test_quick_run_same_checkout_gives_ratios_near_one(tmp_path):
     ratio, rounds, result = float(cells[4]), int(cells[6]), cells[7]
     assert rounds == 2
     assert 0.5 < ratio < 2.0, row          # the same code on both sides
-    assert result in ("same", "**faster**", "**slower**")
+    assert result == "too few rounds"         # 2 rounds: no verdict
+
+
+def test_report_names_both_sides_and_fails_a_side_that_measured_nothing():
+    import argparse
+    args = argparse.Namespace(rounds=3, tolerance=0.05, before="742a92a", after=".",
+                              cpu=1, inner_rounds=3, seconds=0.05, statistic="median")
+    data = {"timings": {"nn": {"before": [{}, {}], "after": [{"x": 1.0}, {"x": 1.1}]}},
+            "errors": {("nn", "before"): "exit 1: ImportError: no easyad.nn"},
+            "rounds_done": 2, "seconds": 60.0}
+    text, code = ba.report(args, data, {"before": Path("/b"), "after": Path("/a")},
+                           {"before": "742a92ad86", "after": "1f326f88de"}, "cmd", "load 1")
+    assert code == 2
+    assert "partial: 2 of 3 rounds" in text and "742a92ad86" in text and "1f326f88de" in text
+    assert "FAILED (no case measured): nn (before)." in text
+    assert "ImportError: no easyad.nn" in text
