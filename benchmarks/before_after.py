@@ -39,7 +39,7 @@ Sizes: the modules' ``--quick`` sizes (``ctx.quick``: elementwise chains of 10^6
 not 10^7), so that the default 4 rounds take 10-20 minutes; ``--full-sizes`` for the
 full ones. ``--opencl`` keeps the OpenCL rows; by default the child hides OpenCL devices
 (PoCL on a shared CPU is its own benchmark family, and the replay module's 10^6-point
-OpenCL batch needs gigabytes). ``--quick`` runs 2 rounds of 2 short windows, for the
+OpenCL batch needs gigabytes). ``--quick`` runs 2 rounds of 5 windows of 5 ms, for the
 test. Exit status: 0, 1 when a case is slower, 2 when a module measured nothing on a side.
 """
 from __future__ import annotations
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=0.05,
                         help="a median ratio above 1 + this may be a regression (0.05)")
     parser.add_argument("--quick", action="store_true",
-                        help="2 rounds of 2 short windows (for the test)")
+                        help="2 rounds of 5 windows of 5 ms (for the test)")
     parser.add_argument("--full-sizes", action="store_true",
                         help="the modules' full sizes (chains of 10^7 values, not 10^6: "
                              "about 3 times as long)")
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds = min(args.rounds, 2)
-        args.inner_rounds, args.seconds = 2, 0.01
+        args.inner_rounds, args.seconds = 5, 0.005
     if args.cpu is None:
         args.cpu = max(os.sched_getaffinity(0))
     modules = [m.strip() for m in args.only.split(",") if m.strip()]

@@ -122,7 +122,8 @@ def test_quick_run_same_checkout_gives_ratios_near_one(tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     ratio, rounds, result = float(cells[4]), int(cells[6]), cells[7]
     assert rounds == 2
-    assert 0.5 < ratio < 2.0, row          # the same code on both sides
+    # the same code on both sides; the bounds leave room for a machine shared by many
+    assert 0.4 < ratio < 2.5, row
     assert result == "too few rounds"         # 2 rounds: no verdict
 
 
