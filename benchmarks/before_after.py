@@ -364,7 +364,7 @@ def table(data: dict, tolerance: float) -> tuple[list[str], list[str]]:
             ratios = round_ratios(before, after)
             label = name + (" (control)" if is_control(name) else "")
             if not any(b is not None for b in before):
-                why = data["errors"].get((module, "before"), "")
+                why = data["errors"].get((module, "before"), "").replace("|", "/")
                 lines.append(f"| {module} | {label} | not in before | "
                              f"{_time(statistics.median(a for a in after if a))} | | | | "
                              f"{why[:120]} |")
