@@ -49,6 +49,7 @@ import contextlib
 import datetime
 import importlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -351,13 +352,14 @@ def _time(seconds: float) -> str:
 def table(data: dict, tolerance: float) -> tuple[list[str], list[str]]:
     """The report's rows and the easyad cases found slower."""
     lines = ["| module | case | before (median) | after (median) | after / before "
-             "(median) | middle 50% of rounds | rounds | verdict |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "(median) | middle 50% of rounds | rounds | verdict | over controls |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     slower = []
     for module, sides in data["timings"].items():
         names: list[str] = []
         for per_round in sides["after"] + sides["before"]:
             names += [name for name in per_round if name not in names]
+        drift = control_drift(sides, [n for n in names if is_control(n)])
         for name in names:
             before = [r.get(name) for r in sides["before"]]
             after = [r.get(name) for r in sides["after"]]
@@ -367,11 +369,15 @@ def table(data: dict, tolerance: float) -> tuple[list[str], list[str]]:
                 why = data["errors"].get((module, "before"), "").replace("|", "/")
                 lines.append(f"| {module} | {label} | not in before | "
                              f"{_time(statistics.median(a for a in after if a))} | | | | "
-                             f"{why[:120]} |")
+                             f"{why[:120]} | |")
                 continue
             if not any(a is not None for a in after):
-                lines.append(f"| {module} | {label} | | | | | | not in after |")
+                lines.append(f"| {module} | {label} | | | | | | not in after | |")
                 continue
+            adjusted = [a / b / d for a, b, d in zip(after, before, drift)
+                        if a is not None and b and d]
+            over = f"{statistics.median(adjusted):.3f}" if adjusted and not \
+                is_control(name) else ""
             q1, median, q3 = quartiles(ratios) if ratios else (0.0, 0.0, 0.0)
             result = verdict(ratios, tolerance)
             if result == "slower" and not is_control(name):
@@ -381,8 +387,19 @@ def table(data: dict, tolerance: float) -> tuple[list[str], list[str]]:
                 f"| {module} | {label} | "
                 f"{_time(statistics.median(b for b in before if b is not None))} | "
                 f"{_time(statistics.median(a for a in after if a is not None))} | "
-                f"{median:.3f} | {q1:.3f}-{q3:.3f} | {len(ratios)} | {shown} |")
+                f"{median:.3f} | {q1:.3f}-{q3:.3f} | {len(ratios)} | {shown} | {over} |")
     return lines, slower
+
+
+def control_drift(sides: dict, controls: list[str]) -> list[float | None]:
+    """Per round, the geometric mean of the controls' after / before in this module: the
+    drift between the two subprocesses that no easyad code caused (None without
+    controls). "over controls" divides each round's ratio by it."""
+    drift: list[float | None] = []
+    for b, a in zip(sides["before"], sides["after"]):
+        logs = [math.log(a[c] / b[c]) for c in controls if a.get(c) and b.get(c)]
+        drift.append(math.exp(sum(logs) / len(logs)) if logs else None)
+    return drift
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,8 +411,11 @@ def main(argv: list[str] | None = None) -> int:
                opencl == "1", verbose == "1", int(cpu), where)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("before", help="a checkout path or a commit (e.g. 742a92a)")
-    parser.add_argument("after", help="a checkout path or a commit (e.g. . or main)")
+    parser.add_argument("before", nargs="?",
+                        help="a checkout path or a commit (e.g. 742a92a)")
+    parser.add_argument("after", nargs="?", help="a checkout path or a commit (e.g. .)")
+    parser.add_argument("--from-raw", type=Path, metavar="JSON",
+                        help="run nothing: the report of an earlier run's --raw file")
     parser.add_argument("--only", default=",".join(MODULES),
                         help=f"modules, comma-separated (default: {','.join(MODULES)})")
     parser.add_argument("--rounds", type=int, default=4,
@@ -431,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
                              "--only may then name any bench_*.py there by its stem")
     parser.add_argument("--verbose", action="store_true", help="show the modules' logs")
     args = parser.parse_args(argv)
+    if args.from_raw:
+        return from_raw(args, argv)
+    if not (args.before and args.after):
+        parser.error("name the two sides: BEFORE AFTER (paths or commits)")
     if args.quick:
         args.rounds = min(args.rounds, 2)
         args.inner_rounds, args.seconds = 5, 0.005
@@ -456,11 +480,38 @@ def main(argv: list[str] | None = None) -> int:
         if args.raw:
             args.raw.write_text(json.dumps(
                 {**data, "errors": {f"{m} {s}": e for (m, s), e in data["errors"].items()},
-                 "sides": {k: str(v) for k, v in sides.items()}, "ids": ids}, indent=1))
+                 "sides": {k: str(v) for k, v in sides.items()}, "ids": ids,
+                 "command": command, "rounds": args.rounds, "load_start": load_start,
+                 "cpu": args.cpu, "inner_rounds": args.inner_rounds,
+                 "seconds_per_window": args.seconds, "statistic": args.statistic},
+                indent=1))
 
     data = collect(args, sides, modules, write)
     text, code = report(args, data, sides, ids, command, load_start)
     print(text)
+    return code
+
+
+def from_raw(args, argv: list[str]) -> int:
+    """Print (and --output) the report of a --raw file, with this version's table."""
+    raw = json.loads(args.from_raw.read_text())
+    data = {"timings": raw["timings"], "rounds_done": raw["rounds_done"],
+            "seconds": raw["seconds"],
+            "errors": {tuple(k.split(" ", 1)): v for k, v in raw["errors"].items()}}
+    for key, field, default in (("rounds", "rounds", raw["rounds_done"]),
+                                ("cpu", "cpu", "?"), ("inner_rounds", "inner_rounds", 3),
+                                ("seconds", "seconds_per_window", 0.05),
+                                ("statistic", "statistic", "median")):
+        setattr(args, key, raw.get(field, default))
+    args.before, args.after = (args.before or raw["sides"]["before"],
+                               args.after or raw["sides"]["after"])
+    command = raw.get("command", "(not recorded)") + \
+        f"`, rendered by `python benchmarks/before_after.py {' '.join(argv)}"
+    text, code = report(args, data, {k: Path(v) for k, v in raw["sides"].items()},
+                        raw["ids"], command, raw.get("load_start", "load ?"))
+    print(text)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
     return code
 
 
@@ -487,7 +538,9 @@ def report(args, data: dict, sides: dict[str, Path], ids: dict[str, str], comman
         f"after / before per round, then its median and quartiles over rounds. Verdict: "
         f"slower if the median > {1 + args.tolerance:g} and the first quartile > 1; "
         f"faster in mirror; else same. Controls (plain floats, numpy) run no easyad code: "
-        f"their spread is the noise.", "",
+        f"their spread is the noise; \"over controls\" is the median over rounds of the "
+        f"ratio divided by that round's geometric mean of the module's control ratios "
+        f"(where a module has controls).", "",
         *lines, ""]
     for (module, side), error in sorted(data["errors"].items()):
         report.append(f"- {module}, {side}: stopped early: {error[:300]}")
