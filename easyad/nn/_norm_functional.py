@@ -291,7 +291,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     q (..., L, E), k (..., S, E), v (..., S, Ev) and ``scale`` 1/sqrt(E) by default.
     ``attn_mask`` broadcasts to (..., L, S): bool (True: attend) or float (added);
     ``is_causal`` lets position i attend to 0..i. A row that may attend to nothing gives
-    nan (softmax over no term; torch 2.13 returns 0 there). ``dropout_p`` drops attention weights (from ``generator``)."""
+    nan (a softmax over no term; torch returns 0 there). ``dropout_p`` drops attention
+    weights (from ``generator``)."""
     qs, ks, vs = _shape(query), _shape(key), _shape(value)
     if len(qs) < 2 or len(ks) < 2 or len(vs) < 2:
         raise ShapeError(f"scaled_dot_product_attention: query {qs}, key {ks} and value "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from easyad.ops._table import Op, register
 from easyad.tensor import _functions
 from easyad.tensor._base import TensorBase
 from easyad.tensor._trace import TraceTensor
+
+if TYPE_CHECKING:
+    from easyad.tensor._backend import Backend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +142,7 @@ def _host_forward(p: AttentionParams, q: np.ndarray, k: np.ndarray, v: np.ndarra
     return [o.reshape(lead + o.shape[1:]), pw, lsum]      # (p and l: the kernels' own)
 
 
-def _lowered(be: Any, p: AttentionParams, *bufs: Any) -> Any:
+def _lowered(be: Backend, p: AttentionParams, *bufs: Any) -> Any:
     """The op on a backend's buffers, with what its step keeps (``saves``): the weights'
     numerators p and row sums l, so the backward need not compute them again. The numpy
     device runs the kernels on its arrays; a recording runs them as one host call of the
@@ -152,7 +155,7 @@ def _lowered(be: Any, p: AttentionParams, *bufs: Any) -> Any:
     if be.interpreter.replays and hasattr(be, "host_call"):
         def forward(*xs: np.ndarray) -> list[np.ndarray]:
             return _host_forward(p, *xs[:3], xs[3] if len(xs) > 3 else None)
-        forward.borrows = True          # type: ignore[attr-defined]  (reads, returns new)
+        forward.borrows = True          # type: ignore[attr-defined]  # reads, returns new
         o, pw, lsum = be.host_call("attention", forward, list(bufs))
         return o, [pw, lsum]
     hosts = [np.asarray(be.to_numpy(b)) for b in bufs]
@@ -216,7 +219,7 @@ class AttentionStep(OpStep):
 
     __slots__ = ("saved",)
 
-    def __init__(self, p: AttentionParams, cls: type, be: Any, ops: list[Any], saved: Any,
+    def __init__(self, p: AttentionParams, cls: type, be: Backend, ops: list[Any], saved: Any,
                  out: Any, shape: tuple[int, ...], dtype: Any) -> None:
         super().__init__(ATTENTION, p, cls, be, ops, out, shape, dtype)
         self.saved = saved
@@ -259,7 +262,7 @@ class AttentionStep(OpStep):
                            out, rest[0] if rest else None, needs, saved)
             return [np.ascontiguousarray(c, dtype=dt) for c, (s, dt) in zip(cts, shapes)
                     if c is not None]
-        backward.borrows = True         # type: ignore[attr-defined]  (reads, returns new)
+        backward.borrows = True         # type: ignore[attr-defined]  # reads, returns new
         outs = iter(self.be.host_call("attention vjp", backward,
                                       [g, self.data, *(d for d, *_ in self.operands),
                                        *kept]))
