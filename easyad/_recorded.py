@@ -260,7 +260,7 @@ class TensorFunction(TensorSparse):
                         return float(values[0].reshape(()))
                     return _trees.unflatten(rec.out_tree, [v.reshape(s) for v, (s, _)
                                                            in zip(values, rec.out_specs)])
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             return distributed.tensor_batch(self, "__call__", x, None, args)
         count = self._batch_count(x)
         if count is not None:
@@ -284,7 +284,7 @@ class TensorFunction(TensorSparse):
         of points (each leaf of x with one more leading axis), the values as an array and
         the gradients with that axis, in one C loop where the program allows (lazy dask
         arrays for a dask array x of points: ``easyad.distributed``)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             return distributed.tensor_batch(self, "value_and_gradient", x, None, args)
         bound = self._bound.get("gradient")
         if bound is not None and self._fast and type(x) is np.ndarray and not args \
@@ -421,13 +421,13 @@ class TensorFunction(TensorSparse):
 
     def gradient(self, x: Any, *args: Any) -> Any:
         """The gradient of f (one number) at ``x``, in x's structure."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             return distributed.tensor_batch(self, "gradient", x, None, args)
         return self.value_and_gradient(x, *args)[1]
 
     def hvp(self, x: Any, v: Any, *args: Any) -> Any:
         """The Hessian of f (one number) at ``x`` times ``v`` (x's structure)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             return distributed.tensor_batch(self, "hvp", x, v, args)
         vs, tree = _trees.flatten(v)
         if tree != self._x_tree:
@@ -463,7 +463,7 @@ class TensorFunction(TensorSparse):
         points (x one array with one more leading axis): the Hessians with that axis, all
         the points' unit directions as one batch (a dask array x: lazy,
         ``easyad.distributed``)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             if sparse or format is not None:
                 raise ValueError("sparse= and format= are for numpy inputs, not a dask array")
             return distributed.tensor_batch(self, "hessian", x, None, args)
@@ -487,7 +487,7 @@ class TensorFunction(TensorSparse):
         """The vector-Jacobian product u^T J of f at ``x`` (x's structure), ``u`` in the
         structure and shapes of f's output: one replay of the VJP program (recorded on
         first use: the backward sweep of sum(u * f(x)) with u as an input)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             raise NotImplementedError(
                 "vjp does not take a dask array x yet (gradient, value_and_gradient, hvp, "
                 "hessian and calls do); map it over numpy blocks: dask.array.map_blocks("
@@ -516,7 +516,7 @@ class TensorFunction(TensorSparse):
         structurally non-zero entries of the flattened output in the flattened x
         (``jacobian_pattern()``), one VJP per row colour, as one batch, as ``format``
         says ("csr" by default; docs/sparse.md)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             raise NotImplementedError(
                 "jacobian does not take a dask array x yet (gradient, value_and_gradient, hvp, "
                 "hessian and calls do); map it over numpy blocks: dask.array.map_blocks("

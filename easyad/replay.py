@@ -238,7 +238,7 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
     def __call__(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """Values at x: a float (scalar f) or (m,), per row for a batch (a lazy dask array
         for a dask array x: ``easyad.distributed``)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             return distributed.batch(self, "__call__", x, None, on_branch_change)
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and type(x) is np.ndarray:  # one point: one C call
@@ -269,7 +269,7 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
         one point into native float64 this skips allocating (see also ``bind_gradient``);
         another dtype float64 casts into safely is written converted, others raise
         TypeError before anything runs (docs/conventions.md)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             if out is not None or device is not None:
                 raise ValueError("out= and device= are for numpy batches, not a dask array "
                                  "(whose chunks run where dask's scheduler puts them)")
@@ -309,7 +309,7 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
 
     def value_and_gradient(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """``(F(x), F.gradient(x))`` from one forward and one reverse sweep."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             return distributed.batch(self, "value_and_gradient", x, None, on_branch_change)
         if on_branch_change is None and self.on_branch_change != "mask" \
                 and self.scalar and type(x) is np.ndarray:  # one point: one C call

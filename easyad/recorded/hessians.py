@@ -48,7 +48,7 @@ class Hessians(Rows):
         ``format`` (with ``sparse=True``; not with ``out``): "csr", "csc", "coo"
         (scipy.sparse), "triplets" ((rows, cols, values)) or "values" (the default);
         a list for a batch (docs/sparse.md)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             if sparse or out is not None or format is not None:
                 raise ValueError("sparse=, out= and format= are for numpy batches, not a "
                                  "dask array")
@@ -326,7 +326,7 @@ class Hessians(Rows):
     def hvp(self, x: ArrayLike, v: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """The Hessian-vector product H(x) v without forming H (one sweep); v is (n,) or
         one direction per row (B, n)."""
-        if is_dask_array(x):
+        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
             return distributed.batch(self, "hvp", x, v, on_branch_change)
         native = self._native
         if native is not None and native.second_order and type(x) is np.ndarray \
