@@ -15,6 +15,8 @@ They run through the Backend Protocol (``_backend.py``): ``linear`` and ``cross_
 through its fused kernels (numpy's own, written with numpy; OpenCL and meta compose them
 of their primitives, ``_composed.py``), ``sigmoid`` as one ``map``. Each vjp is a step
 (``_steps.Step``): ``LinearStep``, ``CrossEntropyStep``, ``SigmoidStep``.
+``add_channel_bias`` (nn's convolutions) adds a bias into the convolution's own fresh
+output on the host (``ChannelBiasStep``: dy = g, db = Σ g over all but the channels).
 """
 from __future__ import annotations
 
