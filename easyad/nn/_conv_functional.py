@@ -14,7 +14,7 @@ from typing import Any
 
 from easyad import ops
 from easyad.errors import ShapeError
-from easyad.tensor._fused import add_channel_bias
+from easyad.tensor import add_channel_bias
 
 
 def _tuple(name: str, what: str, v: Any, d: int) -> tuple[int, ...]:
