@@ -9,7 +9,8 @@ The three cases (issue 28, item 4):
 
 each as the loss ``sum(y * g)`` of the layer's output ``y`` (``g`` a fixed random
 cotangent) and its gradient in the input and every parameter. Variants: easyad eager (a
-fresh WengertList per call, the input and parameters as variables, ``derivatives()``),
+fresh WengertList per call, the input and parameters as variables, ``derivatives()``;
+the input and ``g`` made tensors once, as torch's are),
 torch eager (leaves made once, ``.grad`` cleared, ``backward``), easyad replayed (the
 loss recorded once with ``ad.record``, parameters and input as its arguments;
 ``value_and_gradient`` per call) and ``jax.jit(jax.value_and_grad(loss))`` of the same
@@ -68,7 +69,7 @@ def _conv_case(rng, torch):
     x = rng.normal(size=(b, c, s, s)).astype(DTYPE)
     g = rng.normal(size=(b, c, s, s)).astype(DTYPE)
 
-    def loss(p, x):
+    def loss(p, x, g=g):
         return ad.sum(nn.functional_call(ours, p, x) * g)
 
     def jax_loss(jax, jnp):
@@ -87,7 +88,7 @@ def _attention_case(rng, torch):
     g = rng.normal(size=(b, h, n, d)).astype(DTYPE)
     F = nn.functional
 
-    def loss(p, x):
+    def loss(p, x, g=g):
         return ad.sum(F.scaled_dot_product_attention(p["q"], p["k"], p["v"],
                                                      is_causal=True) * g)
 
@@ -119,7 +120,7 @@ def _lstm_case(rng, torch):
     x = rng.normal(size=(t, b, i)).astype(DTYPE)
     g = rng.normal(size=(t, b, hd)).astype(DTYPE)
 
-    def loss(p, x):
+    def loss(p, x, g=g):
         return ad.sum(nn.functional_call(ours, p, x)[0] * g)
 
     def jax_loss(jax, jnp):
@@ -176,11 +177,16 @@ def _variants(case, torch, jax):
             grads["x"] = tx.grad.numpy()
         return value.item(), grads
 
+    # the input and cotangent made tensors once, as torch's tx and tg are: a variable
+    # made from a tensor shares its buffer (no copy per call)
+    x0 = ad.Tensor.constant(x) if x is not None else None
+    g0 = ad.Tensor.constant(g)
+
     def eager():
         lst = ad.WengertList()
         p = {k: ad.Tensor.variable(v, lst) for k, v in params.items()}
-        X = ad.Tensor.variable(x, lst) if x is not None else None
-        value = loss(p, X)
+        X = ad.Tensor.variable(x0, lst) if x0 is not None else None
+        value = loss(p, X, g0)
         d = value.derivatives()
         return value, d, p, X
 

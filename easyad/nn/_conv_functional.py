@@ -14,6 +14,7 @@ from typing import Any
 
 from easyad import ops
 from easyad.errors import ShapeError
+from easyad.tensor import add_channel_bias
 
 
 def _tuple(name: str, what: str, v: Any, d: int) -> tuple[int, ...]:
@@ -37,7 +38,8 @@ def _bias(y: Any, bias: Any, d: int) -> Any:
     if tuple(bias.shape) != (y.shape[-d - 1],):
         raise ShapeError(f"the bias of shape {tuple(bias.shape)} must be ({y.shape[-d - 1]},)"
                          f": one per output channel")
-    return y + bias.reshape((-1,) + (1,) * d)
+    # y: _bias's parameter only when the caller passed the op's output straight in
+    return add_channel_bias(y, bias, d, fresh=1)
 
 
 def _padding(name: str, padding: Any, weight: Any, stride: tuple[int, ...],
@@ -65,8 +67,10 @@ def _conv(name: str, d: int, x: Any, weight: Any, bias: Any, stride: Any, paddin
                          f"{d + 2} axes (out, in / groups, {d} kernel extents)")
     stride, dilation = _tuple(name, "stride", stride, d), _tuple(name, "dilation", dilation, d)
     pad = _padding(name, padding, weight, stride, dilation, d)
-    y = ops.conv(x, weight, stride=stride, padding=pad, dilation=dilation, groups=groups)
-    return _bias(y, bias, d)
+    # (the op's output straight into _bias: its only reference, so the bias may be added
+    # into its buffer)
+    return _bias(ops.conv(x, weight, stride=stride, padding=pad, dilation=dilation,
+                          groups=groups), bias, d)
 
 
 def conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,

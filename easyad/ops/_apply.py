@@ -142,7 +142,9 @@ class OpStep(Step):
             out: Any = ShapeDtype(self.shape, self.dtype)
         else:
             xs = [_graph.handle(cls, be, d, s, dt, tape, i) for d, s, dt, i in self.operands]
-            out = _graph.handle(cls, be, self.data, self.shape, self.dtype, tape, index)
+            # (no output kept: a step whose vjp never reads it, as conv's)
+            out = ShapeDtype(self.shape, self.dtype) if self.data is None else \
+                _graph.handle(cls, be, self.data, self.shape, self.dtype, tape, index)
         g = _graph.as_tensor(g, cls, be, self.dtype)
         cts = self._cotangents(self.op.vjp(self.params, g, *xs, out))
         return tuple(None if ct is None or i < 0 else _graph.as_tensor(ct, cls, be, dt)

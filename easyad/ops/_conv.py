@@ -370,7 +370,9 @@ def _step(name: str) -> Any:
         if not all(needs):
             vjp = op.vjp
             op = dataclasses.replace(op, vjp=lambda q, g, *xs: vjp(q, g, *xs, needs=needs))
-        return OpStep(op, p, cls, be, operands, out, shape, dtype)
+        # no output kept: the three convolutions' vjps never read it (so the output's
+        # buffer is its tensor's alone: nn's bias goes into it, and it is freed sooner)
+        return OpStep(op, p, cls, be, operands, None, shape, dtype)
     return make
 
 

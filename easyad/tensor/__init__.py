@@ -23,7 +23,7 @@ rendered into one OpenCL kernel for batched gradients: ``compiler/tape/render_cl
 """
 from easyad.tensor._custom import ArrayPrimitive
 from easyad.tensor._devices import Device, device_report, devices, get_device, set_device
-from easyad.tensor._fused import cross_entropy, linear, sigmoid
+from easyad.tensor._fused import add_channel_bias, cross_entropy, linear, sigmoid
 from easyad.tensor._functions import (ShapeDtype, amax, amin, concatenate, eval_shape,
                                       log_softmax, logsumexp, mean, softmax, stack, sum)
 from easyad.tensor._parameters import ParameterValues, host_copy
@@ -31,7 +31,8 @@ from easyad.tensor._tensor import (Tensor, recorded_effect, recorded_host_value,
                                    recorded_parameter)
 from easyad.tensor._trace import TraceTensor
 
-__all__ = ["ArrayPrimitive", "Device", "ParameterValues", "ShapeDtype", "Tensor", "amax",
+__all__ = ["ArrayPrimitive", "Device", "ParameterValues", "ShapeDtype", "Tensor",
+           "add_channel_bias", "amax",
            "amin", "concatenate",
            "cross_entropy",
            "device_report", "devices", "eval_shape", "linear", "sigmoid",

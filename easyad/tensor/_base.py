@@ -296,6 +296,11 @@ class TensorBase(_core.TensorCore):
         # while a transform runs f (eval_shape, ad.record), its backend: _interpreters
         be = _interpreters.new_tensor_backend() or _devices.resolve(device)
         if isinstance(array, TensorBase):
+            if (array._backend is be and array._dtype in FLOAT_DTYPES
+                    and (dtype is None or np.dtype(dtype) == array._dtype)):
+                # the tensor layer never writes into a tensor's buffer (tensors are
+                # values): a tensor made from one on its backend shares it, no copy
+                return be, array._data, array._dtype
             array = array.value
         elif (owns := getattr(be, "owns", None)) is not None and owns(array):
             # a device buffer of this backend (a parameter's values on the device): used

@@ -15,16 +15,19 @@ They run through the Backend Protocol (``_backend.py``): ``linear`` and ``cross_
 through its fused kernels (numpy's own, written with numpy; OpenCL and meta compose them
 of their primitives, ``_composed.py``), ``sigmoid`` as one ``map``. Each vjp is a step
 (``_steps.Step``): ``LinearStep``, ``CrossEntropyStep``, ``SigmoidStep``.
+``add_channel_bias`` (nn's convolutions) adds a bias into the convolution's own fresh
+output on the host (``ChannelBiasStep``: dy = g, db = Σ g over all but the channels).
 """
 from __future__ import annotations
 
 import math
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from easyad.errors import ShapeError
-from easyad.tensor import _graph
+from easyad.tensor import _graph, _interpreters
 from easyad.tensor._base import (BOOL, TensorBase, common_tape, live_tape, operand, record,
                                  record_scalar, result_dtype, wrap)
 from easyad.tensor._steps import Step
@@ -230,3 +233,52 @@ def softmax_node(x: TensorBase, y: TensorBase, axes: tuple[int, ...]) -> Any:
     step = SoftmaxStep(type(x), be, y._data, shape, dtype, axes)
     return record(type(x), "softmax", be, y._data, shape, dtype, live_tape(x), (x._index,),
                   step, step.graph)
+
+
+class ChannelBiasStep(Step):
+    """add_channel_bias's vjp: dy = g, db = g summed over every axis but the channels."""
+
+    __slots__ = ("be", "axes", "needs")
+
+    def __init__(self, be: Backend, axes: tuple[int, ...], needs: tuple[bool, bool]) -> None:
+        self.be, self.axes, self.needs = be, axes, needs
+
+    def __call__(self, g: Any) -> tuple[Any, Any]:
+        return (g if self.needs[0] else None,
+                self.be.reduce("sum", g, self.axes) if self.needs[1] else None)
+
+    def graph(self, tape: Any, index: int, g: Any) -> tuple[Any, Any]:
+        return (g if self.needs[0] else None,
+                g.sum(axis=self.axes) if self.needs[1] else None)
+
+
+def add_channel_bias(y: Any, bias: Any, d: int, fresh: int) -> Any:
+    """``y + bias`` with one bias per channel (axis ``-d - 1`` of y; bias of shape (C,)).
+
+    When y is a float tensor on the host, outside any transform's frame, whose buffer
+    only y holds and y only ``fresh`` references besides this call's own (the caller's
+    count: the op's output it just made and passes on, nothing else keeps), the bias is
+    added into y's buffer: one
+    pass, no new array, as torch's convolution adds its bias. Otherwise, or for anything
+    else (Traces, batches, a recording, OpenCL, mixed dtypes), the ordinary broadcasting
+    add, so every transform sees what it always saw."""
+    if (type(y) is type(bias) and isinstance(y, TensorBase) and y._backend is bias._backend
+            and y._backend.kind == "numpy" and y._dtype is bias._dtype
+            and y._dtype is not BOOL and bias._shape == (y._shape[-d - 1],)
+            and _interpreters.new_tensor_backend() is None
+            and sys.getrefcount(y) == fresh + 2 and sys.getrefcount(y._data) == 2
+            and type(y._data) is np.ndarray and y._data.flags.writeable
+            and y._data.flags.c_contiguous and y._data.base is None):
+        ops = [operand(v, y._backend) for v in (y, bias)]
+        tape = common_tape("add", ops)   # type: ignore[arg-type]
+        data = y._data
+        b = bias._data.reshape((-1,) + (1,) * d)
+        np.add(data, b, out=data)
+        inputs = (ops[0].index, ops[1].index)    # type: ignore[union-attr]
+        if tape is None or not (inputs[0] >= 0 or inputs[1] >= 0):
+            return wrap(type(y), y._backend, data, y._shape, y._dtype)
+        axes = tuple(a for a in range(len(y._shape)) if a != len(y._shape) - d - 1)
+        step = ChannelBiasStep(y._backend, axes, (inputs[0] >= 0, inputs[1] >= 0))
+        return record(type(y), "add", y._backend, data, y._shape, y._dtype, tape, inputs,
+                      step, step.graph)
+    return y + bias.reshape((-1,) + (1,) * d)
