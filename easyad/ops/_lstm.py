@@ -147,7 +147,7 @@ def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
     dc = np.zeros((batch, hd), dtype)
     tc = np.empty((batch, hd), dtype)
     s = np.empty((4, batch, hd), dtype)          # the gates' cotangents, gate-major
-    s2 = np.empty((2, batch, hd), dtype)
+    q = np.empty((4, batch, hd), dtype)          # the gates' derivatives
     order = list(_order(p, steps))
     own = _own_gemm(dtype)
     wc = np.ascontiguousarray(w, dtype=dtype) if own else w
@@ -170,18 +170,13 @@ def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
         np.multiply(dc, c_prev, out=s[1])
         np.multiply(dc, i, out=s[2])
         s[:3] += gt[:3]
-        np.multiply(g, g, out=tc)                # tanh' = 1 - g^2
-        np.subtract(1.0, tc, out=tc)
-        s[2] *= tc
-        np.multiply(yt[:2], yt[:2], out=s2)      # σ' = s - s^2, for i and f
-        np.subtract(yt[:2], s2, out=s2)
-        s[:2] *= s2
-        np.multiply(o, o, out=tc)
-        np.subtract(o, tc, out=tc)
-        s[3] *= tc
+        np.multiply(yt[:4], yt[:4], out=q)       # the gates' squares in one pass, then
+        np.subtract(yt[:2], q[:2], out=q[:2])    # σ' = s - s^2 (i, f),
+        np.subtract(1.0, q[2], out=q[2])         # tanh' = 1 - g^2,
+        np.subtract(o, q[3], out=q[3])           # σ'(o)
         dc *= f
-        dt = d[t]
-        dt.reshape(batch, 4, hd).transpose(1, 0, 2)[...] = s    # xproj's layout (B, 4H)
+        dt = d[t]                                # written in xproj's layout (B, 4H)
+        np.multiply(s, q, out=dt.reshape(batch, 4, hd).transpose(1, 0, 2))
         if own:
             dh = _core._gemm(dt, wc)
         else:
