@@ -22,17 +22,16 @@ instruction of a recorded program) instead of some fifteen operations per time s
 The numpy lowerings loop over time with preallocated buffers: per step the product
 written into the result, the activations in place. Where easyad's AVX-512 GEMM runs
 (``_own_gemm``: one BLAS thread, not EASYAD_MATMUL=blas) each step's product is ONE
-(B, 4H) GEMM on it (~20% faster than OpenBLAS's at (64, 256) @ (256, 1024)), read
-gate-major by the pass adding xproj; numpy's matmul per gate otherwise.
-The node's step (``_ScanStep``)
-runs ``lstm_scan_vjp`` and the weight's GEMM on the backend's buffers (a recording
-records those few instructions; operands of mixed dtypes take ``_fast_vjp``, the same
-with tensor operations, which cast). ``lstm_scan_vjp``'s own vjp sweeps a recording of
-its per-step form (as ``ad.checkpoint``'s node does). Everything the fast kernels do
-not serve decomposes into easyad operations per step, so no derivative is lost: the
-scan's ``vjp`` (create_graph, hvp, any order) is the backward recurrence written with
-easyad operations (``_backward``); both ops' ``jvp`` run the per-step forms on
-TraceTensors.
+(B, 4H) GEMM on it (~20% faster than OpenBLAS's at (64, 256) @ (256, 1024)), read gate-major
+by the pass adding xproj; numpy's matmul per gate otherwise. The node's step
+(``_ScanStep``) runs ``lstm_scan_vjp`` and the weight's GEMM on the backend's buffers (a
+recording records those few instructions; operands of mixed dtypes take ``_fast_vjp``,
+the same with tensor operations, which cast). ``lstm_scan_vjp``'s own vjp sweeps a
+recording of its per-step form (as ``ad.checkpoint``'s node does). Everything the fast
+kernels do not serve decomposes into easyad operations per step, so no derivative is
+lost: the scan's ``vjp`` (create_graph, hvp, any order) is the backward recurrence
+written with easyad operations (``_backward``); both ops' ``jvp`` run the per-step forms
+on TraceTensors.
 There is no OpenCL kernel (a device runs the numpy lowering on host copies) and no
 batching rule: ``nn.lstm`` takes this path only for tensors of the numpy device outside
 vmap, and the per-step composite otherwise.
