@@ -96,14 +96,16 @@ def _sigmoid_(v: np.ndarray) -> None:
     v += 0.5
 
 
-def _own_gemm(dtype: Any) -> bool:
-    """Whether the per-step products run on easyad's AVX-512 kernels: at these shapes
-    ((64, 256) @ (256, 1024), float32, one thread) they take ~265 us where OpenBLAS's
-    take ~330 (auto mode keeps OpenBLAS for the large products, where they are even).
-    EASYAD_MATMUL=blas, a multi-threaded OpenBLAS or another dtype keep numpy's."""
+def _own_gemm(dtype: Any, batch: int, hd: int) -> bool:
+    """Whether the per-step products (B, H) @ (H, 4H) run on easyad's AVX-512 kernels: at
+    (64, 256) @ (256, 1024) on one thread they take ~265 us where OpenBLAS's take ~330
+    (float64: 585 and 690; auto mode keeps OpenBLAS for the large products, where they
+    are even). EASYAD_MATMUL=blas, a multi-threaded OpenBLAS, another dtype or a product
+    below _blas's smallest keep numpy's."""
     threads = _blas.blas_threads()
     return _core.GEMM_SUPPORTED and _blas._MODE != "blas" and threads in (None, 1) \
-        and np.dtype(dtype) in (np.float32, np.float64)
+        and np.dtype(dtype) in (np.float32, np.float64) \
+        and batch * hd * 4 * hd >= _blas._SMALLEST
 
 
 def _scan_numpy(p: ScanParams, xproj: np.ndarray, h0: np.ndarray, c0: np.ndarray,
@@ -115,7 +117,7 @@ def _scan_numpy(p: ScanParams, xproj: np.ndarray, h0: np.ndarray, c0: np.ndarray
     # gate-major: each gate's (B, H) block contiguous (numpy's loops run 2-3x faster on
     # them than on column slices); the product as 4 GEMMs h W_k^T, one per gate
     xs = xproj.reshape(steps, batch, 4, hd).transpose(0, 2, 1, 3)
-    own = _own_gemm(dtype)
+    own = _own_gemm(dtype, batch, hd)
     if own:       # one (B, 4H) product a step, added to xproj gate-major in one pass
         wt = np.ascontiguousarray(w.T, dtype=dtype)
     else:
@@ -152,7 +154,7 @@ def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
     s = np.empty((4, batch, hd), dtype)          # the gates' cotangents, gate-major
     q = np.empty((4, batch, hd), dtype)          # the gates' derivatives
     order = list(_order(p, steps))
-    own = _own_gemm(dtype)
+    own = _own_gemm(dtype, batch, hd)
     wc = np.ascontiguousarray(w, dtype=dtype) if own else w
     for k in range(steps - 1, -1, -1):
         t = order[k]
