@@ -281,3 +281,45 @@ def test_operands_of_mixed_dtypes_agree_with_the_composite():
     for a, b in zip(run(True), run(False)):
         assert a.dtype == b.dtype
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+def _torch_packed(xproj, h0, c0, w):
+    """The packed (i, f, g, o, c, h) of any size, forward in time (torch: the reference)."""
+    hd, h, c, rows = w.shape[1], h0, c0, []
+    for t in range(xproj.shape[0]):
+        a = xproj[t] + h @ w.T
+        i, f, g, o = (a[:, k * hd:(k + 1) * hd] for k in range(4))
+        i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+        c = f * c + i * g
+        h = o * torch.tanh(c)
+        rows.append(torch.stack([i, f, g, o, c, h]))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("own", [True, False], ids=["easyad-gemm", "numpy-matmul"])
+def test_numpy_lowerings_on_either_product_against_torch(own, dtype, monkeypatch):
+    """Both ways the lowerings multiply per step (one (B, 4H) product on easyad's
+    kernels, or numpy's per-gate matmul) give torch's packed result and its vjp."""
+    if own and not ad._core.GEMM_SUPPORTED:
+        pytest.skip("this CPU has no AVX-512 GEMM kernels")
+    monkeypatch.setattr(_lstm, "_own_gemm", lambda *shape: own)
+    rng = np.random.default_rng(7)
+    t, b, hd = 5, 3, 16
+    xproj, h0, c0 = (rng.normal(size=s).astype(dtype) for s in
+                     [(t, b, 4 * hd), (b, hd), (b, hd)])
+    w = (rng.normal(size=(4 * hd, hd)) * 0.3).astype(dtype)
+    p = _lstm.ScanParams(False, True)
+    y = _lstm._scan_numpy(p, xproj, h0, c0, w)
+    tx = [torch.tensor(a, dtype=torch.float64) for a in (xproj, h0, c0, w)]
+    want, pullback = func.vjp(_torch_packed, *tx)
+    tol = 1e-10 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(y, want.numpy(), rtol=0, atol=tol)
+    gy = rng.normal(size=y.shape).astype(dtype)
+    d = _lstm._vjp_numpy(p, gy, y, h0, c0, w)
+    dx, dh0, dc0, _ = pullback(torch.tensor(gy, dtype=torch.float64))
+    scale = max(1.0, float(dx.abs().max()))
+    np.testing.assert_allclose(d[:t], dx.numpy(), rtol=0, atol=tol * scale)
+    np.testing.assert_allclose(d[t, :, :hd], dc0.numpy(), rtol=0, atol=tol * scale)
+    np.testing.assert_allclose(d[t, :, hd:2 * hd], dh0.numpy(), rtol=0, atol=tol * scale)
+    assert not d[t, :, 2 * hd:].any()
