@@ -30,6 +30,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,14 +65,13 @@ def _fresh_compile(n: int, **options: bool) -> tuple[ad.Function, float]:
     return F, seconds
 
 
-def link(rounds: int, n: int) -> None:
-    trimmed, fast = P._used_helpers, library._LINK
-    configs = {"-lm, whole helpers": (("-lm",), lambda helpers, names: helpers),
-               "library._LINK": (fast, lambda helpers, names: helpers),
-               "library._LINK, trimmed helpers": (fast, trimmed), "casadi JIT": None}
+def _compiles(rounds: int, n: int, configs: dict, use: Callable[[Any], None],
+              restore: Callable[[], None]) -> None:
+    """F.compile() at n under each config (``use`` sets it; None: CasADi's JIT build),
+    interleaved, the order reversed every other round; ``restore`` puts the defaults back."""
     ca = b._casadi()
     if ca is None:
-        del configs["casadi JIT"]
+        configs = {k: v for k, v in configs.items() if v is not None}
     entries = len(ad.record(b.rosenbrock, np.ones(n)))
     seconds: dict[str, list[float]] = {k: [] for k in configs}
     try:
@@ -81,41 +82,42 @@ def link(rounds: int, n: int) -> None:
                     b._casadi_function(ca, n, "gradient", b._jit(entries))
                     seconds[name].append(_cpu() - start)
                     continue
-                library._LINK, P._used_helpers = configs[name]
+                use(configs[name])
                 seconds[name].append(_fresh_compile(n)[1])
     finally:
-        library._LINK, P._used_helpers = fast, trimmed
+        restore()
     print(f"F.compile() of Rosenbrock's gradient, n = {n}: CPU ms, median [q1, q3] over "
           f"{rounds} interleaved rounds")
     for name, values in seconds.items():
         print("  " + _show(f"{name:32s}", values, 1e3, "ms"))
+
+
+def link(rounds: int, n: int) -> None:
+    trimmed, fast = P._used_helpers, library._LINK
+
+    def use(config: Any) -> None:
+        library._LINK, P._used_helpers = config
+
+    def restore() -> None:
+        library._LINK, P._used_helpers = fast, trimmed
+    _compiles(rounds, n, {"-lm, whole helpers": (("-lm",), lambda helpers, names: helpers),
+                          "library._LINK": (fast, lambda helpers, names: helpers),
+                          "library._LINK, trimmed helpers": (fast, trimmed),
+                          "casadi JIT": None}, use, restore)
 
 
 def fused(rounds: int, n: int) -> None:
     most, reverse = fusion.MOST, fusion.REVERSE_FROM
-    configs = {"each loop alone": (1, reverse), f"fused, reverse from {reverse}": (most, reverse),
-               "fused, all reverse too": (most, 0), "casadi JIT": None}
-    ca = b._casadi()
-    if ca is None:
-        del configs["casadi JIT"]
-    entries = len(ad.record(b.rosenbrock, np.ones(n)))
-    seconds: dict[str, list[float]] = {k: [] for k in configs}
-    try:
-        for r in range(rounds):
-            for name in (list(configs) if r % 2 == 0 else list(configs)[::-1]):
-                if configs[name] is None:
-                    start = _cpu()
-                    b._casadi_function(ca, n, "gradient", b._jit(entries))
-                    seconds[name].append(_cpu() - start)
-                    continue
-                fusion.MOST, fusion.REVERSE_FROM = configs[name]
-                seconds[name].append(_fresh_compile(n)[1])
-    finally:
+
+    def use(config: Any) -> None:
+        fusion.MOST, fusion.REVERSE_FROM = config
+
+    def restore() -> None:
         fusion.MOST, fusion.REVERSE_FROM = most, reverse
-    print(f"F.compile() of Rosenbrock's gradient, n = {n}: CPU ms, median [q1, q3] over "
-          f"{rounds} interleaved rounds")
-    for name, values in seconds.items():
-        print("  " + _show(f"{name:32s}", values, 1e3, "ms"))
+    _compiles(rounds, n, {"each loop alone": (1, reverse),
+                          "fused, reverse loops < 16 apart": (most, 16),
+                          f"fused, reverse from {reverse} (default)": (most, reverse),
+                          "casadi JIT": None}, use, restore)
 
 
 def calls(rounds: int, _n: int) -> None:
