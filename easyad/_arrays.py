@@ -105,6 +105,9 @@ def as_result_dtype(result: Any, dtype: np.dtype) -> Any:
         return {k: as_result_dtype(v, dtype) for k, v in result.items()}
     if isinstance(result, (list, tuple)):
         return type(result)(as_result_dtype(v, dtype) for v in result)
+    backend = getattr(result, "_backend", None)
+    if backend is not None and not backend.interpreter.has_values:
+        return result.astype(dtype)     # eval_shape of a transform: its result's dtype
     return result
 
 

@@ -29,6 +29,7 @@ from easyad import _arrays, _levels, _trees
 from easyad._core import Record, Trace, WengertList
 from easyad._trees import TreeDef
 from easyad.tensor import Tensor, TraceTensor
+from easyad.tensor._base import FLOAT64, wrap
 from easyad.tensor._devices import resolve
 from easyad.tensor._structural import from_scalars
 from easyad.tensor._trace import _recorded as _recorded_parts_of
@@ -172,6 +173,10 @@ def _as_array(x: Any, what: str) -> NDArray[np.float64]:
                 f"ad.record is recording it cannot be recorded; call it outside the "
                 f"recording, or record f and differentiate the recording (F.jacobian(x, "
                 f"sparse=True), F.gradient, F.vjp, F.hvp)")
+        if _shapes_only(x):
+            # eval_shape of a transform: a placeholder of the shape (calloc'd pages, never
+            # read); inside the frame the transform's input tensor is made shapes-only again
+            return np.zeros(x.shape, dtype=np.float64)
         return np.array(x.value, dtype=np.float64)
     array = np.asarray(x)
     _arrays.check_real(array, what)
@@ -197,6 +202,32 @@ def _name(f: Callable[..., Any]) -> str:
     return getattr(f, "__name__", type(f).__name__)
 
 
+def _shapes_only(v: Any) -> bool:
+    """Whether ``v`` is a tensor of eval_shape's (a shape and dtype, no values)."""
+    if isinstance(v, TraceTensor):
+        v = v._value
+    return isinstance(v, Tensor) and not v._backend.interpreter.has_values
+
+
+def _shapes_jacobian(leaves: list[Any], point_shapes: list[tuple[int, ...]]) -> list[Any]:
+    """eval_shape of a Jacobian (an output leaf of eval_shape's): per output leaf, the
+    blocks out_shape + in_shape as shapes-only tensors, one per input leaf. Nothing is
+    swept: a Jacobian's shape rule needs f's output shapes alone."""
+    like = next(v for v in leaves if _shapes_only(v))
+    like = like._value if isinstance(like, TraceTensor) else like
+    be = like._backend
+    return [[wrap(Tensor, be, be.full(_shape(v) + s, 0.0, FLOAT64), _shape(v) + s, FLOAT64)
+             for s in point_shapes] for v in leaves]
+
+
+def _device_of(v: Any) -> Any:
+    """The device of a tensor leaf; None for other leaves and for eval_shape's shapes-only
+    tensors (the frame puts the transform's inputs on its own backend)."""
+    if _shapes_only(v):
+        return None
+    return v.device if isinstance(v, (Tensor, TraceTensor)) else None
+
+
 class _Point:
     """A structure of plain arrays: where a transform evaluates ``f``."""
 
@@ -211,8 +242,7 @@ class _Point:
                        for v, r, n in zip(leaves, self.recorded, names)]
         # numbers give floats back; 0-d arrays too (as numpy would)
         self.scalar = [a.ndim == 0 for a in self.arrays]
-        self.devices = [v.device if isinstance(v, (Tensor, TraceTensor)) else None
-                        for v in leaves]
+        self.devices = [_device_of(v) for v in leaves]
         self.level: tuple[int, WengertList | None] = (1, None)     # see _forward_point
 
     @property
@@ -313,6 +343,9 @@ def _value(leaf: Any) -> Any:
     """The value of an output leaf: a float for a scalar, else an ndarray."""
     if isinstance(leaf, (Record, Trace)):
         return leaf.number
+    if _shapes_only(leaf):
+        # eval_shape of a transform: the shapes are the result
+        return leaf._value if isinstance(leaf, TraceTensor) else leaf
     if isinstance(leaf, (Tensor, TraceTensor)):
         return np.array(leaf.value, dtype=np.float64)
     if isinstance(leaf, np.ndarray):

@@ -13,8 +13,8 @@ import numpy as np
 from easyad import _trees
 from easyad._core import Trace
 from easyad._evaluation import (in_program, _base, _call, _constant_above, _depth, _lift, _name,
-                                _output_leaves, _Point, _shape, _split_top, _tape_of,
-                                _traces_block)
+                                _output_leaves, _Point, _shape, _shapes_jacobian,
+                                _shapes_only, _split_top, _tape_of, _traces_block)
 from easyad._levels import LEVEL as _LEVEL
 from easyad._trees import TreeDef
 from easyad.tensor import Tensor, TraceTensor, get_device, stack
@@ -83,6 +83,8 @@ def _tangent(leaf: Any) -> Any:
     if isinstance(leaf, Trace):
         return leaf.derivative
     if isinstance(leaf, TraceTensor):
+        if _shapes_only(leaf):
+            return leaf._tangent       # eval_shape of a transform: shapes only
         return np.array(leaf.tangent, dtype=np.float64)
     if isinstance(leaf, Tensor):
         return np.zeros(leaf.shape)
@@ -111,6 +113,10 @@ def _jacobian_forward(f: Callable[..., Any], point: _Point, args: tuple[Any, ...
                 tangents[k].reshape(-1)[j] = 1.0
                 result = _forward_run(f, point, tangents, args)
             leaves, tree = _output_leaves(result, f, mode)
+            if any(_shapes_only(v) for v in leaves):        # eval_shape: shapes only
+                shapes_of_point = [b.shape for b in point.arrays]
+                return _trees.unflatten(tree, [point.rebuild(b) for b in
+                                               _shapes_jacobian(leaves, shapes_of_point)])
             shapes = [_shape(v) for v in leaves]
             if out_tree is None:
                 out_tree, out_shapes = tree, shapes

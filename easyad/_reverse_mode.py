@@ -18,7 +18,8 @@ from easyad import _higher, _trees
 from easyad._core import Node, Record, Trace, WengertList
 from easyad._evaluation import (in_program, _as_array, _base, _call, _depth, _detached, _join,
                                 _name, _output_leaves, _Point, _point_leaves, _primal_of,
-                                _rebase, _shape, _tangent_of, _tape_of, _value)
+                                _rebase, _shape, _shapes_jacobian, _shapes_only, _tangent_of,
+                                _tape_of, _value)
 from easyad._levels import LEVEL as _LEVEL
 from easyad._levels import opened as _level
 from easyad._trees import LEAF
@@ -249,6 +250,8 @@ def _input_gradient(x: Tensor, d: Any) -> NDArray[np.float64]:
     read once): its tensor adjoint plus its elements' adjoints, as an array the caller
     owns. On the host the adjoint's own buffer is handed over when nothing else holds it
     (a fresh C-contiguous float64 array: the sum the sweep made), not copied again."""
+    if not x._backend.interpreter.has_values:
+        return x._derivative_tensor(d)      # eval_shape of a transform: shapes only
     if x._backend.kind != "numpy":
         return x.input_derivative(d)
     elements = x._elements
@@ -329,6 +332,9 @@ def _assemble(rows: list[Any], out_shape: tuple[int, ...], in_shape: tuple[int, 
 def _jacobian_reverse(f: Callable[..., Any], x0: Any, args: tuple[Any, ...]) -> Any:
     run = _Reverse(f, x0, args)
     leaves, out_tree = _output_leaves(run.result, f, run.mode)
+    if any(_shapes_only(v) for v in leaves):        # eval_shape: shapes only
+        return _trees.unflatten(out_tree, [_trees.unflatten(run.tree, b) for b in
+                                           _shapes_jacobian(leaves, run.shapes)])
     blocks = []
     for leaf in leaves:
         shape, rows = _rows(run, leaf)
