@@ -6,6 +6,8 @@ create_graph's Hessian-vector product and forward mode against torch.func, recor
 replay, and every engine through ``check_everywhere`` (OpenCL included)."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -219,15 +221,40 @@ def test_a_mask_with_more_leading_axes_broadcasts_the_result():
     np.testing.assert_allclose(got.value, want.numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_a_recording_with_the_fused_kernels_refuses_to_pickle_by_name():
-    # the fused forward and sweep are host calls of the program: pickling names them and
-    # says what to do, rather than failing later in the other process
+def test_a_recording_with_the_fused_kernels_pickles_and_replays_the_same():
+    # the fused forward and sweep are registered host kernels of the op table (data, not
+    # closures): the recording pickles by their names and the copy gives the same values
+    # and gradients at a new point, both equal to torch's
     import pickle
-    q = np.random.default_rng(3).standard_normal((2, 8, 4))
-    F = ad.record(lambda q: ad.sum(nn.functional.scaled_dot_product_attention(
-        q, q, q, is_causal=True)), q, tensor=True)
-    tq = torch.tensor(q)
-    want = float(TF.scaled_dot_product_attention(tq, tq, tq, is_causal=True).sum())
-    assert float(F(q)) == pytest.approx(want, rel=1e-12)
-    with pytest.raises(TypeError, match="'attention'.*record f again"):
-        pickle.dumps(F)
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 8, 4))
+
+    def f(q: Any) -> Any:
+        return ad.sum(nn.functional.scaled_dot_product_attention(q, q * 0.5, q,
+                                                                  is_causal=True) ** 2)
+    F = ad.record(f, q, tensor=True)
+    G = pickle.loads(pickle.dumps(F))
+    q2 = rng.standard_normal((2, 8, 4))
+    tq = torch.tensor(q2, requires_grad=True)
+    want = (TF.scaled_dot_product_attention(tq, tq * 0.5, tq, is_causal=True) ** 2).sum()
+    want.backward()
+    for H in (F, G):
+        assert float(H(q2)) == pytest.approx(float(want), rel=1e-12)
+        np.testing.assert_allclose(H.gradient(q2), tq.grad.numpy(), rtol=1e-10, atol=1e-12)
+    assert np.array_equal(F.gradient(q2), G.gradient(q2))
+
+
+def test_a_pickled_recording_calling_an_unregistered_kernel_is_refused():
+    # a forged pickle naming a host kernel that is not registered fails on arrival
+    import pickle
+    from easyad.ops import _table
+    q = np.random.default_rng(4).standard_normal((2, 8, 4))
+    F = ad.record(lambda q: ad.sum(nn.functional.scaled_dot_product_attention(q, q, q)), q,
+                  tensor=True)
+    data = pickle.dumps(F)
+    fn, params = _table.KERNELS.pop("attention")
+    try:
+        with pytest.raises(KeyError, match="no host kernel 'attention'"):
+            pickle.loads(data)
+    finally:
+        _table.KERNELS["attention"] = (fn, params)

@@ -183,13 +183,17 @@ def _tampered(F, change):
      "not in the rule expression language|cannot parse"),
     (lambda d, r, p: p[0].__setitem__(0, p[0][0][:2] + ((10 ** 6,),) + p[0][0][3:]),
      "not a slot of the program"),
-    (lambda d, r, p: p[0].__setitem__(0, ("host",) + p[0][0][1:]), "not one a program"),
+    (lambda d, r, p: p[0].__setitem__(0, ("host",) + p[0][0][1:]),
+     "not one a program|fields of HostCall"),
+    # a host call of Python code (only registered host kernels travel)
+    (lambda d, r, p: p[0].__setitem__(0, ("host", ("x", print, (), ()), *p[0][0][2:])),
+     "holds a builtin|not a registered host kernel"),
     (lambda d, r, p: r.__setitem__(2, [-1]), "not a slot"),
     (lambda d, r, p: p.__setitem__(1, p[1][:-1]), "shapes"),
     (lambda d, r, p: p.__setitem__(2, ["O"] + p[2][1:]), "not a numeric dtype"),
     (lambda d, r, p: d.__setitem__(6, "retape"), "on_branch_change"),
     (lambda d, r, p: d.__setitem__(0, 99), "format"),
-], ids=["c-injection", "operand", "op", "output", "shapes", "dtype", "mode", "format"])
+], ids=["c-injection", "operand", "op", "host-code", "output", "shapes", "dtype", "mode", "format"])
 def test_a_tampered_tensor_pickle_raises_tape_format_error(change, message):
     F = ad.record(tensor_f, np.zeros(4), np.ones(4))
     with pytest.raises(ad.TapeFormatError, match=message):

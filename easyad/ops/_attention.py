@@ -30,7 +30,7 @@ from easyad._levels import VMAPS, BatchedBase
 from easyad.errors import ShapeError
 from easyad.ops import _attention_cpu as cpu
 from easyad.ops._apply import OpStep, apply
-from easyad.ops._table import Op, register
+from easyad.ops._table import Op, host_kernel, register, register_kernel
 from easyad.tensor import _functions
 from easyad.tensor._base import TensorBase
 from easyad.tensor._trace import TraceTensor
@@ -153,10 +153,7 @@ def _lowered(be: Backend, p: AttentionParams, *bufs: Any) -> Any:
         o, pw, lsum = _host_forward(p, *bufs[:3], bufs[3] if len(bufs) > 3 else None)
         return be.adopt(o), [pw, lsum]
     if be.interpreter.replays and hasattr(be, "host_call"):
-        def forward(*xs: np.ndarray) -> list[np.ndarray]:
-            return _host_forward(p, *xs[:3], xs[3] if len(xs) > 3 else None)
-        forward.borrows = True          # type: ignore[attr-defined]  # reads, returns new
-        o, pw, lsum = be.host_call("attention", forward, list(bufs))
+        o, pw, lsum = be.host_call("attention", host_kernel("attention", p), list(bufs))
         return o, [pw, lsum]
     hosts = [np.asarray(be.to_numpy(b)) for b in bufs]
     o = _numpy(p, *hosts)
@@ -249,26 +246,42 @@ class AttentionStep(OpStep):
                      for c, (_, _, dt, _) in zip(cts, self.operands))
 
     def _recorded(self, g: Any) -> tuple[Any, ...]:
-        needs, params, dtype = self._needs(), self.params, self.dtype
-        shapes = [(s, dt) for _, s, dt, _ in self.operands]
-
+        needs = self._needs()
+        vp = AttentionVjpParams(self.params, needs, np.dtype(self.dtype),
+                                tuple(np.dtype(dt) for _, _, dt, _ in self.operands))
         kept = list(self.saved) if self.saved is not None else []
-
-        def backward(g: Any, out: Any, *xs: Any) -> list[np.ndarray]:
-            q, k, v = (np.asarray(x, dtype=dtype) for x in xs[:3])
-            rest = xs[3:len(shapes)]
-            saved = xs[len(shapes):] or None
-            cts = host_vjp(params, np.asarray(g, dtype=dtype).reshape(out.shape), q, k, v,
-                           out, rest[0] if rest else None, needs, saved)
-            return [np.ascontiguousarray(c, dtype=dt) for c, (s, dt) in zip(cts, shapes)
-                    if c is not None]
-        backward.borrows = True         # type: ignore[attr-defined]  # reads, returns new
-        outs = iter(self.be.host_call("attention vjp", backward,
+        outs = iter(self.be.host_call("attention vjp", host_kernel("attention_vjp", vp),
                                       [g, self.data, *(d for d, *_ in self.operands),
                                        *kept]))
         return tuple(next(outs) if need else None for need in needs)
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionVjpParams:
+    """The recorded backward's parameters: the op's, which operands need a cotangent, the
+    result's dtype and the operands' (their cotangents')."""
+
+    attention: AttentionParams
+    needs: tuple[bool, ...]
+    dtype: np.dtype[Any]
+    dtypes: tuple[np.dtype[Any], ...]
+
+
+def _host_backward(vp: AttentionVjpParams, g: Any, out: Any, *xs: Any) -> list[np.ndarray]:
+    """The recorded backward: the cotangents of the operands that need one."""
+    n, dtype = len(vp.dtypes), vp.dtype
+    q, k, v = (np.asarray(x, dtype=dtype) for x in xs[:3])
+    rest = xs[3:n]
+    saved = xs[n:] or None
+    cts = host_vjp(vp.attention, np.asarray(g, dtype=dtype).reshape(out.shape), q, k, v,
+                   out, rest[0] if rest else None, vp.needs, saved)
+    return [np.ascontiguousarray(c, dtype=dt) for c, dt in zip(cts, vp.dtypes)
+            if c is not None]
+
+
+register_kernel("attention", lambda p, q, k, v, *bias: _host_forward(
+    p, q, k, v, bias[0] if bias else None), AttentionParams)
+register_kernel("attention_vjp", _host_backward, AttentionVjpParams)
 ATTENTION: Op = register(Op(
     name="attention", params=AttentionParams, rule=_rule, numpy=_numpy, vjp=_vjp, jvp=_jvp,
     composite=_lowered, composite_first=True, saves=True,

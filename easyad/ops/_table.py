@@ -53,6 +53,11 @@ An ``Op`` is one registration holding everything every engine needs:
   ``step`` then gets as ``bufs`` (None where no composite ran: eval_shape), so recorded
   programs hold each of them once.
 
+A recording calls a multi-output host function of an op (attention's forward with the
+weights it keeps, its vjp) as one host instruction. Registered here as a host kernel
+(``register_kernel``) and bound to plain parameters (``host_kernel``), that function is
+data, not a closure: the recording pickles (by the kernel's name) and replays it.
+
 Who reads the table: ``easyad.ops._apply`` (the call: eager tensors of every device,
 reverse mode and create_graph, forward mode, ``eval_shape``, ``ad.record`` of tensor code,
 object arrays of scalars, plain arrays), the backends' ``op`` method (``lower``), the
@@ -75,6 +80,7 @@ if TYPE_CHECKING:
     from easyad.tensor._opencl import OpenCLBackend
 
 OPS: dict[str, Op] = {}
+KERNELS: dict[str, tuple[Callable[..., list[Any]], type]] = {}   # host kernels, their params
 _HINTS: dict[type, dict[str, Any]] = {}      # each params class's field types
 
 
@@ -216,3 +222,46 @@ def get(name: str) -> Op:
         return OPS[name]
     except KeyError:
         raise KeyError(f"no op {name!r} in the table; registered: {sorted(OPS)}") from None
+
+
+def register_kernel(name: str, fn: Callable[..., list[Any]], params: type) -> None:
+    """Register the host kernel ``fn(params, *arrays) -> list of new arrays`` (it reads its
+    arguments and writes none of them) under ``name``, with its parameters' dataclass."""
+    if name in KERNELS:
+        raise ValueError(f"host kernel {name!r} is registered already")
+    if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
+        raise TypeError(f"host kernel {name!r}: params must be a dataclass type")
+    KERNELS[name] = (fn, params)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostKernel:
+    """A registered host kernel bound to its parameters: what a recording's host
+    instruction calls. It borrows (reads its arguments, returns new arrays: the numpy
+    device lends it the slots) and pickles by name."""
+
+    name: str
+    params: Any
+    borrows: typing.ClassVar[bool] = True
+
+    def __call__(self, *arrays: Any) -> list[Any]:
+        return KERNELS[self.name][0](self.params, *arrays)
+
+    def __reduce__(self) -> Any:
+        return (host_kernel, (self.name, self.params))
+
+
+def host_kernel(name: str, params: Any) -> HostKernel:
+    """Host kernel ``name`` bound to ``params`` (an instance of its params dataclass)."""
+    if name not in KERNELS:
+        raise KeyError(f"no host kernel {name!r}; registered: {sorted(KERNELS)}")
+    if type(params) is not KERNELS[name][1]:
+        raise TypeError(f"host kernel {name!r} takes {KERNELS[name][1].__name__}, got "
+                        f"{type(params).__name__}")
+    return HostKernel(name, params)
+
+
+def params_types() -> set[type]:
+    """The parameter dataclasses of every op and host kernel (what a pickled recording may
+    hold besides plain data)."""
+    return {op.params for op in OPS.values()} | {p for _, p in KERNELS.values()}

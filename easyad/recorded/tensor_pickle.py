@@ -11,6 +11,7 @@ OpenCL devices (the program's values live there).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from easyad import _expr, _trees
 from easyad.compiler import ir
 from easyad.errors import TapeFormatError
-from easyad.ops._table import Op
+from easyad.ops._table import KERNELS, HostKernel, Op, params_types
 from easyad.recorded.tensor_recording import _Recording, _Static
 from easyad.tensor import _devices
 from easyad.tensor._program import Program
@@ -29,8 +30,9 @@ _DAMAGED = "The data is damaged, or is not a TensorFunction pickled by easyad"
 _KINDS = ("first", "hvp", "vjp")
 _REC_FIELDS = ("out_tree", "outputs", "n_forward", "gradient", "descended", "hvp", "vjp",
                "out_specs", "scalar_output", "guards")
-# ops whose params are plain data (host calls hold a Python function: refused)
-_OPS = {op: kind for op, kind in ir._NODES.items() if kind is not ir.HostCall}
+# every op a program records; a host call passes only when it calls a registered host
+# kernel (pickled by name with its parameters), not a Python function of the user's
+_OPS = dict(ir._NODES)
 
 
 def state(F: Any) -> tuple[Any, ...]:
@@ -55,13 +57,13 @@ def state(F: Any) -> tuple[Any, ...]:
             raise TypeError("this TensorFunction reads module parameters at every call, "
                             "which do not travel; pass the parameters as arguments of f "
                             "(arrays after x0) to pickle it")
-        hosts = sorted({i.params.label for i in p.instructions if i.op == "host"})
+        hosts = sorted({i.params.label for i in p.instructions
+                        if i.op == "host" and not isinstance(i.params.fn, HostKernel)})
         if hosts or any(d is None for d in p.dtypes):
             named = f" ({', '.join(map(repr, hosts))})" if hosts else ""
             raise TypeError(f"this TensorFunction calls host Python code{named}: a user "
-                            "array primitive, an opaque step, or the fused kernels of "
-                            "scaled_dot_product_attention on the numpy device, which do "
-                            "not pickle as a program; record f again in the other process")
+                            "array primitive or an opaque step, which does not pickle "
+                            "as a program; record f again in the other process")
         program = ([(i.op, tuple(i.params), tuple(i.ins), tuple(i.outs))
                     for i in p.instructions],
                    list(p.shapes), [np.dtype(d).str for d in p.dtypes],
@@ -121,6 +123,16 @@ def _plain(v: Any, what: str) -> None:
         return
     if isinstance(v, (np.dtype, Op)) or (isinstance(v, type) and issubclass(v, np.generic)):
         return
+    if isinstance(v, HostKernel):       # a registered host kernel, by name
+        if v.name not in KERNELS or type(v.params) is not KERNELS[v.name][1]:
+            raise _fail(f"{what} calls host kernel {v.name!r}, which is not registered "
+                        f"with these parameters")
+        _plain(v.params, what)
+        return
+    if type(v) in params_types():       # an op's (or host kernel's) typed parameters
+        for field in dataclasses.fields(v):
+            _plain(getattr(v, field.name), what)
+        return
     if isinstance(v, tuple):
         for x in v:
             _plain(x, what)
@@ -165,6 +177,8 @@ def _program(data: Any, key: str) -> Program:
             raise _fail(f"instruction {n}'s params are not the {len(kind._fields)} fields "
                         f"of {kind.__name__}")
         _plain(params, f"instruction {n}'s params")
+        if kind is ir.HostCall and not isinstance(params[1], HostKernel):
+            raise _fail(f"instruction {n} calls Python code, not a registered host kernel")
         if kind is ir.Map:     # its expressions become C: only the rule language passes
             for text in params[1]:
                 try:
