@@ -13,7 +13,8 @@ nonzero even for linear layers), as a function of ``z = {"p": parameters, "x": i
 - ``hvp``: ``ad.hvp`` vs torch's jvp of its grad;
 - ``create_graph``: the input and parameters as variables on a WengertList, the gradient
   taken with ``create_graph=True`` and differentiated again (H v) vs torch's;
-- ``replay``: ``ad.record`` of L, replayed at z + v/10 (value and gradient) vs torch there;
+- ``replay``: ``ad.record`` of L, replayed at z + v/10 (value and gradient) vs torch there,
+  and pickled and unpickled (as to a dask worker): the same bits;
 - ``vmap_params``, ``vmap_input``: per-example gradients in the parameters and in the
   input (``ad.vmap(ad.grad(loss, argnums), in_axes=(None, 0))`` over a batch of three
   inputs) vs ``torch.func.vmap`` (an example-by-example loop for torch's recurrent
@@ -27,6 +28,7 @@ exception (never skipped).
 from __future__ import annotations
 
 import functools
+import pickle
 
 import numpy as np
 import pytest
@@ -167,6 +169,16 @@ def _replay(c: Case):
     tz1 = c.torch(z1)
     _close(value, c.tloss(tz1).item(), what="replayed value")
     _close(gradient, func.grad(c.tloss)(tz1), what="replayed gradient")
+    # the recording travels (pickled, as to a dask worker) and gives the same bits there;
+    # only training-mode BatchNorm refuses, its running statistics being live arrays
+    if c.row.train:
+        with pytest.raises(TypeError, match="live arrays"):
+            pickle.dumps(recorded)
+        return
+    again = pickle.loads(pickle.dumps(recorded)).value_and_gradient(z1)
+    assert again[0] == value
+    for (name, a), (_, b) in zip(_leaves(again[1]), _leaves(gradient)):
+        assert np.array_equal(a, b), f"unpickled gradient {name}"
 
 
 def _tree_add(z, v):
