@@ -252,9 +252,51 @@ def test_a_pickled_recording_calling_an_unregistered_kernel_is_refused():
     F = ad.record(lambda q: ad.sum(nn.functional.scaled_dot_product_attention(q, q, q)), q,
                   tensor=True)
     data = pickle.dumps(F)
-    fn, params = _table.KERNELS.pop("attention")
+    kernel = _table.KERNELS.pop("attention")
     try:
         with pytest.raises(KeyError, match="no host kernel 'attention'"):
             pickle.loads(data)
     finally:
-        _table.KERNELS["attention"] = (fn, params)
+        _table.KERNELS["attention"] = kernel
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_batch_of_a_recording_calls_the_kernels_once_for_all_points(masked):
+    # the fused forward and sweep take a batch's points as one more leading axis: one call
+    # each for the whole batch, every point's value and gradient those of one replay
+    # (bit for bit) and of torch (a mask shared by every point, broadcast to them)
+    from easyad.ops import _table
+    rng = np.random.default_rng(8)
+    mask = rng.normal(size=(8, 8)) if masked else None
+
+    def f(q: Any) -> Any:
+        y = nn.functional.scaled_dot_product_attention(q, q * 0.5, q, attn_mask=mask,
+                                                       is_causal=not masked)
+        return ad.sum(y ** 2)
+    F = ad.record(f, rng.standard_normal((2, 8, 4)), tensor=True)
+    X = rng.standard_normal((5, 2, 8, 4))
+    calls = []
+    kernels = {name: _table.KERNELS[name] for name in ("attention", "attention_vjp")}
+
+    def counted(name):
+        def fn(*args):
+            calls.append(name)
+            return kernels[name].fn(*args)
+        return fn
+    try:
+        for name, k in kernels.items():
+            _table.KERNELS[name] = k._replace(fn=counted(name))
+        values, gradients = F(X), F.gradient(X)
+    finally:
+        _table.KERNELS.update(kernels)
+    assert calls == ["attention", "attention", "attention_vjp"]   # F(X); F.gradient(X)
+    for x, value, gradient in zip(X, values, gradients):
+        assert value == F(x)
+        assert np.array_equal(gradient, F.gradient(x))
+        tq = torch.tensor(x, requires_grad=True)
+        tm = None if mask is None else torch.tensor(mask)
+        want = (TF.scaled_dot_product_attention(tq, tq * 0.5, tq, attn_mask=tm,
+                                                is_causal=not masked) ** 2).sum()
+        want.backward()
+        assert value == pytest.approx(want.item(), rel=1e-12)
+        np.testing.assert_allclose(gradient, tq.grad.numpy(), rtol=1e-10, atol=1e-12)

@@ -272,16 +272,19 @@ def _host_backward(vp: AttentionVjpParams, g: Any, out: Any, *xs: Any) -> list[n
     n, dtype = len(vp.dtypes), vp.dtype
     q, k, v = (np.asarray(x, dtype=dtype) for x in xs[:3])
     rest = xs[3:n]
-    saved = xs[n:] or None
+    # the kept numerators and row sums, one row per head (a batch's points give them
+    # with a leading axis of their own: the heads of point b are rows b*N...)
+    saved = tuple(a.reshape((-1,) + a.shape[-s:]) for a, s in zip(xs[n:], (1, 2))) or None
     cts = host_vjp(vp.attention, np.asarray(g, dtype=dtype).reshape(out.shape), q, k, v,
                    out, rest[0] if rest else None, vp.needs, saved)
     return [np.ascontiguousarray(c, dtype=dt) for c, dt in zip(cts, vp.dtypes)
             if c is not None]
 
 
+# (both take any leading axes, a batch's points too)
 register_kernel("attention", lambda p, q, k, v, *bias: _host_forward(
-    p, q, k, v, bias[0] if bias else None), AttentionParams)
-register_kernel("attention_vjp", _host_backward, AttentionVjpParams)
+    p, q, k, v, bias[0] if bias else None), AttentionParams, batches=True)
+register_kernel("attention_vjp", _host_backward, AttentionVjpParams, batches=True)
 ATTENTION: Op = register(Op(
     name="attention", params=AttentionParams, rule=_rule, numpy=_numpy, vjp=_vjp, jvp=_jvp,
     composite=_lowered, composite_first=True, saves=True,

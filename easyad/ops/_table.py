@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from easyad.tensor._opencl import OpenCLBackend
 
 OPS: dict[str, Op] = {}
-KERNELS: dict[str, tuple[Callable[..., list[Any]], type]] = {}   # host kernels, their params
+KERNELS: dict[str, Kernel] = {}       # the host kernels, by name
 _HINTS: dict[type, dict[str, Any]] = {}      # each params class's field types
 
 
@@ -224,14 +224,28 @@ def get(name: str) -> Op:
         raise KeyError(f"no op {name!r} in the table; registered: {sorted(OPS)}") from None
 
 
-def register_kernel(name: str, fn: Callable[..., list[Any]], params: type) -> None:
-    """Register the host kernel ``fn(params, *arrays) -> list of new arrays`` (it reads its
-    arguments and writes none of them) under ``name``, with its parameters' dataclass."""
+class Kernel(typing.NamedTuple):
+    """A registered host kernel: ``fn(params, *arrays) -> list of new arrays`` (it reads
+    its arguments and writes none of them), its parameters' dataclass, and ``batches``:
+    the leading axes of its operands are independent and broadcast as numpy's, so given
+    every operand with one more leading axis (the points of a batch; an operand of lower
+    rank padded with ones after it, so the axes still line up) it returns each result with
+    the points first
+    (row-major: point b's values the b-th of B equal parts), each point's the same as
+    alone. A recording's batch then calls it once for all its points."""
+    fn: Callable[..., list[Any]]
+    params: type
+    batches: bool
+
+
+def register_kernel(name: str, fn: Callable[..., list[Any]], params: type,
+                    batches: bool = False) -> None:
+    """Register host kernel ``name`` (see ``Kernel``)."""
     if name in KERNELS:
         raise ValueError(f"host kernel {name!r} is registered already")
     if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
         raise TypeError(f"host kernel {name!r}: params must be a dataclass type")
-    KERNELS[name] = (fn, params)
+    KERNELS[name] = Kernel(fn, params, batches)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,7 +259,11 @@ class HostKernel:
     borrows: typing.ClassVar[bool] = True
 
     def __call__(self, *arrays: Any) -> list[Any]:
-        return KERNELS[self.name][0](self.params, *arrays)
+        return KERNELS[self.name].fn(self.params, *arrays)
+
+    @property
+    def batches(self) -> bool:
+        return KERNELS[self.name].batches
 
     def __reduce__(self) -> Any:
         return (host_kernel, (self.name, self.params))
@@ -255,8 +273,8 @@ def host_kernel(name: str, params: Any) -> HostKernel:
     """Host kernel ``name`` bound to ``params`` (an instance of its params dataclass)."""
     if name not in KERNELS:
         raise KeyError(f"no host kernel {name!r}; registered: {sorted(KERNELS)}")
-    if type(params) is not KERNELS[name][1]:
-        raise TypeError(f"host kernel {name!r} takes {KERNELS[name][1].__name__}, got "
+    if type(params) is not KERNELS[name].params:
+        raise TypeError(f"host kernel {name!r} takes {KERNELS[name].params.__name__}, got "
                         f"{type(params).__name__}")
     return HostKernel(name, params)
 
@@ -264,4 +282,4 @@ def host_kernel(name: str, params: Any) -> HostKernel:
 def params_types() -> set[type]:
     """The parameter dataclasses of every op and host kernel (what a pickled recording may
     hold besides plain data)."""
-    return {op.params for op in OPS.values()} | {p for _, p in KERNELS.values()}
+    return {op.params for op in OPS.values()} | {k.params for k in KERNELS.values()}

@@ -124,7 +124,7 @@ def _plain(v: Any, what: str) -> None:
     if isinstance(v, (np.dtype, Op)) or (isinstance(v, type) and issubclass(v, np.generic)):
         return
     if isinstance(v, HostKernel):       # a registered host kernel, by name
-        if v.name not in KERNELS or type(v.params) is not KERNELS[v.name][1]:
+        if v.name not in KERNELS or type(v.params) is not KERNELS[v.name].params:
             raise _fail(f"{what} calls host kernel {v.name!r}, which is not registered "
                         f"with these parameters")
         _plain(v.params, what)

@@ -22,7 +22,11 @@ lowers) goes over all the points of a chunk in one C loop without the GIL
   recorded, ``Diverged`` sends the batch back to one replay per point (each point then
   retapes or raises as alone).
 
-Any other Python step (host calls, gathers, ...) works on one point: ``batched`` says None.
+- **host** calls of a registered kernel that batches (``ops._table.Kernel``: attention's
+  forward and sweep): one call for the chunk, the points first.
+
+Any other Python step (host calls of Python code, gathers, ...) works on one point:
+``batched`` says None.
 Per-point BLAS calls of a few rows (often gemv) and the batch's one GEMM block their sums
 differently, so results agree with one replay per point to ~1e-15 relative, not bitwise
 (tests/test_batch_np_matmul.py checks 1e-12); C steps give the same bits. B is split into
@@ -69,7 +73,7 @@ def batched(fused: Any) -> "BatchedNumpyProgram | None":
         shapes = fused.plan.program.shapes
         ok = not fused.in_place and all(
             fn is not None or id(item) in fused.lowered or item.op == "guard"
-            or supported(item, shapes)
+            or supported(item, shapes) or _batching_kernel(item)
             for (fn, *_), (kind, item) in zip(fused.steps, fused.plan.schedule))
         _kept[fused] = BatchedNumpyProgram(fused) if ok else None
     return _kept[fused]
@@ -313,5 +317,38 @@ def _guard_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int
     return []
 
 
+def _batching_kernel(ins: Any) -> bool:
+    """A host call of a registered kernel that takes a batch's points in one call."""
+    # (a HostKernel says so; the op table sits above this layer: read, not imported)
+    return ins.op == "host" and getattr(ins.params.fn, "batches", False) is True
+
+
+def _kernel_step(prog: BatchedNumpyProgram, ins: Any, rows: Any, one: Any, B: int) -> Any:
+    """A batching host kernel (``ops._table.Kernel``) called once for the chunk: every
+    slot operand with the points first (a shared one broadcast to them, read only; ranks
+    made equal), each result cut into the points' equal parts."""
+    p, slots = ins.params, iter(ins.ins)
+    rank = max(len(prog.shapes[s]) for s in ins.ins)
+    args = []
+    for kind, value in p.template:
+        if kind != "slot":
+            args.append(value)
+            continue
+        s = next(slots)
+        a, own = prog.operand(s, rows, one, B)
+        # the points' axis first; a lower operand padded with ones after it, so that the
+        # kernel's broadcasting still lines its axes up with the others' (a mask under q)
+        shape = (B,) + (1,) * (rank - len(prog.shapes[s])) + tuple(prog.shapes[s])
+        args.append(a.reshape(shape) if own else np.broadcast_to(a, shape))
+    found = []
+    for r, dtype in zip(p.fn(*args), p.dtypes):
+        r = np.asarray(r, dtype=dtype)
+        if r.size % B:
+            raise AssertionError(f"host kernel {p.fn.name!r} made {r.shape} for {B} points: "
+                                 f"not the points' equal parts (its batches=True is wrong)")
+        found.append((np.ascontiguousarray(r).reshape(B, -1), True))
+    return found
+
+
 _RUN = {"matmul": _step, "reduce": _step, "linear": _step, "linear_vjp": _step,
-        "guard": _guard_step}
+        "guard": _guard_step, "host": _kernel_step}
