@@ -219,12 +219,12 @@ class Hessians(Rows):
         nonzeros (int64), (tape, inputs, outputs), the output of each nonzero (int64)],
         built once; None where there is none."""
         if not hasattr(self, "_second_cache"):
-            from easyad.compiler import tape as tape_compiler
+            from easyad.compiler.tape import second_order_arrays
             made = None
             if not self.tape._customs_count():
                 rows, cols, colour = self._pattern()
                 order = self._replayer._layout()["original"]   # the sweeps' order
-                program = tape_compiler.second_order_program(
+                program = second_order_arrays.program(
                     self.tape, self.inputs, self.outputs[0], rows, cols, colour, order,
                     self._hessian_sources())
                 if program is not None:
