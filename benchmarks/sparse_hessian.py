@@ -52,10 +52,14 @@ def build_easyad(problem, n, star):
         from easyad import _sparsity
         F._pattern_cache = (rows, cols, _sparsity.colour_columns(F.n_inputs, rows, cols))
     F._hessian_plan()
+    coloured = time.perf_counter() - started
+    second = F._second()      # the Hessian's program (what every call after the first runs)
     built = time.perf_counter() - started
     x = z0 + 0.01 * np.cos(np.arange(len(z0)))
     used = int(F._pattern()[2].max()) + 1
-    return F, x, dict(columns=columns, star=stars, used=used, build=built)
+    entries = len(second[3][0]) if second is not None else None
+    return F, x, dict(columns=columns, star=stars, used=used, build=built,
+                      colouring=coloured, entries=entries)
 
 
 def build_casadi(ca, problem, n, x):
@@ -90,20 +94,24 @@ def main():
     for problem in args.problems:
         for n in args.sizes:
             F, x, info = build_easyad(problem, n, True)
-            star_values = F.hessian(x, sparse=True)
+            star_values = F.hessian(x, sparse=True)       # the first call: the sweeps
+            program_values = F.hessian(x, sparse=True)    # then the program, if any
             print(f"\n## {problem}, n = {F.n_inputs}: Hessian {len(F.hessian_pattern()[0]):,} "
                   f"nonzeros; colours: partition of columns {info['columns']}, star "
-                  f"{info['star']}")
-            route = "second-order program" if F._second() is not None else "sweeps"
-            print(f"easyad pattern + colourings {info['build']:.3f} s; route: {route}")
-            variants = {f"easyad star ({info['used']} sweeps)":
+                  f"{info['star']}; tape {len(F):,} entries")
+            route = f"second-order program ({info['entries']:,} entries)" \
+                if info["entries"] is not None else "sweeps"
+            print(f"easyad pattern + colourings {info['colouring']:.3f} s, + program "
+                  f"{info['build']:.3f} s; route after the first call: {route}; "
+                  f"program vs sweeps max gap {np.abs(program_values - star_values).max():.1e}")
+            variants = {f"easyad star ({info['used']} colours)":
                         lambda F=F, x=x: F.hessian(x, sparse=True)}
-            if info["columns"] * len(F) <= 5e7:     # else n sweeps, an (n, n) array
+            if info["columns"] * len(F) <= 5e6:     # else n sweeps or a huge program
                 G, _, ginfo = build_easyad(problem, n, False)
                 column_values = G.hessian(x, sparse=True)
                 gap = np.abs(star_values - column_values).max()
                 print(f"star vs partition of columns: max gap {gap:.1e}")
-                variants[f"easyad columns ({ginfo['used']} sweeps)"] = \
+                variants[f"easyad columns ({ginfo['used']} colours)"] = \
                     lambda G=G, x=x: G.hessian(x, sparse=True)
             else:
                 print(f"partition of columns not timed: {info['columns']} sweeps of "
@@ -112,6 +120,7 @@ def main():
                 ccall, cout, sparsity, built = build_casadi(ca, problem, n, x)
                 ccall()
                 problems._same(F, star_values, cout, sparsity, hessian=True)
+                problems._same(F, program_values, cout, sparsity, hessian=True)
                 print(f"casadi expression + hessian + function {built:.3f} s")
                 variants["casadi VM (buffer)"] = ccall
             times = problems.measure(variants, args.rounds, args.seconds)

@@ -16,12 +16,6 @@ cdef struct _SRef:
     int64_t id       # an entry of the program, or -1: the constant c
     double c
 
-cdef struct _SKey:
-    int64_t entry    # -1: an empty slot
-    int64_t a, b
-    uint64_t abits, bbits
-    int op
-
 # tree node kinds (the Python side's ``_NUM``... in second_order_arrays.py)
 cdef enum:
     _N_NUM = 0
@@ -51,6 +45,13 @@ cdef inline uint64_t _sbits(double c) noexcept:
     return b
 
 
+cdef inline uint64_t _smix(uint64_t h) noexcept:
+    """splitmix64's finaliser: every input bit reaches the low bits the table uses."""
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL
+    return h ^ (h >> 31)
+
+
 @cython.cdivision(True)
 cdef inline double _sfold(int which, double x, double y) noexcept:
     """add, sub, mul, div, neg on constants, as IEEE (and the VM) computes them."""
@@ -75,7 +76,7 @@ cdef class _SecondWriter:
     cdef double* c1
     cdef double* v
     cdef Py_ssize_t used, capacity
-    cdef _SKey* table
+    cdef uint64_t* table
     cdef Py_ssize_t slots, filled
     cdef int op_add, op_sub, op_mul, op_div, op_neg, op_pow, op_var
     cdef const int32_t[::1] n_kind
@@ -122,39 +123,60 @@ cdef class _SecondWriter:
         self.used += 1
         return at
 
-    cdef Py_ssize_t slot(self, int op, int64_t a, uint64_t abits, int64_t b, uint64_t bbits
-                         ) noexcept:
-        cdef uint64_t h = <uint64_t>op * 0x9E3779B97F4A7C15ULL
-        h = (h ^ <uint64_t>a) * 0xBF58476D1CE4E5B9ULL
-        h = (h ^ abits) * 0x94D049BB133111EBULL
-        h = (h ^ <uint64_t>b) * 0x9E3779B97F4A7C15ULL
-        h = (h ^ bbits) * 0xBF58476D1CE4E5B9ULL
-        h ^= h >> 31
-        cdef Py_ssize_t mask = self.slots - 1, s = <Py_ssize_t>(h & <uint64_t>mask)
-        cdef _SKey* k
-        while True:
-            k = &self.table[s]
-            if k.entry < 0 or (k.op == op and k.a == a and k.abits == abits and k.b == b
-                               and k.bbits == bbits):
-                return s
-            s = (s + 1) & mask
+    cdef inline uint64_t key_hash(self, int op, int64_t a, uint64_t abits, int64_t b,
+                                  uint64_t bbits) noexcept:
+        cdef uint64_t h = _smix(<uint64_t>op)
+        h = _smix(h ^ <uint64_t>a)
+        h = _smix(h ^ abits)
+        h = _smix(h ^ <uint64_t>b)
+        return _smix(h ^ bbits)
+
+    cdef inline bint same(self, int64_t e, int op, int64_t a, uint64_t abits, int64_t b,
+                          uint64_t bbits) noexcept:
+        """Whether entry e (one the table holds) has this key."""
+        if self.ops[e] != op or self.a0[e] != a or self.a1[e] != b:
+            return False
+        if op == self.op_var:
+            return _sbits(self.v[e]) == abits
+        return (a >= 0 or _sbits(self.c0[e]) == abits) \
+            and (b >= 0 or _sbits(self.c1[e]) == bbits)
 
     cdef int rehash(self) except -1:
-        cdef _SKey* old = self.table
-        cdef Py_ssize_t count = self.slots, i, s
+        """Twice the slots (each: 32 bits of the key's hash, then entry + 1; 0 empty)."""
+        cdef uint64_t* old = self.table
+        cdef Py_ssize_t count = self.slots, i, s, mask
+        cdef int64_t e
+        cdef uint64_t h
         self.slots = count * 2 if count else 1 << 16
-        self.table = <_SKey*>malloc(self.slots * sizeof(_SKey))
+        self.table = <uint64_t*>calloc(self.slots, sizeof(uint64_t))
         if self.table == NULL:
             self.table = old
             raise MemoryError("the Hessian's second-order program does not fit in memory")
-        for i in range(self.slots):
-            self.table[i].entry = -1
+        mask = self.slots - 1
         for i in range(count):
-            if old[i].entry >= 0:
-                s = self.slot(old[i].op, old[i].a, old[i].abits, old[i].b, old[i].bbits)
+            if old[i]:
+                e = <int64_t>(old[i] & 0xFFFFFFFFULL) - 1
+                h = old[i] >> 32
+                s = <Py_ssize_t>(self.rehome(old[i], e) & <uint64_t>mask)
+                while self.table[s]:
+                    s = (s + 1) & mask
                 self.table[s] = old[i]
         free(old)
         return 0
+
+    cdef uint64_t rehome(self, uint64_t slot, int64_t e) noexcept:
+        """The full hash of entry e's key (the slot keeps 32 bits of it)."""
+        cdef int op = self.ops[e]
+        cdef int64_t a = self.a0[e], b = self.a1[e]
+        cdef uint64_t abits = 0, bbits = 0
+        if op == self.op_var:
+            abits = _sbits(self.v[e])
+        else:
+            if a < 0:
+                abits = _sbits(self.c0[e])
+            if b < 0:
+                bbits = _sbits(self.c1[e])
+        return self.key_hash(op, a, abits, b, bbits)
 
     cdef _SRef shared(self, int op, _SRef a, _SRef b, double value) except *:
         """The entry op(a, b) (a fixed variable holding ``value`` for op_var), made once."""
@@ -162,16 +184,29 @@ cdef class _SecondWriter:
             self.rehash()
         cdef uint64_t abits = _sbits(a.c) if a.id < 0 else 0
         cdef uint64_t bbits = _sbits(b.c) if b.id < 0 else 0
+        cdef int64_t ka = a.id if a.id >= 0 else -1, kb = b.id if b.id >= 0 else -1
         if op == self.op_var:
-            abits = _sbits(value)
-        cdef Py_ssize_t s = self.slot(op, a.id, abits, b.id, bbits)
-        cdef _SKey* k = &self.table[s]
-        if k.entry < 0:
-            k.entry = self.raw(op, a, b, value)
-            k.op, k.a, k.abits, k.b, k.bbits = op, a.id, abits, b.id, bbits
-            self.filled += 1
+            abits, ka, kb, bbits = _sbits(value), -1, -1, 0
+        cdef uint64_t h = self.key_hash(op, ka, abits, kb, bbits), tag = h >> 32, got
+        cdef Py_ssize_t mask = self.slots - 1, s = <Py_ssize_t>(h & <uint64_t>mask)
+        cdef int64_t e
         cdef _SRef r
-        r.id, r.c = k.entry, 0.0
+        r.c = 0.0
+        while True:
+            got = self.table[s]
+            if not got:
+                break
+            e = <int64_t>(got & 0xFFFFFFFFULL) - 1
+            if (got >> 32) == tag and self.same(e, op, ka, abits, kb, bbits):
+                r.id = e
+                return r
+            s = (s + 1) & mask
+        if self.used >= 0xFFFFFFF0:
+            raise MemoryError("the Hessian's second-order program is past 2^32 entries")
+        e = self.raw(op, a, b, value)
+        self.table[s] = (tag << 32) | <uint64_t>(e + 1)
+        self.filled += 1
+        r.id = e
         return r
 
     cdef _SRef entry(self, _SRef r) except *:

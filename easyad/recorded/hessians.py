@@ -230,11 +230,17 @@ class Hessians(Rows):
                 if program is not None:
                     # the program computes the upper triangle: H[r, c] is output k of the
                     # k-th (r <= c) pair, H[c, r] the same
-                    upper = rows <= cols
-                    number = np.full(self.n_inputs * self.n_inputs, -1, dtype=np.int64)
-                    number[(rows * self.n_inputs + cols)[upper]] = np.arange(int(upper.sum()))
-                    source = number[np.minimum(rows, cols) * self.n_inputs
-                                    + np.maximum(rows, cols)]
+                    # (keys of the pattern's order, sorted: no (n, n) array of numbers)
+                    n = self.n_inputs
+                    keys = (rows * n + cols).astype(np.int64)
+                    upper_keys = keys[rows <= cols]
+                    number = np.arange(len(upper_keys), dtype=np.int64)
+                    if len(upper_keys) > 1 and not (np.diff(upper_keys) > 0).all():
+                        number = np.argsort(upper_keys, kind="stable")
+                        upper_keys = upper_keys[number]
+                    source = number[np.searchsorted(
+                        upper_keys, np.minimum(rows, cols).astype(np.int64) * n
+                        + np.maximum(rows, cols))]
                     made = [_core._Replayer(*program), None,
                             (rows * self.n_inputs + cols).astype(np.int64), program,
                             np.ascontiguousarray(source, dtype=np.int64)]
