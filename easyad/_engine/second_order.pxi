@@ -11,6 +11,7 @@
 
 from libc.stdlib cimport realloc as _so_realloc
 from libc.stdint cimport int8_t
+from libc.math cimport frexp, fabs
 
 cdef struct _SRef:
     int64_t id       # an entry of the program, or -1: the constant c
@@ -26,6 +27,15 @@ cdef enum:
     _N_DIV0 = 5
     _N_RULE = 6
     _N_DECLINE = 7
+
+
+cdef inline bint _rescales_exactly(double c1, double c2) noexcept:
+    """Whether (u * c1) * c2 is u * (c1 * c2) bit for bit at every u (see
+    second_order._rescales_exactly: c1 a power of two, |c1|, |c2| >= 1, c1 c2 finite)."""
+    cdef int exponent
+    cdef double mantissa = frexp(c1, &exponent)
+    return fabs(mantissa) == 0.5 and fabs(c1) >= 1.0 and fabs(c2) >= 1.0 \
+        and isfinite(c1 * c2)
 
 
 cdef inline _SRef _sconst(double c) noexcept:
@@ -265,7 +275,28 @@ cdef class _SecondWriter:
                 return a
             if b.c == -1.0:
                 return self.neg(a)
+            if self.negated(a) >= 0:             # (-u) * c = u * (-c), exactly
+                return self.rule(op, 2, _SRef(self.negated(a), 0.0), _sconst(-b.c), exact)
+            if self.ops[a.id] == self.op_mul and self.a1[a.id] < 0 \
+                    and _rescales_exactly(self.c1[a.id], b.c):
+                # (u * c1) * c2 = u * (c1 * c2), here bit for bit
+                return self.rule(op, 2, _SRef(self.a0[a.id], 0.0),
+                                 _sconst(self.c1[a.id] * b.c), exact)
+        if op == self.op_add and a.id >= 0 and b.id >= 0:
+            if self.negated(b) >= 0:              # u + (-w) = u - w, exactly
+                return self.rule(self.op_sub, 2, a, _SRef(self.negated(b), 0.0), exact)
+            if self.negated(a) >= 0:
+                return self.rule(self.op_sub, 2, b, _SRef(self.negated(a), 0.0), exact)
+        if op == self.op_sub and b.id >= 0 and self.negated(b) >= 0:
+            # u - (-w) = u + w, exactly
+            return self.rule(self.op_add, 2, a, _SRef(self.negated(b), 0.0), exact)
         return self.shared(op, a, b, 0.0)
+
+    cdef inline int64_t negated(self, _SRef r) noexcept:
+        """u where r is the entry -u, else -1."""
+        if r.id >= 0 and self.ops[r.id] == self.op_neg and self.a0[r.id] >= 0:
+            return self.a0[r.id]
+        return -1
 
     cdef _SRef add(self, _SRef a, _SRef b) except *:
         if _szero(a):
