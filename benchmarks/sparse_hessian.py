@@ -11,10 +11,13 @@ Per problem and size: the colours of both colourings (the forward-over-reverse s
 per Hessian), and, timed interleaved (medians and quartiles over rounds, each round in a
 fresh random order): ``F.hessian(x, sparse=True)`` with the star colouring (easyad's
 default where it needs fewer colours) and with the column partition (the colouring
-forced, for comparison), by the route ``hessian`` takes (printed: the Hessian's
-second-order program where colours x tape entries are within its limit, else one C
-call of the sweeps, one per colour), and CasADi's ``Function("H", [z], [hessian(f, z)[0]])``
-called through ``Function.buffer()``. Values are checked against CasADi's first.
+forced, for comparison, where colours x tape entries <= 5e6), by the route ``hessian``
+takes after its first call (printed: the Hessian's second-order program, built in C,
+with its number of entries), and CasADi's ``Function("H", [z], [hessian(f, z)[0]])``
+called through ``Function.buffer()``. Values (the first call's sweeps and the program)
+are checked against CasADi's first. Building is timed in CPU time over
+``--build-rounds`` interleaved rounds: easyad's pattern + colourings + program after
+recording, against CasADi's expression + hessian + Function.
 
 Run: ``.venv-bench/bin/python benchmarks/sparse_hessian.py`` (``--sizes 1000 10000
 --rounds 15``). The machine may be shared: say so next to the figures.
@@ -44,7 +47,7 @@ def objective_casadi(ca, problem, n):
 def build_easyad(problem, n, star):
     f, z0 = objective_easyad(problem, n)
     F = ad.record(f, z0)
-    started = time.perf_counter()
+    started = time.process_time()      # CPU time: the machine may be shared
     rows, cols, colour = F._pattern()
     columns, stars = F.hessian_colouring()
     if not star and stars < columns:
@@ -52,9 +55,9 @@ def build_easyad(problem, n, star):
         from easyad import _sparsity
         F._pattern_cache = (rows, cols, _sparsity.colour_columns(F.n_inputs, rows, cols))
     F._hessian_plan()
-    coloured = time.perf_counter() - started
+    coloured = time.process_time() - started
     second = F._second()      # the Hessian's program (what every call after the first runs)
-    built = time.perf_counter() - started
+    built = time.process_time() - started
     x = z0 + 0.01 * np.cos(np.arange(len(z0)))
     used = int(F._pattern()[2].max()) + 1
     entries = len(second[3][0]) if second is not None else None
@@ -63,11 +66,11 @@ def build_easyad(problem, n, star):
 
 
 def build_casadi(ca, problem, n, x):
-    started = time.perf_counter()
+    started = time.process_time()
     z, f = objective_casadi(ca, problem, n)
     H, _ = ca.hessian(f, z)
     G = ca.Function("H", [z], [H])
-    built = time.perf_counter() - started
+    built = time.process_time() - started
     buf, call = G.buffer()
     xs = np.ascontiguousarray(x)
     out = np.zeros(G.nnz_out(0))
@@ -85,6 +88,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--build-rounds", type=int, default=3,
+                        help="interleaved rounds of building, both sides (CPU time)")
     args = parser.parse_args()
     random.seed(args.seed)
     try:
@@ -101,8 +106,8 @@ def main():
                   f"{info['star']}; tape {len(F):,} entries")
             route = f"second-order program ({info['entries']:,} entries)" \
                 if info["entries"] is not None else "sweeps"
-            print(f"easyad pattern + colourings {info['colouring']:.3f} s, + program "
-                  f"{info['build']:.3f} s; route after the first call: {route}; "
+            print(f"easyad pattern + colourings {info['colouring']:.3f} s, with the program "
+                  f"{info['build']:.3f} s (CPU); route after the first call: {route}; "
                   f"program vs sweeps max gap {np.abs(program_values - star_values).max():.1e}")
             variants = {f"easyad star ({info['used']} colours)":
                         lambda F=F, x=x: F.hessian(x, sparse=True)}
@@ -123,6 +128,17 @@ def main():
                 problems._same(F, program_values, cout, sparsity, hessian=True)
                 print(f"casadi expression + hessian + function {built:.3f} s")
                 variants["casadi VM (buffer)"] = ccall
+            if ca is not None and args.build_rounds:
+                ours, theirs = [], []
+                for _ in range(args.build_rounds):
+                    ours.append(build_easyad(problem, n, True)[2]["build"])
+                    theirs.append(build_casadi(ca, problem, n, x)[3])
+                ratio = problems.quartiles([a / b for a, b in zip(ours, theirs)])
+                print(f"building, CPU s, median of {args.build_rounds} interleaved rounds: "
+                      f"easyad (pattern + colourings + program) "
+                      f"{problems.quartiles(ours)[1]:.3f}, CasADi (expression + hessian + "
+                      f"Function) {problems.quartiles(theirs)[1]:.3f}, ratio "
+                      f"{ratio[1]:.2f} ({ratio[0]:.2f}-{ratio[2]:.2f})")
             times = problems.measure(variants, args.rounds, args.seconds)
             print("\n| variant | median us | quartiles us | vs casadi VM |")
             print("|---|---|---|---|")
