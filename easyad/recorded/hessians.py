@@ -1,6 +1,6 @@
 """Hessians and Hessian-vector products of a scalar ``Function``: the sparsity pattern and
 its colouring (``_sparsity``: star, or a partition of columns where that needs as few),
-the Hessian's own second-order program (``compiler.tape.second_order_program``) and the
+the Hessian's own second-order program (``compiler.tape.second_order_arrays``) and the
 forward-over-reverse sweeps of the VM.
 A mixin of ``Function`` (``easyad/replay.py``): the five routes to a Hessian and the
 caches they share are one concern, apart from first-order evaluation.
@@ -36,7 +36,8 @@ class Hessians(Rows):
 
         One point is computed, from the second one-point call on (or after
         ``bind_hessian`` or ``compile(hessian=True)``), by the Hessian's own program
-        (``second_order_program`` in easyad/compiler/tape/second_order.py:
+        (``second_order_arrays.program``, the construction of
+        easyad/compiler/tape/second_order.py written in C:
         forward-over-reverse done once, symbolically, simplified, over the nonzeros only;
         compiled by ``compile(hessian=True)``); the first call, batches, a point where
         that program flags something or gives a non-finite entry, and functions it cannot
