@@ -76,6 +76,7 @@ cdef inline double _sfold(int which, double x, double y) noexcept:
     return -x
 
 
+@cython.auto_pickle(False)       # C pointers: nothing to pickle (and no stub entries)
 cdef class _SecondWriter:
     """The program being written: entries in growing C arrays, a hash table of the
     shared ones, and the rule table's partials and tangents as node arrays."""
