@@ -7,7 +7,7 @@
 # does the sweeps' operations in the sweeps' order. Only the optional rewrites that shrink
 # a program without changing a bit ((-u) * c, (u * c1) * c2, u + (-w)) are left out. In
 # Python the emitter cost ~30 us per program entry, which capped the program at 60,000
-# colours x entries; here it is a few hundred nanoseconds.
+# colours x entries; here it is about a microsecond or less.
 
 from libc.stdlib cimport realloc as _so_realloc
 from libc.stdint cimport int8_t
