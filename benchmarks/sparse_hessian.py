@@ -11,10 +11,13 @@ Per problem and size: the colours of both colourings (the forward-over-reverse s
 per Hessian), and, timed interleaved (medians and quartiles over rounds, each round in a
 fresh random order): ``F.hessian(x, sparse=True)`` with the star colouring (easyad's
 default where it needs fewer colours) and with the column partition (the colouring
-forced, for comparison), by the route ``hessian`` takes (printed: the Hessian's
-second-order program where colours x tape entries are within its limit, else one C
-call of the sweeps, one per colour), and CasADi's ``Function("H", [z], [hessian(f, z)[0]])``
-called through ``Function.buffer()``. Values are checked against CasADi's first.
+forced, for comparison, where colours x tape entries <= 5e6), by the route ``hessian``
+takes after its first call (printed: the Hessian's second-order program, built in C,
+with its number of entries), and CasADi's ``Function("H", [z], [hessian(f, z)[0]])``
+called through ``Function.buffer()``. Values (the first call's sweeps and the program)
+are checked against CasADi's first. Building is timed in CPU time over
+``--build-rounds`` interleaved rounds: easyad's pattern + colourings + program after
+recording, against CasADi's expression + hessian + Function.
 
 Run: ``.venv-bench/bin/python benchmarks/sparse_hessian.py`` (``--sizes 1000 10000
 --rounds 15``). The machine may be shared: say so next to the figures.
@@ -44,7 +47,7 @@ def objective_casadi(ca, problem, n):
 def build_easyad(problem, n, star):
     f, z0 = objective_easyad(problem, n)
     F = ad.record(f, z0)
-    started = time.perf_counter()
+    started = time.process_time()      # CPU time: the machine may be shared
     rows, cols, colour = F._pattern()
     columns, stars = F.hessian_colouring()
     if not star and stars < columns:
@@ -52,18 +55,22 @@ def build_easyad(problem, n, star):
         from easyad import _sparsity
         F._pattern_cache = (rows, cols, _sparsity.colour_columns(F.n_inputs, rows, cols))
     F._hessian_plan()
-    built = time.perf_counter() - started
+    coloured = time.process_time() - started
+    second = F._second()      # the Hessian's program (what every call after the first runs)
+    built = time.process_time() - started
     x = z0 + 0.01 * np.cos(np.arange(len(z0)))
     used = int(F._pattern()[2].max()) + 1
-    return F, x, dict(columns=columns, star=stars, used=used, build=built)
+    entries = len(second[3][0]) if second is not None else None
+    return F, x, dict(columns=columns, star=stars, used=used, build=built,
+                      colouring=coloured, entries=entries)
 
 
 def build_casadi(ca, problem, n, x):
-    started = time.perf_counter()
+    started = time.process_time()
     z, f = objective_casadi(ca, problem, n)
     H, _ = ca.hessian(f, z)
     G = ca.Function("H", [z], [H])
-    built = time.perf_counter() - started
+    built = time.process_time() - started
     buf, call = G.buffer()
     xs = np.ascontiguousarray(x)
     out = np.zeros(G.nnz_out(0))
@@ -81,6 +88,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--build-rounds", type=int, default=3,
+                        help="interleaved rounds of building, both sides (CPU time)")
     args = parser.parse_args()
     random.seed(args.seed)
     try:
@@ -90,20 +99,24 @@ def main():
     for problem in args.problems:
         for n in args.sizes:
             F, x, info = build_easyad(problem, n, True)
-            star_values = F.hessian(x, sparse=True)
+            star_values = F.hessian(x, sparse=True)       # the first call: the sweeps
+            program_values = F.hessian(x, sparse=True)    # then the program, if any
             print(f"\n## {problem}, n = {F.n_inputs}: Hessian {len(F.hessian_pattern()[0]):,} "
                   f"nonzeros; colours: partition of columns {info['columns']}, star "
-                  f"{info['star']}")
-            route = "second-order program" if F._second() is not None else "sweeps"
-            print(f"easyad pattern + colourings {info['build']:.3f} s; route: {route}")
-            variants = {f"easyad star ({info['used']} sweeps)":
+                  f"{info['star']}; tape {len(F):,} entries")
+            route = f"second-order program ({info['entries']:,} entries)" \
+                if info["entries"] is not None else "sweeps"
+            print(f"easyad pattern + colourings {info['colouring']:.3f} s, with the program "
+                  f"{info['build']:.3f} s (CPU); route after the first call: {route}; "
+                  f"program vs sweeps max gap {np.abs(program_values - star_values).max():.1e}")
+            variants = {f"easyad star ({info['used']} colours)":
                         lambda F=F, x=x: F.hessian(x, sparse=True)}
-            if info["columns"] * len(F) <= 5e7:     # else n sweeps, an (n, n) array
+            if info["columns"] * len(F) <= 5e6:     # else n sweeps or a huge program
                 G, _, ginfo = build_easyad(problem, n, False)
                 column_values = G.hessian(x, sparse=True)
                 gap = np.abs(star_values - column_values).max()
                 print(f"star vs partition of columns: max gap {gap:.1e}")
-                variants[f"easyad columns ({ginfo['used']} sweeps)"] = \
+                variants[f"easyad columns ({ginfo['used']} colours)"] = \
                     lambda G=G, x=x: G.hessian(x, sparse=True)
             else:
                 print(f"partition of columns not timed: {info['columns']} sweeps of "
@@ -112,8 +125,20 @@ def main():
                 ccall, cout, sparsity, built = build_casadi(ca, problem, n, x)
                 ccall()
                 problems._same(F, star_values, cout, sparsity, hessian=True)
+                problems._same(F, program_values, cout, sparsity, hessian=True)
                 print(f"casadi expression + hessian + function {built:.3f} s")
                 variants["casadi VM (buffer)"] = ccall
+            if ca is not None and args.build_rounds:
+                ours, theirs = [], []
+                for _ in range(args.build_rounds):
+                    ours.append(build_easyad(problem, n, True)[2]["build"])
+                    theirs.append(build_casadi(ca, problem, n, x)[3])
+                ratio = problems.quartiles([a / b for a, b in zip(ours, theirs)])
+                print(f"building, CPU s, median of {args.build_rounds} interleaved rounds: "
+                      f"easyad (pattern + colourings + program) "
+                      f"{problems.quartiles(ours)[1]:.3f}, CasADi (expression + hessian + "
+                      f"Function) {problems.quartiles(theirs)[1]:.3f}, ratio "
+                      f"{ratio[1]:.2f} ({ratio[0]:.2f}-{ratio[2]:.2f})")
             times = problems.measure(variants, args.rounds, args.seconds)
             print("\n| variant | median us | quartiles us | vs casadi VM |")
             print("|---|---|---|---|")

@@ -1,6 +1,6 @@
 """Hessians and Hessian-vector products of a scalar ``Function``: the sparsity pattern and
 its colouring (``_sparsity``: star, or a partition of columns where that needs as few),
-the Hessian's own second-order program (``compiler.tape.second_order_program``) and the
+the Hessian's own second-order program (``compiler.tape.second_order_arrays``) and the
 forward-over-reverse sweeps of the VM.
 A mixin of ``Function`` (``easyad/replay.py``): the five routes to a Hessian and the
 caches they share are one concern, apart from first-order evaluation.
@@ -36,7 +36,8 @@ class Hessians(Rows):
 
         One point is computed, from the second one-point call on (or after
         ``bind_hessian`` or ``compile(hessian=True)``), by the Hessian's own program
-        (``second_order_program`` in easyad/compiler/tape/second_order.py:
+        (``second_order_arrays.program``, the construction of
+        easyad/compiler/tape/second_order.py written in C:
         forward-over-reverse done once, symbolically, simplified, over the nonzeros only;
         compiled by ``compile(hessian=True)``); the first call, batches, a point where
         that program flags something or gives a non-finite entry, and functions it cannot
@@ -219,22 +220,28 @@ class Hessians(Rows):
         nonzeros (int64), (tape, inputs, outputs), the output of each nonzero (int64)],
         built once; None where there is none."""
         if not hasattr(self, "_second_cache"):
-            from easyad.compiler import tape as tape_compiler
+            from easyad.compiler.tape import second_order_arrays
             made = None
             if not self.tape._customs_count():
                 rows, cols, colour = self._pattern()
                 order = self._replayer._layout()["original"]   # the sweeps' order
-                program = tape_compiler.second_order_program(
+                program = second_order_arrays.program(
                     self.tape, self.inputs, self.outputs[0], rows, cols, colour, order,
                     self._hessian_sources())
                 if program is not None:
                     # the program computes the upper triangle: H[r, c] is output k of the
                     # k-th (r <= c) pair, H[c, r] the same
-                    upper = rows <= cols
-                    number = np.full(self.n_inputs * self.n_inputs, -1, dtype=np.int64)
-                    number[(rows * self.n_inputs + cols)[upper]] = np.arange(int(upper.sum()))
-                    source = number[np.minimum(rows, cols) * self.n_inputs
-                                    + np.maximum(rows, cols)]
+                    # (keys of the pattern's order, sorted: no (n, n) array of numbers)
+                    n = self.n_inputs
+                    keys = (rows * n + cols).astype(np.int64)
+                    upper_keys = keys[rows <= cols]
+                    number = np.arange(len(upper_keys), dtype=np.int64)
+                    if len(upper_keys) > 1 and not (np.diff(upper_keys) > 0).all():
+                        number = np.argsort(upper_keys, kind="stable")
+                        upper_keys = upper_keys[number]
+                    source = number[np.searchsorted(
+                        upper_keys, np.minimum(rows, cols).astype(np.int64) * n
+                        + np.maximum(rows, cols))]
                     made = [_core._Replayer(*program), None,
                             (rows * self.n_inputs + cols).astype(np.int64), program,
                             np.ascontiguousarray(source, dtype=np.int64)]
