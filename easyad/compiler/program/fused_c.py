@@ -49,7 +49,8 @@
 The C is compiled by ``easyad.compiler.tape.library.build`` (gcc, cached on disk by the
 source's hash, ``ad.CompilerWarning`` and the unfused program when there is no
 compiler). Reductions add in loop order (numpy adds pairwise), so sums can differ from
-eager execution in the last bits. Float32 values are computed in double and rounded when stored.
+eager execution in the last bits. Float32 values are computed in double and rounded when stored,
+but for the rule table's float32 forms (``float32.py``: tanh in float), computed in float.
 """
 from __future__ import annotations
 
