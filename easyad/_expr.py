@@ -246,10 +246,21 @@ def call_rules(table: Iterable[rules.Rule] = rules.RULES) -> dict[str, rules.Rul
     return out
 
 
+def adjoint_map(partials: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A rule's adjoint kernel for the given partials: its expressions ``mul0(g, partial)``
+    (``g`` for a partial of 1) and the values of the forward step they read, of x, y, z
+    in that order (the kernel's names are those and then ``g``). The tensor layer records
+    these; the fused C finds a row's float32 forms by them."""
+    partials = tuple(partials)
+    exprs = tuple("g" if constant(p) == 1.0 else f"mul0(g, {p})" for p in partials)
+    saved = tuple(n for n in ("x", "y", "z") if any(n in variables(p) for p in partials))
+    return exprs, saved
+
+
 def helpers_used(rule: rules.Rule) -> frozenset[str]:
     """The helpers of ``rules.HELPERS`` a rule's expressions call (read off its trees)."""
     used: set[str] = set()
-    for text in (rule.value, *rule.partials):
+    for text in (rule.value, *rule.partials, *rule.float32):
         used |= calls(text)
     return frozenset(used & set(rules.HELPERS))
 

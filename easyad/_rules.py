@@ -78,6 +78,14 @@ class Rule:
     # nearest integer, so the value is flat in it (partial 0); references that
     # differentiate the value in it do not apply
     integer_order: bool = False
+    # The row's forms for float32 programs, (value, partial, ...): the same function in
+    # exact math (tests/test_float32_forms.py checks it numerically against the row's own),
+    # written to be accurate when evaluated in float, which the fused C then does (float
+    # arithmetic, libm's and libmvec's f functions) instead of computing the row's own forms
+    # in double and rounding. A partial may read only what the row's own partial reads (the
+    # recording saves that). docs/record-replay.md states the error in float32 ulps.
+    # Empty: float32 programs compute the row's own forms in double.
+    float32: tuple[str, ...] = ()
 
     @property
     def arity(self) -> int:
@@ -112,8 +120,13 @@ UNARY_RULES: tuple[Rule, ...] = (
          numpy="arctan"),
     Rule("sinh", "sinh(x)", ("cosh(x)",), MATH_OVERFLOW, doc="hyperbolic sine"),
     Rule("cosh", "cosh(x)", ("sinh(x)",), MATH_OVERFLOW, doc="hyperbolic cosine"),
-    # 1/cosh^2 rather than 1 - z*z, which cancels to nothing as |x| grows (tanh'(20) ~ 2e-17)
-    Rule("tanh", "tanh(x)", ("1.0 / (cosh(x) * cosh(x))",), doc="hyperbolic tangent"),
+    # 1/cosh^2 rather than 1 - z*z, which cancels to nothing as |x| grows (tanh'(20) ~ 2e-17).
+    # float32: tanhf (libmvec's where the loop vectorises), and the slope as 4e/(1+e)^2 with
+    # e = exp(-2|x|) (= 1/cosh^2 x exactly; -2|x| is exact, e in (0, 1] never overflows):
+    # one expf, a few ulps everywhere, where 1 - z*z in float is 0 past |x| ~ 9
+    Rule("tanh", "tanh(x)", ("1.0 / (cosh(x) * cosh(x))",), doc="hyperbolic tangent",
+         float32=("tanh(x)", "4.0 * exp(-2.0 * fabs(x)) / ((1.0 + exp(-2.0 * fabs(x)))"
+                             " * (1.0 + exp(-2.0 * fabs(x))))")),
     # hypot(x, 1) = sqrt(x*x + 1) without overflow for large x
     Rule("asinh", "asinh(x)", ("1.0 / hypot(x, 1.0)",), aliases=("arcsinh",),
          doc="inverse hyperbolic sine", numpy="arcsinh"),

@@ -38,6 +38,11 @@ import easyad as ad
 from easyad import _rules
 
 RTOL = {np.dtype(np.float64): 1e-13, np.dtype(np.float32): 2e-6}
+# Rows with float32 forms (Rule.float32; docs/record-replay.md "float32 programs"): the
+# fused C and eager numpy in float32, each within the stated bound of the float64 result
+# (value 2 ulps, slope times an adjoint 6), agree within the sum, in ulps where the result
+# is a normal float32 and within float32's smallest normal below it
+FLOAT32_FORM_ULPS = {"value": 4.0, "gradient": 12.0}
 # torch's libm and numpy's differ by an ulp or so; sympy's lambdified derivative is
 # evaluated in float64 through other formulas (cancellation near domain edges)
 REF_RTOL = 1e-12
@@ -592,3 +597,18 @@ def selection_engines(x0: np.ndarray, device: str = "numpy", dtype: Any = np.flo
         return lambda x: F.value_and_gradient(x.astype(dtype))
 
     return {"eager": eager, "fused": replay(True), "unfused": replay(False)}
+
+
+def float32_ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in float32 ulps of want where want is a normal float32, in units of
+    float32's smallest normal below it (both arrays float32; 0 where both are the same
+    NaN or infinity, inf where the NaN/inf patterns differ)."""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    tiny = float(np.finfo(np.float32).tiny)
+    with np.errstate(all="ignore"):
+        unit = np.where(np.abs(want) >= tiny, np.spacing(np.abs(want).astype(np.float32)),
+                        tiny).astype(np.float64)
+        d = np.abs(got - want) / unit
+    d[(got == want) | (np.isnan(got) & np.isnan(want))] = 0.0
+    d[(np.isnan(got) != np.isnan(want)) | (np.isinf(got) != np.isinf(want))] = np.inf
+    return d

@@ -19,10 +19,11 @@ import easyad as ad
 from easyad import _rules
 
 from conftest import _NO_OPENCL, OPENCL
-from _conformance import (RTOL, Result, check_derivatives, check_scalar, check_selections,
-                          check_tensor, selection_engines, selection_points,
-                          disagreements, eager_tensors, recorded_tensors, replay_engine,
-                          samples, scalar_engine, trace_tensors)
+from _conformance import (FLOAT32_FORM_ULPS, RTOL, Result, check_derivatives,
+                          check_scalar, check_selections, check_tensor, selection_engines,
+                          selection_points, disagreements, eager_tensors, float32_ulps,
+                          recorded_tensors, replay_engine, samples, scalar_engine,
+                          trace_tensors)
 
 RULES = _rules.DIFFERENTIATED_RULES     # stop_gradient: tests/test_stop_gradient.py
 IDS = [r.name for r in RULES]
@@ -99,6 +100,26 @@ def test_numpy_tensor_engines_conform(rule, dtype, numpy_results, scalar_results
         for a, b in zip((results[same].values, *results[same].grads),
                         (results[base].values, *results[base].grads)):
             lines += disagreements(a, b, 0, f"{rule.name} {same} vs {base}", s.xs)
+    assert not lines, "\n".join(lines)
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r.float32],
+                         ids=[r.name for r in RULES if r.float32])
+def test_float32_forms_conform(rule, numpy_results):
+    """Rows with float32 forms: every float32 engine on the numpy device (the fused C
+    computes them in float) against eager numpy, in ulps (``FLOAT32_FORM_ULPS``) at the
+    rule's sample points: ordinary values, ±0, ±inf, NaN, tiny and huge magnitudes."""
+    results = numpy_results[np.dtype(np.float32)][rule.name]
+    base = results["eager"]
+    lines = []
+    for name, res in results.items():
+        for kind, got, want in (("value", res.values, base.values),
+                                *(("gradient", g, b) for g, b in zip(res.grads, base.grads))):
+            d = float32_ulps(got, want)
+            if d.max() > FLOAT32_FORM_ULPS[kind]:
+                k = int(d.argmax())
+                lines.append(f"{rule.name} {name} {kind}: {d.max():.3g} ulps from eager at "
+                             f"x = {TABLE[rule.name].xs[0][k]!r} ({got[k]!r} vs {want[k]!r})")
     assert not lines, "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ from easyad._core import ElementwiseStep, RulePlan
 from easyad.tensor import _graph
 from easyad.tensor import _shapes as shapes
 from easyad.tensor._base import (BOOL, T, TensorBase, common_tape, live_tape, operand, record,
-                                 result_dtype, uses, wrap)
+                                 result_dtype, wrap)
 
 
 def _first_tensor(values: tuple[Any, ...]) -> TensorBase:
@@ -41,9 +41,7 @@ def _plan(rule: _rules.Rule, wanted: tuple[int, ...]) -> RulePlan:
     they read."""
     plan = _PLANS.get((rule.name, wanted))
     if plan is None:
-        partials = [rule.partials[k] for k in wanted]
-        exprs = tuple("g" if _expr.constant(p) == 1.0 else f"mul0(g, {p})" for p in partials)
-        saved = tuple(n for n in ("x", "y", "z") if any(uses(p, n) for p in partials))
+        exprs, saved = _expr.adjoint_map(rule.partials[k] for k in wanted)
         plan = _PLANS[(rule.name, wanted)] = RulePlan(rule.name, rule.value, exprs, saved,
                                                       wanted, len(rule.partials))
     return plan

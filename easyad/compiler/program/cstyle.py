@@ -31,6 +31,7 @@ import numpy as np
 from easyad import _expr
 from easyad.compiler import dialect, libm
 from easyad.compiler.cstyle import CStyleRenderer
+from easyad.compiler.program import float32
 from easyad.compiler.program.plan import (
     ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, contiguous, flat_offset,
     flat_strides,
@@ -307,6 +308,10 @@ class Renderer(CStyleRenderer):
             for k, (o, dt) in enumerate(zip(outs, dtypes)):
                 tree = constant_strong_zeros(
                     _expr.substitute(self.plan.map_tree(ins, k), mapping))
+                if id(ins) in plan.in_float and id(ins) not in plan.exact_math:
+                    # a row's float32 form (float32.py): float arithmetic and functions
+                    put(o, f"(float)({float32.in_float(tree)})")
+                    continue
                 tree = self.dialect.exact_calls(tree) if id(ins) in plan.exact_math \
                     else self._calls(body, tree)
                 number = _expr.constant(tree)

@@ -49,7 +49,8 @@
 The C is compiled by ``easyad.compiler.tape.library.build`` (gcc, cached on disk by the
 source's hash, ``ad.CompilerWarning`` and the unfused program when there is no
 compiler). Reductions add in loop order (numpy adds pairwise), so sums can differ from
-eager execution in the last bits. Float32 values are computed in double and rounded when stored.
+eager execution in the last bits. Float32 values are computed in double and rounded when stored,
+but for the rule table's float32 forms (``float32.py``: tanh in float), computed in float.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ import numpy as np
 from easyad import _pool
 from easyad.compiler.tape import library as c_library
 from easyad._core import _point_at, _segment_call, _segments_batch
-from easyad.compiler.program import blas_steps, softmax_c, table_c
+from easyad.compiler.program import blas_steps, float32, softmax_c, table_c
 from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
 from easyad.compiler.optimiser import optimise_program
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
@@ -344,8 +345,10 @@ def fused(program: Program, outputs: Sequence[int], be: NumpyBackend, on_guard: 
     nothing would be compiled (no C-able instruction) or no compiler works."""
     program, outputs = optimise_program(program, outputs)
     outputs, views = final_views(program, outputs)
+    in_float = float32.rewrite(program)          # the rule table's float32 forms
     instructions = live_instructions(program, outputs)
     plan = Plan(program, instructions, outputs, CDialect.types)
+    plan.in_float = in_float
     segments = [item for kind, item in plan.schedule if kind == "c"]
     in_c = table_c.lower(plan)            # op-table steps with a line loop: C functions
     if not segments and not in_c:
@@ -362,7 +365,7 @@ def fused(program: Program, outputs: Sequence[int], be: NumpyBackend, on_guard: 
     renderer = Renderer(plan, stored - {plan.r(u.outs[0]) for u in plan.folded}, CDialect())
     lowered = softmax_c.lower(plan, len(program.shapes) + len(plan.aux))
     lowered[0].update(in_c)
-    source = c_header() + [_WIDE_DEFAULT] \
+    source = c_header() + (float32.header() if in_float else []) + [_WIDE_DEFAULT] \
         + [_widened(renderer.render(seg, k)) for k, seg in enumerate(segments)] \
         + [step.text for step in lowered[0].values()]
     text = "\n".join(source)

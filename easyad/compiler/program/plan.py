@@ -184,6 +184,8 @@ class Plan:
         # calls are the scalar ones wherever they run
         self.compared: set[int] = set()
         self.exact_math: set[int] = set()
+        # the maps computed in float (fused_c: the rule table's float32 forms, float32.py)
+        self.in_float: set[int] = set()
         self.stored: set[int] | None = None       # the roots in memory: loops merge then
         self._map_trees: dict[tuple[int, int], _expr.Node] | None = None
 
