@@ -16,6 +16,7 @@
 #define EASYAD_LSTM_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "_gemm.h"
 
@@ -127,21 +128,33 @@ static EASYAD_GEMM_TARGET void easyad_lstm_cells_f32(long B, long H, const float
                               yt + b * H);
 }
 
-/* the forward recurrence; prod is (B, 4H) scratch */
-static EASYAD_GEMM_TARGET void easyad_lstm_scan_f32(long T, long B, long H, int reverse,
-                                                    const float* xproj, const float* h0,
-                                                    const float* c0, const float* wt,
-                                                    float* y, float* prod) {
+/* W_hh^T (H, 4H) or W_hh (4H, H) packed once for the steps' products (NULL: no memory) */
+static float* easyad_lstm_pack(long N, long K, const float* B, long bk) {
+    const long panels = (N + 63) / 64;
+    float* packed = (float*)aligned_alloc(64, sizeof(float) * panels * K * 64);
+    if (packed) easyad_gemm_f32_pack(N, K, B, bk, 1, packed);
+    return packed;
+}
+
+/* the forward recurrence; prod is (B, 4H) scratch; -1 when out of memory */
+static EASYAD_GEMM_TARGET int easyad_lstm_scan_f32(long T, long B, long H, int reverse,
+                                                   const float* xproj, const float* h0,
+                                                   const float* c0, const float* wt,
+                                                   float* y, float* prod) {
     const long blk = B * H;
     const float *h = h0, *c = c0;
+    float* packed = easyad_lstm_pack(4 * H, H, wt, 4 * H);
+    if (!packed) return -1;
     for (long k = 0; k < T; k++) {
         const long t = reverse ? T - 1 - k : k;
         float* yt = y + t * 6 * blk;
-        easyad_gemm_f32(B, 4 * H, H, h, H, 1, wt, 4 * H, 1, prod, 4 * H);
+        easyad_gemm_f32_packed(B, 4 * H, H, h, H, 1, packed, prod, 4 * H);
         easyad_lstm_cells_f32(B, H, prod, xproj + t * B * 4 * H, c, yt);
         c = yt + 4 * blk;
         h = yt + 5 * blk;
     }
+    free(packed);
+    return 0;
 }
 
 /* one step's cotangents: dh (in: dL/dh_t less gy's h slot; out: unchanged) and dc (in:
@@ -192,13 +205,15 @@ static EASYAD_GEMM_TARGET void easyad_lstm_cells_vjp_f32(long B, long H, const f
 }
 
 /* the backward recurrence; dh, dc (B, H) scratch; with `initial`, d's row T takes
- * (dc0, dh0, 0, 0) */
-static EASYAD_GEMM_TARGET void easyad_lstm_scan_vjp_f32(long T, long B, long H,
+ * (dc0, dh0, 0, 0); -1 when out of memory */
+static EASYAD_GEMM_TARGET int easyad_lstm_scan_vjp_f32(long T, long B, long H,
                                                         int reverse, int initial,
                                                         const float* gy, const float* y,
                                                         const float* c0, const float* w,
                                                         float* d, float* dh, float* dc) {
     const long blk = B * H;
+    float* packed = easyad_lstm_pack(H, 4 * H, w, H);
+    if (!packed) return -1;
     memset(dh, 0, sizeof(float) * blk);
     memset(dc, 0, sizeof(float) * blk);
     for (long k = T - 1; k >= 0; k--) {
@@ -208,7 +223,7 @@ static EASYAD_GEMM_TARGET void easyad_lstm_scan_vjp_f32(long T, long B, long H,
         float* dt = d + t * B * 4 * H;
         easyad_lstm_cells_vjp_f32(B, H, y + t * 6 * blk, gy ? gy + t * 6 * blk : NULL,
                                   cprev, dh, dc, dt);
-        easyad_gemm_f32(B, H, 4 * H, dt, 4 * H, 1, w, H, 1, dh, H);
+        easyad_gemm_f32_packed(B, H, 4 * H, dt, 4 * H, 1, packed, dh, H);
     }
     if (initial) {
         float* last = d + T * B * 4 * H;
@@ -218,6 +233,8 @@ static EASYAD_GEMM_TARGET void easyad_lstm_scan_vjp_f32(long T, long B, long H,
             memset(last + b * 4 * H + 2 * H, 0, sizeof(float) * 2 * H);
         }
     }
+    free(packed);
+    return 0;
 }
 
 /* the approximations on arrays, for the tests (which = 0 exp, 1 sigmoid, 2 tanh) */
@@ -232,12 +249,14 @@ static EASYAD_GEMM_TARGET void easyad_lstm_apply_f32(int which, long n, const fl
 }
 
 #else
-static void easyad_lstm_scan_f32(long T, long B, long H, int reverse, const float* xproj,
+static int easyad_lstm_scan_f32(long T, long B, long H, int reverse, const float* xproj,
                                  const float* h0, const float* c0, const float* wt,
-                                 float* y, float* prod) {}
-static void easyad_lstm_scan_vjp_f32(long T, long B, long H, int reverse, int initial,
+                                 float* y, float* prod) { return -1; }
+static int easyad_lstm_scan_vjp_f32(long T, long B, long H, int reverse, int initial,
                                      const float* gy, const float* y, const float* c0,
-                                     const float* w, float* d, float* dh, float* dc) {}
+                                     const float* w, float* d, float* dh, float* dc) {
+    return -1;
+}
 static void easyad_lstm_apply_f32(int which, long n, const float* x, float* z) {}
 #endif
 

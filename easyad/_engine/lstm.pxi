@@ -2,10 +2,10 @@
 # these where _gemm's AVX-512 kernels run): one call runs every step, without the GIL.
 
 cdef extern from "_lstm.h" nogil:
-    void easyad_lstm_scan_f32(long T, long B, long H, int reverse, const float* xproj,
+    int easyad_lstm_scan_f32(long T, long B, long H, int reverse, const float* xproj,
                               const float* h0, const float* c0, const float* wt, float* y,
                               float* prod)
-    void easyad_lstm_scan_vjp_f32(long T, long B, long H, int reverse, int initial,
+    int easyad_lstm_scan_vjp_f32(long T, long B, long H, int reverse, int initial,
                                   const float* gy, const float* y, const float* c0,
                                   const float* w, float* d, float* dh, float* dc)
     void easyad_lstm_apply_f32(int which, long n, const float* x, float* z)
@@ -39,9 +39,11 @@ def _lstm_scan_f32(xproj, h0, c0, wt, bint reverse):
     cdef cnp.ndarray prod = np.empty((B, 4 * H), np.float32)
     cdef float* py = <float*>cnp.PyArray_DATA(y)
     cdef float* pp = <float*>cnp.PyArray_DATA(prod)
-    cdef int rev = reverse
+    cdef int rev = reverse, status
     with nogil:
-        easyad_lstm_scan_f32(T, B, H, rev, px, ph, pc, pw, py, pp)
+        status = easyad_lstm_scan_f32(T, B, H, rev, px, ph, pc, pw, py, pp)
+    if status:
+        raise MemoryError("lstm kernel: no memory for W_hh's packed copy")
     return y
 
 
@@ -54,16 +56,21 @@ def _lstm_scan_vjp_f32(gy, y, c0, w, bint reverse, bint initial):
         raise ValueError("lstm kernel: y must be a (T, 6, B, H) numpy array")
     cdef long T = y.shape[0], B = y.shape[2], H = y.shape[3]
     cdef const float* pyv = _lstm_f32(y, "y", (T, 6, B, H))
-    cdef const float* pg = NULL if gy is None else _lstm_f32(gy, "gy", (T, 6, B, H))
+    cdef const float* pg = NULL
+    if gy is not None:
+        pg = _lstm_f32(gy, "gy", (T, 6, B, H))
     cdef const float* pc = _lstm_f32(c0, "c0", (B, H))
     cdef const float* pw = _lstm_f32(w, "w", (4 * H, H))
     cdef cnp.ndarray d = np.empty((T + initial, B, 4 * H), np.float32)
     cdef cnp.ndarray state = np.empty((2, B, H), np.float32)
     cdef float* pd = <float*>cnp.PyArray_DATA(d)
     cdef float* ps = <float*>cnp.PyArray_DATA(state)
-    cdef int rev = reverse, ini = initial
+    cdef int rev = reverse, ini = initial, status
     with nogil:
-        easyad_lstm_scan_vjp_f32(T, B, H, rev, ini, pg, pyv, pc, pw, pd, ps, ps + B * H)
+        status = easyad_lstm_scan_vjp_f32(T, B, H, rev, ini, pg, pyv, pc, pw, pd, ps,
+                                          ps + B * H)
+    if status:
+        raise MemoryError("lstm kernel: no memory for W_hh's packed copy")
     return d
 
 
