@@ -9,7 +9,7 @@
  * is gradual (exp(-100) is the subnormal it should be, not 0).
  *
  * Layouts (all C-contiguous): xproj (T, B, 4H) gate order i, f, g, o; h0, c0 (B, H);
- * wt = W_hh^T (H, 4H); w = W_hh (4H, H); y (T, 6, B, H) packs i, f, g, o, c, h per step;
+ * w = W_hh (4H, H); y (T, 6, B, H) packs i, f, g, o, c, h per step;
  * gy like y (the result's cotangent, may be NULL: then dh_T/dc_T ... are all zero);
  * d (T [+1], B, 4H): the pre-activations' cotangents, row T (dc0, dh0, 0, 0). */
 #ifndef EASYAD_LSTM_H
@@ -128,22 +128,23 @@ static EASYAD_GEMM_TARGET void easyad_lstm_cells_f32(long B, long H, const float
                               yt + b * H);
 }
 
-/* W_hh^T (H, 4H) or W_hh (4H, H) packed once for the steps' products (NULL: no memory) */
-static float* easyad_lstm_pack(long N, long K, const float* B, long bk) {
+/* the (K, N) matrix of element strides (bk, bn) packed once for the steps' products:
+ * W_hh^T read from W_hh by its strides, or W_hh (NULL: no memory) */
+static float* easyad_lstm_pack(long N, long K, const float* B, long bk, long bn) {
     const long panels = (N + 63) / 64;
     float* packed = (float*)aligned_alloc(64, sizeof(float) * panels * K * 64);
-    if (packed) easyad_gemm_f32_pack(N, K, B, bk, 1, packed);
+    if (packed) easyad_gemm_f32_pack(N, K, B, bk, bn, packed);
     return packed;
 }
 
 /* the forward recurrence; prod is (B, 4H) scratch; -1 when out of memory */
 static EASYAD_GEMM_TARGET int easyad_lstm_scan_f32(long T, long B, long H, int reverse,
                                                    const float* xproj, const float* h0,
-                                                   const float* c0, const float* wt,
+                                                   const float* c0, const float* w,
                                                    float* y, float* prod) {
     const long blk = B * H;
     const float *h = h0, *c = c0;
-    float* packed = easyad_lstm_pack(4 * H, H, wt, 4 * H);
+    float* packed = easyad_lstm_pack(4 * H, H, w, 1, H);      /* W_hh^T */
     if (!packed) return -1;
     for (long k = 0; k < T; k++) {
         const long t = reverse ? T - 1 - k : k;
@@ -212,7 +213,7 @@ static EASYAD_GEMM_TARGET int easyad_lstm_scan_vjp_f32(long T, long B, long H,
                                                         const float* c0, const float* w,
                                                         float* d, float* dh, float* dc) {
     const long blk = B * H;
-    float* packed = easyad_lstm_pack(H, 4 * H, w, H);
+    float* packed = easyad_lstm_pack(H, 4 * H, w, H, 1);
     if (!packed) return -1;
     memset(dh, 0, sizeof(float) * blk);
     memset(dc, 0, sizeof(float) * blk);
@@ -250,7 +251,7 @@ static EASYAD_GEMM_TARGET void easyad_lstm_apply_f32(int which, long n, const fl
 
 #else
 static int easyad_lstm_scan_f32(long T, long B, long H, int reverse, const float* xproj,
-                                 const float* h0, const float* c0, const float* wt,
+                                 const float* h0, const float* c0, const float* w,
                                  float* y, float* prod) { return -1; }
 static int easyad_lstm_scan_vjp_f32(long T, long B, long H, int reverse, int initial,
                                      const float* gy, const float* y, const float* c0,

@@ -103,7 +103,7 @@ def _operands(scale, t=6, b=5, hd=37, seed=0):
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reversed"])
 def test_recurrences_against_torch_func(scale, reverse):
     xproj, h0, c0, w = _operands(scale)
-    y = _core._lstm_scan_f32(xproj, h0, c0, np.ascontiguousarray(w.T), reverse)
+    y = _core._lstm_scan_f32(xproj, h0, c0, w, reverse)
     tx = [torch.tensor(a, dtype=torch.float64) for a in (xproj, h0, c0, w)]
     want, pullback = func.vjp(lambda *a: _torch_packed(*a, reverse), *tx)
     np.testing.assert_allclose(y, want.numpy(), rtol=0, atol=1e-5)
@@ -126,7 +126,7 @@ def test_recurrences_against_the_per_step_form():
     from easyad import Tensor
     xproj, h0, c0, w = _operands(2.0, seed=4)
     p = _lstm.ScanParams(False, False)
-    y = _core._lstm_scan_f32(xproj, h0, c0, np.ascontiguousarray(w.T), False)
+    y = _core._lstm_scan_f32(xproj, h0, c0, w, False)
     want = _lstm._forward(p, *(Tensor.constant(a) for a in (xproj, h0, c0, w)))
     np.testing.assert_allclose(y, want.value, rtol=0, atol=1e-5)
     gy = np.random.default_rng(5).normal(size=y.shape).astype(F32)
@@ -140,7 +140,7 @@ def test_no_cotangent_is_zeros():
     """gy None is a cotangent of zeros; one h cotangent at the last step gives that
     step's output gate the hand-derived tanh(c) o (1 - o)."""
     xproj, h0, c0, w = _operands(1.0, seed=6)
-    y = _core._lstm_scan_f32(xproj, h0, c0, np.ascontiguousarray(w.T), False)
+    y = _core._lstm_scan_f32(xproj, h0, c0, w, False)
     d0 = _core._lstm_scan_vjp_f32(None, y, c0, w, False, True)
     assert d0.shape == (y.shape[0] + 1, y.shape[2], 4 * y.shape[3]) and not d0.any()
     gy = np.zeros_like(y)
@@ -155,15 +155,15 @@ def test_no_cotangent_is_zeros():
 
 def test_bad_operands_name_the_problem():
     xproj, h0, c0, w = _operands(1.0)
-    wt = np.ascontiguousarray(w.T)
+    wt = np.ascontiguousarray(w.T)       # (H, 4H): not W_hh's shape
     with pytest.raises(TypeError, match="h0 must be a float32"):
-        _core._lstm_scan_f32(xproj, h0.astype(np.float64), c0, wt, False)
-    with pytest.raises(ValueError, match="wt must be C-contiguous of shape"):
-        _core._lstm_scan_f32(xproj, h0, c0, w, False)
+        _core._lstm_scan_f32(xproj, h0.astype(np.float64), c0, w, False)
+    with pytest.raises(ValueError, match="w must be C-contiguous of shape"):
+        _core._lstm_scan_f32(xproj, h0, c0, wt, False)
     with pytest.raises(ValueError, match="c0 must be C-contiguous"):
-        _core._lstm_scan_f32(xproj, h0, np.asfortranarray(np.ones((5, 37), F32)), wt,
+        _core._lstm_scan_f32(xproj, h0, np.asfortranarray(np.ones((5, 37), F32)), w,
                              False)
-    y = _core._lstm_scan_f32(xproj, h0, c0, wt, False)
+    y = _core._lstm_scan_f32(xproj, h0, c0, w, False)
     with pytest.raises(ValueError, match="gy must be C-contiguous of shape"):
         _core._lstm_scan_vjp_f32(y[:, :5], y, c0, w, False, True)
     with pytest.raises(ValueError, match="which is 0"):

@@ -3,7 +3,7 @@
 
 cdef extern from "_lstm.h" nogil:
     int easyad_lstm_scan_f32(long T, long B, long H, int reverse, const float* xproj,
-                              const float* h0, const float* c0, const float* wt, float* y,
+                              const float* h0, const float* c0, const float* w, float* y,
                               float* prod)
     int easyad_lstm_scan_vjp_f32(long T, long B, long H, int reverse, int initial,
                                   const float* gy, const float* y, const float* c0,
@@ -23,9 +23,9 @@ cdef const float* _lstm_f32(a, str name, tuple shape) except NULL:
     return <const float*>cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
-def _lstm_scan_f32(xproj, h0, c0, wt, bint reverse):
+def _lstm_scan_f32(xproj, h0, c0, w, bint reverse):
     """lstm_scan's packed result y (T, 6, B, H) from xproj (T, B, 4H), h0 and c0 (B, H)
-    and wt = W_hh^T (H, 4H), every one C-contiguous float32."""
+    and w = W_hh (4H, H), every one C-contiguous float32."""
     if not GEMM_SUPPORTED:
         raise RuntimeError("this CPU lacks AVX-512 (F, VL, DQ) or FMA: use the numpy path")
     if type(xproj) is not np.ndarray or xproj.ndim != 3 or xproj.shape[2] % 4:
@@ -34,7 +34,7 @@ def _lstm_scan_f32(xproj, h0, c0, wt, bint reverse):
     cdef const float* px = _lstm_f32(xproj, "xproj", (T, B, 4 * H))
     cdef const float* ph = _lstm_f32(h0, "h0", (B, H))
     cdef const float* pc = _lstm_f32(c0, "c0", (B, H))
-    cdef const float* pw = _lstm_f32(wt, "wt", (H, 4 * H))
+    cdef const float* pw = _lstm_f32(w, "w", (4 * H, H))
     cdef cnp.ndarray y = np.empty((T, 6, B, H), np.float32)
     cdef cnp.ndarray prod = np.empty((B, 4 * H), np.float32)
     cdef float* py = <float*>cnp.PyArray_DATA(y)

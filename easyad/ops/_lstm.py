@@ -123,7 +123,7 @@ def _scan_numpy(p: ScanParams, xproj: np.ndarray, h0: np.ndarray, c0: np.ndarray
     own = _own_gemm(dtype, batch, hd)
     if own and dtype == np.float32:      # every step in C (easyad/_lstm.h)
         c32 = _c32
-        return _core._lstm_scan_f32(c32(xproj), c32(h0), c32(c0), c32(w.T), p.reverse)
+        return _core._lstm_scan_f32(c32(xproj), c32(h0), c32(c0), c32(w), p.reverse)
     y = np.empty((steps, 6, batch, hd), dtype)
     # gate-major: each gate's (B, H) block contiguous (numpy's loops run 2-3x faster on
     # them than on column slices); the product as 4 GEMMs h W_k^T, one per gate
