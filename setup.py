@@ -91,7 +91,7 @@ extensions = [
         ["easyad/_core.pyx"],
         include_dirs=["easyad", GENERATED, numpy.get_include()],
         depends=[f"{GENERATED}/_ops.h", f"{GENERATED}/_rule_functions.h", "easyad/_helpers.h",
-                 "easyad/_status.h", "easyad/_gemm.h", "easyad/_winograd.h"],
+                 "easyad/_status.h", "easyad/_gemm.h", "easyad/_lstm.h", "easyad/_winograd.h"],
         # no-trapping-math: the sweeps' selects (mul0's strong zero) may be computed as
         # blends, so affine runs vectorise; no result changes (easyad reads no FP flags).
         # -g0: Python's CFLAGS ask for debug information, which for these 8 MB of C costs

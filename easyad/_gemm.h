@@ -105,9 +105,52 @@ static EASYAD_GEMM_TARGET void NAME(long M, long N, long K, const T* A, long ai,
     }                                                                                  \
 }
 
+/* The same product from B packed once (easyad_gemm_pack_*: panel after panel, each K
+ * rows of NR columns, zero past N) for a B used by many products, as an LSTM's W_hh is by
+ * every step: its panels are then read, not copied, by each product, each over the
+ * whole of K (12% faster than KC at a time for (64, 1024) @ (1024, 256)). Bp is 64-byte
+ * aligned (aligned_alloc). */
+#define EASYAD_GEMM_DEFINE_PACKED(NAME, T, W)                                          \
+static EASYAD_GEMM_TARGET void NAME##_pack(long N, long K, const T* B, long bk, long bn,\
+                                           T* Bp) {                                    \
+    for (long j = 0; j < N; j += 4 * (W)) {                                            \
+        const long nr = N - j < 4 * (W) ? N - j : 4 * (W);                             \
+        T* dst = Bp + (j / (4 * (W))) * K * 4 * (W);                                    \
+        for (long k = 0; k < K; k++, dst += 4 * (W)) {                                 \
+            const T* src = B + k * bk + j * bn;                                        \
+            long q = 0;                                                                \
+            for (; q < nr; q++) dst[q] = src[q * bn];                                  \
+            for (; q < 4 * (W); q++) dst[q] = 0;                                       \
+        }                                                                              \
+    }                                                                                  \
+}                                                                                      \
+static EASYAD_GEMM_TARGET void NAME##_packed(long M, long N, long K, const T* A,       \
+                                             long ai, long ak, const T* Bp, T* C,      \
+                                             long ldc) {                               \
+    for (long i0 = 0; i0 < M; i0 += EASYAD_GEMM_MC) {                                  \
+    const long m1 = M - i0 < EASYAD_GEMM_MC ? M : i0 + EASYAD_GEMM_MC;                 \
+    for (long j = 0; j < N; j += 4 * (W)) {                                            \
+        const long nr = N - j < 4 * (W) ? N - j : 4 * (W);                             \
+        if (K == 0) {                                                                  \
+            for (long i = i0; i < m1; i++)                                             \
+                for (long q = 0; q < nr; q++) C[i * ldc + j + q] = 0;                  \
+        }                                                                              \
+        if (K > 0) {              /* the whole of K at once: C stored once, not    \
+                                     added to K/KC times (the panel is in place) */    \
+            const long k0 = 0, kc = K;                                                 \
+            const T* panel = Bp + (j / (4 * (W))) * K * 4 * (W);                        \
+            long i = i0;                                                               \
+            for (; i + 4 <= m1; i += 4) EASYAD_GEMM_BLOCK(T, NAME##_vec, W, 4)         \
+            for (; i < m1; i++) EASYAD_GEMM_BLOCK(T, NAME##_vec, W, 1)                 \
+        }                                                                              \
+    }                                                                                  \
+    }                                                                                  \
+}
+
 #if EASYAD_GEMM_X86
 EASYAD_GEMM_DEFINE(easyad_gemm_f64, double, 8)
 EASYAD_GEMM_DEFINE(easyad_gemm_f32, float, 16)
+EASYAD_GEMM_DEFINE_PACKED(easyad_gemm_f32, float, 16)
 
 /* whether this CPU runs the kernels (AVX-512F, VL, DQ and FMA) */
 static int easyad_gemm_supported(void) {
@@ -120,6 +163,10 @@ static void easyad_gemm_f64(long M, long N, long K, const double* A, long ai, lo
                             const double* B, long bk, long bn, double* C, long ldc) {}
 static void easyad_gemm_f32(long M, long N, long K, const float* A, long ai, long ak,
                             const float* B, long bk, long bn, float* C, long ldc) {}
+static void easyad_gemm_f32_pack(long N, long K, const float* B, long bk, long bn,
+                                 float* Bp) {}
+static void easyad_gemm_f32_packed(long M, long N, long K, const float* A, long ai,
+                                   long ak, const float* Bp, float* C, long ldc) {}
 static int easyad_gemm_supported(void) { return 0; }
 #endif
 

@@ -23,7 +23,10 @@ The numpy lowerings loop over time with preallocated buffers: per step the produ
 written into the result, the activations in place. Where easyad's AVX-512 GEMM runs
 (``_own_gemm``: one BLAS thread, not EASYAD_MATMUL=blas) each step's product is ONE
 (B, 4H) GEMM on it (~20% faster than OpenBLAS's at (64, 256) @ (256, 1024)), read gate-major
-by the pass adding xproj; numpy's matmul per gate otherwise. The node's step
+by the pass adding xproj; numpy's matmul per gate otherwise. In float32 there, each
+lowering is ONE call into the core (``easyad/_lstm.h``: W_hh packed once for all the
+steps' products, then one vectorised pass over each step's cells, whose float32
+sigmoid and tanh are within 3 ulp; ``tests/test_lstm_kernel.py``). The node's step
 (``_ScanStep``) runs ``lstm_scan_vjp`` and the weight's GEMM on the backend's buffers (a
 recording records those few instructions; operands of mixed dtypes take ``_fast_vjp``,
 the same with tensor operations, which cast). ``lstm_scan_vjp``'s own vjp sweeps a
@@ -108,16 +111,23 @@ def _own_gemm(dtype: Any, batch: int, hd: int) -> bool:
         and batch * hd * 4 * hd >= _blas._SMALLEST
 
 
+def _c32(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(a, np.float32)
+
+
 def _scan_numpy(p: ScanParams, xproj: np.ndarray, h0: np.ndarray, c0: np.ndarray,
                 w: np.ndarray) -> np.ndarray:
     steps, batch, four = xproj.shape
     hd = four // 4
     dtype = np.result_type(xproj, h0, c0, w)
+    own = _own_gemm(dtype, batch, hd)
+    if own and dtype == np.float32:      # every step in C (easyad/_lstm.h)
+        c32 = _c32
+        return _core._lstm_scan_f32(c32(xproj), c32(h0), c32(c0), c32(w), p.reverse)
     y = np.empty((steps, 6, batch, hd), dtype)
     # gate-major: each gate's (B, H) block contiguous (numpy's loops run 2-3x faster on
     # them than on column slices); the product as 4 GEMMs h W_k^T, one per gate
     xs = xproj.reshape(steps, batch, 4, hd).transpose(0, 2, 1, 3)
-    own = _own_gemm(dtype, batch, hd)
     if own:       # one (B, 4H) product a step, added to xproj gate-major in one pass
         wt = np.ascontiguousarray(w.T, dtype=dtype)
     else:
@@ -147,6 +157,11 @@ def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
                c0: np.ndarray, w: np.ndarray) -> np.ndarray:
     steps, _, batch, hd = y.shape
     dtype = np.result_type(gy, y, w)
+    own = _own_gemm(dtype, batch, hd)
+    if own and dtype == np.float32:
+        c32 = _c32
+        return _core._lstm_scan_vjp_f32(c32(gy), c32(y), c32(c0), c32(w), p.reverse,
+                                        p.initial)
     d = np.empty((steps + p.initial, batch, 4 * hd), dtype)
     dh = np.zeros((batch, hd), dtype)
     dc = np.zeros((batch, hd), dtype)
@@ -154,7 +169,6 @@ def _vjp_numpy(p: ScanParams, gy: np.ndarray, y: np.ndarray, h0: np.ndarray,
     s = np.empty((4, batch, hd), dtype)          # the gates' cotangents, gate-major
     q = np.empty((4, batch, hd), dtype)          # the gates' derivatives
     order = list(_order(p, steps))
-    own = _own_gemm(dtype, batch, hd)
     wc = np.ascontiguousarray(w, dtype=dtype) if own else w
     for k in range(steps - 1, -1, -1):
         t = order[k]
