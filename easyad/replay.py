@@ -238,15 +238,18 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
     def __call__(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """Values at x: a float (scalar f) or (m,), per row for a batch (a lazy dask array
         for a dask array x: ``easyad.distributed``)."""
-        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
+        # an ndarray first: the one-point fast path pays for no other test (a dask array
+        # is never an ndarray)
+        if type(x) is np.ndarray:
+            if on_branch_change is None and self.on_branch_change != "mask":
+                native = self._native        # one point: one C call
+                point = native.point(x, False) if native is not None else None
+                if point is None:
+                    point = self._replayer.point(x, False)
+                if point is not None:
+                    return float(point[0][0]) if self.scalar else point[0]
+        elif is_dask_array(x):
             return distributed.batch(self, "__call__", x, None, on_branch_change)
-        if on_branch_change is None and self.on_branch_change != "mask" \
-                and type(x) is np.ndarray:  # one point: one C call
-            point = self._native.point(x, False) if self._native is not None else None
-            if point is None:
-                point = self._replayer.point(x, False)
-            if point is not None:
-                return float(point[0][0]) if self.scalar else point[0]
         X, batch = self._rows(x)
         out, _, _, mask = self._run(_VALUE, X, on_branch_change, "__call__", ())
         return self._masked(self._shape_values(out, batch), mask, batch)
@@ -269,32 +272,36 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
         one point into native float64 this skips allocating (see also ``bind_gradient``);
         another dtype float64 casts into safely is written converted, others raise
         TypeError before anything runs (docs/conventions.md)."""
-        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
+        # an ndarray first: the one-point fast path pays for no other test (a dask array
+        # is never an ndarray)
+        if type(x) is np.ndarray:
+            if on_branch_change is None and self.on_branch_change != "mask":
+                native = self._native
+                if out is None:
+                    if device is None and self.scalar:      # one point: one C call
+                        point = native.point(x, True) if native is not None else None
+                        if point is None:
+                            point = self._replayer.point(x, True, False)
+                        if point is not None:
+                            return point[1]
+                # C writes straight into out only where its gate finds x and out both
+                # native float64 vectors of n (out writable): any other out is checked
+                # below, then written converted once the result is complete
+                elif type(out) is np.ndarray and (
+                        native.gradient_into(x, out) if native is not None
+                        else self._replayer.gradient_into(x, out)):
+                    return out
+        elif is_dask_array(x):
             if out is not None or device is not None:
                 raise ValueError("out= and device= are for numpy batches, not a dask array "
                                  "(whose chunks run where dask's scheduler puts them)")
             return distributed.batch(self, "gradient", x, None, on_branch_change)
         if out is not None:
-            # C writes straight into out only where its gate finds x and out both native
-            # float64 vectors of n (out writable): any other out is checked, then written
-            # converted once the result is complete
-            if on_branch_change is None and self.on_branch_change != "mask" \
-                    and type(x) is np.ndarray and type(out) is np.ndarray \
-                    and (self._native.gradient_into(x, out) if self._native is not None
-                         else self._replayer.gradient_into(x, out)):
-                return out
             _arrays.out_array(out, self._result_shape(x, (self.n_inputs,)))
             result = self.gradient(x, on_branch_change=on_branch_change, device=device)
             if isinstance(result, tuple):   # mask mode: (gradient, mask)
                 return _arrays.write_out(out, result[0]), result[1]
             return _arrays.write_out(out, result)
-        if device is None and on_branch_change is None and self.on_branch_change != "mask" \
-                and self.scalar and type(x) is np.ndarray:  # one point: one C call
-            point = self._native.point(x, True) if self._native is not None else None
-            if point is None:
-                point = self._replayer.point(x, True, False)
-            if point is not None:
-                return point[1]
         self._need_scalar("gradient")
         from easyad.compiler.tape.render_cl import is_device_array
         if is_device_array(x):
@@ -309,15 +316,16 @@ class Function(Compiling, Hessians, SparseJacobians, Devices, Rows):
 
     def value_and_gradient(self, x: ArrayLike, *, on_branch_change: str | None = None) -> Any:
         """``(F(x), F.gradient(x))`` from one forward and one reverse sweep."""
-        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
+        if type(x) is np.ndarray:   # first: see gradient
+            if on_branch_change is None and self.scalar and self.on_branch_change != "mask":
+                native = self._native        # one point: one C call
+                point = native.point(x, True) if native is not None else None
+                if point is None:
+                    point = self._replayer.point(x, True)
+                if point is not None:
+                    return float(point[0][0]), point[1]
+        elif is_dask_array(x):
             return distributed.batch(self, "value_and_gradient", x, None, on_branch_change)
-        if on_branch_change is None and self.on_branch_change != "mask" \
-                and self.scalar and type(x) is np.ndarray:  # one point: one C call
-            point = self._native.point(x, True) if self._native is not None else None
-            if point is None:
-                point = self._replayer.point(x, True)
-            if point is not None:
-                return float(point[0][0]), point[1]
         self._need_scalar("value_and_gradient")
         X, batch = self._rows(x)
         out, jac, _, mask = self._run(_GRADIENT, X, on_branch_change, "value_and_gradient", ())

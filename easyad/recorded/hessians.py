@@ -49,7 +49,39 @@ class Hessians(Rows):
         ``format`` (with ``sparse=True``; not with ``out``): "csr", "csc", "coo"
         (scipy.sparse), "triplets" ((rows, cols, values)) or "values" (the default);
         a list for a batch (docs/sparse.md)."""
-        if type(x) is not np.ndarray and is_dask_array(x):   # (an ndarray: no call)
+        # an ndarray first: the one-point fast path pays for no other test (a dask array
+        # is never an ndarray; format= and a function that is not scalar go on below)
+        if type(x) is np.ndarray:
+            if format is None and on_branch_change is None and self.scalar \
+                    and self.on_branch_change != "mask":
+                # one point: the second-order program, built from the second one-point
+                # call on (a one-off Hessian, ad.hessian, costs less by the sweeps than
+                # building the program)
+                if self._hessian_calls:
+                    try:
+                        second = self._second_cache     # built: no call of _second
+                    except AttributeError:
+                        second = self._second()
+                else:
+                    second = None
+                self._hessian_calls += 1
+                if second is not None:
+                    program, native, target, _, source = second
+                    # C writes into out only where its gate finds it a native float64
+                    # vector of nnz, writable; any other out is checked below, then
+                    # written converted
+                    into = out if sparse and type(out) is np.ndarray else None
+                    where = None if sparse else target
+                    H1 = native.second_point(x, source, where, into) \
+                        if native is not None else None
+                    if H1 is None:
+                        H1 = program.second_point(x, source, where, into)
+                    if H1 is not None:
+                        if out is not None and H1 is not out:
+                            _arrays.out_array(out, self._hessian_shape(sparse))
+                            return _arrays.write_out(out, H1)
+                        return H1
+        elif is_dask_array(x):
             if sparse or out is not None or format is not None:
                 raise ValueError("sparse=, out= and format= are for numpy batches, not a "
                                  "dask array")
@@ -57,27 +89,6 @@ class Hessians(Rows):
         self._need_scalar("hessian")
         if format is not None:
             return self._hessian_formatted(x, on_branch_change, sparse, out, format)
-        if on_branch_change is None and self.on_branch_change != "mask" \
-                and type(x) is np.ndarray:      # one point: the second-order program
-            # built from the second one-point call on (a one-off Hessian, ad.hessian,
-            # costs less by the sweeps than building the program)
-            second = self._second() if self._hessian_calls else None
-            self._hessian_calls += 1
-            if second is not None:
-                program, native, target, _, source = second
-                # C writes into out only where its gate finds it a native float64 vector
-                # of nnz, writable; any other out is checked below, then written converted
-                into = out if sparse and type(out) is np.ndarray else None
-                where = None if sparse else target
-                H1 = native.second_point(x, source, where, into) if native is not None \
-                    else None
-                if H1 is None:
-                    H1 = program.second_point(x, source, where, into)
-                if H1 is not None:
-                    if out is not None and H1 is not out:
-                        _arrays.out_array(out, self._hessian_shape(sparse))
-                        return _arrays.write_out(out, H1)
-                    return H1
         if out is not None:         # checked before the sweeps run
             _arrays.out_array(out, self._result_shape(x, self._hessian_shape(sparse)))
         result = self._hessian_sparse(x, on_branch_change) if sparse else None

@@ -88,11 +88,16 @@ cdef class _Native:
         cdef double* o = <double*>cnp.PyArray_DATA(out)
         cdef double* G = <double*>cnp.PyArray_DATA(g) if gradient else NULL
         cdef double* work = self._take()
-        with nogil:
-            if gradient:
-                flags = self.gradient_fn(X, o, G, work)
-            else:
-                flags = self.value_fn(X, o, NULL, work)
+        if n >= _NATIVE_NOGIL_INPUTS:
+            with nogil:
+                if gradient:
+                    flags = self.gradient_fn(X, o, G, work)
+                else:
+                    flags = self.value_fn(X, o, NULL, work)
+        elif gradient:     # a small program: the GIL's release costs more than it runs
+            flags = self.gradient_fn(X, o, G, work)
+        else:
+            flags = self.value_fn(X, o, NULL, work)
         if self._spare == NULL:
             self._spare = work
         else:
@@ -116,7 +121,11 @@ cdef class _Native:
         cdef double* work
         try:
             work = self._take()
-            with nogil:
+            if n >= _NATIVE_NOGIL_INPUTS:
+                with nogil:
+                    flags = self.value_fn(<const double*>cnp.PyArray_DATA(x), vals, NULL,
+                                          work)
+            else:      # a small program: the GIL's release costs more than it runs
                 flags = self.value_fn(<const double*>cnp.PyArray_DATA(x), vals, NULL, work)
             if self._spare == NULL:
                 self._spare = work

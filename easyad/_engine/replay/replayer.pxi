@@ -199,7 +199,10 @@ cdef class _Replayer:
         cdef double* o = <double*>cnp.PyArray_DATA(out) if value else NULL
         cdef double* G = <double*>cnp.PyArray_DATA(g) if gradient else NULL
         cdef double* work = self._take_work()
-        with nogil:
+        if P.length >= _VM_NOGIL_ENTRIES:
+            with nogil:
+                code = _point_row(P, X, o, G, work)
+        else:       # releasing and taking the GIL back costs more than a short program
             code = _point_row(P, X, o, G, work)
         self._give_work(work)
         if code:
