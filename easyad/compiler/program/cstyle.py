@@ -77,6 +77,7 @@ class Loop:
         self.positions: dict[str, str] = {}
         self.ctypes: dict[str, str] = {}          # register or load -> its type
         self.sincos: set[str] = set()             # those whose sine and cosine are made
+        self.outer: list[str] = []    # (_outer_split) loads the same at every inner index
 
     def position(self, at: str) -> str:
         """A name for the flat index expression ``at`` (declared in the loop once)."""
@@ -175,6 +176,7 @@ class Renderer(CStyleRenderer):
                 shape, k = self.split
                 inner = math.prod(shape[k:])
                 loops.append(f"    for (long o = 0; o < {math.prod(shape[:k])}L; o++) {{\n"
+                             + "".join(line + "\n" for line in self._outer)
                              + ("    #pragma omp simd\n" if simd else "")
                              + f"    for (long ii = 0; ii < {inner}L; ii++) {{\n"
                              + f"        const long i = o * {inner}L + ii;\n" + body + "    }\n")
@@ -230,9 +232,32 @@ class Renderer(CStyleRenderer):
                     k += 1
                 if math.prod(shape[:k]) > 1:
                     best = max(best, k)
+        if best and math.prod(shape[best:]) >= _INNER and self._in_order(members, shape, best):
+            return shape, best
+        # else the widest inner loop in which every operand is read in order or is the
+        # same throughout (a batch's x[0] under a basis: one load per outer step, no
+        # gather at i / 16), if it is at least a vector's width
+        for k in range(1, len(shape)):
+            if math.prod(shape[k:]) >= _LANES and self._in_order(members, shape, k):
+                return shape, k
         if not best or math.prod(shape[best:]) < _INNER:
             return None
         return shape, best
+
+    def _in_order(self, members: list[Instruction], shape: tuple[int, ...], k: int) -> bool:
+        """Whether every operand of the loop's maps, split at axis k, is read by the inner
+        index in order (a contiguous run) or not at all (the same along the inner axes)."""
+        for ins in members:
+            if ins.op != "map":
+                continue
+            for i in ins.ins:
+                if type(i) is not int or self.p.shapes[i] is None:
+                    continue
+                strides = broadcast_strides(self.p.shapes[i], shape)
+                inner, steps = shape[k:], strides[k:]
+                if not (all(s == 0 for s in steps) or contiguous(inner, steps)):
+                    return False
+        return True
 
     def _runs(self, groups: list[tuple[Any, list[Instruction]]]
               ) -> list[tuple[int, int, dict[int, bool] | None]]:
@@ -272,6 +297,7 @@ class Renderer(CStyleRenderer):
                         if self.plan.r(o) in self.needed_later:
                             body.loop.append(f"        {self.ptr(o, True)}[i] = "
                                              f"{body.regs[(self.plan.r(o), 'i')]};")
+        self._outer = body.outer
         return body.pre, body.loop, body.post
 
     def live(self, members: list[Instruction]) -> list[Instruction]:
@@ -374,6 +400,17 @@ class Renderer(CStyleRenderer):
             k = self.split[1]          # (_outer_split: the outer index o, the inner ii)
             terms = [flat_offset(shape[:k], strides[:k], 0, "o"),
                      flat_offset(shape[k:], strides[k:], 0, "ii")]
+            if terms[1] == "0" and self.in_memory(i):
+                # the same at every inner index: loaded before the inner loop (gcc sinks
+                # a load in the loop into the branch that uses it, a masked load of one
+                # address, which it does not vectorise)
+                load = f"{self.ptr(i)}[{terms[0]}]"
+                found = body.loads.get(load)
+                if found is None:
+                    found = body.loads[load] = f"l{len(body.loads)}"
+                    body.ctypes[found] = self.types[self.p.dtypes[i]]
+                    body.outer.append(f"        const {body.ctypes[found]} {found} = {load};")
+                return found
             return self._read(body, i, " + ".join(t for t in terms if t != "0") or "0")
         return self._read(body, i, flat_offset(shape, strides, 0, index))
 
