@@ -229,7 +229,8 @@ class Renderer(CStyleRenderer):
                 if type(i) is not int or self.p.shapes[i] is None:
                     continue
                 strides = broadcast_strides(self.p.shapes[i], shape)
-                divided |= shape[-1] > 1 and strides[-1] == 0 and any(strides)
+                divided |= len(shape) > 1 and shape[-1] > 1 and strides[-1] == 0 \
+                    and any(strides)
                 k = 0
                 while k < len(shape) - 1 and (strides[k] == 0 or shape[k] == 1):
                     k += 1
