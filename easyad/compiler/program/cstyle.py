@@ -78,6 +78,7 @@ class Loop:
         self.ctypes: dict[str, str] = {}          # register or load -> its type
         self.sincos: set[str] = set()             # those whose sine and cosine are made
         self.outer: list[str] = []    # (_outer_split) loads the same at every inner index
+        self.after: list[str] = []    # (_outer_split) partial sums stored after the inner loop
 
     def position(self, at: str) -> str:
         """A name for the flat index expression ``at`` (declared in the loop once)."""
@@ -115,6 +116,9 @@ class Renderer(CStyleRenderer):
         self.needed_later = needed_later          # slots read outside their group
         self.lines: list[str] = []
         self.split: tuple[tuple[int, ...], int] | None = None    # (_outer_split)
+        self._sums = False          # (_outer_split) with reduces over the inner axes
+        self._outer: list[str] = []
+        self._after: list[str] = []
 
     def ptr(self, slot: int, write: bool = False) -> str:
         """The slot's memory as a local pointer of the segment (loaded from P once, so
@@ -177,9 +181,10 @@ class Renderer(CStyleRenderer):
                 inner = math.prod(shape[k:])
                 loops.append(f"    for (long o = 0; o < {math.prod(shape[:k])}L; o++) {{\n"
                              + "".join(line + "\n" for line in self._outer)
-                             + ("    #pragma omp simd\n" if simd else "")
+                             + ("    #pragma omp simd\n" if simd and not self._sums else "")
                              + f"    for (long ii = 0; ii < {inner}L; ii++) {{\n"
-                             + f"        const long i = o * {inner}L + ii;\n" + body + "    }\n")
+                             + f"        const long i = o * {inner}L + ii;\n" + body
+                             + "".join(line + "\n" for line in self._after) + "    }\n")
                 continue
             if not lanes:
                 loops.append(("    #pragma omp simd\n" if simd else "")
@@ -199,7 +204,7 @@ class Renderer(CStyleRenderer):
                 else:
                     loops.append(f"    for (long i = {a}; i < {b}L; i++) {{\n        const "
                                  f"long lane = i % {_LANES};\n" + body)
-        self.split = None
+        self.split, self._sums = None, False
         return ("    {\n" + "".join(line + "\n" for line in pre) + "".join(loops)
                 + "".join(line + "\n" for line in post) + "    }\n")
 
@@ -218,9 +223,26 @@ class Renderer(CStyleRenderer):
             return None
         shape = shapes.pop()
         members = [ins for _, group in groups for ins in group]
-        if any(ins.op not in ("map", "strided", "take") or self.plan.is_pad(ins)
+        self._sums = False
+        reduces = [ins for ins in members if ins.op == "reduce"]
+        if any(ins.op not in ("map", "strided", "take", "reduce") or self.plan.is_pad(ins)
                for ins in members):
             return None
+        if reduces:
+            # sums (max, min) over the last axes into more than one number: an outer loop
+            # over what they keep, each a running value in a register over the inner
+            # loop, added in the same order as the flat loop's += into memory
+            ks = {len(shape) - len(ins.params.axes) for ins in reduces
+                  if tuple(ins.params.axes) == tuple(range(len(shape) - len(ins.params.axes),
+                                                           len(shape)))}
+            if len(ks) != 1 or len(reduces) != sum(
+                    1 for ins in reduces if len(shape) - len(ins.params.axes) in ks):
+                return None
+            k = ks.pop()
+            if not 0 < k < len(shape):
+                return None
+            self._sums = True
+            return shape, k
         best, divided = 0, False
         for ins in members:
             if ins.op != "map":
@@ -248,6 +270,21 @@ class Renderer(CStyleRenderer):
         if not best or math.prod(shape[best:]) < _INNER:
             return None
         return shape, best
+
+    def _partial(self, body: Loop, ins: Instruction, v: str) -> None:
+        """A reduce over the inner axes of an _outer_split loop (output index o)."""
+        op, o = ins.params.op, ins.outs[0]
+        acc = f"acc{o}"
+        init = {"sum": "0.0", "max": "(-INFINITY)", "min": "INFINITY"}[op]
+        body.outer.append(f"        double {acc} = {init};")
+        if op == "sum":
+            body.loop.append(f"        {acc} += {v};")
+        else:
+            cmp = ">" if op == "max" else "<"
+            body.loop.append(f"        {{ const double t_ = {v}; if (t_ != t_ || t_ {cmp} "
+                             f"{acc}) {acc} = t_; }}")
+        ctype = self.dialect.types[self.p.dtypes[o]]
+        body.after.append(f"        {self.ptr(o, True)}[o] = ({ctype})({acc});")
 
     def _in_order(self, members: list[Instruction], shape: tuple[int, ...], k: int) -> bool:
         """Whether every operand of the loop's maps, split at axis k, is read by the inner
@@ -302,7 +339,7 @@ class Renderer(CStyleRenderer):
                         if self.plan.r(o) in self.needed_later:
                             body.loop.append(f"        {self.ptr(o, True)}[i] = "
                                              f"{body.regs[(self.plan.r(o), 'i')]};")
-        self._outer = body.outer
+        self._outer, self._after = body.outer, body.after
         return body.pre, body.loop, body.post
 
     def live(self, members: list[Instruction]) -> list[Instruction]:
@@ -359,6 +396,8 @@ class Renderer(CStyleRenderer):
             put(outs[0], self._read(body, ins.ins[0], flat_offset(shape, strides, offset, index)))
         elif op == "take":
             put(outs[0], self._read(body, ins.ins[0], f"{self.aux(params.index)}[{index}]"))
+        elif op == "reduce" and self._sums and index == "i":
+            self._partial(body, ins, self._operand(body, ins.ins[0], shape, index))
         elif op == "reduce":
             self._reduce(ins, shape, self._operand(body, ins.ins[0], shape, index), body.pre,
                          body.loop, body.post)
