@@ -23,6 +23,7 @@ lifted levels it had, so transforms that f calls lift as usual.
 from __future__ import annotations
 
 import contextvars
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -191,6 +192,25 @@ def _columns(x: Any, size: int) -> Any:
         yield t.reshape(shape)
 
 
+# f -> the (argnum, batch shape, dtype) at which "auto" picked forward mode (weakly: a
+# function that cannot be referenced weakly is probed every call, as before)
+_FORWARD_PICKED: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
+
+
+def _forward_picked(f: Any, key: Any) -> bool:
+    try:
+        return key in _FORWARD_PICKED.get(f, ())
+    except TypeError:
+        return False
+
+
+def _remember_forward(f: Any, key: Any) -> None:
+    try:
+        _FORWARD_PICKED.setdefault(f, set()).add(key)
+    except TypeError:
+        pass
+
+
 def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
     k = _one(options, len(args), "jacobian")
     xs = F.unwrap(args, {k})
@@ -202,17 +222,23 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
     n = int(np.prod(s, dtype=np.int64))
     mode = options.get("mode", "auto")
     run = None
+    # "auto" picked forward mode for this f at this batch's shape before: f's values are
+    # not computed first to learn m again (they only choose the mode, never the result)
+    shape_key = (k, _shape(x), str(getattr(x, "dtype", "")))
+    known = mode == "auto" and not in_program(x) and _forward_picked(F.f, shape_key)
     if mode != "forward" and in_program(x):
         # recorded (ad.record of tensor code): f once on the whole batch, on a list
         run = _Reverse(one, x, ())
         value = run.result
     else:
-        value = one(x) if mode != "forward" else None
+        value = one(x) if mode != "forward" and not known else None
     o = _shape(value)[1:] if value is not None else ()
     m = int(np.prod(o, dtype=np.int64))
     # the basis is one more batch (a vmap of its own level around the jvps or vjps): one
     # pass for every element of every example, as torch's and JAX's Jacobians
-    if mode == "forward" or (mode == "auto" and n <= m):
+    if mode == "forward" or known or (mode == "auto" and n <= m):
+        if mode == "auto" and not known and not in_program(x):
+            _remember_forward(F.f, shape_key)
         basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
         if in_program(x) and isinstance(x, Tensor) and x.tape is not None and n:
             # recorded: one forward pass with the basis as a batched tangent, f's values
