@@ -183,13 +183,14 @@ def _grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
     return _value_and_grad(F, args, options, value=False)
 
 
-def _columns(x: Any, size: int) -> Any:
-    """The directions along one element of every example at once: (B, *s) each."""
+def _basis(x: Any, size: int) -> np.ndarray:
+    """The directions along each element of every example at once: (size, B, *s), the
+    k-th 1.0 at element k of every example (made in one array, not stacked)."""
     shape = _shape(x)
-    for k in range(int(np.prod(shape[1:], dtype=np.int64))):
-        t = np.zeros((shape[0], size))
-        t[:, k] = 1.0
-        yield t.reshape(shape)
+    basis = np.zeros((size, shape[0], size))
+    k = np.arange(size)
+    basis[k, :, k] = 1.0
+    return basis.reshape((size,) + tuple(shape))
 
 
 # f -> the (argnum, batch shape, dtype) at which "auto" picked forward mode (weakly: a
@@ -239,7 +240,7 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
     if mode == "forward" or known or (mode == "auto" and n <= m):
         if mode == "auto" and not known and not in_program(x):
             _remember_forward(F.f, shape_key)
-        basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+        basis = _basis(x, n)
         if in_program(x) and isinstance(x, Tensor) and x.tape is not None and n:
             # recorded: one forward pass with the basis as a batched tangent, f's values
             # computed once (not once per basis element)
@@ -257,7 +258,7 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
         out = F.vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
-    weights = np.stack(list(_columns(value, m))) if m else np.zeros((0,) + _shape(value))
+    weights = _basis(value, m)
     if run is not None:
         out = _seeded_rows(F, run, weights)
         if out is not None:
@@ -333,10 +334,10 @@ def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         # recorded: the gradient on the recording's list once (its sweep recorded), then
         # its Jacobian by one sweep with a batched seed (reverse over reverse)
         run = _Reverse(lambda z: functional.grad(summed)(z), x, ())
-        out = _seeded_rows(F, run, np.stack(list(_columns(x, n))))
+        out = _seeded_rows(F, run, _basis(x, n))
         if out is not None:
             return F.rewrap(out.reshape((F.size,) + s + s))
-    basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+    basis = _basis(x, n)
     out = F.vmap(lambda t: functional.hvp(summed, x, t), out_axes=-1)(basis)
     return F.rewrap(out.reshape((F.size,) + s + s))
 
