@@ -232,11 +232,10 @@ class Renderer(CStyleRenderer):
             # sums (max, min) over the last axes into more than one number: an outer loop
             # over what they keep, each a running value in a register over the inner
             # loop, added in the same order as the flat loop's += into memory
-            ks = {len(shape) - len(ins.params.axes) for ins in reduces
-                  if tuple(ins.params.axes) == tuple(range(len(shape) - len(ins.params.axes),
-                                                           len(shape)))}
-            if len(ks) != 1 or len(reduces) != sum(
-                    1 for ins in reduces if len(shape) - len(ins.params.axes) in ks):
+            ks = {len(shape) - len(ins.params.axes) if tuple(ins.params.axes) == tuple(
+                range(len(shape) - len(ins.params.axes), len(shape))) else -1
+                for ins in reduces}
+            if len(ks) != 1:          # (-1: a reduce over other axes than the last)
                 return None
             k = ks.pop()
             if not 0 < k < len(shape):
