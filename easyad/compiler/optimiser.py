@@ -17,6 +17,9 @@ same for scalar tapes and tensor programs, in one forward sweep and one backward
 - **Common subexpressions**: a pure node equal to an earlier one (same op, params up to
   the map's label, the same operands: constants compared by their bits) is that node.
 - **Dead nodes**: only what an output or a guard reads stays (and a scalar's inputs).
+- **Narrowed constants** (``narrow_constants``, the fused C programs only): a constant
+  only maps read, stored without the axes it repeats along (maps broadcast), equal
+  constants read from one slot.
 
 Derivatives: a scalar graph's gradient is the VM's reverse sweep over the rewritten tape,
 so it agrees to rounding (a shared node sums its adjoints before they are multiplied, and
