@@ -31,6 +31,7 @@ import numpy as np
 from easyad import _expr
 from easyad.compiler import dialect, libm
 from easyad.compiler.cstyle import CStyleRenderer
+from easyad.compiler.program import loop_split
 from easyad.compiler.program.plan import (
     ELEMENTWISE, MAX_RUNS, SINKS, Plan, broadcast_strides, contiguous, flat_offset,
     flat_strides,
@@ -210,65 +211,13 @@ class Renderer(CStyleRenderer):
 
     def _outer_split(self, groups: list[tuple[Any, list[Instruction]]]
                      ) -> tuple[tuple[int, ...], int] | None:
-        """(the loop's shape, k) where an elementwise loop runs as an outer loop over its
-        first k axes around a vector loop over the rest: where an operand is the same
-        along those axes (a batch's values under a Jacobian's basis), so it is read in
-        order by the inner index instead of gathered at a divided and reduced flat index
-        (gcc's vector gathers; a 16 x 64 x 16 tangent loop ran 10% faster); or, where an
-        operand is the same along the last axes, split so that no operand is gathered
-        (the forward batched Jacobian's tangent loop as 1024 x 16: 3x faster). The same
-        elements in the same order: nothing computed changes. None: one flat loop."""
-        shapes = {tuple(shape) for shape, _ in groups}
-        if len(shapes) != 1:
+        """(the loop's shape, k): an outer loop over its first k axes around a vector loop
+        over the rest (``loop_split.outer_split``); None: one flat loop."""
+        found = loop_split.outer_split(self.plan, groups, _INNER, _LANES)
+        if found is None:
             return None
-        shape = shapes.pop()
-        members = [ins for _, group in groups for ins in group]
-        self._sums = False
-        reduces = [ins for ins in members if ins.op == "reduce"]
-        if any(ins.op not in ("map", "strided", "take", "reduce") or self.plan.is_pad(ins)
-               for ins in members):
-            return None
-        if reduces:
-            # sums (max, min) over the last axes into more than one number: an outer loop
-            # over what they keep, each a running value in a register over the inner
-            # loop, added in the same order as the flat loop's += into memory
-            ks = {len(shape) - len(ins.params.axes) if tuple(ins.params.axes) == tuple(
-                range(len(shape) - len(ins.params.axes), len(shape))) else -1
-                for ins in reduces}
-            if len(ks) != 1:          # (-1: a reduce over other axes than the last)
-                return None
-            k = ks.pop()
-            if not 0 < k < len(shape):
-                return None
-            self._sums = True
-            return shape, k
-        best, divided = 0, False
-        for ins in members:
-            if ins.op != "map":
-                continue
-            for i in ins.ins:
-                if type(i) is not int or self.p.shapes[i] is None:
-                    continue
-                strides = broadcast_strides(self.p.shapes[i], shape)
-                divided |= len(shape) > 1 and shape[-1] > 1 and strides[-1] == 0 \
-                    and any(strides)
-                k = 0
-                while k < len(shape) - 1 and (strides[k] == 0 or shape[k] == 1):
-                    k += 1
-                if math.prod(shape[:k]) > 1:
-                    best = max(best, k)
-        if divided and not (best and math.prod(shape[best:]) >= _INNER and
-                            self._in_order(members, shape, best)):
-            # an operand the same along the last axes (a batch's x[0] under a basis) is
-            # gathered at a divided index in a flat loop: the widest inner loop of at
-            # least a vector's width in which every operand is read in order or not at
-            # all (then loaded once per outer step)
-            for k in range(1, len(shape)):
-                if math.prod(shape[k:]) >= _LANES and self._in_order(members, shape, k):
-                    return shape, k
-        if not best or math.prod(shape[best:]) < _INNER:
-            return None
-        return shape, best
+        shape, k, self._sums = found
+        return shape, k
 
     def _partial(self, body: Loop, ins: Instruction, v: str) -> None:
         """A reduce over the inner axes of an _outer_split loop (output index o)."""
@@ -284,21 +233,6 @@ class Renderer(CStyleRenderer):
                              f"{acc}) {acc} = t_; }}")
         ctype = self.dialect.types[self.p.dtypes[o]]
         body.after.append(f"        {self.ptr(o, True)}[o] = ({ctype})({acc});")
-
-    def _in_order(self, members: list[Instruction], shape: tuple[int, ...], k: int) -> bool:
-        """Whether every operand of the loop's maps, split at axis k, is read by the inner
-        index in order (a contiguous run) or not at all (the same along the inner axes)."""
-        for ins in members:
-            if ins.op != "map":
-                continue
-            for i in ins.ins:
-                if type(i) is not int or self.p.shapes[i] is None:
-                    continue
-                strides = broadcast_strides(self.p.shapes[i], shape)
-                inner, steps = shape[k:], strides[k:]
-                if not (all(s == 0 for s in steps) or contiguous(inner, steps)):
-                    return False
-        return True
 
     def _runs(self, groups: list[tuple[Any, list[Instruction]]]
               ) -> list[tuple[int, int, dict[int, bool] | None]]:
