@@ -3,6 +3,7 @@ interleaved run (issue 27 item 1).
 
     .venv-bench/bin/python benchmarks/vmap.py                 # both problems
     .venv-bench/bin/python benchmarks/vmap.py --rounds 15 --batch 64
+    .venv-bench/bin/python benchmarks/vmap.py --only jacobians --pin 1   # one CPU
 
 Problems, float64, every library on one thread (set before any import):
 
@@ -37,6 +38,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_t
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
+import math  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -180,6 +182,9 @@ def _recorded(g: Callable[..., Any], x: np.ndarray) -> Callable[[], Any]:
     return call
 
 
+_clock = time.perf_counter
+
+
 def run(title: str, variants: dict[str, Callable[[], Any]], rounds: int,
         seconds: float) -> None:
     reference = _leaves(next(iter(variants.values()))())
@@ -199,26 +204,35 @@ def run(title: str, variants: dict[str, Callable[[], Any]], rounds: int,
         for name in order:
             call, k = variants[name], calls[name]
             gc.disable()
-            start = time.perf_counter()
+            start = _clock()
             for _ in range(k):
                 call()
-            times[name].append((time.perf_counter() - start) / k)
+            times[name].append((_clock() - start) / k)
             gc.enable()
     base = np.array(times[next(iter(variants))])
+    clock = "CPU time of the process" if _clock is time.process_time else "wall time"
     print(f"\n### {title} (load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} cores)\n")
-    print("| variant | median ms | quartiles ms | ratio to easyad eager (median) |")
+          f"{os.cpu_count()} cores; {clock})\n")
+    print("| variant | median us | quartiles us | ratio to easyad eager (median) |")
     print("| --- | ---: | ---: | ---: |")
     for name, ts in times.items():
-        a = np.array(ts) * 1e3
+        a = np.array(ts) * 1e6
         q1, q2, q3 = np.percentile(a, [25, 50, 75])
         ratio = float(np.median(np.array(ts) / base))
-        print(f"| {name} | {q2:.2f} | {q1:.2f}-{q3:.2f} | {ratio:.2f} |")
+        print(f"| {name} | {_sig(q2)} | {_sig(q1)}-{_sig(q3)} | {ratio:.2f} |")
     for name, t in compile_times.items():
         if name.startswith("jax"):
             print(f"\n{name}: first call (trace and compile) {t * 1e3:.0f} ms")
         elif name.startswith("easyad replayed (ad.record(ad.vmap(ad.jacobian"):
             print(f"\n{name}: first call (record and compile) {t * 1e3:.0f} ms")
+
+
+def _sig(us: float) -> str:
+    """``us`` to 3 significant digits (0.0481 ms is 48.1 us; 2 decimals of ms hid it)."""
+    if us <= 0:
+        return "0"
+    rounded = float(f"{us:.3g}")
+    return f"{rounded:.{max(0, 2 - math.floor(math.log10(rounded)))}f}"
 
 
 def _once(call: Callable[[], Any]) -> float:
@@ -233,7 +247,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.3)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--only", choices=("gradients", "jacobians"))
+    parser.add_argument("--pin", type=int, metavar="CPU",
+                        help="run on this CPU only (as taskset -c CPU); default: unpinned")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: the process's CPU time (every thread's), which a loaded "
+                        "machine inflates less than wall time")
     args = parser.parse_args()
+    global _clock
+    _clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.pin is not None:        # before the peers start any thread
+        os.sched_setaffinity(0, {args.pin})
     torch, jax = _peers()
     if args.only != "jacobians":
         run(f"per-example gradients, MLP 784-128-10, batch {args.batch}",

@@ -124,7 +124,10 @@ def test_the_replayed_tangent_loop_splits_and_keeps_every_bit(mode, monkeypatch)
     flat = G(x)
     assert "for (long o = 0;" not in G._bound["value"].source
     if mode == "forward":      # the (basis, batch, element) tangent loop: an outer loop
-        assert "for (long o = 0; o < 16L; o++)" in source
+        # over (basis, batch) around a vector loop over the elements, x[0] loaded once
+        # per outer step (no gather at a divided index in the vector loop)
+        assert "for (long o = 0; o < 1024L; o++) {\n        const double" in source
+        assert "for (long ii = 0; ii < 16L; ii++)" in source and "(ii / " not in source
     # the basis axis moved last: a view of the program's result, not a copy made in C
     assert views == {0: ((16, 64, 16), (1, 2, 0) if mode == "forward" else (1, 0, 2))}
     assert not split.flags.c_contiguous and flat.flags.c_contiguous

@@ -23,6 +23,7 @@ lifted levels it had, so transforms that f calls lift as usual.
 from __future__ import annotations
 
 import contextvars
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -182,13 +183,33 @@ def _grad(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
     return _value_and_grad(F, args, options, value=False)
 
 
-def _columns(x: Any, size: int) -> Any:
-    """The directions along one element of every example at once: (B, *s) each."""
+def _basis(x: Any, size: int) -> np.ndarray:
+    """The directions along each element of every example at once: (size, B, *s), the
+    k-th 1.0 at element k of every example (made in one array, not stacked)."""
     shape = _shape(x)
-    for k in range(int(np.prod(shape[1:], dtype=np.int64))):
-        t = np.zeros((shape[0], size))
-        t[:, k] = 1.0
-        yield t.reshape(shape)
+    basis = np.zeros((size, shape[0], size))
+    k = np.arange(size)
+    basis[k, :, k] = 1.0
+    return basis.reshape((size,) + tuple(shape))
+
+
+# f -> the (argnum, batch shape, dtype) at which "auto" picked forward mode (weakly: a
+# function that cannot be referenced weakly is probed every call, as before)
+_FORWARD_PICKED: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
+
+
+def _forward_picked(f: Any, key: Any) -> bool:
+    try:
+        return key in _FORWARD_PICKED.get(f, ())
+    except TypeError:
+        return False
+
+
+def _remember_forward(f: Any, key: Any) -> None:
+    try:
+        _FORWARD_PICKED.setdefault(f, set()).add(key)
+    except TypeError:
+        pass
 
 
 def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
@@ -202,18 +223,24 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
     n = int(np.prod(s, dtype=np.int64))
     mode = options.get("mode", "auto")
     run = None
+    # "auto" picked forward mode for this f at this batch's shape before: f's values are
+    # not computed first to learn m again (they only choose the mode, never the result)
+    shape_key = (k, _shape(x), str(getattr(x, "dtype", "")))
+    known = mode == "auto" and not in_program(x) and _forward_picked(F.f, shape_key)
     if mode != "forward" and in_program(x):
         # recorded (ad.record of tensor code): f once on the whole batch, on a list
         run = _Reverse(one, x, ())
         value = run.result
     else:
-        value = one(x) if mode != "forward" else None
+        value = one(x) if mode != "forward" and not known else None
     o = _shape(value)[1:] if value is not None else ()
     m = int(np.prod(o, dtype=np.int64))
     # the basis is one more batch (a vmap of its own level around the jvps or vjps): one
     # pass for every element of every example, as torch's and JAX's Jacobians
-    if mode == "forward" or (mode == "auto" and n <= m):
-        basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+    if mode == "forward" or known or (mode == "auto" and n <= m):
+        if mode == "auto" and not known and not in_program(x):
+            _remember_forward(F.f, shape_key)
+        basis = _basis(x, n)
         if in_program(x) and isinstance(x, Tensor) and x.tape is not None and n:
             # recorded: one forward pass with the basis as a batched tangent, f's values
             # computed once (not once per basis element)
@@ -231,7 +258,7 @@ def _jacobian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any
         out = F.vmap(lambda t: functional.jvp(one, x, t)[1], out_axes=-1)(basis)
         return F.rewrap(out.reshape(_shape(out)[:-1] + s))
     assert value is not None
-    weights = np.stack(list(_columns(value, m))) if m else np.zeros((0,) + _shape(value))
+    weights = _basis(value, m)
     if run is not None:
         out = _seeded_rows(F, run, weights)
         if out is not None:
@@ -307,10 +334,10 @@ def _hessian(F: _Lifted, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
         # recorded: the gradient on the recording's list once (its sweep recorded), then
         # its Jacobian by one sweep with a batched seed (reverse over reverse)
         run = _Reverse(lambda z: functional.grad(summed)(z), x, ())
-        out = _seeded_rows(F, run, np.stack(list(_columns(x, n))))
+        out = _seeded_rows(F, run, _basis(x, n))
         if out is not None:
             return F.rewrap(out.reshape((F.size,) + s + s))
-    basis = np.stack(list(_columns(x, n))) if n else np.zeros((0,) + _shape(x))
+    basis = _basis(x, n)
     out = F.vmap(lambda t: functional.hvp(summed, x, t), out_axes=-1)(basis)
     return F.rewrap(out.reshape((F.size,) + s + s))
 

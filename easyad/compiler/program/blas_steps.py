@@ -1,4 +1,5 @@
-"""``linear`` and ``linear_vjp`` steps of a fused numpy program, prepared once.
+"""``linear``, ``linear_vjp`` and (1, m, k) @ (1, k, n) ``matmul`` steps of a fused numpy
+program, prepared once.
 
 ``_program.step`` runs them through the backend (``be.linear``: a new array per product,
 five Python calls deep). A replayed training step calls them every time with the same
@@ -40,6 +41,37 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 FOLD_FROM = 1 << 14
 
 
+def _matmul(ins: Instruction, plan: Any, outputs: set[int]
+            ) -> tuple[Any, dict[int, Any]] | None:
+    """A (1, m, k) @ (1, k, n) ``matmul`` step (a batched Jacobian's products) into a
+    buffer made once: np.matmul with ``out=``, the BLAS call ``be.matmul`` makes (which
+    allocates, and checks the kernels, every call); None where easyad's own kernels, or
+    numpy's k = 1 broadcast, would compute it, or the result leaves the call."""
+    p = plan.program
+    a, b = ins.ins
+    (o,) = ins.outs
+    if type(a) is not int or type(b) is not int or plan.r(o) != o or o in outputs:
+        return None
+    sa, sb, so = tuple(p.shapes[a]), tuple(p.shapes[b]), tuple(p.shapes[o])
+    dtypes = {p.dtypes[a], p.dtypes[b], p.dtypes[o]}
+    if len(dtypes) != 1 or not dtypes <= set(_FLOATS) or len(sa) != 3 or len(sb) != 3 \
+            or sa[0] != 1 or sb[0] != 1:
+        return None
+    ta, tb = ins.params.transpose_a, ins.params.transpose_b
+    m, k = (sa[2], sa[1]) if ta else (sa[1], sa[2])
+    n = sb[1] if tb else sb[2]
+    if k == 1 or (sb[2] if tb else sb[1]) != k or so != (1, m, n) or \
+            _blas.own_kernels(m, k, n):
+        return None
+    out = np.empty(so, dtype=p.dtypes[o])
+
+    def run_matmul(s: list[Any]) -> None:
+        x, y = s[a], s[b]
+        np.matmul(x.swapaxes(-1, -2) if ta else x, y.swapaxes(-1, -2) if tb else y, out=out)
+        s[o] = out
+    return run_matmul, {o: out}
+
+
 def _plain(plan: Any, slots: tuple[Any, ...]) -> bool:
     p = plan.program
     dtypes = {p.dtypes[s] for s in slots if type(s) is int}
@@ -55,6 +87,8 @@ def prepare(ins: Instruction, plan: Any, outputs: set[int],
     None (the backend's step). ``outputs``: the roots of the program's outputs;
     ``folded``: ``fold_updates``'s answer (the weight gradient then updates w instead)."""
     p = plan.program
+    if ins.op == "matmul":
+        return _matmul(ins, plan, outputs)
     if ins.op not in ("linear", "linear_vjp") or not _plain(plan, ins.ins + ins.outs) \
             or any(plan.r(o) != o or o in outputs for o in ins.outs):
         return None

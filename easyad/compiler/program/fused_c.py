@@ -68,7 +68,7 @@ from easyad.compiler.tape import library as c_library
 from easyad._core import _point_at, _segment_call, _segments_batch
 from easyad.compiler.program import blas_steps, float32, softmax_c, table_c
 from easyad.compiler.program.cstyle import CDialect, Renderer, c_header, libmvec_functions
-from easyad.compiler.optimiser import optimise_program
+from easyad.compiler.optimiser import narrow_constants, optimise_program
 from easyad.compiler.program.plan import Plan, share_buffers, stored_slots
 from easyad.tensor._program import Program, live_instructions, step
 
@@ -344,6 +344,7 @@ def fused(program: Program, outputs: Sequence[int], be: NumpyBackend, on_guard: 
     """The fused, compiled program for ``outputs`` on the numpy backend ``be``; None when
     nothing would be compiled (no C-able instruction) or no compiler works."""
     program, outputs = optimise_program(program, outputs)
+    program = narrow_constants(program, outputs)
     outputs, views = final_views(program, outputs)
     in_float = float32.rewrite(program)          # the rule table's float32 forms
     instructions = live_instructions(program, outputs)
