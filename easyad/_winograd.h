@@ -16,7 +16,9 @@
  *   c (t = (i th + ty) (tw + 1) + tx); x is read as zero outside rows [0, Hv) and columns
  *   [0, Wv) (Hv < H where a negative padding cuts the input), padded by lo_h/lo_w.
  * - easyad_wino_out: y[i][c][2ty + a][2tx + b] = (A^T m A)[a][b] for M's tile m, dropping
- *   rows/columns past Oh/Ow (an odd size's last tile).
+ *   rows/columns past Oh/Ow (an odd size's last tile); returns 1 where any tile (the
+ *   spare and dropped entries too: erring towards a recomputation) is not finite, so
+ *   the caller needs no pass of its own over y.
  * - easyad_wino_grad: Q[xi][c][t] = (A gg A^T)[k][l], gg the 2x2 tile of g (zero past
  *   Oh/Ow): the weight gradient's transform of the cotangent.
  *
@@ -129,6 +131,7 @@ static int easyad_wino_out_##SUF(const T_* M, long n, long C, long th, long tw, 
     T_* restrict q10 = q + 2 * tiles;                                                   \
     T_* restrict q11 = q + 3 * tiles;                                                   \
     long P = C * T;                                                                     \
+    int finite = 1;                                                                     \
     for (long i = 0; i < n; i++)                                                        \
         for (long c = 0; c < C; c++) {                                                  \
             const T_* m = M + c * T + i * tiles;                                        \
@@ -150,6 +153,10 @@ static int easyad_wino_out_##SUF(const T_* M, long n, long C, long th, long tw, 
                 q01[f] = p01 - p02 - p03;                                               \
                 q10[f] = p10 + p11 + p12;                                               \
                 q11[f] = p11 - p12 - p13;                                               \
+                /* s - s is 0 unless an entry is inf or NaN (or their sum overflows): an \
+                   integer AND, which gcc vectorises where a float sum would not be */  \
+                T_ s = q00[f] + q01[f] + q10[f] + q11[f];                               \
+                finite &= (s - s == 0);                                                 \
             }                                                                           \
             T_* plane = y + (i * C + c) * Oh * Ow;                                      \
             for (long r = 0; r < Oh; r++) {                                             \
@@ -161,7 +168,7 @@ static int easyad_wino_out_##SUF(const T_* M, long n, long C, long th, long tw, 
             }                                                                           \
         }                                                                               \
     free(q);                                                                            \
-    return 0;                                                                           \
+    return finite ? 0 : 1;                                                              \
 }                                                                                       \
                                                                                         \
 EASYAD_WINO_CLONES                                                                      \

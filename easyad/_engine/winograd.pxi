@@ -56,7 +56,8 @@ def _wino_in(x, V, long Hv, long Wv, long lo_h, long lo_w, long th, long tw):
 
 def _wino_out(M, y, long th, long tw):
     """y (n, C, Oh, Ow) = A^T m A of every tile of M (16, C, n*th*(tw+1)) (tw + 1:
-    _winograd.h's spare tile a row)."""
+    _winograd.h's spare tile a row). Returns whether every tile came out finite (False:
+    an inf or NaN somewhere, or a sum of a tile's entries overflowing)."""
     _wino_check("_wino_out", y, M, 4, (16, y.shape[1], y.shape[0] * th * (tw + 1)))
     cdef long n = y.shape[0], C = y.shape[1], Oh = y.shape[2], Ow = y.shape[3]
     if not (2 * th - 1 <= Oh <= 2 * th and 2 * tw - 1 <= Ow <= 2 * tw):
@@ -72,8 +73,9 @@ def _wino_out(M, y, long th, long tw):
         with nogil:
             rc = easyad_wino_out_f64(<const double*>pm, n, C, th, tw, T, <double*>py, Oh,
                                      Ow)
-    if rc:
+    if rc < 0:
         raise MemoryError("_wino_out: no memory for the phase planes")
+    return rc == 0
 
 
 def _wino_grad(g, Q, long th, long tw):

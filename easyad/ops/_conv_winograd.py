@@ -87,8 +87,10 @@ def _chunk(n: int, channels: int, tiles: int, itemsize: int) -> int:
     return max(1, min(n, CHUNK_BYTES // max(16 * channels * tiles * itemsize, 1)))
 
 
-def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> None:
-    """y ``(N, Co_all, Oh, Ow)`` (C-contiguous, written) = conv of x ``(N, C, H, W)``."""
+def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> bool:
+    """y ``(N, Co_all, Oh, Ow)`` (C-contiguous, written) = conv of x ``(N, C, H, W)``;
+    False where some entry came out inf or NaN (the output transform checks as it
+    writes: no pass of its own over y)."""
     groups = p.groups
     x = np.ascontiguousarray(x)
     n, c = x.shape[:2]
@@ -102,6 +104,7 @@ def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> None:
     per_image = _per_image(th, tw)
     chunk = _chunk(n, max(c, cout), per_image, x.itemsize)
     wino_in, wino_out, matmul = _core._wino_in, _core._wino_out, np.matmul
+    finite = True
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
         if n0 == 0 or m < chunk:        # (the last, smaller chunk gets its own)
@@ -111,7 +114,8 @@ def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> None:
             vg, rg = v.reshape(16, groups, ci, t), r.reshape(16, groups, co, t)
         wino_in(x[n0:n0 + m], v, *geometry, th, tw)
         matmul(u, vg, out=rg)
-        wino_out(r, y[n0:n0 + m], th, tw)
+        finite &= wino_out(r, y[n0:n0 + m], th, tw)
+    return finite
 
 
 def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
