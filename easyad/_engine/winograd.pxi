@@ -8,6 +8,12 @@ cdef extern from "_winograd.h" nogil:
     int easyad_wino_in_f64(const double* x, long n, long C, long H, long W, long Hv,
                            long Wv, long lo_h, long lo_w, long th, long tw, double* V,
                            long T)
+    int easyad_wino_in_t_f32(const float* x, long n, long C, long H, long W, long Hv,
+                             long Wv, long lo_h, long lo_w, long th, long tw, float* V,
+                             long T)
+    int easyad_wino_in_t_f64(const double* x, long n, long C, long H, long W, long Hv,
+                             long Wv, long lo_h, long lo_w, long th, long tw, double* V,
+                             long T)
     int easyad_wino_out_f32(const float* M, long n, long C, long th, long tw, long T,
                             float* y, long Oh, long Ow)
     int easyad_wino_out_f64(const double* M, long n, long C, long th, long tw, long T,
@@ -52,6 +58,31 @@ def _wino_in(x, V, long Hv, long Wv, long lo_h, long lo_w, long th, long tw):
                                     tw, <double*>pv, T)
     if rc:
         raise MemoryError("_wino_in: no memory for the phase planes")
+
+
+def _wino_in_t(x, V, long Hv, long Wv, long lo_h, long lo_w, long th, long tw):
+    """V (16, n*th*(tw+1), C) = B^T d B of every input tile of x (n, C, H, W), tile-major
+    (channels innermost: the weight gradient's product runs faster on it); C a multiple
+    of 8."""
+    _wino_check("_wino_in_t", x, V, 4, (16, x.shape[0] * th * (tw + 1), x.shape[1]))
+    cdef long n = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3]
+    if not (0 <= Hv <= H and 0 <= Wv <= W and th >= 1 and tw >= 1) or C % 8:
+        raise ValueError(f"_wino_in_t: rows {Hv} and columns {Wv} read of {H}x{W}, "
+                         f"{th}x{tw} tiles, {C} channels (a multiple of 8 needed)")
+    cdef long T = n * th * (tw + 1)
+    cdef void* px = cnp.PyArray_DATA(<cnp.ndarray>x)
+    cdef void* pv = cnp.PyArray_DATA(<cnp.ndarray>V)
+    cdef int rc
+    if x.dtype == np.float32:
+        with nogil:
+            rc = easyad_wino_in_t_f32(<const float*>px, n, C, H, W, Hv, Wv, lo_h, lo_w, th,
+                                      tw, <float*>pv, T)
+    else:
+        with nogil:
+            rc = easyad_wino_in_t_f64(<const double*>px, n, C, H, W, Hv, Wv, lo_h, lo_w,
+                                      th, tw, <double*>pv, T)
+    if rc:
+        raise MemoryError("_wino_in_t: no memory for the phase planes")
 
 
 def _wino_out(M, y, long th, long tw):

@@ -132,14 +132,21 @@ def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     chunk = _chunk(n, max(c, cout), per_image, x.itemsize)
     total = np.zeros((16, groups, co, ci), dtype=x.dtype)
     part = np.empty_like(total)
-    wino_in, wino_grad, matmul = _core._wino_in, _core._wino_grad, np.matmul
+    # one group of channels in eights: V tile-major, (16, T, C), so the product is Q (Co,
+    # T) by V (T, C) with both operands laid out as OpenBLAS packs fastest (~170 against
+    # ~110 GFLOP/s for Q by a transposed (C, T) V; 7.1 -> ~6.1 ms the case's gradient)
+    major = groups == 1 and c % 8 == 0
+    wino_in = _core._wino_in_t if major else _core._wino_in
+    wino_grad, matmul = _core._wino_grad, np.matmul
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
         if n0 == 0 or m < chunk:
             t = m * per_image
-            v = np.empty((16, c, t), dtype=x.dtype)
+            v = np.empty((16, t, c) if major else (16, c, t), dtype=x.dtype)
             q = np.empty((16, cout, t), dtype=x.dtype)
-            qg, vg = q.reshape(16, groups, co, t), v.reshape(16, groups, ci, t).swapaxes(2, 3)
+            qg = q.reshape(16, groups, co, t)
+            vg = v.reshape(16, 1, t, c) if major else \
+                v.reshape(16, groups, ci, t).swapaxes(2, 3)
         wino_in(x[n0:n0 + m], v, *geometry, th, tw)
         wino_grad(g[n0:n0 + m], q, th, tw)
         matmul(qg, vg, out=part)
