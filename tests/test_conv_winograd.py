@@ -57,6 +57,9 @@ CASES = {
     "negative": (2, 4, 4, 9, 8, (-1, 2, 1, -2), 1),
     "groups": (2, 8, 12, 6, 7, (1, 1, 1, 1), 2),
     "one output": (1, 4, 4, 3, 3, (0, 0, 0, 0), 1),
+    # channels in eights, one group: the weight's gradient takes the tile-major V
+    "eights": (2, 8, 4, 7, 9, (1, 1, 1, 1), 1),
+    "eights, negative": (3, 16, 8, 9, 8, (-1, 2, 1, -2), 1),
 }
 
 
@@ -213,3 +216,38 @@ def test_the_transforms_refuse_bad_arrays():
         _core._wino_in(x, v, 5, 4, 0, 0, 2, 2)
     with pytest.raises(ValueError, match="do not make"):
         _core._wino_out(v, np.zeros((1, 2, 5, 4), dtype=np.float32), 2, 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("padding", [(1, 1), (0, 2), (2, 0)])
+def test_the_tile_major_transform_is_the_transposed_one(dtype, padding):
+    """_wino_in_t's V (16, T, C) is _wino_in's (16, C, T) transposed, bit for bit (the
+    same sums in the same order), odd sizes and the padding's zeros included."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 16, 7, 9)).astype(dtype)
+    th, tw = 4, 5
+    v = np.full((16, 16, 2 * th * (tw + 1)), np.nan, dtype=dtype)
+    vt = np.full((16, 2 * th * (tw + 1), 16), np.nan, dtype=dtype)
+    _core._wino_in(x, v, 7, 9, *padding, th, tw)
+    _core._wino_in_t(x, vt, 7, 9, *padding, th, tw)
+    np.testing.assert_array_equal(vt, v.swapaxes(1, 2))
+    assert np.isfinite(vt).all()
+    with pytest.raises(ValueError, match="a multiple of 8 needed"):
+        _core._wino_in_t(x[:, :12].copy(), vt[:, :, :12].copy(), 7, 9, *padding, th, tw)
+
+
+def test_the_output_transform_reports_what_is_not_finite():
+    """_wino_out returns False where a tile came out inf or NaN (the convolution then
+    takes the direct sums), True otherwise; y is written either way."""
+    rng = np.random.default_rng(4)
+    m = rng.normal(size=(16, 2, 2 * 3 * 4)).astype(np.float32)     # 2 images, 3x3 tiles
+    y = np.zeros((2, 2, 6, 6), dtype=np.float32)
+    assert _core._wino_out(m, y, 3, 3) is True
+    assert np.isfinite(y).all() and np.abs(y).max() > 0
+    for bad in (np.nan, np.inf, -np.inf):
+        poisoned = m.copy()
+        poisoned[7, 1, 13] = bad           # plane 7, channel 1, image 1's second tile
+        assert _core._wino_out(poisoned, y, 3, 3) is False
+    big = m.copy()
+    big[0, 0, 0] = big[4, 0, 0] = 3e38     # finite entries whose sum overflows
+    assert _core._wino_out(big, y, 3, 3) is False
