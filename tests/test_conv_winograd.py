@@ -93,7 +93,8 @@ def test_float64_matches_the_direct_sums(name, chunk_bytes, monkeypatch):
 def test_float32_within_rounding_of_float64():
     """The benchmark's layer (smaller batch): float32 Winograd within 2e-6 of the result's
     largest entry from the float64 direct sums (measured: 3.0e-7, torch's float32 3.3e-7;
-    the weight's gradient 2.0e-7, torch's 1.5e-6)."""
+    the weight's gradient 5.5e-7 since its product takes a tile-major V (2.4e-7 before),
+    torch's 1.2e-6)."""
     rng = np.random.default_rng(1)
     x = rng.normal(size=(4, 32, 28, 28)).astype(np.float32)
     w = (rng.normal(size=(32, 32, 3, 3)) / 17).astype(np.float32)
