@@ -252,3 +252,40 @@ def test_the_output_transform_reports_what_is_not_finite():
     big = m.copy()
     big[0, 0, 0] = big[4, 0, 0] = 3e38     # finite entries whose sum overflows
     assert _core._wino_out(big, y, 3, 3) is False
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_c_loop_and_the_python_loop_agree(dtype, monkeypatch):
+    """One group goes image by image in C (_core._wino_conv, OpenBLAS's gemm called from
+    there); without that gemm the chunk loop in Python runs: the same products, so the
+    two agree to rounding, and both with the float64 direct sums."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3, 8, 9, 7)).astype(dtype)
+    w = rng.normal(size=(6, 8, 3, 3)).astype(dtype)
+    p = _params((1, 2, 0, 1))
+    want = _direct(x, w, p.padding, 1)
+    assert _conv_winograd._gemm_address(np.dtype(dtype)) is not None
+    y_c = np.full(want.shape, np.nan, dtype=dtype)
+    assert _conv_winograd.convolve(y_c, x, w, p) is True
+    monkeypatch.setattr(_conv_winograd, "_gemm_address", lambda dtype: None)
+    y_py = np.full(want.shape, np.nan, dtype=dtype)
+    assert _conv_winograd.convolve(y_py, x, w, p) is True
+    tol = (2e-6 if dtype == np.float32 else 1e-13) * np.abs(want).max()
+    np.testing.assert_allclose(y_c, want, rtol=0, atol=tol)
+    np.testing.assert_allclose(y_py, y_c, rtol=0, atol=tol)
+    x[1, 3, 4, 4] = np.inf          # both report what is not finite
+    assert _conv_winograd.convolve(y_py, x, w, p) is False
+    monkeypatch.undo()
+    assert _conv_winograd.convolve(y_c, x, w, p) is False
+
+
+def test_the_c_loop_refuses_bad_arguments():
+    x = np.zeros((1, 8, 6, 6), dtype=np.float32)
+    u = np.zeros((16, 4, 8), dtype=np.float32)
+    y = np.zeros((1, 4, 6, 6), dtype=np.float32)
+    with pytest.raises(ValueError, match="address of a cblas gemm"):
+        _core._wino_conv(x, u, y, 6, 6, 1, 1, 3, 3, 0, True)
+    with pytest.raises(ValueError, match="do not fit"):
+        _core._wino_conv(x, u[:, :3].copy(), y, 6, 6, 1, 1, 3, 3, 1, True)
+    with pytest.raises(ValueError, match="3x3 tiles"):
+        _core._wino_conv(x, u, y[:, :, :3].copy(), 6, 6, 1, 1, 3, 3, 1, True)

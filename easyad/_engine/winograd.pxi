@@ -14,6 +14,14 @@ cdef extern from "_winograd.h" nogil:
     int easyad_wino_in_t_f64(const double* x, long n, long C, long H, long W, long Hv,
                              long Wv, long lo_h, long lo_w, long th, long tw, double* V,
                              long T)
+    int easyad_wino_conv_f32(const float* x, long n, long C, long H, long W, long Hv,
+                             long Wv, long lo_h, long lo_w, long th, long tw,
+                             const float* U, long Co, float* y, long Oh, long Ow,
+                             void* gemm, int idx64)
+    int easyad_wino_conv_f64(const double* x, long n, long C, long H, long W, long Hv,
+                             long Wv, long lo_h, long lo_w, long th, long tw,
+                             const double* U, long Co, double* y, long Oh, long Ow,
+                             void* gemm, int idx64)
     int easyad_wino_out_f32(const float* M, long n, long C, long th, long tw, long T,
                             float* y, long Oh, long Ow)
     int easyad_wino_out_f64(const double* M, long n, long C, long th, long tw, long T,
@@ -129,3 +137,39 @@ def _wino_grad(g, Q, long th, long tw):
                                       <double*>pq)
     if rc:
         raise MemoryError("_wino_grad: no memory for the phase planes")
+
+
+def _wino_conv(x, U, y, long Hv, long Wv, long lo_h, long lo_w, long th, long tw,
+               size_t gemm, bint idx64):
+    """y (n, Co, Oh, Ow) = the one-group convolution of x (n, C, H, W) whose kernels'
+    transforms are U (16, Co, C), image by image in C: _wino_in, 16 products on the
+    cblas gemm at address ``gemm`` (numpy's OpenBLAS: tensor/_blas.cblas_gemm; 64-bit
+    integers where idx64), _wino_out. Returns whether every tile came out finite."""
+    _wino_check("_wino_conv", x, U, 4, (16, y.shape[1], x.shape[1]))
+    _wino_check("_wino_conv", y, U, 4, (16, y.shape[1], x.shape[1]))
+    if gemm == 0:
+        raise ValueError("_wino_conv needs the address of a cblas gemm")
+    cdef long n = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3]
+    cdef long Co = y.shape[1], Oh = y.shape[2], Ow = y.shape[3]
+    if y.shape[0] != n or not (0 <= Hv <= H and 0 <= Wv <= W and th >= 1 and tw >= 1) \
+            or not (2 * th - 1 <= Oh <= 2 * th and 2 * tw - 1 <= Ow <= 2 * tw):
+        raise ValueError(f"_wino_conv: {x.shape} to {y.shape} with rows {Hv} and columns "
+                         f"{Wv} read, {th}x{tw} tiles")
+    cdef void* px = cnp.PyArray_DATA(<cnp.ndarray>x)
+    cdef void* pu = cnp.PyArray_DATA(<cnp.ndarray>U)
+    cdef void* py = cnp.PyArray_DATA(<cnp.ndarray>y)
+    cdef void* pg = <void*>gemm
+    cdef int rc
+    if x.dtype == np.float32:
+        with nogil:
+            rc = easyad_wino_conv_f32(<const float*>px, n, C, H, W, Hv, Wv, lo_h, lo_w, th,
+                                      tw, <const float*>pu, Co, <float*>py, Oh, Ow, pg,
+                                      idx64)
+    else:
+        with nogil:
+            rc = easyad_wino_conv_f64(<const double*>px, n, C, H, W, Hv, Wv, lo_h, lo_w,
+                                      th, tw, <const double*>pu, Co, <double*>py, Oh, Ow,
+                                      pg, idx64)
+    if rc < 0:
+        raise MemoryError("_wino_conv: no memory for the transforms")
+    return rc == 0

@@ -27,7 +27,9 @@ weight by 0.035 after 4 Adam steps with its 4x4 second layer here; MIN_SIZE keep
 small images on im2col).
 
 The transforms (sums and differences: ``easyad/_winograd.h``) run a chunk of images at
-a time so that V stays in the cache for its GEMM. The result differs from the direct
+a time so that V stays in the cache for its GEMM; a convolution of one group runs image
+by image in C (``_core._wino_conv``, OpenBLAS's cblas gemm called from there: no Python
+between the images). The result differs from the direct
 sums by rounding only: in float32, 3.0e-7 of the result's largest entry from the float64
 sums at 32 -> 32 channels 28x28 (torch's float32: 3.3e-7; the weight's gradient 5.5e-7,
 torch's 1.2e-6: its GEMM on the tile-major V sums in another order than the 2.4e-7 of
@@ -35,11 +37,14 @@ the transposed one; tests/test_conv_winograd.py bounds both at 2e-6), in float64
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 from typing import Any
 
 import numpy as np
 
 from easyad import _core
+from easyad.tensor import _blas
 
 # bytes of one chunk's transformed tiles (V), about one image's at 32 channels 28x28: one
 # image a chunk ran faster than 2, 4, 8 or 16 (7.9, 8.5, 9.1, 11.2, 17.0 ms the convolution
@@ -66,6 +71,17 @@ def takes(p: Any, w_shape: tuple[int, ...], o: tuple[int, ...]) -> bool:
         tuple(p.stride) == (1, 1) and tuple(p.dilation) == (1, 1) and \
         w_shape[1] >= MIN_CHANNELS and w_shape[0] // p.groups >= MIN_CHANNELS and \
         min(o) >= MIN_SIZE
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_address(dtype: np.dtype) -> tuple[int, bool] | None:
+    """The address of numpy's OpenBLAS cblas gemm for dtype and whether its integers are
+    64-bit, for _core._wino_conv (None where numpy's BLAS is not an OpenBLAS found)."""
+    gemm = _blas.cblas_gemm(dtype)
+    if gemm is None:
+        return None
+    address = ctypes.cast(gemm, ctypes.c_void_p).value
+    return None if not address else (address, gemm.argtypes[3] is ctypes.c_int64)
 
 
 def _tiles(o: tuple[int, ...]) -> tuple[int, int]:
@@ -102,6 +118,10 @@ def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> bool:
     g = _G.astype(w.dtype)
     # (two matmuls: einsum's one loop over all four indices took ~1 ms here)
     u = np.ascontiguousarray((g @ w @ g.T).transpose(2, 3, 0, 1)).reshape(16, groups, co, ci)
+    gemm = _gemm_address(x.dtype)
+    if groups == 1 and gemm is not None:     # image by image in C (see _winograd.h)
+        return bool(_core._wino_conv(x, u.reshape(16, cout, ci), y, *geometry, th, tw,
+                                     *gemm))
     per_image = _per_image(th, tw)
     chunk = _chunk(n, max(c, cout), per_image, x.itemsize)
     wino_in, wino_out, matmul = _core._wino_in, _core._wino_out, np.matmul
