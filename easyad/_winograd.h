@@ -351,14 +351,49 @@ static int easyad_wino_conv_##SUF(const T_* x, long n, long C, long H, long W, l
     free(V);                                                                            \
     free(R);                                                                            \
     return rc ? rc : (finite ? 0 : 1);                                                  \
+}                                                                                       \
+                                                                                        \
+/* the weight's gradient likewise: per image the tile-major V (C a multiple of 8) and    \
+ * the cotangent's Q, then total[xi] (Co x C, zeroed by the caller) += Q[xi] V[xi] by    \
+ * the gemm's beta = 1 (no product array to add afterwards) */                          \
+static int easyad_wino_wgrad_##SUF(const T_* x, const T_* g, long n, long C, long H,    \
+                                   long W, long Hv, long Wv, long lo_h, long lo_w,      \
+                                   long th, long tw, long Co, long Oh, long Ow,         \
+                                   T_* total, void* gemm, int idx64) {                  \
+    long tiles = th * (tw + 1);                                                         \
+    T_* V = (T_*)malloc(sizeof(T_) * (size_t)(16 * C * tiles));                         \
+    T_* Q = (T_*)malloc(sizeof(T_) * (size_t)(16 * Co * tiles));                        \
+    int rc = (!V || !Q) ? -1 : 0;                                                       \
+    for (long i = 0; i < n && rc == 0; i++) {                                           \
+        rc = easyad_wino_in_t_##SUF(x + i * C * H * W, 1, C, H, W, Hv, Wv, lo_h, lo_w,  \
+                                    th, tw, V, tiles);                                  \
+        if (rc == 0)                                                                    \
+            rc = easyad_wino_grad_##SUF(g + i * Co * Oh * Ow, 1, Co, Oh, Ow, th, tw,    \
+                                        tiles, Q);                                      \
+        if (rc) break;                                                                  \
+        for (long xi = 0; xi < 16; xi++) {                                              \
+            if (idx64)                                                                  \
+                ((easyad_gemm64_##SUF)gemm)(101, 111, 111, Co, C, tiles, 1,             \
+                                            Q + xi * Co * tiles, tiles,                 \
+                                            V + xi * tiles * C, C, 1, total + xi * Co * C, C); \
+            else                                                                        \
+                ((easyad_gemm32_##SUF)gemm)(101, 111, 111, (int)Co, (int)C, (int)tiles, 1, \
+                                            Q + xi * Co * tiles, (int)tiles,            \
+                                            V + xi * tiles * C, (int)C, 1,              \
+                                            total + xi * Co * C, (int)C);               \
+        }                                                                               \
+    }                                                                                   \
+    free(V);                                                                            \
+    free(Q);                                                                            \
+    return rc < 0 ? -1 : rc;                                                            \
 }
 
 
 EASYAD_WINO_DEFINE(float, f32)
 EASYAD_WINO_DEFINE(double, f64)
-EASYAD_WINO_DEFINE_CONV(float, f32)
-EASYAD_WINO_DEFINE_CONV(double, f64)
 EASYAD_WINO_DEFINE_T(float, f32)
 EASYAD_WINO_DEFINE_T(double, f64)
+EASYAD_WINO_DEFINE_CONV(float, f32)
+EASYAD_WINO_DEFINE_CONV(double, f64)
 
 #endif

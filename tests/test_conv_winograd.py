@@ -273,6 +273,16 @@ def test_the_c_loop_and_the_python_loop_agree(dtype, monkeypatch):
     tol = (2e-6 if dtype == np.float32 else 1e-13) * np.abs(want).max()
     np.testing.assert_allclose(y_c, want, rtol=0, atol=tol)
     np.testing.assert_allclose(y_py, y_c, rtol=0, atol=tol)
+    # the weight's gradient (channels in eights: _core._wino_wgrad in C) likewise
+    g = rng.normal(size=want.shape).astype(dtype)
+    ref = _direct_weight(x, g, p.padding, 1)
+    wtol = (2e-6 if dtype == np.float32 else 1e-13) * np.abs(ref).max()
+    dw_py = _conv_winograd.weight(p, x, g)
+    monkeypatch.undo()
+    dw_c = _conv_winograd.weight(p, x, g)
+    np.testing.assert_allclose(dw_c, ref, rtol=0, atol=wtol)
+    np.testing.assert_allclose(dw_py, dw_c, rtol=0, atol=wtol)
+    monkeypatch.setattr(_conv_winograd, "_gemm_address", lambda dtype: None)
     x[1, 3, 4, 4] = np.inf          # both report what is not finite
     assert _conv_winograd.convolve(y_py, x, w, p) is False
     monkeypatch.undo()
@@ -289,3 +299,9 @@ def test_the_c_loop_refuses_bad_arguments():
         _core._wino_conv(x, u[:, :3].copy(), y, 6, 6, 1, 1, 3, 3, 1, True)
     with pytest.raises(ValueError, match="3x3 tiles"):
         _core._wino_conv(x, u, y[:, :, :3].copy(), 6, 6, 1, 1, 3, 3, 1, True)
+    total = np.zeros((16, 4, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match="address of a cblas gemm"):
+        _core._wino_wgrad(x, y, total, 6, 6, 1, 1, 3, 3, 0, True)
+    with pytest.raises(ValueError, match="channels in eights"):
+        _core._wino_wgrad(x[:, :4].copy(), y, total[:, :, :4].copy(), 6, 6, 1, 1, 3, 3, 1,
+                          True)

@@ -22,6 +22,14 @@ cdef extern from "_winograd.h" nogil:
                              long Wv, long lo_h, long lo_w, long th, long tw,
                              const double* U, long Co, double* y, long Oh, long Ow,
                              void* gemm, int idx64)
+    int easyad_wino_wgrad_f32(const float* x, const float* g, long n, long C, long H,
+                              long W, long Hv, long Wv, long lo_h, long lo_w, long th,
+                              long tw, long Co, long Oh, long Ow, float* total, void* gemm,
+                              int idx64)
+    int easyad_wino_wgrad_f64(const double* x, const double* g, long n, long C, long H,
+                              long W, long Hv, long Wv, long lo_h, long lo_w, long th,
+                              long tw, long Co, long Oh, long Ow, double* total,
+                              void* gemm, int idx64)
     int easyad_wino_out_f32(const float* M, long n, long C, long th, long tw, long T,
                             float* y, long Oh, long Ow)
     int easyad_wino_out_f64(const double* M, long n, long C, long th, long tw, long T,
@@ -173,3 +181,38 @@ def _wino_conv(x, U, y, long Hv, long Wv, long lo_h, long lo_w, long th, long tw
     if rc < 0:
         raise MemoryError("_wino_conv: no memory for the transforms")
     return rc == 0
+
+
+def _wino_wgrad(x, g, total, long Hv, long Wv, long lo_h, long lo_w, long th, long tw,
+                size_t gemm, bint idx64):
+    """total (16, Co, C) += the weight gradient's 16 products of x (n, C, H, W; C a
+    multiple of 8) and the cotangent g (n, Co, Oh, Ow), image by image in C (_wino_in_t,
+    _wino_grad, the gemm at ``gemm`` with beta = 1; see _wino_conv)."""
+    _wino_check("_wino_wgrad", x, total, 4, (16, g.shape[1], x.shape[1]))
+    _wino_check("_wino_wgrad", g, total, 4, (16, g.shape[1], x.shape[1]))
+    if gemm == 0:
+        raise ValueError("_wino_wgrad needs the address of a cblas gemm")
+    cdef long n = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3]
+    cdef long Co = g.shape[1], Oh = g.shape[2], Ow = g.shape[3]
+    if g.shape[0] != n or C % 8 or not (0 <= Hv <= H and 0 <= Wv <= W and th >= 1
+                                         and tw >= 1) \
+            or not (2 * th - 1 <= Oh <= 2 * th and 2 * tw - 1 <= Ow <= 2 * tw):
+        raise ValueError(f"_wino_wgrad: {x.shape} and {g.shape} with rows {Hv} and "
+                         f"columns {Wv} read, {th}x{tw} tiles (channels in eights)")
+    cdef void* px = cnp.PyArray_DATA(<cnp.ndarray>x)
+    cdef void* pg = cnp.PyArray_DATA(<cnp.ndarray>g)
+    cdef void* pt = cnp.PyArray_DATA(<cnp.ndarray>total)
+    cdef void* pf = <void*>gemm
+    cdef int rc
+    if x.dtype == np.float32:
+        with nogil:
+            rc = easyad_wino_wgrad_f32(<const float*>px, <const float*>pg, n, C, H, W, Hv,
+                                       Wv, lo_h, lo_w, th, tw, Co, Oh, Ow, <float*>pt, pf,
+                                       idx64)
+    else:
+        with nogil:
+            rc = easyad_wino_wgrad_f64(<const double*>px, <const double*>pg, n, C, H, W,
+                                       Hv, Wv, lo_h, lo_w, th, tw, Co, Oh, Ow,
+                                       <double*>pt, pf, idx64)
+    if rc:
+        raise MemoryError("_wino_wgrad: no memory for the transforms")

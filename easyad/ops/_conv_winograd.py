@@ -152,6 +152,10 @@ def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     per_image = _per_image(th, tw)
     chunk = _chunk(n, max(c, cout), per_image, x.itemsize)
     total = np.zeros((16, groups, co, ci), dtype=x.dtype)
+    gemm = _gemm_address(x.dtype)
+    if groups == 1 and c % 8 == 0 and gemm is not None:    # image by image in C
+        _core._wino_wgrad(x, g, total.reshape(16, cout, c), *geometry, th, tw, *gemm)
+        return _weight_from(total, cout, ci)
     part = np.empty_like(total)
     # one group of channels in eights: V tile-major, (16, T, C), so the product is Q (Co,
     # T) by V (T, C) with both operands laid out as OpenBLAS packs fastest (~170 against
@@ -172,7 +176,12 @@ def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         wino_grad(g[n0:n0 + m], q, th, tw)
         matmul(qg, vg, out=part)
         total += part
-    gm = _G.astype(x.dtype)
+    return _weight_from(total, cout, ci)
+
+
+def _weight_from(total: np.ndarray, cout: int, ci: int) -> np.ndarray:
+    """The weight's gradient (Co_all, Ci, 3, 3) from the summed products (16, ...)."""
+    gm = _G.astype(total.dtype)
     dw = gm.T @ total.reshape(4, 4, cout * ci).transpose(2, 0, 1) @ gm      # (Co*Ci, 3, 3)
     return dw.reshape(cout, ci, 3, 3)
 
