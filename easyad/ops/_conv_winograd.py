@@ -32,9 +32,10 @@ weight gradient of one with channels in eights, run image by image in C
 (``_core._wino_conv``, ``_core._wino_wgrad``: OpenBLAS's cblas gemm called from there,
 no Python between the images; the weight's products accumulate by the gemm's beta).
 The result differs from the direct sums by rounding only: in float32, 3.0e-7 of the
-result's largest entry from the float64 sums at 32 -> 32 channels 28x28 (torch's float32: 3.3e-7; the weight's gradient 5.5e-7,
-torch's 1.2e-6: its GEMM on the tile-major V sums in another order than the 2.4e-7 of
-the transposed one; tests/test_conv_winograd.py bounds both at 2e-6), in float64 ~1e-16.
+result's largest entry from the float64 sums at 32 -> 32 channels 28x28 (torch's
+float32: 3.3e-7; the weight's gradient 5.5e-7, torch's 1.2e-6: its GEMM on the tile-
+major V sums in another order than the 2.4e-7 of the transposed one;
+tests/test_conv_winograd.py bounds both at 2e-6), in float64 ~1e-16.
 """
 from __future__ import annotations
 
