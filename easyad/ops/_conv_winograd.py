@@ -27,18 +27,26 @@ weight by 0.035 after 4 Adam steps with its 4x4 second layer here; MIN_SIZE keep
 small images on im2col).
 
 The transforms (sums and differences: ``easyad/_winograd.h``) run a chunk of images at
-a time so that V stays in the cache for its GEMM. The result differs from the direct
-sums by rounding only: in float32, 3.0e-7 of the result's largest entry from the float64
-sums at 32 -> 32 channels 28x28 (torch's float32: 3.3e-7; the weight's gradient 2.0e-7,
-torch's 1.5e-6; tests/test_conv_winograd.py bounds both), in float64 ~1e-16.
+a time so that V stays in the cache for its GEMM; a convolution of one group, and the
+weight gradient of one with channels in eights, run image by image in C
+(``_core._wino_conv``, ``_core._wino_wgrad``: OpenBLAS's cblas gemm called from there,
+no Python between the images; the weight's products accumulate by the gemm's beta).
+The result differs from the direct sums by rounding only: in float32, 3.0e-7 of the
+result's largest entry from the float64 sums at 32 -> 32 channels 28x28 (torch's
+float32: 3.3e-7; the weight's gradient 5.5e-7, torch's 1.2e-6: its GEMM on the tile-
+major V sums in another order than the 2.4e-7 of the transposed one;
+tests/test_conv_winograd.py bounds both at 2e-6), in float64 ~1e-16.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 from typing import Any
 
 import numpy as np
 
 from easyad import _core
+from easyad.tensor import _blas
 
 # bytes of one chunk's transformed tiles (V), about one image's at 32 channels 28x28: one
 # image a chunk ran faster than 2, 4, 8 or 16 (7.9, 8.5, 9.1, 11.2, 17.0 ms the convolution
@@ -67,6 +75,17 @@ def takes(p: Any, w_shape: tuple[int, ...], o: tuple[int, ...]) -> bool:
         min(o) >= MIN_SIZE
 
 
+@functools.lru_cache(maxsize=None)
+def _gemm_address(dtype: np.dtype) -> tuple[int, bool] | None:
+    """The address of numpy's OpenBLAS cblas gemm for dtype and whether its integers are
+    64-bit, for _core._wino_conv (None where numpy's BLAS is not an OpenBLAS found)."""
+    gemm = _blas.cblas_gemm(dtype)
+    if gemm is None:
+        return None
+    address = ctypes.cast(gemm, ctypes.c_void_p).value
+    return None if not address else (address, gemm.argtypes[3] is ctypes.c_int64)
+
+
 def _tiles(o: tuple[int, ...]) -> tuple[int, int]:
     return (o[0] + 1) // 2, (o[1] + 1) // 2
 
@@ -87,8 +106,10 @@ def _chunk(n: int, channels: int, tiles: int, itemsize: int) -> int:
     return max(1, min(n, CHUNK_BYTES // max(16 * channels * tiles * itemsize, 1)))
 
 
-def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> None:
-    """y ``(N, Co_all, Oh, Ow)`` (C-contiguous, written) = conv of x ``(N, C, H, W)``."""
+def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> bool:
+    """y ``(N, Co_all, Oh, Ow)`` (C-contiguous, written) = conv of x ``(N, C, H, W)``;
+    False where some entry came out inf or NaN (the output transform checks as it
+    writes: no pass of its own over y)."""
     groups = p.groups
     x = np.ascontiguousarray(x)
     n, c = x.shape[:2]
@@ -99,9 +120,14 @@ def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> None:
     g = _G.astype(w.dtype)
     # (two matmuls: einsum's one loop over all four indices took ~1 ms here)
     u = np.ascontiguousarray((g @ w @ g.T).transpose(2, 3, 0, 1)).reshape(16, groups, co, ci)
+    gemm = _gemm_address(x.dtype)
+    if groups == 1 and gemm is not None:     # image by image in C (see _winograd.h)
+        return bool(_core._wino_conv(x, u.reshape(16, cout, ci), y, *geometry, th, tw,
+                                     *gemm))
     per_image = _per_image(th, tw)
     chunk = _chunk(n, max(c, cout), per_image, x.itemsize)
     wino_in, wino_out, matmul = _core._wino_in, _core._wino_out, np.matmul
+    finite = True
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
         if n0 == 0 or m < chunk:        # (the last, smaller chunk gets its own)
@@ -111,7 +137,8 @@ def convolve(y: np.ndarray, x: np.ndarray, w: np.ndarray, p: Any) -> None:
             vg, rg = v.reshape(16, groups, ci, t), r.reshape(16, groups, co, t)
         wino_in(x[n0:n0 + m], v, *geometry, th, tw)
         matmul(u, vg, out=rg)
-        wino_out(r, y[n0:n0 + m], th, tw)
+        finite &= wino_out(r, y[n0:n0 + m], th, tw)
+    return finite
 
 
 def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -127,20 +154,36 @@ def weight(p: Any, x: np.ndarray, g: np.ndarray) -> np.ndarray:
     per_image = _per_image(th, tw)
     chunk = _chunk(n, max(c, cout), per_image, x.itemsize)
     total = np.zeros((16, groups, co, ci), dtype=x.dtype)
+    gemm = _gemm_address(x.dtype)
+    if groups == 1 and c % 8 == 0 and gemm is not None:    # image by image in C
+        _core._wino_wgrad(x, g, total.reshape(16, cout, c), *geometry, th, tw, *gemm)
+        return _weight_from(total, cout, ci)
     part = np.empty_like(total)
-    wino_in, wino_grad, matmul = _core._wino_in, _core._wino_grad, np.matmul
+    # one group of channels in eights: V tile-major, (16, T, C), so the product is Q (Co,
+    # T) by V (T, C) with both operands laid out as OpenBLAS packs fastest (~170 against
+    # ~110 GFLOP/s for Q by a transposed (C, T) V; 7.1 -> ~6.1 ms the case's gradient)
+    major = groups == 1 and c % 8 == 0
+    wino_in = _core._wino_in_t if major else _core._wino_in
+    wino_grad, matmul = _core._wino_grad, np.matmul
     for n0 in range(0, n, chunk):
         m = min(chunk, n - n0)
         if n0 == 0 or m < chunk:
             t = m * per_image
-            v = np.empty((16, c, t), dtype=x.dtype)
+            v = np.empty((16, t, c) if major else (16, c, t), dtype=x.dtype)
             q = np.empty((16, cout, t), dtype=x.dtype)
-            qg, vg = q.reshape(16, groups, co, t), v.reshape(16, groups, ci, t).swapaxes(2, 3)
+            qg = q.reshape(16, groups, co, t)
+            vg = v.reshape(16, 1, t, c) if major else \
+                v.reshape(16, groups, ci, t).swapaxes(2, 3)
         wino_in(x[n0:n0 + m], v, *geometry, th, tw)
         wino_grad(g[n0:n0 + m], q, th, tw)
         matmul(qg, vg, out=part)
         total += part
-    gm = _G.astype(x.dtype)
+    return _weight_from(total, cout, ci)
+
+
+def _weight_from(total: np.ndarray, cout: int, ci: int) -> np.ndarray:
+    """The weight's gradient (Co_all, Ci, 3, 3) from the summed products (16, ...)."""
+    gm = _G.astype(total.dtype)
     dw = gm.T @ total.reshape(4, 4, cout * ci).transpose(2, 0, 1) @ gm      # (Co*Ci, 3, 3)
     return dw.reshape(cout, ci, 3, 3)
 
