@@ -40,8 +40,9 @@
   which keep a program batchable in one C loop. An ``sgd_step`` update of a large weight
   whose gradient is one linear's product is done inside that product, not in a loop
   (``blas_steps.fold_updates``: GEMM with beta = 1; one rounding of the update apart).
-- **Vector width**: segments calling no libmvec function are built 512 bits wide on
-  x86-64 (``_WIDE``; the same bits), the others as ``-march=native`` chooses.
+- **Vector width**: segments calling no libmvec function with a loop of at least
+  ``_WIDE_FROM`` elements are built 512 bits wide on x86-64 (``_WIDE``; the same bits),
+  the others as ``-march=native`` chooses.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
   groups get workspace buffers, shared between values whose lives (in groups) do not
   overlap; results are new arrays each call.
@@ -90,13 +91,27 @@ _BATCH_THREADS = _pool.CORES
 _WIDE = ('-DEASYAD_WIDE=__attribute__((target("prefer-vector-width=512")))',) \
     if platform.machine().lower() in ("x86_64", "amd64") else ()
 _WIDE_DEFAULT = "#ifndef EASYAD_WIDE\n#define EASYAD_WIDE\n#endif\n"
+# ...and only where a loop of the segment is this long: short 512-bit loops cost more than
+# they save (Rosenbrock's replayed gradient, Sapphire Rapids, one core: n = 100 3.2 -> 3.5
+# us, n = 1000 3.8 -> 4.2, at par near 6,000, faster from 16,000), and so do the batch
+# and per-point calls of small programs that run them (issue 25 item 6's before/after)
+_WIDE_FROM = 1 << 13
 
 
-def _widened(segment: str) -> str:
-    """A segment's C with the 512-bit attribute, unless it calls a libmvec function."""
-    if any(f"{name}(" in segment for name in libmvec_functions()):
+def _widened(segment: str, elements: int) -> str:
+    """A segment's C with the 512-bit attribute, unless it calls a libmvec function or its
+    longest loop (``elements``) is short."""
+    if elements < _WIDE_FROM or any(f"{name}(" in segment for name in libmvec_functions()):
         return segment
     return "EASYAD_WIDE " + segment
+
+
+def _largest(plan: Plan, segment: list[Any]) -> int:
+    """The element count of the largest value a segment reads or writes (its longest
+    loop: a reduction runs over its input)."""
+    shapes = plan.program.shapes
+    return max((math.prod(shapes[s]) for ins in segment for s in (*ins.outs, *ins.ins)
+                if type(s) is int and shapes[s] is not None), default=0)
 
 
 class FusedProgram:
@@ -363,7 +378,8 @@ def fused(program: Program, outputs: Sequence[int], be: NumpyBackend, on_guard: 
     lowered = softmax_c.lower(plan, len(program.shapes) + len(plan.aux))
     lowered[0].update(in_c)
     source = c_header() + [_WIDE_DEFAULT] \
-        + [_widened(renderer.render(seg, k)) for k, seg in enumerate(segments)] \
+        + [_widened(renderer.render(seg, k), _largest(plan, seg))
+           for k, seg in enumerate(segments)] \
         + [step.text for step in lowered[0].values()]
     text = "\n".join(source)
     extra = ("-fopenmp-simd", "-Wl,-z,defs", *_WIDE) + (
