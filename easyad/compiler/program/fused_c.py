@@ -157,6 +157,9 @@ class FusedProgram:
         self._made = set(self.fresh) | made_in_python | self.in_place.keys()   # new per call
         self._result_specs = [(plan.r(o), p.shapes[o]) for o in plan.outputs]
         self._tables: list[tuple[np.ndarray, list[np.ndarray]]] = []
+        self._batchable: bool | None = None
+        # run_batch's segment addresses, slot numbers and largest buffer (made once)
+        self._batch_tables: tuple[np.ndarray, np.ndarray, int] | None = None
         shared = share_buffers(plan, work)
         for s in work:
             if s in shared:
@@ -209,12 +212,15 @@ class FusedProgram:
     def batchable(self) -> bool:
         """Whether the program runs at many points in one C loop (``run_batch``): every
         step generated C, nothing written in place, every output made fresh in C."""
-        fresh = set(self.fresh)
-        # (cross-entropy's lowered steps keep one saved workspace: not per point)
-        return all(fn is not None for fn, *_ in self.steps) and not self.in_place \
-            and not any("saved" in step.extra or "target" in step.extra
-                        for step in self.lowered.values()) \
-            and all(self.plan.r(o) in fresh for o in self.outputs)
+        if self._batchable is None:     # (asked at every batch call: decided once)
+            fresh = set(self.fresh)
+            # (cross-entropy's lowered steps keep one saved workspace: not per point)
+            self._batchable = all(fn is not None for fn, *_ in self.steps) \
+                and not self.in_place \
+                and not any("saved" in step.extra or "target" in step.extra
+                            for step in self.lowered.values()) \
+                and all(self.plan.r(o) in fresh for o in self.outputs)
+        return self._batchable
 
     def run_batch(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
         """The program at ``count`` points in one C loop without the GIL (only where
@@ -222,25 +228,30 @@ class FusedProgram:
         (leading axis ``count``), any other is the same at every point; the outputs come
         back with that leading axis."""
         plan, p = self.plan, self.plan.program
-        slots, bases, strides, keep = [], [], [], []
+        if self._batch_tables is None:  # what no call changes: the segments, the slots
+            self._batch_tables = (
+                np.array([fn for fn, *_ in self.steps], dtype=np.uint64),
+                np.array(self.inputs + self.fresh, dtype=np.int64),
+                max((math.prod(sh) for sh in p.shapes if sh is not None), default=1))
+        fns, slot_table, size = self._batch_tables
+        bases = np.empty(len(slot_table), dtype=np.uint64)     # (_point_at fills it)
+        strides, keep = [], []
+        k = 0
         for s, a in zip(self.inputs, inputs):
             a = np.ascontiguousarray(a, dtype=p.dtypes[s])
             per_point = a.ndim > len(p.shapes[s])
-            slots.append(s)
-            bases.append(a.ctypes.data)
+            _point_at(bases, k, a)
             strides.append(a.strides[0] if per_point and count else 0)
             keep.append(a)
+            k += 1
         outputs: dict[int, np.ndarray] = {}
         for s in self.fresh:
             a = np.empty((count,) + tuple(p.shapes[s]), dtype=p.dtypes[s])
             outputs[s] = a
-            slots.append(s)
-            bases.append(a.ctypes.data)
+            _point_at(bases, k, a)
             strides.append(a.strides[0] if count else 0)
-        fns = np.array([fn for fn, *_ in self.steps], dtype=np.uint64)
-        slot_table = np.array(slots, dtype=np.int64)
+            k += 1
         step = np.array(strides, dtype=np.int64)
-        size = max((math.prod(sh) for sh in p.shapes if sh is not None), default=1)
         workers = min(_BATCH_THREADS, count) if count * size >= _PARALLEL_BATCH else 1
         with self._lock:
             if workers > 1:      # contiguous chunks, each on its own table and workspace
@@ -249,16 +260,14 @@ class FusedProgram:
 
                 def chunk(w: int) -> None:
                     lo, hi = edges[w], edges[w + 1]
-                    start = np.array(bases, dtype=np.uint64) + \
-                        (step * lo).astype(np.uint64)
+                    start = bases + (step * lo).astype(np.uint64)
                     _segments_batch(fns, tables[w][0], slot_table, start, step, hi - lo)
                 futures = [_pool.threads().submit(chunk, w) for w in range(1, workers)]
                 chunk(0)
                 for future in futures:
                     future.result()
             elif count:
-                _segments_batch(fns, self.pointers, slot_table,
-                                np.array(bases, dtype=np.uint64), step, count)
+                _segments_batch(fns, self.pointers, slot_table, bases, step, count)
             for s in self.inputs:       # the table must not keep addresses of this call's
                 if isinstance(self.base[s], np.ndarray):     # arrays (run sets its own)
                     _point_at(self.pointers, s, self.base[s])
