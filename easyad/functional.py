@@ -182,11 +182,12 @@ def value_and_grad(f: Callable[..., Any], argnums: ArgNums = 0,
 
     @functools.wraps(f)
     def vg(x0: Any, *extra: Any, args: Any = None) -> tuple[Any, Any]:
-        lifted = _vmapped("value_and_grad", f, (x0, *_arguments(extra, args)),
-                          argnums=argnums, has_aux=has_aux)
-        if lifted is not NotImplemented:
-            return lifted  # type: ignore[no-any-return]
-        run = _Reverse(f, x0, _arguments(extra, args))
+        if VMAPS[0]:        # (no call, tuple or keywords made where no vmap runs)
+            lifted = _vmapped("value_and_grad", f, (x0, *_arguments(extra, args)),
+                              argnums=argnums, has_aux=has_aux)
+            if lifted is not NotImplemented:
+                return lifted  # type: ignore[no-any-return]
+        run = _Reverse(f, x0, extra if args is None else _arguments(extra, args))
         out = _scalar_output(run.result, f, "grad", run.mode)
         return run.value(out), _in_dtype_of(x0, run.gradient(run.sweep(out, last=True)))
 
@@ -266,10 +267,11 @@ def grad(f: Callable[..., Any], argnums: ArgNums = 0, has_aux: bool = False
 
     @functools.wraps(f)
     def g(x0: Any, *extra: Any, args: Any = None) -> Any:
-        lifted = _vmapped("grad", f, (x0, *_arguments(extra, args)), argnums=argnums,
-                          has_aux=has_aux)
-        if lifted is not NotImplemented:
-            return lifted
+        if VMAPS[0]:        # (no call, tuple or keywords made where no vmap runs)
+            lifted = _vmapped("grad", f, (x0, *_arguments(extra, args)), argnums=argnums,
+                              has_aux=has_aux)
+            if lifted is not NotImplemented:
+                return lifted
         value, gradient = vg(x0, *extra, args=args)
         return (gradient, value[1]) if has_aux else gradient
 

@@ -138,6 +138,7 @@ def test_512_bit_vectors_give_the_same_bits(monkeypatch, dtype):
     results = []
     for wide in (fused_c._WIDE, ()):
         monkeypatch.setattr(fused_c, "_WIDE", wide)
+        monkeypatch.setattr(fused_c, "_WIDE_FROM", 0)     # every loop, short ones too
         F, model, named, x, y = _setup(dtype)
         losses = []
         for scale in (1.0, 30.0, 1e3):
@@ -147,6 +148,37 @@ def test_512_bit_vectors_give_the_same_bits(monkeypatch, dtype):
         results.append((losses, [np.array(p.data) for p in named.values()]))
     assert np.array_equal(results[0][0], results[1][0], equal_nan=True)
     assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(results[0][1], results[1][1]))
+
+
+def _rosen(x):
+    return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+
+
+def _rosen_grad(x):            # by hand: the reference
+    g = np.zeros_like(x)
+    d = x[1:] - x[:-1] ** 2
+    g[:-1] = -400.0 * x[:-1] * d - 2.0 * (1.0 - x[:-1])
+    g[1:] += 200.0 * d
+    return g
+
+
+@pytest.mark.parametrize("n", [100, fused_c._WIDE_FROM + 1])
+def test_only_long_loops_are_built_512_bits_wide(n):
+    """Short 512-bit loops cost more than they save (issue 25 item 6): a segment is built
+    wide only where its longest loop has _WIDE_FROM elements; either way the gradient is
+    the hand-written one, and a batch of such points gives it at each."""
+    if not fused_c._WIDE:
+        pytest.skip("not an x86-64 machine: no 512-bit build")
+    x = np.random.default_rng(n).uniform(-1.0, 1.5, n)
+    F = ad.record(_rosen, x, tensor=True)
+    np.testing.assert_allclose(F.gradient(x), _rosen_grad(x), rtol=1e-13, atol=1e-12)
+    wide = "EASYAD_WIDE void easyad_segment" in F._bound["gradient"].source
+    assert wide == (n >= fused_c._WIDE_FROM)
+    X = np.stack([x, x[::-1]])
+    values, grads = F.value_and_gradient(X)
+    np.testing.assert_allclose(grads, [_rosen_grad(x), _rosen_grad(x[::-1])],
+                               rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(values, [_rosen(x), _rosen(x[::-1])], rtol=1e-13)
 
 
 # ---- the descent step folded into the weight gradient's GEMM (blas_steps.fold_updates) ----

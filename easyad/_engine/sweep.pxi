@@ -77,7 +77,8 @@ cdef int _sweep_nodes(WengertList lst, Derivatives d, Py_ssize_t output, object 
             g = tensor_adjoints.get(k)
         else:
             g = tensor_adjoints.pop(k, None)
-        owned.pop(k, None)       # nothing reaches k any more: its buffer is no longer ours
+        if owned:       # nothing reaches k any more: its buffer is no longer ours
+            owned.pop(k, None)
         if g is not None:
             vjp = node.vjp
             if vjp is _released_vjp:

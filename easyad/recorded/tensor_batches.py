@@ -70,7 +70,8 @@ class TensorBatches(TensorInputs):
         batches with effects are refused (which point's statistics?)."""
         if count == 0:
             raise ValueError("a batch of no points: x's leading axis is 0")
-        if not one_point:
+        # (the refusal's message is made only where there are effects to refuse)
+        if not one_point and self._recordings["first"].program.effects:
             self._refuse_effects(f"{'a call' if what == 'value' else what} over a batch "
                                  f"of {count} points")
         return self._effects(what, self._batch_outputs(what, x, args, count, tangents,

@@ -40,8 +40,9 @@
   which keep a program batchable in one C loop. An ``sgd_step`` update of a large weight
   whose gradient is one linear's product is done inside that product, not in a loop
   (``blas_steps.fold_updates``: GEMM with beta = 1; one rounding of the update apart).
-- **Vector width**: segments calling no libmvec function are built 512 bits wide on
-  x86-64 (``_WIDE``; the same bits), the others as ``-march=native`` chooses.
+- **Vector width**: segments calling no libmvec function with a loop of at least
+  ``_WIDE_FROM`` elements are built 512 bits wide on x86-64 (``_WIDE``; the same bits),
+  the others as ``-march=native`` chooses.
 - **Buffers** are planned once: a reshape is the same memory; values stored for later
   groups get workspace buffers, shared between values whose lives (in groups) do not
   overlap; results are new arrays each call.
@@ -91,13 +92,27 @@ _BATCH_THREADS = _pool.CORES
 _WIDE = ('-DEASYAD_WIDE=__attribute__((target("prefer-vector-width=512")))',) \
     if platform.machine().lower() in ("x86_64", "amd64") else ()
 _WIDE_DEFAULT = "#ifndef EASYAD_WIDE\n#define EASYAD_WIDE\n#endif\n"
+# ...and only where a loop of the segment is this long: short 512-bit loops cost more than
+# they save (Rosenbrock's replayed gradient, Sapphire Rapids, one core: n = 100 3.2 -> 3.5
+# us, n = 1000 3.8 -> 4.2, at par near 6,000, faster from 16,000), and so do the batch
+# and per-point calls of small programs that run them (issue 25 item 6's before/after)
+_WIDE_FROM = 1 << 13
 
 
-def _widened(segment: str) -> str:
-    """A segment's C with the 512-bit attribute, unless it calls a libmvec function."""
-    if any(f"{name}(" in segment for name in libmvec_functions()):
+def _widened(segment: str, elements: int) -> str:
+    """A segment's C with the 512-bit attribute, unless it calls a libmvec function or its
+    longest loop (``elements``) is short."""
+    if elements < _WIDE_FROM or any(f"{name}(" in segment for name in libmvec_functions()):
         return segment
     return "EASYAD_WIDE " + segment
+
+
+def _largest(plan: Plan, segment: list[Any]) -> int:
+    """The element count of the largest value a segment reads or writes (its longest
+    loop: a reduction runs over its input)."""
+    shapes = plan.program.shapes
+    return max((math.prod(shapes[s]) for ins in segment for s in (*ins.outs, *ins.ins)
+                if type(s) is int and shapes[s] is not None), default=0)
 
 
 class FusedProgram:
@@ -143,6 +158,9 @@ class FusedProgram:
         self._made = set(self.fresh) | made_in_python | self.in_place.keys()   # new per call
         self._result_specs = [(plan.r(o), p.shapes[o]) for o in plan.outputs]
         self._tables: list[tuple[np.ndarray, list[np.ndarray]]] = []
+        self._batchable: bool | None = None
+        # run_batch's segment addresses, slot numbers and largest buffer (made once)
+        self._batch_tables: tuple[np.ndarray, np.ndarray, int] | None = None
         shared = share_buffers(plan, work)
         for s in work:
             if s in shared:
@@ -195,12 +213,15 @@ class FusedProgram:
     def batchable(self) -> bool:
         """Whether the program runs at many points in one C loop (``run_batch``): every
         step generated C, nothing written in place, every output made fresh in C."""
-        fresh = set(self.fresh)
-        # (cross-entropy's lowered steps keep one saved workspace: not per point)
-        return all(fn is not None for fn, *_ in self.steps) and not self.in_place \
-            and not any("saved" in step.extra or "target" in step.extra
-                        for step in self.lowered.values()) \
-            and all(self.plan.r(o) in fresh for o in self.outputs)
+        if self._batchable is None:     # (asked at every batch call: decided once)
+            fresh = set(self.fresh)
+            # (cross-entropy's lowered steps keep one saved workspace: not per point)
+            self._batchable = all(fn is not None for fn, *_ in self.steps) \
+                and not self.in_place \
+                and not any("saved" in step.extra or "target" in step.extra
+                            for step in self.lowered.values()) \
+                and all(self.plan.r(o) in fresh for o in self.outputs)
+        return self._batchable
 
     def run_batch(self, inputs: Sequence[Any], count: int) -> list[np.ndarray]:
         """The program at ``count`` points in one C loop without the GIL (only where
@@ -208,25 +229,30 @@ class FusedProgram:
         (leading axis ``count``), any other is the same at every point; the outputs come
         back with that leading axis."""
         plan, p = self.plan, self.plan.program
-        slots, bases, strides, keep = [], [], [], []
+        if self._batch_tables is None:  # what no call changes: the segments, the slots
+            self._batch_tables = (
+                np.array([fn for fn, *_ in self.steps], dtype=np.uint64),
+                np.array(self.inputs + self.fresh, dtype=np.int64),
+                max((math.prod(sh) for sh in p.shapes if sh is not None), default=1))
+        fns, slot_table, size = self._batch_tables
+        bases = np.empty(len(slot_table), dtype=np.uint64)     # (_point_at fills it)
+        strides, keep = [], []
+        k = 0
         for s, a in zip(self.inputs, inputs):
             a = np.ascontiguousarray(a, dtype=p.dtypes[s])
             per_point = a.ndim > len(p.shapes[s])
-            slots.append(s)
-            bases.append(a.ctypes.data)
+            _point_at(bases, k, a)
             strides.append(a.strides[0] if per_point and count else 0)
             keep.append(a)
+            k += 1
         outputs: dict[int, np.ndarray] = {}
         for s in self.fresh:
             a = np.empty((count,) + tuple(p.shapes[s]), dtype=p.dtypes[s])
             outputs[s] = a
-            slots.append(s)
-            bases.append(a.ctypes.data)
+            _point_at(bases, k, a)
             strides.append(a.strides[0] if count else 0)
-        fns = np.array([fn for fn, *_ in self.steps], dtype=np.uint64)
-        slot_table = np.array(slots, dtype=np.int64)
+            k += 1
         step = np.array(strides, dtype=np.int64)
-        size = max((math.prod(sh) for sh in p.shapes if sh is not None), default=1)
         workers = min(_BATCH_THREADS, count) if count * size >= _PARALLEL_BATCH else 1
         with self._lock:
             if workers > 1:      # contiguous chunks, each on its own table and workspace
@@ -235,16 +261,14 @@ class FusedProgram:
 
                 def chunk(w: int) -> None:
                     lo, hi = edges[w], edges[w + 1]
-                    start = np.array(bases, dtype=np.uint64) + \
-                        (step * lo).astype(np.uint64)
+                    start = bases + (step * lo).astype(np.uint64)
                     _segments_batch(fns, tables[w][0], slot_table, start, step, hi - lo)
                 futures = [_pool.threads().submit(chunk, w) for w in range(1, workers)]
                 chunk(0)
                 for future in futures:
                     future.result()
             elif count:
-                _segments_batch(fns, self.pointers, slot_table,
-                                np.array(bases, dtype=np.uint64), step, count)
+                _segments_batch(fns, self.pointers, slot_table, bases, step, count)
             for s in self.inputs:       # the table must not keep addresses of this call's
                 if isinstance(self.base[s], np.ndarray):     # arrays (run sets its own)
                     _point_at(self.pointers, s, self.base[s])
@@ -367,7 +391,8 @@ def fused(program: Program, outputs: Sequence[int], be: NumpyBackend, on_guard: 
     lowered = softmax_c.lower(plan, len(program.shapes) + len(plan.aux))
     lowered[0].update(in_c)
     source = c_header() + (float32.header() if in_float else []) + [_WIDE_DEFAULT] \
-        + [_widened(renderer.render(seg, k)) for k, seg in enumerate(segments)] \
+        + [_widened(renderer.render(seg, k), _largest(plan, seg))
+           for k, seg in enumerate(segments)] \
         + [step.text for step in lowered[0].values()]
     text = "\n".join(source)
     extra = ("-fopenmp-simd", "-Wl,-z,defs", *_WIDE) + (
