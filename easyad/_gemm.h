@@ -74,6 +74,14 @@
         }                                                                              \
     }
 
+/* One row of a B panel: nr columns of B (stride bn) then zeros up to the panel's width. */
+#define EASYAD_GEMM_PANEL_ROW(dst, src, nr, bn, width)                                 \
+    {                                                                                  \
+        long q_ = 0;                                                                   \
+        for (; q_ < (nr); q_++) (dst)[q_] = (src)[q_ * (bn)];                          \
+        for (; q_ < (width); q_++) (dst)[q_] = 0;                                      \
+    }
+
 #define EASYAD_GEMM_DEFINE(NAME, T, W)                                                 \
 typedef T NAME##_vec __attribute__((vector_size((W) * sizeof(T)), aligned(sizeof(T))));\
 static EASYAD_GEMM_TARGET void NAME(long M, long N, long K, const T* A, long ai,       \
@@ -90,13 +98,9 @@ static EASYAD_GEMM_TARGET void NAME(long M, long N, long K, const T* A, long ai,
         }                                                                              \
         for (long k0 = 0; k0 < K; k0 += EASYAD_GEMM_KC) {                              \
             const long kc = K - k0 < EASYAD_GEMM_KC ? K - k0 : EASYAD_GEMM_KC;         \
-            for (long k = 0; k < kc; k++) {                                            \
-                const T* src = B + (k0 + k) * bk + j * bn;                             \
-                T* dst = panel + k * 4 * (W);                                          \
-                long q = 0;                                                            \
-                for (; q < nr; q++) dst[q] = src[q * bn];                              \
-                for (; q < 4 * (W); q++) dst[q] = 0;                                   \
-            }                                                                          \
+            for (long k = 0; k < kc; k++)                                              \
+                EASYAD_GEMM_PANEL_ROW(panel + k * 4 * (W), B + (k0 + k) * bk + j * bn, \
+                                      nr, bn, 4 * (W))                                 \
             long i = i0;                                                               \
             for (; i + 4 <= m1; i += 4) EASYAD_GEMM_BLOCK(T, NAME##_vec, W, 4)         \
             for (; i < m1; i++) EASYAD_GEMM_BLOCK(T, NAME##_vec, W, 1)                 \
@@ -116,12 +120,8 @@ static EASYAD_GEMM_TARGET void NAME##_pack(long N, long K, const T* B, long bk, 
     for (long j = 0; j < N; j += 4 * (W)) {                                            \
         const long nr = N - j < 4 * (W) ? N - j : 4 * (W);                             \
         T* dst = Bp + (j / (4 * (W))) * K * 4 * (W);                                    \
-        for (long k = 0; k < K; k++, dst += 4 * (W)) {                                 \
-            const T* src = B + k * bk + j * bn;                                        \
-            long q = 0;                                                                \
-            for (; q < nr; q++) dst[q] = src[q * bn];                                  \
-            for (; q < 4 * (W); q++) dst[q] = 0;                                       \
-        }                                                                              \
+        for (long k = 0; k < K; k++, dst += 4 * (W))                                   \
+            EASYAD_GEMM_PANEL_ROW(dst, B + k * bk + j * bn, nr, bn, 4 * (W))           \
     }                                                                                  \
 }                                                                                      \
 static EASYAD_GEMM_TARGET void NAME##_packed(long M, long N, long K, const T* A,       \

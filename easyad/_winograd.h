@@ -45,23 +45,47 @@
 #define EASYAD_WINO_CLONES
 #endif
 
+/* The part of an input window the tiles read: padding lo_h/lo_w may be negative (a crop);
+ * r0/c0: where the valid rows/columns start in the padded frame, q0/s0: the first row
+ * and column of the input read, rows/cols: how many (the tiles' 2(th+1) x 2(tw+1) frame
+ * bounds them). */
+typedef struct { long r0, c0, q0, s0, rows, cols; } easyad_wino_window;
+
+static inline easyad_wino_window easyad_wino_window_of(long Hv, long Wv, long lo_h, long lo_w,
+                                                       long th, long tw) {
+    easyad_wino_window w;
+    w.c0 = lo_w > 0 ? lo_w : 0;
+    w.s0 = w.c0 - lo_w;
+    w.cols = Wv - w.s0;
+    if (w.cols > 2 * (tw + 1) - w.c0) w.cols = 2 * (tw + 1) - w.c0;
+    if (w.cols < 0) w.cols = 0;
+    w.r0 = lo_h > 0 ? lo_h : 0;
+    w.q0 = w.r0 - lo_h;
+    w.rows = Hv - w.q0;
+    if (w.rows > 2 * (th + 1) - w.r0) w.rows = 2 * (th + 1) - w.r0;
+    if (w.rows < 0) w.rows = 0;
+    return w;
+}
+
 #define EASYAD_WINO_DEFINE(T_, SUF)                                                     \
-static void easyad_wino_phases_##SUF(const T_* restrict src, long rows, long cols,     \
-                                     long W, long r0, long c0, long w1,                 \
-                                     T_* restrict p, long phase) {                      \
+/* ld: the distance between a phase's elements (1; 8 where eight channels interleave, \
+   easyad_wino_in_t); a constant at every call, so the inlined copy keeps it so */      \
+static inline void easyad_wino_phases_##SUF(const T_* restrict src, long rows, long cols,\
+                                            long W, long r0, long c0, long w1,          \
+                                            T_* restrict p, long phase, long ld) {      \
     for (long r = 0; r < rows; r++) {                                                   \
         long pr = r0 + r;                                                               \
         const T_* restrict s = src + r * W;                                             \
-        T_* restrict even = p + ((pr & 1) * 2) * phase + (pr >> 1) * w1;                \
-        T_* restrict odd = even + phase;                                                \
+        T_* restrict even = p + (((pr & 1) * 2) * phase + (pr >> 1) * w1) * ld;         \
+        T_* restrict odd = even + phase * ld;                                           \
         long j0 = c0 & 1;      /* s[j] lands in column c0 + j: even when j = j0 mod 2 */ \
         T_* restrict a = j0 ? odd : even;                                               \
         T_* restrict b = j0 ? even : odd;                                               \
         long h = c0 >> 1;                                                               \
         for (long j = 0; 2 * j < cols; j++)                                             \
-            a[h + j + (j0 & 0)] = s[2 * j];                                             \
+            a[(h + j) * ld] = s[2 * j];                                                 \
         for (long j = 0; 2 * j + 1 < cols; j++)                                         \
-            b[h + j + j0] = s[2 * j + 1];                                               \
+            b[(h + j + j0) * ld] = s[2 * j + 1];                                        \
     }                                                                                   \
 }                                                                                       \
                                                                                         \
@@ -73,22 +97,16 @@ static int easyad_wino_in_##SUF(const T_* x, long n, long C, long H, long W, lon
     /* (+1: the last, spare tile's d33 is element `phase` of the last phase) */        \
     T_* p = (T_*)calloc((size_t)(4 * phase + 1), sizeof(T_));                           \
     if (!p) return -1;                                                                  \
-    long c0 = lo_w > 0 ? lo_w : 0, s0 = c0 - lo_w;                                      \
-    long cols = Wv - s0;                                                                \
-    if (cols > 2 * w1 - c0) cols = 2 * w1 - c0;                                         \
-    if (cols < 0) cols = 0;                                                             \
-    long r0 = lo_h > 0 ? lo_h : 0, q0 = r0 - lo_h;                                      \
-    long rows = Hv - q0;                                                                \
-    if (rows > 2 * (th + 1) - r0) rows = 2 * (th + 1) - r0;                             \
-    if (rows < 0) rows = 0;                                                             \
+    easyad_wino_window win = easyad_wino_window_of(Hv, Wv, lo_h, lo_w, th, tw);         \
     const T_* restrict p00 = p;                                                         \
     const T_* restrict p01 = p + phase;                                                 \
     const T_* restrict p10 = p + 2 * phase;                                             \
     const T_* restrict p11 = p + 3 * phase;                                             \
     for (long i = 0; i < n; i++)                                                        \
         for (long c = 0; c < C; c++) {                                                  \
-            easyad_wino_phases_##SUF(x + (i * C + c) * H * W + q0 * W + s0, rows, cols, \
-                                     W, r0, c0, w1, p, phase);                          \
+            easyad_wino_phases_##SUF(x + (i * C + c) * H * W + win.q0 * W + win.s0,     \
+                                     win.rows, win.cols, W, win.r0, win.c0, w1, p,      \
+                                     phase, 1);                                         \
             T_* v = V + c * T + i * tiles;                                              \
             long P = C * T;                                                             \
             T_ *restrict v0 = v, *restrict v1 = v + P, *restrict v2 = v + 2 * P;        \
@@ -186,7 +204,7 @@ static int easyad_wino_grad_##SUF(const T_* g, long n, long C, long Oh, long Ow,
     for (long i = 0; i < n; i++)                                                        \
         for (long c = 0; c < C; c++) {                                                  \
             easyad_wino_phases_##SUF(g + (i * C + c) * Oh * Ow, Oh, Ow, Ow, 0, 0, w1,   \
-                                     p, tiles);                                         \
+                                     p, tiles, 1);                                      \
             T_* q = Q + c * T + i * tiles;                                              \
             T_ *restrict q0 = q, *restrict q1 = q + P, *restrict q2 = q + 2 * P;        \
             T_ *restrict q3 = q + 3 * P, *restrict q4 = q + 4 * P;                      \
@@ -222,25 +240,6 @@ static int easyad_wino_grad_##SUF(const T_* g, long n, long C, long Oh, long Ow,
  * transform, ~12 us, against ~25 us gained by the product (16 channels at a time, or
  * all of them, ran slower: 45 and 51 us). */
 #define EASYAD_WINO_DEFINE_T(T_, SUF)                                                   \
-static void easyad_wino_phases8_##SUF(const T_* restrict src, long rows, long cols,    \
-                                      long W, long r0, long c0, long w1,                \
-                                      T_* restrict p, long phase) {                     \
-    for (long r = 0; r < rows; r++) {                                                   \
-        long pr = r0 + r;                                                               \
-        const T_* restrict s = src + r * W;                                             \
-        T_* restrict even = p + (((pr & 1) * 2) * phase + (pr >> 1) * w1) * 8;          \
-        T_* restrict odd = even + phase * 8;                                            \
-        long j0 = c0 & 1;                                                               \
-        T_* restrict a = j0 ? odd : even;                                               \
-        T_* restrict b = j0 ? even : odd;                                               \
-        long h = c0 >> 1;                                                               \
-        for (long j = 0; 2 * j < cols; j++)                                             \
-            a[(h + j) * 8] = s[2 * j];                                                  \
-        for (long j = 0; 2 * j + 1 < cols; j++)                                         \
-            b[(h + j + j0) * 8] = s[2 * j + 1];                                         \
-    }                                                                                   \
-}                                                                                       \
-                                                                                        \
 EASYAD_WINO_CLONES                                                                      \
 static int easyad_wino_in_t_##SUF(const T_* x, long n, long C, long H, long W, long Hv, \
                                   long Wv, long lo_h, long lo_w, long th, long tw,      \
@@ -249,14 +248,7 @@ static int easyad_wino_in_t_##SUF(const T_* x, long n, long C, long H, long W, l
     long w1 = tw + 1, phase = (th + 1) * w1, tiles = th * w1;                           \
     T_* p = (T_*)calloc((size_t)(32 * phase + 8), sizeof(T_));   /* +8: see above */  \
     if (!p) return -1;                                                                  \
-    long c0 = lo_w > 0 ? lo_w : 0, s0 = c0 - lo_w;                                      \
-    long cols = Wv - s0;                                                                \
-    if (cols > 2 * w1 - c0) cols = 2 * w1 - c0;                                         \
-    if (cols < 0) cols = 0;                                                             \
-    long r0 = lo_h > 0 ? lo_h : 0, q0 = r0 - lo_h;                                      \
-    long rows = Hv - q0;                                                                \
-    if (rows > 2 * (th + 1) - r0) rows = 2 * (th + 1) - r0;                             \
-    if (rows < 0) rows = 0;                                                             \
+    easyad_wino_window win = easyad_wino_window_of(Hv, Wv, lo_h, lo_w, th, tw);         \
     const T_* restrict p00 = p;                                                         \
     const T_* restrict p01 = p + 8 * phase;                                             \
     const T_* restrict p10 = p + 16 * phase;                                            \
@@ -265,8 +257,9 @@ static int easyad_wino_in_t_##SUF(const T_* x, long n, long C, long H, long W, l
     for (long i = 0; i < n; i++)                                                        \
         for (long cb = 0; cb < C; cb += 8) {                                            \
             for (long k = 0; k < 8; k++)                                                \
-                easyad_wino_phases8_##SUF(x + (i * C + cb + k) * H * W + q0 * W + s0,   \
-                                          rows, cols, W, r0, c0, w1, p + k, phase);     \
+                easyad_wino_phases_##SUF(x + (i * C + cb + k) * H * W + win.q0 * W     \
+                                         + win.s0, win.rows, win.cols, W, win.r0,       \
+                                         win.c0, w1, p + k, phase, 8);                  \
             T_* v = V + i * tiles * C + cb;                                             \
             T_ *restrict v0 = v, *restrict v1 = v + P, *restrict v2 = v + 2 * P;        \
             T_ *restrict v3 = v + 3 * P, *restrict v4 = v + 4 * P;                      \

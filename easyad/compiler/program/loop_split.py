@@ -19,6 +19,7 @@ in the same order either way: nothing computed changes, only what gcc can vector
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from easyad.compiler.program.plan import Plan, broadcast_strides, contiguous
@@ -45,22 +46,14 @@ def outer_split(plan: Plan, groups: list[tuple[Any, list[Instruction]]], inner: 
             return None
         k = ks.pop()
         return (shape, k, True) if 0 < k < len(shape) else None
-    p = plan.program
     best, divided = 0, False
-    for ins in members:
-        if ins.op != "map":
-            continue
-        for i in ins.ins:
-            if type(i) is not int or p.shapes[i] is None:
-                continue
-            strides = broadcast_strides(p.shapes[i], shape)
-            divided |= len(shape) > 1 and shape[-1] > 1 and strides[-1] == 0 \
-                and any(strides)
-            k = 0
-            while k < len(shape) - 1 and (strides[k] == 0 or shape[k] == 1):
-                k += 1
-            if math.prod(shape[:k]) > 1:
-                best = max(best, k)
+    for strides in _operand_strides(plan, members, shape):
+        divided |= len(shape) > 1 and shape[-1] > 1 and strides[-1] == 0 and any(strides)
+        k = 0
+        while k < len(shape) - 1 and (strides[k] == 0 or shape[k] == 1):
+            k += 1
+        if math.prod(shape[:k]) > 1:
+            best = max(best, k)
     if divided and not (best and math.prod(shape[best:]) >= inner and
                         in_order(plan, members, shape, best)):
         for k in range(1, len(shape)):
@@ -74,15 +67,17 @@ def outer_split(plan: Plan, groups: list[tuple[Any, list[Instruction]]], inner: 
 def in_order(plan: Plan, members: list[Instruction], shape: tuple[int, ...], k: int) -> bool:
     """Whether every operand of the loop's maps, split at axis k, is read by the inner
     index in order (a contiguous run) or not at all (the same along the inner axes)."""
+    inner = shape[k:]
+    return all(all(s == 0 for s in strides[k:]) or contiguous(inner, strides[k:])
+               for strides in _operand_strides(plan, members, shape))
+
+
+def _operand_strides(plan: Plan, members: list[Instruction], shape: tuple[int, ...]
+                     ) -> Iterator[list[int]]:
+    """The strides, broadcast to the loop's shape, of every slot the loop's maps read."""
     p = plan.program
     for ins in members:
-        if ins.op != "map":
-            continue
-        for i in ins.ins:
-            if type(i) is not int or p.shapes[i] is None:
-                continue
-            strides = broadcast_strides(p.shapes[i], shape)
-            inner, steps = shape[k:], strides[k:]
-            if not (all(s == 0 for s in steps) or contiguous(inner, steps)):
-                return False
-    return True
+        if ins.op == "map":
+            for i in ins.ins:
+                if type(i) is int and p.shapes[i] is not None:
+                    yield broadcast_strides(p.shapes[i], shape)
