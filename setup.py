@@ -35,6 +35,20 @@ def _codegen():
     return module
 
 
+def _not_folded():
+    """-fno-builtin-<f> for every libm function glibc does not round correctly
+    (easyad/compiler/libm.py, loaded by path): gcc would otherwise fold such a call at a
+    value it can prove, e.g. erfc(-1.0) where Cython's float conversion tests its -1
+    error sentinel, correctly rounded, while the same call at run time gives glibc's
+    result one ulp away: two paths of one rule disagreeing (as library._FLAGS does for
+    generated code)."""
+    spec = importlib.util.spec_from_file_location(
+        "easyad_build_libm", os.path.join(HERE, "easyad", "compiler", "libm.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [f"-fno-builtin-{f}" for f in module.NOT_FOLDED]
+
+
 def _newest(paths):
     return max((os.path.getmtime(p) for p in paths if os.path.exists(p)), default=0.0)
 
@@ -100,7 +114,7 @@ extensions = [
         # EASYAD_BUILD_OPT=-O0: a throwaway build (tests/test_add_a_function.py builds a copy
         # of the core to test the build itself: 5 s of gcc instead of ~40; same IEEE results,
         # as nothing here contracts or reorders floating-point operations at any level)
-        extra_compile_args=[_optimisation(), "-fno-trapping-math",
+        extra_compile_args=[_optimisation(), "-fno-trapping-math", *_not_folded(),
                             *([] if os.environ.get("EASYAD_DEBUG") else ["-g0"])],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
